@@ -1,0 +1,181 @@
+"""Model configurations. Field names are Hugging Face's, so a `config.json` reads and writes unchanged."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+ACTIVATIONS = ("gelu", "gelu_new", "gelu_pytorch_tanh", "relu")
+POSITION_EMBEDDING_TYPES = ("absolute", "sinusoidal")
+CONFIG_NAME = "config.json"
+
+# Keys Hugging Face writes into every config.json that carry no model maths; read silently.
+_HF_BOOKKEEPING = {
+    "architectures", "model_type", "transformers_version", "torch_dtype", "dtype", "use_cache",
+    "classifier_dropout", "gradient_checkpointing", "output_past", "directionality",
+    "pooler_fc_size", "pooler_num_attention_heads", "pooler_num_fc_layers", "pooler_size_per_head",
+    "pooler_type", "_name_or_path", "is_decoder", "add_cross_attention", "chunk_size_feed_forward",
+    "tie_word_embeddings", "return_dict", "output_hidden_states", "output_attentions",
+    "problem_type", "bos_token_id", "eos_token_id", "sep_token_id", "cls_token_id", "tokenizer_class",
+}
+
+
+class ConfigError(ValueError):
+    """A configuration value that no model can be built from."""
+
+
+@dataclass
+class BertConfig:
+    """BERT hyper-parameters (Hugging Face `BertConfig` names) plus bertkit's ALBERT and positional options."""
+
+    vocab_size: int = 30522
+    hidden_size: int = 768
+    num_hidden_layers: int = 12
+    num_attention_heads: int = 12
+    intermediate_size: int = 3072
+    hidden_act: str = "gelu"
+    hidden_dropout_prob: float = 0.1
+    attention_probs_dropout_prob: float = 0.1
+    max_position_embeddings: int = 512
+    type_vocab_size: int = 2
+    initializer_range: float = 0.02
+    layer_norm_eps: float = 1e-12
+    pad_token_id: int = 0
+    position_embedding_type: str = "absolute"
+    # ALBERT: factorised embeddings (E < H, projected up) and one layer's weights reused N times.
+    embedding_size: int | None = None
+    share_layers: bool = False
+    # Task heads (Hugging Face names): label names in id order, and the classifier's dropout.
+    id2label: dict[int, str] | None = None
+    classifier_dropout: float | None = None
+    # Keys of a config.json that bertkit does not use; kept so a save writes them back.
+    extra: dict[str, Any] = field(default_factory=dict, repr=False)
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    def validate(self) -> None:
+        """Raise ConfigError naming the first value no model can be built from."""
+        for name in ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
+                     "intermediate_size", "max_position_embeddings", "type_vocab_size"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+                raise ConfigError(f"{name} must be a positive integer, got {value!r}")
+        if self.hidden_size % self.num_attention_heads:
+            raise ConfigError(
+                f"hidden_size ({self.hidden_size}) is not divisible by num_attention_heads "
+                f"({self.num_attention_heads}); each head needs hidden_size / num_attention_heads dims")
+        if self.hidden_act not in ACTIVATIONS:
+            raise ConfigError(f"hidden_act {self.hidden_act!r} is not one of {', '.join(ACTIVATIONS)}")
+        if self.position_embedding_type not in POSITION_EMBEDDING_TYPES:
+            raise ConfigError(f"position_embedding_type {self.position_embedding_type!r} is not one of "
+                              f"{', '.join(POSITION_EMBEDDING_TYPES)}")
+        for name in ("hidden_dropout_prob", "attention_probs_dropout_prob"):
+            value = getattr(self, name)
+            if not 0.0 <= value < 1.0:
+                raise ConfigError(f"{name} must be in [0, 1), got {value!r}")
+        if self.layer_norm_eps <= 0:
+            raise ConfigError(f"layer_norm_eps must be positive, got {self.layer_norm_eps!r}")
+        if not 0 <= self.pad_token_id < self.vocab_size:
+            raise ConfigError(f"pad_token_id {self.pad_token_id} is outside the vocabulary (size {self.vocab_size})")
+        if self.embedding_size is not None and (
+                not isinstance(self.embedding_size, int) or self.embedding_size <= 0):
+            raise ConfigError(f"embedding_size must be a positive integer or None, got {self.embedding_size!r}")
+        if self.id2label is not None:
+            self.id2label = {int(k): str(v) for k, v in self.id2label.items()}
+            if sorted(self.id2label) != list(range(len(self.id2label))):
+                raise ConfigError(f"id2label keys must be 0..n-1, got {sorted(self.id2label)}")
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden_size // self.num_attention_heads
+
+    @property
+    def num_labels(self) -> int:
+        return len(self.id2label) if self.id2label else 2
+
+    @property
+    def label2id(self) -> dict[str, int]:
+        return {v: k for k, v in (self.id2label or {}).items()}
+
+    # ---- config.json ---------------------------------------------------------------------------
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> BertConfig:
+        """Build from a Hugging Face config dict; unknown keys are kept in `extra` and warned about."""
+        data = dict(data)
+        names = {f.name for f in dataclasses.fields(cls)} - {"extra"}
+        known = {k: data.pop(k) for k in list(data) if k in names}
+        if "id2label" not in known and "num_labels" in data:
+            known["id2label"] = {i: f"LABEL_{i}" for i in range(int(data["num_labels"]))}
+        data.pop("num_labels", None)
+        data.pop("label2id", None)
+        unknown = sorted(k for k in data if k not in _HF_BOOKKEEPING)
+        if unknown:
+            warnings.warn(f"config keys not used by bertkit (kept as they are): {', '.join(unknown)}",
+                          stacklevel=2)
+        try:
+            return cls(**known, extra=data)
+        except TypeError as err:  # e.g. a string where a number belongs
+            raise ConfigError(f"invalid config: {err}") from None
+
+    def to_dict(self) -> dict[str, Any]:
+        out = dict(self.extra)
+        out.update({f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "extra"})
+        for optional in ("embedding_size", "id2label", "classifier_dropout"):
+            if out[optional] is None:
+                del out[optional]
+        if not self.share_layers:
+            del out["share_layers"]
+        if self.id2label:
+            out["id2label"] = {str(k): v for k, v in self.id2label.items()}
+            out["label2id"] = self.label2id
+        out.setdefault("model_type", "bert")
+        return out
+
+    @classmethod
+    def from_json_file(cls, path: str | os.PathLike) -> BertConfig:
+        path = Path(path)
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise FileNotFoundError(f"no config file at {path}") from None
+        except (json.JSONDecodeError, UnicodeDecodeError) as err:
+            raise ConfigError(f"{path} is not valid JSON: {err}") from None
+        if not isinstance(data, dict):
+            raise ConfigError(f"{path} must hold a JSON object, got {type(data).__name__}")
+        return cls.from_dict(data)
+
+    @classmethod
+    def from_pretrained(cls, path: str | os.PathLike) -> BertConfig:
+        """Read `config.json` from a model directory (or the file itself)."""
+        path = Path(path)
+        return cls.from_json_file(path / CONFIG_NAME if path.is_dir() else path)
+
+    def to_json_string(self) -> str:
+        return json.dumps(self.to_dict(), indent=2, sort_keys=True, ensure_ascii=False) + "\n"
+
+    def save_pretrained(self, directory: str | os.PathLike) -> Path:
+        """Write `config.json` into `directory` atomically."""
+        from bertkit.checkpoint import atomic_write_text
+
+        directory = Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        return atomic_write_text(directory / CONFIG_NAME, self.to_json_string())
+
+    def replace(self, **changes: Any) -> BertConfig:
+        return dataclasses.replace(self, **changes)
+
+
+# Named sizes for `bertkit pretrain --config NAME`; vocab_size is filled in from the vocabulary.
+PRESETS: dict[str, dict[str, int]] = {
+    "tiny": dict(hidden_size=128, num_hidden_layers=2, num_attention_heads=2, intermediate_size=512),
+    "mini": dict(hidden_size=256, num_hidden_layers=4, num_attention_heads=4, intermediate_size=1024),
+    "small": dict(hidden_size=512, num_hidden_layers=4, num_attention_heads=8, intermediate_size=2048),
+    "base": dict(hidden_size=768, num_hidden_layers=12, num_attention_heads=12, intermediate_size=3072),
+}

@@ -1,0 +1,81 @@
+"""Pure tensor maths of the Transformer: positions, attention, masks, activations. No parameters here.
+
+Dimension letters: B batch, T query length, S key length, H heads, D head size, C hidden size.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+
+def sinusoidal_positions(max_len: int, dim: int) -> Tensor:
+    """PE[pos, 2i] = sin(pos / 10000^(2i/d)), PE[pos, 2i+1] = cos(pos / 10000^(2i/d)) ("Attention Is All You Need", 3.5)."""
+    if max_len <= 0 or dim <= 0:
+        raise ValueError(f"max_len and dim must be positive, got {max_len} and {dim}")
+    position = torch.arange(max_len, dtype=torch.float64).unsqueeze(1)          # (L, 1)
+    two_i = torch.arange(0, dim, 2, dtype=torch.float64)                        # (ceil(d/2),)
+    angle = position / torch.pow(10000.0, two_i / dim)                          # (L, ceil(d/2))
+    pe = torch.zeros(max_len, dim, dtype=torch.float64)
+    pe[:, 0::2] = torch.sin(angle)
+    pe[:, 1::2] = torch.cos(angle[:, : dim // 2])                               # odd d: one fewer cos column
+    return pe.float()
+
+
+def attention(query: Tensor, key: Tensor, value: Tensor, mask: Tensor | None = None,
+              dropout: float = 0.0, training: bool = False) -> tuple[Tensor, Tensor]:
+    """softmax(Q Kᵀ / √d_k + mask) V, returning (output, probabilities) (Vaswani et al., eq. 1).
+
+    query (B, H, T, D), key/value (B, H, S, D); mask is an additive bias broadcastable to (B, H, T, S)
+    (0 where allowed, a large negative where not), e.g. from `padding_mask_bias` or `causal_mask_bias`.
+    """
+    scores = query @ key.transpose(-2, -1) / math.sqrt(query.size(-1))      # (B, H, T, S)
+    if mask is not None:
+        scores = scores + mask
+    probs = scores.softmax(dim=-1)
+    dropped = F.dropout(probs, p=dropout, training=training) if dropout > 0 else probs
+    return dropped @ value, probs
+
+
+def mask_value(dtype: torch.dtype) -> float:
+    """The large negative that stands for "not allowed": the dtype's minimum, so it never overflows to -inf + inf."""
+    return torch.finfo(dtype).min
+
+
+def padding_mask_bias(attention_mask: Tensor, dtype: torch.dtype = torch.float32) -> Tensor:
+    """(B, S) 1/0 mask of real tokens -> (B, 1, 1, S) additive bias: 0 on tokens, dtype-min on padding."""
+    if attention_mask.dim() != 2:
+        raise ValueError(f"attention_mask must be (batch, seq), got shape {tuple(attention_mask.shape)}")
+    keep = attention_mask[:, None, None, :].to(torch.bool)
+    return torch.zeros(keep.shape, dtype=dtype, device=attention_mask.device).masked_fill(
+        ~keep, mask_value(dtype))
+
+
+def causal_mask_bias(length: int, dtype: torch.dtype = torch.float32, device=None,
+                     key_length: int | None = None) -> Tensor:
+    """(T, S) bias letting query t see keys ≤ t (offset for a cache of S - T earlier keys); dtype-min above."""
+    key_length = length if key_length is None else key_length
+    offset = key_length - length
+    allowed = torch.ones(length, key_length, dtype=torch.bool, device=device).tril(diagonal=offset)
+    return torch.zeros(length, key_length, dtype=dtype, device=device).masked_fill(~allowed, mask_value(dtype))
+
+
+def gelu(x: Tensor) -> Tensor:
+    """Exact GELU: x·Φ(x) (Hendrycks & Gimpel), BERT's `gelu`."""
+    return F.gelu(x)
+
+
+def gelu_new(x: Tensor) -> Tensor:
+    """Tanh approximation of GELU, 0.5x(1 + tanh(√(2/π)(x + 0.044715x³))): GPT-2's and HF's `gelu_new`."""
+    return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * torch.pow(x, 3.0))))
+
+
+def gelu_pytorch_tanh(x: Tensor) -> Tensor:
+    """The same tanh approximation, computed by torch's fused kernel."""
+    return F.gelu(x, approximate="tanh")
+
+
+ACT2FN = {"gelu": gelu, "gelu_new": gelu_new, "gelu_pytorch_tanh": gelu_pytorch_tanh, "relu": F.relu}
