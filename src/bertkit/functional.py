@@ -13,7 +13,7 @@ from torch import Tensor
 
 
 def sinusoidal_positions(max_len: int, dim: int) -> Tensor:
-    """PE[pos, 2i] = sin(pos / 10000^(2i/d)), PE[pos, 2i+1] = cos(pos / 10000^(2i/d)) ("Attention Is All You Need", 3.5)."""
+    """PE[pos, 2i] = sin(pos / 10000^(2i/d)), PE[pos, 2i+1] = cos(pos / 10000^(2i/d)) (Vaswani et al., 3.5)."""
     if max_len <= 0 or dim <= 0:
         raise ValueError(f"max_len and dim must be positive, got {max_len} and {dim}")
     position = torch.arange(max_len, dtype=torch.float64).unsqueeze(1)          # (L, 1)
