@@ -1,0 +1,304 @@
+"""BERT (Devlin et al., 2018): embeddings, N post-LN Transformer encoder blocks, pooler.
+
+Module and attribute names are Hugging Face's, because they are the checkpoint format:
+`state_dict()` keys equal `transformers.BertModel`'s. ALBERT's two ideas are options of the config:
+a factorised embedding (`embedding_size` E < hidden H, projected up) and one layer shared by all N.
+
+Dimension letters: B batch, T sequence, C hidden, H heads, D head size (C = H·D), V vocabulary.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from bertkit import checkpoint
+from bertkit.config import BertConfig
+from bertkit.functional import ACT2FN, attention, padding_mask_bias, sinusoidal_positions
+
+
+@dataclass
+class BertModelOutput:
+    """What `BertModel` returns; field names as transformers' BaseModelOutputWithPooling."""
+
+    last_hidden_state: Tensor                      # (B, T, C)
+    pooler_output: Tensor | None = None            # (B, C)
+    hidden_states: tuple[Tensor, ...] | None = None  # embeddings + each layer, (B, T, C) each
+    attentions: tuple[Tensor, ...] | None = None   # each layer, (B, H, T, T)
+
+
+class BertEmbeddings(nn.Module):
+    """word + position + token type embeddings, then LayerNorm and dropout."""
+
+    def __init__(self, config: BertConfig) -> None:
+        super().__init__()
+        dim = config.embedding_size or config.hidden_size
+        self.word_embeddings = nn.Embedding(config.vocab_size, dim, padding_idx=config.pad_token_id)
+        if config.position_embedding_type == "sinusoidal":
+            # fixed, not learned: a buffer, so it is neither trained nor saved
+            self.register_buffer("sinusoidal_table", sinusoidal_positions(config.max_position_embeddings, dim),
+                                 persistent=False)
+        else:
+            self.position_embeddings = nn.Embedding(config.max_position_embeddings, dim)
+        self.token_type_embeddings = nn.Embedding(config.type_vocab_size, dim)
+        self.LayerNorm = nn.LayerNorm(dim, eps=config.layer_norm_eps)
+        self.dropout = nn.Dropout(config.hidden_dropout_prob)
+
+    def forward(self, input_ids: Tensor, token_type_ids: Tensor, position_ids: Tensor | None) -> Tensor:
+        T = input_ids.size(1)
+        if position_ids is None:
+            positions = (self.sinusoidal_table[:T] if hasattr(self, "sinusoidal_table")
+                         else self.position_embeddings.weight[:T])                    # (T, E), broadcast over B
+        elif hasattr(self, "sinusoidal_table"):
+            positions = self.sinusoidal_table[position_ids]
+        else:
+            positions = self.position_embeddings(position_ids)
+        x = self.word_embeddings(input_ids) + self.token_type_embeddings(token_type_ids) + positions
+        return self.dropout(self.LayerNorm(x))
+
+
+class BertSelfAttention(nn.Module):
+    """Multi-head self-attention: project to Q, K, V, split into heads, attend, merge heads."""
+
+    def __init__(self, config: BertConfig) -> None:
+        super().__init__()
+        self.num_heads = config.num_attention_heads
+        self.head_dim = config.head_dim
+        self.query = nn.Linear(config.hidden_size, config.hidden_size)
+        self.key = nn.Linear(config.hidden_size, config.hidden_size)
+        self.value = nn.Linear(config.hidden_size, config.hidden_size)
+        self.dropout_prob = config.attention_probs_dropout_prob
+
+    def forward(self, x: Tensor, bias: Tensor | None, output_attentions: bool) -> tuple[Tensor, Tensor | None]:
+        B, T, C = x.shape
+        q, k, v = (proj(x).view(B, T, self.num_heads, self.head_dim).transpose(1, 2)      # (B, H, T, D)
+                   for proj in (self.query, self.key, self.value))
+        dropout = self.dropout_prob if self.training else 0.0
+        if output_attentions:  # the explicit maths, which can hand back the probabilities
+            context, probs = attention(q, k, v, bias, dropout=dropout, training=self.training)
+        else:  # the fused kernel: same result, no (B, H, T, T) tensor kept
+            context, probs = F.scaled_dot_product_attention(q, k, v, attn_mask=bias, dropout_p=dropout), None
+        return context.transpose(1, 2).reshape(B, T, C), probs
+
+
+class BertSelfOutput(nn.Module):
+    """Output projection W_O, dropout, residual add, LayerNorm."""
+
+    def __init__(self, config: BertConfig) -> None:
+        super().__init__()
+        self.dense = nn.Linear(config.hidden_size, config.hidden_size)
+        self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        self.dropout = nn.Dropout(config.hidden_dropout_prob)
+
+    def forward(self, hidden: Tensor, residual: Tensor) -> Tensor:
+        return self.LayerNorm(self.dropout(self.dense(hidden)) + residual)
+
+
+class BertAttention(nn.Module):
+    def __init__(self, config: BertConfig) -> None:
+        super().__init__()
+        self.self = BertSelfAttention(config)
+        self.output = BertSelfOutput(config)
+
+    def forward(self, x: Tensor, bias: Tensor | None, output_attentions: bool) -> tuple[Tensor, Tensor | None]:
+        context, probs = self.self(x, bias, output_attentions)
+        return self.output(context, x), probs
+
+
+class BertIntermediate(nn.Module):
+    """The feed-forward's first half: Linear C -> 4C and the activation."""
+
+    def __init__(self, config: BertConfig) -> None:
+        super().__init__()
+        self.dense = nn.Linear(config.hidden_size, config.intermediate_size)
+        self.act = ACT2FN[config.hidden_act]
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.act(self.dense(x))
+
+
+class BertOutput(BertSelfOutput):
+    """The feed-forward's second half: Linear 4C -> C, dropout, residual add, LayerNorm."""
+
+    def __init__(self, config: BertConfig) -> None:
+        super().__init__(config)
+        self.dense = nn.Linear(config.intermediate_size, config.hidden_size)
+
+
+class BertLayer(nn.Module):
+    """One post-LN encoder block: x = LN(x + Attn(x)); x = LN(x + FFN(x))."""
+
+    def __init__(self, config: BertConfig) -> None:
+        super().__init__()
+        self.attention = BertAttention(config)
+        self.intermediate = BertIntermediate(config)
+        self.output = BertOutput(config)
+
+    def forward(self, x: Tensor, bias: Tensor | None, output_attentions: bool) -> tuple[Tensor, Tensor | None]:
+        x, probs = self.attention(x, bias, output_attentions)
+        return self.output(self.intermediate(x), x), probs
+
+
+class BertEncoder(nn.Module):
+    """N blocks; with `share_layers` (ALBERT) one block's parameters are applied N times."""
+
+    def __init__(self, config: BertConfig) -> None:
+        super().__init__()
+        self.num_layers = config.num_hidden_layers
+        if config.embedding_size and config.embedding_size != config.hidden_size:
+            self.embedding_hidden_mapping_in = nn.Linear(config.embedding_size, config.hidden_size)  # E -> C
+        self.layer = nn.ModuleList(BertLayer(config) for _ in range(1 if config.share_layers else self.num_layers))
+
+    def forward(self, x: Tensor, bias: Tensor | None, output_attentions: bool = False,
+                output_hidden_states: bool = False) -> tuple[Tensor, tuple | None, tuple | None]:
+        if hasattr(self, "embedding_hidden_mapping_in"):
+            x = self.embedding_hidden_mapping_in(x)
+        hidden_states, attentions = ((x,) if output_hidden_states else None), (() if output_attentions else None)
+        for i in range(self.num_layers):
+            x, probs = self.layer[0 if len(self.layer) == 1 else i](x, bias, output_attentions)
+            if output_hidden_states:
+                hidden_states += (x,)
+            if output_attentions:
+                attentions += (probs,)
+        return x, hidden_states, attentions
+
+
+class BertPooler(nn.Module):
+    """tanh(Linear(hidden of [CLS])): the sentence vector NSP and classification read."""
+
+    def __init__(self, config: BertConfig) -> None:
+        super().__init__()
+        self.dense = nn.Linear(config.hidden_size, config.hidden_size)
+        self.activation = nn.Tanh()
+
+    def forward(self, hidden: Tensor) -> Tensor:
+        return self.activation(self.dense(hidden[:, 0]))
+
+
+class BertPreTrainedModel(nn.Module):
+    """Weight initialisation and Hugging Face-format loading/saving, shared by BertModel and the task models."""
+
+    # Parameter-name prefixes of a task head; loading a checkpoint without them initialises them fresh.
+    head_prefixes: tuple[str, ...] = ()
+
+    def __init__(self, config: BertConfig) -> None:
+        super().__init__()
+        if not isinstance(config, BertConfig):
+            raise TypeError(f"config must be a BertConfig, got {type(config).__name__}")
+        self.config = config
+
+    def init_weights(self) -> None:
+        """BERT's initialisation: N(0, initializer_range) weights, zero biases, LayerNorm gain 1 and bias 0."""
+        self.apply(self._init_module)
+        self.tie_weights()
+
+    def _init_module(self, module: nn.Module) -> None:
+        std = self.config.initializer_range
+        if isinstance(module, nn.Linear):
+            nn.init.normal_(module.weight, std=std)
+            if module.bias is not None:
+                nn.init.zeros_(module.bias)
+        elif isinstance(module, nn.Embedding):
+            nn.init.normal_(module.weight, std=std)
+            if module.padding_idx is not None:
+                with torch.no_grad():
+                    module.weight[module.padding_idx].zero_()
+        elif isinstance(module, nn.LayerNorm):
+            nn.init.ones_(module.weight)
+            nn.init.zeros_(module.bias)
+
+    def tie_weights(self) -> None:
+        """Task models with an MLM decoder point it at the word embeddings; nothing to tie here."""
+
+    @classmethod
+    def from_pretrained(cls, path: str | os.PathLike, config: BertConfig | None = None, **config_changes):
+        """Load a Hugging Face model directory (config.json + model.safetensors | pytorch_model.bin), strictly.
+
+        Loading a bare encoder or pretraining checkpoint into a task model initialises the task head fresh
+        and warns; every other missing, unexpected or mis-shaped tensor is an error.
+        """
+        path = Path(path)
+        config = config or BertConfig.from_pretrained(path)
+        if config_changes:
+            config = config.replace(**config_changes)
+        model = cls(config)
+        weights_file = checkpoint.find_weights_file(path)
+        state = checkpoint.read_weights(weights_file)
+        expected = {k: tuple(v.shape) for k, v in model.state_dict().items()}
+        state, fresh, dropped = checkpoint.prepare_state_dict(
+            state, expected, new_head_prefixes=cls.head_prefixes, source=str(weights_file))
+        if fresh:
+            import warnings
+
+            warnings.warn(f"{cls.__name__}: {path} has no weights for {', '.join(sorted(fresh))}; "
+                          "initialised fresh (train this head before use)", stacklevel=2)
+        model.load_state_dict(state, strict=not fresh)
+        model.tie_weights()
+        model.loaded_but_unused = dropped  # e.g. a pretraining head ignored by a bare encoder
+        return model.eval()
+
+    def save_pretrained(self, path: str | os.PathLike) -> Path:
+        """Write config.json + model.safetensors (atomically), loadable by transformers' from_pretrained."""
+        path = Path(path)
+        path.mkdir(parents=True, exist_ok=True)
+        self.config.save_pretrained(path)
+        checkpoint.save_weights(self.state_dict(), path / checkpoint.SAFETENSORS_NAME)
+        return path
+
+    def num_parameters(self) -> int:
+        return sum(p.numel() for p in self.parameters())
+
+
+class BertModel(BertPreTrainedModel):
+    """The BERT encoder: ids -> contextual vectors (B, T, C) and the pooled [CLS] vector (B, C)."""
+
+    def __init__(self, config: BertConfig, add_pooling_layer: bool = True) -> None:
+        super().__init__(config)
+        self.embeddings = BertEmbeddings(config)
+        self.encoder = BertEncoder(config)
+        self.pooler = BertPooler(config) if add_pooling_layer else None
+        self.init_weights()
+
+    def forward(self, input_ids: Tensor, attention_mask: Tensor | None = None, token_type_ids: Tensor | None = None,
+                position_ids: Tensor | None = None, output_attentions: bool = False,
+                output_hidden_states: bool = False) -> BertModelOutput:
+        """input_ids (B, T); attention_mask (B, T), 1 = token, 0 = padding; token_type_ids (B, T) segment A/B."""
+        self._check_inputs(input_ids, attention_mask, token_type_ids)
+        if token_type_ids is None:
+            token_type_ids = torch.zeros_like(input_ids)
+        x = self.embeddings(input_ids, token_type_ids, position_ids)
+        # No padding, no mask: the fused attention kernel runs fastest with attn_mask=None.
+        bias = None
+        if attention_mask is not None and not bool(attention_mask.all()):
+            bias = padding_mask_bias(attention_mask, x.dtype)
+        x, hidden_states, attentions = self.encoder(x, bias, output_attentions, output_hidden_states)
+        pooled = self.pooler(x) if self.pooler is not None else None
+        return BertModelOutput(x, pooled, hidden_states, attentions)
+
+    def _check_inputs(self, input_ids: Tensor, attention_mask: Tensor | None, token_type_ids: Tensor | None) -> None:
+        """Clear errors for inputs that would otherwise fail deep inside an embedding lookup, or silently."""
+        cfg = self.config
+        if not isinstance(input_ids, Tensor) or input_ids.dim() != 2:
+            shape = tuple(input_ids.shape) if isinstance(input_ids, Tensor) else type(input_ids).__name__
+            raise ValueError(f"input_ids must be a (batch, seq) tensor of token ids, got {shape}")
+        if input_ids.dtype not in (torch.long, torch.int32):
+            raise ValueError(f"input_ids must hold integer ids, got dtype {input_ids.dtype}")
+        if input_ids.numel() == 0:
+            raise ValueError(f"empty batch: input_ids has shape {tuple(input_ids.shape)}")
+        if input_ids.size(1) > cfg.max_position_embeddings:
+            raise ValueError(f"sequence length {input_ids.size(1)} is longer than the model's "
+                             f"{cfg.max_position_embeddings} positions; truncate the input (tokenizer truncation=True)")
+        if int(input_ids.min()) < 0 or int(input_ids.max()) >= cfg.vocab_size:
+            raise ValueError(f"input_ids must be in [0, {cfg.vocab_size}), got values in "
+                             f"[{int(input_ids.min())}, {int(input_ids.max())}]; does the tokenizer match the model?")
+        for name, t in (("attention_mask", attention_mask), ("token_type_ids", token_type_ids)):
+            if t is not None and tuple(t.shape) != tuple(input_ids.shape):
+                raise ValueError(f"{name} has shape {tuple(t.shape)}, input_ids {tuple(input_ids.shape)}")
+        if token_type_ids is not None and (int(token_type_ids.min()) < 0
+                                           or int(token_type_ids.max()) >= cfg.type_vocab_size):
+            raise ValueError(f"token_type_ids must be in [0, {cfg.type_vocab_size})")

@@ -1,0 +1,155 @@
+"""NumpyBert: the BERT forward pass in plain NumPy, over the same weight names as the PyTorch model.
+
+A second, independent implementation to check the first against: every step is a line of NumPy that
+can be read next to its formula. It needs no torch (safetensors files are read with numpy; a
+pytorch_model.bin needs torch only to be unzipped).
+
+Dimension letters: B batch, T sequence, C hidden, H heads, D head size, V vocabulary.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from pathlib import Path
+
+import numpy as np
+
+from bertkit import checkpoint
+from bertkit.config import BertConfig
+
+
+def layer_norm(x: np.ndarray, weight: np.ndarray, bias: np.ndarray, eps: float) -> np.ndarray:
+    """Normalise each token's vector over the hidden dimension, then scale and shift (Ba et al., 2016)."""
+    mean = x.mean(-1, keepdims=True)
+    var = ((x - mean) ** 2).mean(-1, keepdims=True)
+    return (x - mean) / np.sqrt(var + eps) * weight + bias
+
+
+def softmax(x: np.ndarray) -> np.ndarray:
+    """exp(x - max) / Σ exp(x - max) over the last axis; subtracting the max keeps exp from overflowing."""
+    e = np.exp(x - x.max(-1, keepdims=True))
+    return e / e.sum(-1, keepdims=True)
+
+
+def _erf(x: np.ndarray) -> np.ndarray:
+    """The error function, vectorised over math.erf (NumPy has none; SciPy is not a dependency)."""
+    return np.frompyfunc(math.erf, 1, 1)(x).astype(x.dtype)
+
+
+ACTIVATIONS = {
+    "gelu": lambda x: 0.5 * x * (1.0 + _erf(x / np.sqrt(2.0).astype(x.dtype))),
+    "gelu_new": lambda x: 0.5 * x * (1.0 + np.tanh(np.sqrt(2.0 / np.pi) * (x + 0.044715 * x**3))),
+    "relu": lambda x: np.maximum(x, 0),
+}
+ACTIVATIONS["gelu_pytorch_tanh"] = ACTIVATIONS["gelu_new"]
+
+
+def sinusoidal_positions(max_len: int, dim: int) -> np.ndarray:
+    """PE[pos, 2i] = sin(pos / 10000^(2i/d)), PE[pos, 2i+1] = cos(pos / 10000^(2i/d))."""
+    angle = np.arange(max_len)[:, None] / np.power(10000.0, np.arange(0, dim, 2) / dim)
+    pe = np.zeros((max_len, dim))
+    pe[:, 0::2] = np.sin(angle)
+    pe[:, 1::2] = np.cos(angle[:, : dim // 2])
+    return pe.astype(np.float32)
+
+
+class NumpyBert:
+    """BERT forward in NumPy: `NumpyBert(config, weights)(input_ids, attention_mask, token_type_ids)`."""
+
+    def __init__(self, config: BertConfig, weights: dict[str, np.ndarray]) -> None:
+        self.config = config
+        has_pooler = any(k.endswith("pooler.dense.weight") for k in weights)  # token-tagging models have none
+        expected = _expected_shapes(config, has_pooler)
+        weights, _, _ = checkpoint.prepare_state_dict(weights, expected, source="weights")
+        self.w = {k: np.asarray(v, dtype=np.float32) for k, v in weights.items()}
+        self.act = ACTIVATIONS[config.hidden_act]
+
+    @classmethod
+    def from_pretrained(cls, path: str | os.PathLike) -> NumpyBert:
+        """Load a Hugging Face model directory; task checkpoints' `bert.` weights are used, heads ignored."""
+        path = Path(path)
+        config = BertConfig.from_pretrained(path)
+        return cls(config, checkpoint.read_weights(checkpoint.find_weights_file(path), framework="np"))
+
+    def __call__(self, input_ids, attention_mask=None, token_type_ids=None) -> tuple[np.ndarray, np.ndarray]:
+        """input_ids (B, T) -> (sequence_output (B, T, C), pooled_output (B, C))."""
+        cfg, w = self.config, self.w
+        ids = np.asarray(input_ids)
+        if ids.ndim != 2 or ids.size == 0:
+            raise ValueError(f"input_ids must be a non-empty (batch, seq) array, got shape {ids.shape}")
+        if ids.shape[1] > cfg.max_position_embeddings:
+            raise ValueError(f"sequence length {ids.shape[1]} exceeds {cfg.max_position_embeddings} positions")
+        if ids.min() < 0 or ids.max() >= cfg.vocab_size:
+            raise ValueError(f"input_ids must be in [0, {cfg.vocab_size})")
+        types = np.zeros_like(ids) if token_type_ids is None else np.asarray(token_type_ids)
+        T = ids.shape[1]
+
+        # Embeddings: word + position + segment, then LayerNorm.
+        pos = (sinusoidal_positions(cfg.max_position_embeddings, w["embeddings.word_embeddings.weight"].shape[1])
+               if cfg.position_embedding_type == "sinusoidal" else w["embeddings.position_embeddings.weight"])
+        x = (w["embeddings.word_embeddings.weight"][ids] + pos[:T]
+             + w["embeddings.token_type_embeddings.weight"][types])
+        x = layer_norm(x, w["embeddings.LayerNorm.weight"], w["embeddings.LayerNorm.bias"], cfg.layer_norm_eps)
+        if "encoder.embedding_hidden_mapping_in.weight" in w:  # ALBERT: E -> C
+            x = self._linear(x, "encoder.embedding_hidden_mapping_in")
+
+        # Padding gets a large negative score before the softmax, so it receives ~zero attention.
+        bias = 0.0
+        if attention_mask is not None:
+            bias = np.where(np.asarray(attention_mask)[:, None, None, :] > 0, 0.0,
+                            np.finfo(np.float32).min).astype(np.float32)                  # (B, 1, 1, T)
+        for i in range(cfg.num_hidden_layers):
+            x = self._layer(x, bias, f"encoder.layer.{0 if cfg.share_layers else i}.")
+
+        pooled = np.tanh(self._linear(x[:, 0], "pooler.dense")) if "pooler.dense.weight" in w else None
+        return x, pooled
+
+    def _linear(self, x: np.ndarray, name: str) -> np.ndarray:
+        # torch stores Linear weights as (out, in): y = x Wᵀ + b
+        return x @ self.w[f"{name}.weight"].T + self.w[f"{name}.bias"]
+
+    def _layer(self, x: np.ndarray, bias, p: str) -> np.ndarray:
+        """One post-LN block: x = LN(x + MultiHead(x)); x = LN(x + FFN(x))."""
+        cfg = self.config
+        B, T, C = x.shape
+        H, D = cfg.num_attention_heads, cfg.head_dim
+
+        def heads(t):  # (B, T, C) -> (B, H, T, D)
+            return t.reshape(B, T, H, D).transpose(0, 2, 1, 3)
+
+        q, k, v = (heads(self._linear(x, f"{p}attention.self.{n}")) for n in ("query", "key", "value"))
+        scores = q @ k.transpose(0, 1, 3, 2) / np.float32(math.sqrt(D)) + bias    # (B, H, T, T)
+        context = (softmax(scores) @ v).transpose(0, 2, 1, 3).reshape(B, T, C)     # concat heads
+        x = layer_norm(self._linear(context, f"{p}attention.output.dense") + x,
+                       self.w[f"{p}attention.output.LayerNorm.weight"], self.w[f"{p}attention.output.LayerNorm.bias"],
+                       cfg.layer_norm_eps)
+        ffn = self._linear(self.act(self._linear(x, f"{p}intermediate.dense")), f"{p}output.dense")
+        return layer_norm(ffn + x, self.w[f"{p}output.LayerNorm.weight"], self.w[f"{p}output.LayerNorm.bias"],
+                          cfg.layer_norm_eps)
+
+
+def _expected_shapes(cfg: BertConfig, pooler: bool = True) -> dict[str, tuple]:
+    """The parameter names and shapes of a BertModel with this config, without torch."""
+    C, E, F = cfg.hidden_size, cfg.embedding_size or cfg.hidden_size, cfg.intermediate_size
+    shapes = {
+        "embeddings.word_embeddings.weight": (cfg.vocab_size, E),
+        "embeddings.token_type_embeddings.weight": (cfg.type_vocab_size, E),
+        "embeddings.LayerNorm.weight": (E,), "embeddings.LayerNorm.bias": (E,),
+    }
+    if pooler:
+        shapes["pooler.dense.weight"], shapes["pooler.dense.bias"] = (C, C), (C,)
+    if cfg.position_embedding_type == "absolute":
+        shapes["embeddings.position_embeddings.weight"] = (cfg.max_position_embeddings, E)
+    if E != C:
+        shapes["encoder.embedding_hidden_mapping_in.weight"] = (C, E)
+        shapes["encoder.embedding_hidden_mapping_in.bias"] = (C,)
+    for i in range(1 if cfg.share_layers else cfg.num_hidden_layers):
+        p = f"encoder.layer.{i}."
+        for n in ("attention.self.query", "attention.self.key", "attention.self.value", "attention.output.dense"):
+            shapes[f"{p}{n}.weight"], shapes[f"{p}{n}.bias"] = (C, C), (C,)
+        shapes[f"{p}intermediate.dense.weight"], shapes[f"{p}intermediate.dense.bias"] = (F, C), (F,)
+        shapes[f"{p}output.dense.weight"], shapes[f"{p}output.dense.bias"] = (C, F), (C,)
+        for n in ("attention.output.LayerNorm", "output.LayerNorm"):
+            shapes[f"{p}{n}.weight"], shapes[f"{p}{n}.bias"] = (C,), (C,)
+    return shapes
