@@ -155,6 +155,8 @@ class BertConfig:
     def from_pretrained(cls, path: str | os.PathLike) -> BertConfig:
         """Read `config.json` from a model directory (or the file itself)."""
         path = Path(path)
+        if not path.exists():
+            raise FileNotFoundError(f"{path} does not exist (expected a model directory with {CONFIG_NAME})")
         return cls.from_json_file(path / CONFIG_NAME if path.is_dir() else path)
 
     def to_json_string(self) -> str:

@@ -1,0 +1,86 @@
+"""The pure maths of functional.py: values from the design notes, and forward + backward against torch/HF."""
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+from transformers.activations import ACT2FN as HF_ACT2FN
+
+from bertkit.functional import (
+    ACT2FN,
+    attention,
+    causal_mask_bias,
+    mask_value,
+    padding_mask_bias,
+    sinusoidal_positions,
+)
+
+
+def test_sinusoidal_positions_of_i_am_good():
+    # "I am good" with d_model = 4: the matrix the design notes print.
+    pe = sinusoidal_positions(3, 4)
+    expected = torch.tensor([[0.0, 1.0, 0.0, 1.0],
+                             [math.sin(1), math.cos(1), math.sin(0.01), math.cos(0.01)],
+                             [math.sin(2), math.cos(2), math.sin(0.02), math.cos(0.02)]])
+    torch.testing.assert_close(pe, expected, atol=1e-7, rtol=0)
+    assert [round(v, 3) for v in pe[2].tolist()] == [0.909, -0.416, 0.02, 1.0]
+
+
+def test_sinusoidal_positions_odd_dim_and_bad_sizes():
+    pe = sinusoidal_positions(10, 5)
+    assert pe.shape == (10, 5)
+    torch.testing.assert_close(pe[:, 4], torch.sin(torch.arange(10) / 10000 ** (4 / 5)).float())
+    with pytest.raises(ValueError, match="positive"):
+        sinusoidal_positions(0, 4)
+
+
+@pytest.mark.parametrize("with_mask", [False, True])
+def test_attention_matches_sdpa_forward_and_backward(with_mask):
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(2, 3, 5, 8, dtype=torch.float64, requires_grad=True) for _ in range(3))
+    mask = None
+    if with_mask:
+        mask = padding_mask_bias(torch.tensor([[1, 1, 1, 1, 1], [1, 1, 0, 0, 0]]), torch.float64)
+    out, probs = attention(q, k, v, mask)
+    ref = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    torch.testing.assert_close(out, ref)
+    torch.testing.assert_close(probs.sum(-1), torch.ones(2, 3, 5, dtype=torch.float64))
+    if with_mask:
+        assert probs[1, :, :, 2:].abs().max() == 0  # padding receives exactly no attention
+    grads = torch.autograd.grad(out.pow(2).sum(), (q, k, v))
+    ref_grads = torch.autograd.grad(ref.pow(2).sum(), (q, k, v))
+    for a, b in zip(grads, ref_grads):
+        torch.testing.assert_close(a, b)
+    assert torch.autograd.gradcheck(lambda q, k, v: attention(q, k, v, mask)[0], (q, k, v))
+
+
+def test_padding_bias_is_dtype_safe():
+    m = torch.tensor([[1, 0]])
+    for dtype in (torch.float32, torch.float16, torch.bfloat16):
+        bias = padding_mask_bias(m, dtype)
+        assert bias.shape == (1, 1, 1, 2) and bias.dtype == dtype
+        assert bias[0, 0, 0, 0] == 0 and bias[0, 0, 0, 1] == mask_value(dtype)
+        scores = torch.zeros(1, 1, 1, 2, dtype=dtype) + bias
+        assert torch.isfinite(scores.softmax(-1)).all()  # no -inf + inf = nan
+    with pytest.raises(ValueError, match="batch, seq"):
+        padding_mask_bias(torch.ones(2, 2, 2))
+
+
+def test_causal_mask_lets_t_see_only_up_to_t():
+    bias = causal_mask_bias(4)
+    assert (bias == 0).tolist() == [[True, False, False, False], [True, True, False, False],
+                                    [True, True, True, False], [True, True, True, True]]
+    # With 3 cached keys, the single new query sees all 4 keys.
+    assert (causal_mask_bias(1, key_length=4) == 0).all()
+    assert (causal_mask_bias(2, key_length=5) == 0).sum().item() == 4 + 5
+
+
+@pytest.mark.parametrize("name", ["gelu", "gelu_new", "gelu_pytorch_tanh", "relu"])
+def test_activations_match_transformers_forward_and_backward(name):
+    x = torch.linspace(-6, 6, 1001, dtype=torch.float64, requires_grad=True)
+    ours, theirs = ACT2FN[name](x), HF_ACT2FN[name](x)
+    torch.testing.assert_close(ours, theirs, atol=1e-6, rtol=0)
+    g1, = torch.autograd.grad(ours.sum(), x)
+    g2, = torch.autograd.grad(theirs.sum(), x)
+    torch.testing.assert_close(g1, g2, atol=1e-6, rtol=0)
