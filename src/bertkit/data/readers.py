@@ -1,0 +1,260 @@
+"""Users' own files: classification rows (TSV/CSV/JSONL), CoNLL token tags, parallel TSV.
+
+Every reader decodes line by line, so one bad byte costs one line, not the file. A line or row that
+cannot be used (undecodable bytes, wrong number of columns, missing text or label) is skipped, and the
+skips are reported once per file as a DataWarning that counts them and names the first line numbers:
+never a crash on messy data, never a silent drop.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import warnings
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+
+TEXT_NAMES = ("text", "sentence", "sentence1", "text_a", "content", "review", "src")
+PAIR_NAMES = ("text_pair", "sentence2", "text_b", "pair")
+LABEL_NAMES = ("label", "labels", "category", "class", "sentiment", "tag", "target")
+
+
+@dataclass
+class TextExample:
+    """One text (or text pair) with its class label, as strings."""
+
+    text: str
+    label: str
+    text_pair: str | None = None
+
+
+@dataclass
+class TokenExample:
+    """One sentence as tokens with one tag per token."""
+
+    tokens: list[str]
+    tags: list[str]
+
+
+class DataWarning(UserWarning):
+    """Lines or rows of a data file were skipped; the message counts them and names the first few."""
+
+
+class _Skips:
+    """Collects skipped units per reason and reports them in one warning."""
+
+    def __init__(self, path: str | Path, unit: str = "line"):
+        self.path, self.unit = path, unit
+        self.lines: dict[str, list[int]] = {}
+
+    def add(self, reason: str, lineno: int) -> None:
+        self.lines.setdefault(reason, []).append(lineno)
+
+    def warn(self, kept: int) -> None:
+        if not self.lines:
+            return
+        count = sum(len(v) for v in self.lines.values())
+        parts = []
+        for reason, numbers in self.lines.items():
+            shown = ", ".join(map(str, numbers[:5])) + (f" and {len(numbers) - 5} more" if len(numbers) > 5 else "")
+            parts.append(f"{reason} ({'line' if len(numbers) == 1 else 'lines'} {shown})")
+        warnings.warn(f"{self.path}: skipped {count} {self.unit}{'s' if count != 1 else ''}, kept {kept}: "
+                      + "; ".join(parts), DataWarning, stacklevel=3)
+
+
+def decoded_lines(path: str | Path, encoding: str = "utf-8") -> list[tuple[int, str | None]]:
+    """(line number from 1, text without the line break) per line; text is None where bytes do not decode."""
+    data = Path(path).read_bytes()
+    if data.startswith(b"\xef\xbb\xbf"):
+        data = data[3:]
+    raw = data.split(b"\n")
+    if raw and raw[-1] == b"":
+        raw.pop()  # the final newline ends the last line; it does not start an empty one
+    out: list[tuple[int, str | None]] = []
+    for number, line in enumerate(raw, start=1):
+        try:
+            out.append((number, line.rstrip(b"\r").decode(encoding)))
+        except UnicodeDecodeError:
+            out.append((number, None))
+    return out
+
+
+def _trim_trailing_blank(lines: list[tuple[int, str | None]]) -> list[tuple[int, str | None]]:
+    # blank lines at the very end are an editor habit, not a skipped row
+    while lines and lines[-1][1] is not None and not lines[-1][1].strip():
+        lines = lines[:-1]
+    return lines
+
+
+def _rows(path: Path, fmt: str, encoding: str, skips: _Skips) -> list[tuple[int, list[str]]]:
+    """Split a TSV/CSV file into (line number, cells); blank and undecodable lines go to `skips`."""
+    good: list[tuple[int, str]] = []
+    for number, text in _trim_trailing_blank(decoded_lines(path, encoding)):
+        if text is None:
+            skips.add("undecodable bytes", number)
+        elif not text.strip():
+            skips.add("empty row", number)
+        else:
+            good.append((number, text))
+    if fmt == "tsv":  # no quoting in TSV: a quote character is part of the text
+        return [(number, text.split("\t")) for number, text in good]
+    rows: list[tuple[int, list[str]]] = []
+    reader = csv.reader(text + "\n" for _, text in good)  # the newline keeps multi-line quoted cells intact
+    while True:
+        start = reader.line_num  # index of the row's first physical line among the good lines
+        try:
+            cells = next(reader)
+        except StopIteration:
+            break
+        except csv.Error as err:
+            skips.add(f"bad CSV ({err})", good[min(start, len(good) - 1)][0])
+            continue
+        rows.append((good[start][0], cells))
+    return rows
+
+
+def _is_header(cells: list[str], names: set[str]) -> bool:
+    lowered = [c.strip().lower() for c in cells]
+    return all(c in names for c in lowered) and any(c in TEXT_NAMES + LABEL_NAMES for c in lowered)
+
+
+def _column(header: list[str], wanted: str, aliases: tuple[str, ...]) -> int | None:
+    lowered = [c.strip().lower() for c in header]
+    for name in (wanted.lower(), *aliases):
+        if name in lowered:
+            return lowered.index(name)
+    return None
+
+
+def read_classification_file(path: str | Path, *, format: str | None = None, header: bool | None = None,
+                             text_field: str = "text", text_pair_field: str = "text_pair",
+                             label_field: str = "label", require_label: bool = True,
+                             encoding: str = "utf-8") -> list[TextExample]:
+    """Read `text[, text_pair], label` rows from TSV, CSV or JSONL (format from the suffix unless given).
+
+    TSV/CSV: a header row is detected by its column names (text/sentence/..., label/category/...) unless
+    `header` says; without one, 2 columns are text,label and 3 are text,text_pair,label. JSONL: one object
+    per line with the given field names. Unusable rows are skipped and counted in one DataWarning.
+    """
+    path = Path(path)
+    fmt = (format or {".csv": "csv", ".jsonl": "jsonl", ".json": "jsonl"}.get(path.suffix.lower(), "tsv")).lower()
+    if fmt not in ("tsv", "csv", "jsonl"):
+        raise ValueError(f"unknown format {format!r} for {path}; use 'tsv', 'csv' or 'jsonl'")
+    skips = _Skips(path, "row")
+    examples: list[TextExample] = []
+
+    def add(number: int, text: object, pair: object, label: object) -> None:
+        text = "" if text is None else str(text).strip()
+        label = "" if label is None else str(label).strip()
+        if not text:
+            skips.add("missing text", number)
+        elif require_label and not label:
+            skips.add("missing label", number)
+        else:
+            pair = None if pair is None or not str(pair).strip() else str(pair).strip()
+            examples.append(TextExample(text=text, label=label, text_pair=pair))
+
+    if fmt == "jsonl":
+        for number, line in _trim_trailing_blank(decoded_lines(path, encoding)):
+            if line is None:
+                skips.add("undecodable bytes", number)
+            elif not line.strip():
+                skips.add("empty row", number)
+            else:
+                try:
+                    obj = json.loads(line)
+                except ValueError:
+                    skips.add("invalid JSON", number)
+                    continue
+                if not isinstance(obj, dict):
+                    skips.add("not a JSON object", number)
+                    continue
+                add(number, obj.get(text_field), obj.get(text_pair_field), obj.get(label_field))
+    else:
+        rows = _rows(path, fmt, encoding, skips)
+        names = set(TEXT_NAMES + PAIR_NAMES + LABEL_NAMES) | {n.lower() for n in (text_field, text_pair_field,
+                                                                                  label_field)}
+        has_header = bool(rows) and (_is_header(rows[0][1], names) if header is None else header)
+        if has_header:
+            head = rows.pop(0)[1]
+            width = len(head)
+            text_col = _column(head, text_field, TEXT_NAMES)
+            pair_col = _column(head, text_pair_field, PAIR_NAMES)
+            label_col = _column(head, label_field, LABEL_NAMES)
+            if text_col is None:
+                raise ValueError(f"{path}: header {head} has no text column (looked for {text_field!r} "
+                                 f"or one of {', '.join(TEXT_NAMES)})")
+        else:
+            # the most common row width is the file's; rows of another width are ragged
+            width = Counter(len(cells) for _, cells in rows).most_common(1)[0][0] if rows else 0
+            text_col, pair_col, label_col = {1: (0, None, None), 2: (0, None, 1)}.get(width, (0, 1, 2))
+        for number, cells in rows:
+            if len(cells) != width:
+                skips.add(f"ragged row ({len(cells)} columns, expected {width})", number)
+                continue
+            add(number, cells[text_col], None if pair_col is None else cells[pair_col],
+                None if label_col is None else cells[label_col])
+    if not examples and not skips.lines:
+        warnings.warn(f"{path}: no examples (empty file)", DataWarning, stacklevel=2)
+    skips.warn(len(examples))
+    return examples
+
+
+def read_conll(path: str | Path, *, encoding: str = "utf-8") -> list[TokenExample]:
+    """Read CoNLL-style token tagging: `token ... tag` per line (first and last column), blank line between
+    sentences, `-DOCSTART-` lines ignored. A sentence with an unusable line is skipped as a whole."""
+    skips = _Skips(path, "sentence")
+    examples: list[TokenExample] = []
+    tokens: list[str] = []
+    tags: list[str] = []
+    problem: tuple[str, int] | None = None
+
+    def end_sentence() -> None:
+        nonlocal tokens, tags, problem
+        if problem:
+            skips.add(*problem)
+        elif tokens:
+            examples.append(TokenExample(tokens=tokens, tags=tags))
+        tokens, tags, problem = [], [], None
+
+    for number, line in decoded_lines(path, encoding):
+        if line is None:
+            problem = problem or ("undecodable bytes", number)
+            continue
+        cells = line.split()
+        if not cells:
+            end_sentence()
+        elif cells[0] == "-DOCSTART-":
+            continue
+        elif len(cells) < 2:
+            problem = problem or ("missing tag", number)
+        else:
+            tokens.append(cells[0])
+            tags.append(cells[-1])
+    end_sentence()
+    if not examples and not skips.lines:
+        warnings.warn(f"{path}: no sentences (empty file)", DataWarning, stacklevel=2)
+    skips.warn(len(examples))
+    return examples
+
+
+def read_parallel(path: str | Path, *, encoding: str = "utf-8") -> list[tuple[str, str]]:
+    """Read a parallel corpus: `source<TAB>target` per line; unusable lines are skipped and counted."""
+    skips = _Skips(path)
+    pairs: list[tuple[str, str]] = []
+    for number, line in _trim_trailing_blank(decoded_lines(path, encoding)):
+        if line is None:
+            skips.add("undecodable bytes", number)
+        elif not line.strip():
+            skips.add("empty line", number)
+        elif len(cells := line.split("\t")) != 2:
+            skips.add("ragged row (expected 2 tab-separated columns)", number)
+        elif not cells[0].strip() or not cells[1].strip():
+            skips.add("empty side", number)
+        else:
+            pairs.append((cells[0].strip(), cells[1].strip()))
+    if not pairs and not skips.lines:
+        warnings.warn(f"{path}: no pairs (empty file)", DataWarning, stacklevel=2)
+    skips.warn(len(pairs))
+    return pairs
