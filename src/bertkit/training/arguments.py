@@ -1,0 +1,104 @@
+"""What a training run is configured with (`TrainingArguments`) and where it stands (`TrainState`)."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from bertkit.training.schedule import SCHEDULES
+
+_HISTORY_TAIL = 100  # log records kept in trainer_state.json
+
+
+@dataclass
+class TrainingArguments:
+    """Hyper-parameters and bookkeeping of a training run (Hugging Face names where they exist)."""
+
+    output_dir: str
+    max_steps: int | None = None          # optimizer steps; wins over num_epochs
+    num_epochs: float = 1.0
+    max_seconds: float | None = None      # wall-clock budget over all resumed runs; None = off
+    batch_size: int = 32                  # the GLOBAL batch: all processes × all accumulation steps
+    gradient_accumulation_steps: int = 1
+    learning_rate: float = 5e-5
+    weight_decay: float = 0.01
+    warmup_steps: int = 0                 # wins over warmup_ratio when > 0
+    warmup_ratio: float = 0.0
+    lr_schedule: str = "linear"           # "linear" | "cosine" | "constant" after the warmup
+    adam_beta1: float = 0.9
+    adam_beta2: float = 0.999
+    adam_epsilon: float = 1e-8
+    max_grad_norm: float | None = 1.0     # None or 0 = no clipping
+    bf16: bool = False                    # bfloat16 autocast for forward passes
+    compile: bool = False                 # torch.compile the model
+    log_every: int = 10
+    eval_every: int | None = None
+    save_every: int | None = None
+    save_total_limit: int | None = None
+    seed: int = 42
+    early_stopping_patience: int | None = None  # evaluations without improvement before stopping
+    metric_for_best: str | None = None    # e.g. "eval_accuracy"; "eval_" is prefixed if missing
+    greater_is_better: bool | None = None  # None: False for names ending in "loss"/"perplexity"
+    progress: bool = True
+    device: str | None = None             # None: cuda (LOCAL_RANK's) if available, else cpu
+    ddp_find_unused_parameters: bool = False
+
+    def __post_init__(self) -> None:
+        positive = {"batch_size": self.batch_size, "gradient_accumulation_steps": self.gradient_accumulation_steps,
+                    "log_every": self.log_every, "max_steps": self.max_steps, "eval_every": self.eval_every,
+                    "save_every": self.save_every, "save_total_limit": self.save_total_limit,
+                    "early_stopping_patience": self.early_stopping_patience}
+        for name, value in positive.items():
+            if value is not None and value < 1:
+                raise ValueError(f"{name} must be a positive integer, got {value}")
+        if self.num_epochs <= 0 or self.learning_rate < 0 or self.seed < 0 or self.warmup_steps < 0:
+            raise ValueError("num_epochs must be > 0; learning_rate, seed and warmup_steps must be >= 0")
+        if not 0.0 <= self.warmup_ratio < 1.0:
+            raise ValueError(f"warmup_ratio must be in [0, 1), got {self.warmup_ratio}")
+        if self.lr_schedule not in SCHEDULES:
+            raise ValueError(f"unknown lr_schedule {self.lr_schedule!r}; expected one of {SCHEDULES}")
+        if self.early_stopping_patience and not self.metric_for_best:
+            raise ValueError("early_stopping_patience needs metric_for_best (e.g. 'eval_accuracy')")
+        if self.metric_for_best:
+            if not self.metric_for_best.startswith("eval_"):
+                self.metric_for_best = "eval_" + self.metric_for_best
+            if self.greater_is_better is None:
+                self.greater_is_better = not self.metric_for_best.endswith(("loss", "perplexity"))
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, values: Mapping[str, Any]) -> TrainingArguments:
+        """Arguments from `to_dict()` output (e.g. training_args.json); unknown keys are an error."""
+        unknown = set(values) - {f.name for f in dataclasses.fields(cls)}
+        if unknown:
+            raise ValueError(f"unknown training arguments: {', '.join(sorted(unknown))}")
+        return cls(**values)
+
+
+@dataclass
+class TrainState:
+    """Where training stands; saved (minus `losses`) as trainer_state.json in every checkpoint."""
+
+    step: int = 0                  # optimizer steps done
+    epoch: int = 0                 # current epoch ...
+    position: int = 0              # ... and global batches of it already consumed
+    seconds: float = 0.0           # wall-clock of training, summed over resumed runs
+    examples: int = 0
+    tokens: int = 0
+    best_metric: float | None = None
+    best_step: int | None = None
+    evals_without_improvement: int = 0
+    stop_reason: str | None = None  # "max_steps" | "max_seconds" | "early_stopping"
+    start_step: int = 0            # the step this train() call started from (0, or the resumed step)
+    losses: list[float] = field(default_factory=list)  # per-step losses of steps start_step+1 .. step
+    log_history: list[dict[str, Any]] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        out = dataclasses.asdict(self)
+        del out["losses"], out["start_step"]
+        out["log_history"] = out["log_history"][-_HISTORY_TAIL:]
+        return out

@@ -1,0 +1,204 @@
+"""Training checkpoints on disk: atomic directories, RNG states, finding the newest, rotating old ones.
+
+A checkpoint is `OUT/checkpoint-STEP/`: the model in Hugging Face format (config.json,
+model.safetensors, tokenizer files) plus optimizer.pt, scheduler.pt, rng_state.pt and
+trainer_state.json. It is assembled in a hidden temp directory beside it, fsynced, then renamed,
+so a kill at any moment leaves either the whole checkpoint or none of it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import re
+import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+CHECKPOINT_PREFIX = "checkpoint-"
+STATE_NAME = "trainer_state.json"  # written last: its presence marks a complete checkpoint
+OPTIMIZER_NAME = "optimizer.pt"
+SCHEDULER_NAME = "scheduler.pt"
+RNG_NAME = "rng_state.pt"
+_CHECKPOINT_RE = re.compile(rf"^{CHECKPOINT_PREFIX}(\d+)$")
+
+
+class CheckpointError(FileNotFoundError):
+    """A checkpoint that is missing, incomplete or unreadable."""
+
+
+# ---- atomic writes --------------------------------------------------------------------------------
+
+def _fsync_tree(root: Path) -> None:
+    for path in sorted(root.rglob("*"), reverse=True):
+        if path.is_file():
+            with open(path, "rb") as f:
+                os.fsync(f.fileno())
+    _fsync_dir(root)
+
+
+def _fsync_dir(path: Path) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:  # some platforms cannot open directories; the rename is still atomic there
+        return
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+@contextmanager
+def atomic_directory(final: str | os.PathLike) -> Iterator[Path]:
+    """Yield a temp directory beside `final`; on success fsync it and rename it to `final` (replacing it)."""
+    final = Path(final)
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = final.parent / f".{final.name}.tmp-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
+    try:
+        yield tmp
+        _fsync_tree(tmp)
+        old = final.parent / f".{final.name}.old-{os.getpid()}"
+        if final.exists():
+            os.replace(final, old)
+        os.replace(tmp, final)
+        _fsync_dir(final.parent)
+        shutil.rmtree(old, ignore_errors=True)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def remove_stale_temp_dirs(output_dir: str | os.PathLike) -> None:
+    """Delete temp directories left behind by a process killed in the middle of a save."""
+    for path in Path(output_dir).glob(".*.tmp-*"):
+        shutil.rmtree(path, ignore_errors=True)
+    for path in Path(output_dir).glob(".*.old-*"):
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def write_json(path: Path, obj: Any) -> None:
+    path.write_text(json.dumps(obj, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+
+
+def save_model_dir(directory: Path, model: torch.nn.Module, tokenizer: Any = None) -> None:
+    """Write the model (and tokenizer) in Hugging Face format into `directory`."""
+    model.save_pretrained(directory)
+    if tokenizer is not None:
+        tokenizer.save_pretrained(directory)
+
+
+def publish_model(output_dir: str | os.PathLike, model: torch.nn.Module, tokenizer: Any = None) -> None:
+    """Write the model into `output_dir` itself, file by file with atomic replaces (the directory holds checkpoints)."""
+    output_dir = Path(output_dir)
+    staging = output_dir / ".final"
+    with atomic_directory(staging) as tmp:
+        save_model_dir(tmp, model, tokenizer)
+    for path in sorted(staging.iterdir()):
+        os.replace(path, output_dir / path.name)
+    _fsync_dir(output_dir)
+    shutil.rmtree(staging, ignore_errors=True)
+
+
+# ---- RNG states (stored without pickled objects, so torch.load(weights_only=True) reads them) -----
+
+def get_rng_state() -> dict[str, Any]:
+    """Python, NumPy and torch (CPU and CUDA) generator states of this process."""
+    version, internal, gauss = random.getstate()
+    numpy_state = np.random.get_state(legacy=False)
+    state = {
+        "python": {"version": version, "internal": list(internal), "gauss": gauss},
+        "numpy": {"key": torch.from_numpy(numpy_state["state"]["key"].astype(np.int64)),
+                  "pos": int(numpy_state["state"]["pos"]),
+                  "has_gauss": int(numpy_state["has_gauss"]), "gauss": float(numpy_state["gauss"])},
+        "torch": torch.get_rng_state(),
+    }
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state: dict[str, Any]) -> None:
+    """Restore what `get_rng_state` captured."""
+    py = state["python"]
+    random.setstate((py["version"], tuple(py["internal"]), py["gauss"]))
+    np_state = state["numpy"]
+    np.random.set_state({"bit_generator": "MT19937",
+                         "state": {"key": np_state["key"].numpy().astype(np.uint32), "pos": np_state["pos"]},
+                         "has_gauss": np_state["has_gauss"], "gauss": np_state["gauss"]})
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+# ---- checkpoint directories ----------------------------------------------------------------------
+
+def checkpoint_path(output_dir: str | os.PathLike, step: int) -> Path:
+    return Path(output_dir) / f"{CHECKPOINT_PREFIX}{step}"
+
+
+def list_checkpoints(output_dir: str | os.PathLike) -> list[tuple[int, Path]]:
+    """Complete checkpoints in `output_dir` as (step, path), oldest first."""
+    found = []
+    root = Path(output_dir)
+    if root.is_dir():
+        for path in root.iterdir():
+            match = _CHECKPOINT_RE.match(path.name)
+            if match and (path / STATE_NAME).is_file():
+                found.append((int(match.group(1)), path))
+    return sorted(found)
+
+
+def resolve_checkpoint(path: str | os.PathLike) -> Path:
+    """A checkpoint directory itself, or the newest complete checkpoint inside an output directory."""
+    path = Path(path)
+    if (path / STATE_NAME).is_file():
+        return path
+    found = list_checkpoints(path)
+    if not found:
+        raise CheckpointError(f"no complete checkpoint ({CHECKPOINT_PREFIX}STEP/{STATE_NAME}) in {path}")
+    return found[-1][1]
+
+
+def rotate_checkpoints(output_dir: str | os.PathLike, limit: int | None, keep_step: int | None = None) -> None:
+    """Delete the oldest checkpoints beyond the newest `limit`, never the one at `keep_step` (the best)."""
+    if not limit:
+        return
+    found = list_checkpoints(output_dir)
+    doomed = [path for step, path in found[:-limit] if step != keep_step]
+    for path in doomed:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def save_checkpoint(directory: Path, model: torch.nn.Module, tokenizer: Any, optimizer: torch.optim.Optimizer,
+                    scheduler: Any, rng_states: list[dict[str, Any]], trainer_state: dict[str, Any]) -> None:
+    """Write a complete checkpoint atomically to `directory` (trainer_state.json last)."""
+    with atomic_directory(directory) as tmp:
+        save_model_dir(tmp, model, tokenizer)
+        torch.save(optimizer.state_dict(), tmp / OPTIMIZER_NAME)
+        torch.save(scheduler.state_dict(), tmp / SCHEDULER_NAME)
+        torch.save(rng_states, tmp / RNG_NAME)
+        write_json(tmp / STATE_NAME, trainer_state)
+
+
+def load_checkpoint(directory: Path, map_location: torch.device) -> dict[str, Any]:
+    """Read optimizer, scheduler, RNG and trainer state of a checkpoint (weights_only: no code is unpickled)."""
+    missing = [name for name in (OPTIMIZER_NAME, SCHEDULER_NAME, RNG_NAME, STATE_NAME)
+               if not (directory / name).is_file()]
+    if missing:
+        raise CheckpointError(f"checkpoint {directory} is incomplete: missing {', '.join(missing)}")
+    try:
+        return {
+            "optimizer": torch.load(directory / OPTIMIZER_NAME, map_location=map_location, weights_only=True),
+            "scheduler": torch.load(directory / SCHEDULER_NAME, weights_only=True),
+            "rng": torch.load(directory / RNG_NAME, weights_only=True),
+            "state": json.loads((directory / STATE_NAME).read_text(encoding="utf-8")),
+        }
+    except (RuntimeError, OSError, ValueError, EOFError) as err:
+        raise CheckpointError(f"checkpoint {directory} is unreadable: {err}") from err

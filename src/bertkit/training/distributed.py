@@ -1,0 +1,87 @@
+"""Data parallelism under `torchrun`: process-group set-up and the few collectives the trainer needs.
+
+With no torchrun environment (RANK / WORLD_SIZE unset) everything here is a no-op on one process,
+so the training loop reads the same either way.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+
+@dataclass
+class Distributed:
+    """This process's place in the job: rank, world size, device, and whether we own the process group."""
+
+    rank: int = 0
+    world_size: int = 1
+    local_rank: int = 0
+    device: torch.device = torch.device("cpu")
+    created_group: bool = False
+
+    @property
+    def enabled(self) -> bool:
+        return self.world_size > 1
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    def all_reduce_sum(self, tensor: torch.Tensor) -> torch.Tensor:
+        """Sum `tensor` over all processes, in place, and return it."""
+        if self.enabled:
+            dist.all_reduce(tensor, op=dist.ReduceOp.SUM)
+        return tensor
+
+    def broadcast(self, obj: Any) -> Any:
+        """Rank 0's `obj` on every process (picklable objects only: small dicts, lists, numbers)."""
+        if not self.enabled:
+            return obj
+        box = [obj]
+        dist.broadcast_object_list(box, src=0)
+        return box[0]
+
+    def gather(self, obj: Any) -> list[Any]:
+        """Every process's `obj`, in rank order, on every process."""
+        if not self.enabled:
+            return [obj]
+        out: list[Any] = [None] * self.world_size
+        dist.all_gather_object(out, obj)
+        return out
+
+    def barrier(self) -> None:
+        if self.enabled:
+            dist.barrier()
+
+    def close(self) -> None:
+        """Tear down the process group if `setup_distributed` created it."""
+        if self.created_group and dist.is_initialized():
+            dist.destroy_process_group()
+            self.created_group = False
+
+
+def setup_distributed(device: str | None = None) -> Distributed:
+    """Read torchrun's environment, pick the device and join the process group (gloo on CPU, nccl on CUDA)."""
+    world_size = int(os.environ.get("WORLD_SIZE", "1"))
+    rank = int(os.environ.get("RANK", "0"))
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    if device is None:
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    dev = torch.device(device)
+    if dev.type == "cuda" and dev.index is None:
+        dev = torch.device("cuda", local_rank if world_size > 1 else torch.cuda.current_device())
+    if dev.type == "cuda":
+        torch.cuda.set_device(dev)
+    info = Distributed(rank=rank, world_size=world_size, local_rank=local_rank, device=dev)
+    if world_size > 1 and not dist.is_initialized():
+        backend = "nccl" if dev.type == "cuda" else "gloo"
+        dist.init_process_group(backend=backend, rank=rank, world_size=world_size)
+        info.created_group = True
+    elif world_size > 1 and dist.get_world_size() != world_size:
+        raise RuntimeError(f"process group has {dist.get_world_size()} processes but WORLD_SIZE={world_size}")
+    return info

@@ -1,0 +1,386 @@
+"""One model-agnostic training loop: AdamW, warmup + decay, clipping, accumulation, autocast, checkpoints, resume, DDP.
+
+The data order is a pure function of (seed, epoch): global batch i of an epoch is the next
+`batch_size` indices of a seeded permutation, each process of a torchrun job takes its contiguous
+share of every global batch, and every example gets a collation seed from (seed, epoch, index).
+So the examples of a step, their masking, and (with `loss_sums`) the loss and gradient do not
+depend on the number of processes or accumulation steps, and a resumed run repeats nothing.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import math
+import os
+import random
+import time
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import nullcontext
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from bertkit.training import checkpointing as ckpt
+from bertkit.training.arguments import TrainingArguments, TrainState
+from bertkit.training.distributed import Distributed, setup_distributed
+from bertkit.training.schedule import build_optimizer, build_scheduler
+
+__all__ = ["Trainer", "TrainingArguments", "TrainState", "TrainingError", "example_seed"]
+
+logger = logging.getLogger(__name__)
+
+METRICS_NAME = "metrics.jsonl"
+ARGS_NAME = "training_args.json"
+RESULTS_NAME = "train_results.json"
+BEST_DIR = "best"
+
+
+class TrainingError(RuntimeError):
+    """Training cannot continue (a NaN/inf loss or gradient); `step` and `checkpoint` say where it stopped."""
+
+    def __init__(self, message: str, step: int, checkpoint: Path | None) -> None:
+        super().__init__(message)
+        self.step, self.checkpoint = step, checkpoint
+
+
+def example_seed(seed: int, epoch: int, index: int) -> int:
+    """A 63-bit collation seed from (seed, epoch, dataset index): splitmix64 mixing, stable across processes."""
+    mask = (1 << 64) - 1
+    h = 0
+    for value in (seed, epoch, index):
+        h = (h ^ value) + 0x9E3779B97F4A7C15 & mask
+        h = (h ^ (h >> 30)) * 0xBF58476D1CE4E5B9 & mask
+        h = (h ^ (h >> 27)) * 0x94D049BB133111EB & mask
+        h ^= h >> 31
+    return h >> 1
+
+
+def _field(output: Any, name: str) -> Any:
+    return output.get(name) if isinstance(output, Mapping) else getattr(output, name, None)
+
+
+def _count_tokens(batch: Mapping[str, Any]) -> int:
+    if "attention_mask" in batch:
+        return int(batch["attention_mask"].sum())
+    return int(batch["input_ids"].numel()) if "input_ids" in batch else 0
+
+
+class Trainer:
+    """Trains `model` on `train_dataset`; see the module docstring for the data and loss contract."""
+
+    def __init__(self, model: nn.Module, args: TrainingArguments, train_dataset: Sequence[Any],
+                 collate_fn: Callable[[list[Any], list[int]], dict[str, torch.Tensor]],
+                 eval_fn: Callable[[nn.Module], dict[str, float]] | None = None,
+                 count_items: Callable[[dict[str, torch.Tensor]], dict[str, int]] | None = None,
+                 tokenizer: Any = None) -> None:
+        self.model, self.args, self.train_dataset = model, args, train_dataset
+        self.collate_fn, self.eval_fn, self.count_items, self.tokenizer = collate_fn, eval_fn, count_items, tokenizer
+        if args.metric_for_best and eval_fn is None:
+            raise ValueError(f"metric_for_best={args.metric_for_best!r} needs an eval_fn")
+        self.steps_per_epoch = len(train_dataset) // args.batch_size
+        if self.steps_per_epoch == 0:
+            raise ValueError(f"the training set has {len(train_dataset)} examples, fewer than one global batch "
+                             f"({args.batch_size}); lower batch_size or add data")
+        self.total_steps = args.max_steps or math.ceil(args.num_epochs * self.steps_per_epoch)
+        self.warmup_steps = args.warmup_steps or math.ceil(args.warmup_ratio * self.total_steps)
+        self.output_dir = Path(args.output_dir)
+        self.optimizer = build_optimizer(model, args.learning_rate, args.weight_decay,
+                                         (args.adam_beta1, args.adam_beta2), args.adam_epsilon)
+        self.scheduler = build_scheduler(self.optimizer, args.lr_schedule, self.warmup_steps, self.total_steps)
+        self.dist = Distributed()
+        self._perm_epoch, self._perm = -1, np.empty(0, dtype=np.int64)
+        self._warned_no_sums = False
+
+    # ---- data ------------------------------------------------------------------------------------
+
+    def global_batch(self, step: int) -> tuple[int, np.ndarray]:
+        """(epoch, dataset indices) of the global batch consumed by optimizer step `step` (0-based)."""
+        epoch, position = divmod(step, self.steps_per_epoch)
+        if epoch != self._perm_epoch:
+            rng = np.random.default_rng([self.args.seed, epoch])
+            self._perm_epoch, self._perm = epoch, rng.permutation(len(self.train_dataset))
+        size = self.args.batch_size
+        return epoch, self._perm[position * size:(position + 1) * size]
+
+    def _micro_batches(self, step: int) -> list[tuple[int, dict[str, Any]]]:
+        """This process's micro-batches of a step, collated and on the device, as (num_examples, batch)."""
+        epoch, indices = self.global_batch(step)
+        share = np.array_split(indices, self.dist.world_size)[self.dist.rank]
+        out = []
+        for part in np.array_split(share, self.args.gradient_accumulation_steps):
+            ids = [int(i) for i in part]
+            batch = self.collate_fn([self.train_dataset[i] for i in ids],
+                                    [example_seed(self.args.seed, epoch, i) for i in ids])
+            batch = {k: v.to(self.dist.device, non_blocking=True) if torch.is_tensor(v) else v
+                     for k, v in batch.items()}
+            out.append((len(ids), batch))
+        return out
+
+    # ---- one optimizer step ----------------------------------------------------------------------
+
+    def _train_step(self, step: int) -> dict[str, Any]:
+        """Forward/backward over all micro-batches of `step`, then clip and update; returns its statistics."""
+        args, dist = self.args, self.dist
+        micro = self._micro_batches(step)
+        terms: list[str] = []
+        global_counts = torch.zeros(0, dtype=torch.float64)
+        if self.count_items is not None:
+            counts = [self.count_items(batch) for _, batch in micro]
+            terms = sorted(counts[0])
+            local = [[float(c[t]) for t in terms] for c in counts]
+            global_counts = dist.all_reduce_sum(torch.tensor(local, dtype=torch.float64, device=dist.device).sum(0))
+            global_counts = global_counts.cpu()
+        autocast = torch.autocast(dist.device.type, dtype=torch.bfloat16, enabled=args.bf16)
+        stats = torch.zeros(3 + len(terms), dtype=torch.float64)  # loss, examples, tokens, per-term losses
+        exact = bool(terms)
+        for k, (size, batch) in enumerate(micro):
+            last = k == len(micro) - 1
+            sync = nullcontext() if last or not dist.enabled else self._wrapped.no_sync()
+            with sync:
+                with autocast:
+                    output = self._forward(**batch)
+                sums = _field(output, "loss_sums") if terms else None
+                exact = exact and sums is not None
+                if sums is not None:
+                    unknown = set(sums) - set(terms)
+                    if unknown:
+                        raise ValueError(f"loss_sums has terms {sorted(unknown)} that count_items does not count")
+                    parts = [sums[t].float() / global_counts[j].item() for j, t in enumerate(terms)
+                             if t in sums and global_counts[j] > 0]
+                    loss = torch.stack(parts).sum()
+                    for j, t in enumerate(terms):
+                        if t in sums and global_counts[j] > 0:
+                            stats[3 + j] += sums[t].detach().double().item() / global_counts[j].item()
+                else:
+                    if terms and not self._warned_no_sums:
+                        logger.warning("count_items was given but the model output has no loss_sums; "
+                                       "weighting micro-batch losses by their number of examples")
+                        self._warned_no_sums = True
+                    loss = _field(output, "loss").float() * (size / args.batch_size)
+                # DDP averages gradients over processes; scale up so the result is the global sum.
+                (loss * dist.world_size).backward()
+            stats[0] += loss.detach().double().item()
+            stats[1] += size
+            stats[2] += _count_tokens(batch)
+        stats = dist.all_reduce_sum(stats.to(dist.device)).cpu()
+        loss_value = stats[0].item()
+        lr = self.optimizer.param_groups[0]["lr"]
+        if not math.isfinite(loss_value):
+            self._fail(step + 1, f"loss is {loss_value}")
+        max_norm = args.max_grad_norm or math.inf
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), max_norm).item()
+        if not math.isfinite(grad_norm):
+            self._fail(step + 1, f"gradient norm is {grad_norm}")
+        self.optimizer.step()
+        self.scheduler.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        result = {"loss": loss_value, "lr": lr, "grad_norm": grad_norm,
+                  "examples": int(stats[1].item()), "tokens": int(stats[2].item())}
+        if exact:
+            result.update({f"loss_{t}": stats[3 + j].item() for j, t in enumerate(terms)})
+        return result
+
+    def _fail(self, step: int, what: str) -> None:
+        found = ckpt.list_checkpoints(self.output_dir)
+        last = found[-1][1] if found else None
+        kept = f"the last good checkpoint is {last}" if last else "no checkpoint was saved before it"
+        self.optimizer.zero_grad(set_to_none=True)
+        raise TrainingError(f"training stopped at step {step}: {what}; {kept}", step, last)
+
+    # ---- evaluation, logging, saving -------------------------------------------------------------
+
+    def evaluate(self) -> dict[str, float]:
+        """Run eval_fn on rank 0 (eval mode, no grad), broadcast its metrics, prefixed with "eval_"."""
+        metrics: dict[str, float] = {}
+        if self.dist.is_main:
+            self.model.eval()
+            autocast = torch.autocast(self.dist.device.type, dtype=torch.bfloat16, enabled=self.args.bf16)
+            with torch.no_grad(), autocast:
+                raw = self.eval_fn(self.model)
+            self.model.train()
+            metrics = {(k if k.startswith("eval_") else f"eval_{k}"): float(v) for k, v in raw.items()}
+        return self.dist.broadcast(metrics)
+
+    def _update_best(self, state: TrainState, metrics: dict[str, float]) -> None:
+        name = self.args.metric_for_best
+        if name not in metrics:
+            raise KeyError(f"metric_for_best {name!r} is not among the evaluation metrics {sorted(metrics)}")
+        value = metrics[name]
+        better = state.best_metric is None or (
+            value > state.best_metric if self.args.greater_is_better else value < state.best_metric)
+        if better:
+            state.best_metric, state.best_step, state.evals_without_improvement = value, state.step, 0
+            if self.dist.is_main:
+                with ckpt.atomic_directory(self.output_dir / BEST_DIR) as tmp:
+                    ckpt.save_model_dir(tmp, self.model, self.tokenizer)
+                    ckpt.write_json(tmp / "eval_results.json", {"step": state.step, **metrics})
+        else:
+            state.evals_without_improvement += 1
+            if self.args.early_stopping_patience and \
+                    state.evals_without_improvement >= self.args.early_stopping_patience:
+                state.stop_reason = "early_stopping"
+
+    def _log(self, state: TrainState, record: dict[str, Any]) -> None:
+        state.log_history.append(record)
+        if self.dist.is_main:
+            with open(self.output_dir / METRICS_NAME, "a", encoding="utf-8") as f:
+                f.write(json.dumps(record) + "\n")
+
+    def _save(self, state: TrainState) -> None:
+        rng_states = self.dist.gather(ckpt.get_rng_state())
+        if self.dist.is_main:
+            trainer_state = {**state.to_json(), "world_size": self.dist.world_size,
+                             "steps_per_epoch": self.steps_per_epoch, "total_steps": self.total_steps,
+                             "num_examples": len(self.train_dataset), "batch_size": self.args.batch_size,
+                             "seed": self.args.seed}
+            ckpt.save_checkpoint(ckpt.checkpoint_path(self.output_dir, state.step), self.model, self.tokenizer,
+                                 self.optimizer, self.scheduler, rng_states, trainer_state)
+            ckpt.rotate_checkpoints(self.output_dir, self.args.save_total_limit, keep_step=state.best_step)
+        self.dist.barrier()
+
+    # ---- start / resume --------------------------------------------------------------------------
+
+    def _seed(self, seed: int) -> None:
+        random.seed(seed)
+        np.random.seed(seed % 2**32)
+        torch.manual_seed(seed)
+
+    def _resume(self, where: str | os.PathLike) -> TrainState:
+        directory = ckpt.resolve_checkpoint(where)
+        loaded = ckpt.load_checkpoint(directory, self.dist.device)
+        saved = loaded["state"]
+        for key, now in (("num_examples", len(self.train_dataset)), ("batch_size", self.args.batch_size),
+                         ("seed", self.args.seed)):
+            if saved.get(key) != now:
+                logger.warning("resuming with %s=%s but the checkpoint was trained with %s; the data order "
+                               "will not continue exactly", key, now, saved.get(key))
+        weights = type(self.model).from_pretrained(directory).state_dict()
+        self.model.load_state_dict(weights)
+        self.optimizer.load_state_dict(loaded["optimizer"])
+        self.scheduler.load_state_dict(loaded["scheduler"])
+        names = {f.name for f in dataclasses.fields(TrainState)}
+        state = TrainState(**{k: v for k, v in saved.items() if k in names})
+        state.start_step, state.stop_reason = state.step, None
+        # RNG last: building the model above consumed random numbers.
+        if len(loaded["rng"]) == self.dist.world_size:
+            ckpt.set_rng_state(loaded["rng"][self.dist.rank])
+        else:
+            logger.warning("checkpoint has RNG states of %d processes, this job has %d; reseeding",
+                           len(loaded["rng"]), self.dist.world_size)
+            self._seed(self.args.seed + self.dist.rank + 1_000_003 * state.step)
+        logger.info("resumed from %s at step %d", directory, state.step)
+        return state
+
+    def _prepare_output(self, state: TrainState, resumed: bool) -> None:
+        out = self.output_dir
+        out.mkdir(parents=True, exist_ok=True)
+        ckpt.remove_stale_temp_dirs(out)
+        metrics = out / METRICS_NAME
+        kept = []
+        if resumed and metrics.exists():  # drop records of steps the killed run did after its checkpoint
+            kept = [line for line in metrics.read_text(encoding="utf-8").splitlines()
+                    if line.strip() and json.loads(line)["step"] <= state.step]
+        metrics.write_text("".join(line + "\n" for line in kept), encoding="utf-8")
+        ckpt.write_json(out / ARGS_NAME, self.args.to_dict())
+
+    # ---- the loop --------------------------------------------------------------------------------
+
+    def train(self, resume: bool | str | os.PathLike = False) -> TrainState:
+        """Train to max_steps / num_epochs / max_seconds / early stop; `resume` = True (newest checkpoint
+        in output_dir) or a checkpoint / output directory to continue from exactly."""
+        from tqdm.auto import tqdm
+
+        args = self.args
+        self.dist = setup_distributed(args.device)
+        dist = self.dist
+        try:
+            self.model.to(dist.device)
+            if resume:
+                state = self._resume(self.output_dir if resume is True else resume)
+            else:
+                if ckpt.list_checkpoints(self.output_dir):
+                    raise FileExistsError(f"{self.output_dir} already holds checkpoints; pass resume=True to "
+                                          "continue that run, or choose an empty output_dir")
+                state = TrainState()
+                self._seed(args.seed + dist.rank)
+            if dist.is_main:
+                self._prepare_output(state, bool(resume))
+            dist.barrier()
+            self._wrapped: nn.Module = self.model
+            if dist.enabled:
+                self._wrapped = nn.parallel.DistributedDataParallel(
+                    self.model, device_ids=[dist.device.index] if dist.device.type == "cuda" else None,
+                    find_unused_parameters=args.ddp_find_unused_parameters)
+            self._forward = torch.compile(self._wrapped) if args.compile else self._wrapped
+            self.model.train()
+            return self._loop(state, tqdm)
+        finally:
+            dist.close()
+
+    def _loop(self, state: TrainState, tqdm: Callable[..., Any]) -> TrainState:
+        args, dist = self.args, self.dist
+        bar = tqdm(total=self.total_steps, initial=state.step, desc="train", dynamic_ncols=True,
+                   disable=not (args.progress and dist.is_main))
+        run_start, seconds_before = time.perf_counter(), state.seconds
+        window = {"loss": 0.0, "steps": 0, "examples": 0, "tokens": 0, "seconds": 0.0}  # since the last log
+        last_saved = state.step if state.start_step else None
+        try:
+            while state.stop_reason is None:
+                if state.step >= self.total_steps:
+                    state.stop_reason = "max_steps"
+                    break
+                step_start = time.perf_counter()
+                stats = self._train_step(state.step)
+                window["seconds"] += time.perf_counter() - step_start  # throughput excludes eval and saving
+                state.step += 1
+                state.epoch, state.position = divmod(state.step, self.steps_per_epoch)
+                state.examples += stats["examples"]
+                state.tokens += stats["tokens"]
+                state.losses.append(stats["loss"])
+                state.seconds = seconds_before + time.perf_counter() - run_start
+                for key in ("loss", "examples", "tokens"):
+                    window[key] += stats[key]
+                window["steps"] += 1
+                bar.update(1)
+                if args.max_seconds is not None:
+                    over = torch.tensor([float(state.seconds >= args.max_seconds)], device=dist.device)
+                    if dist.all_reduce_sum(over).item() > 0:
+                        state.stop_reason = "max_seconds"
+                final = state.step >= self.total_steps or state.stop_reason is not None
+                evaluate = self.eval_fn is not None and (
+                    final or (args.eval_every is not None and state.step % args.eval_every == 0))
+                if evaluate or final or state.step % args.log_every == 0:
+                    elapsed = max(window["seconds"], 1e-9)
+                    record = {"step": state.step, "epoch": state.step / self.steps_per_epoch,
+                              "loss": window["loss"] / window["steps"], "lr": stats["lr"],
+                              "grad_norm": stats["grad_norm"], "seconds": round(state.seconds, 3),
+                              "examples_per_second": window["examples"] / elapsed}
+                    if window["tokens"]:
+                        record["tokens_per_second"] = window["tokens"] / elapsed
+                    record.update({k: v for k, v in stats.items() if k.startswith("loss_")})
+                    if evaluate:
+                        metrics = self.evaluate()
+                        record.update(metrics)
+                        if args.metric_for_best:
+                            self._update_best(state, metrics)
+                    self._log(state, record)
+                    bar.set_postfix(loss=f"{record['loss']:.4f}", lr=f"{stats['lr']:.2e}")
+                    window.update(loss=0.0, steps=0, examples=0, tokens=0, seconds=0.0)
+                final = state.step >= self.total_steps or state.stop_reason is not None
+                if args.save_every and (state.step % args.save_every == 0 or final):
+                    self._save(state)
+                    last_saved = state.step
+        finally:
+            bar.close()
+        if dist.is_main:
+            ckpt.publish_model(self.output_dir, self.model, self.tokenizer)
+            ckpt.write_json(self.output_dir / RESULTS_NAME,
+                            {**state.to_json(), "log_history": state.log_history[-1:],
+                             "last_checkpoint": last_saved, "total_steps": self.total_steps})
+        dist.barrier()
+        return state

@@ -1,0 +1,250 @@
+"""The training loop on a tiny two-term model: data order, exact loss weighting, schedule, checkpoints,
+NaN handling, early stopping, kill-and-resume and torchrun data parallelism."""
+
+import importlib.util
+import json
+import math
+import os
+import signal
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from bertkit.training.checkpointing import list_checkpoints, load_checkpoint
+from bertkit.training.distributed import Distributed
+from bertkit.training.schedule import WarmupSchedule, build_optimizer
+from bertkit.training.trainer import Trainer, TrainingArguments, TrainingError, example_seed
+
+WORKER = Path(__file__).with_name("_trainer_worker.py")
+_spec = importlib.util.spec_from_file_location("_trainer_worker", WORKER)
+tiny = sys.modules.setdefault("_trainer_worker", importlib.util.module_from_spec(_spec))
+_spec.loader.exec_module(tiny)
+
+
+def make_trainer(out, model=None, data=None, count=True, eval_fn=None, **kwargs) -> Trainer:
+    defaults = {"output_dir": str(out), "batch_size": 12, "learning_rate": 1e-2, "log_every": 1,
+                "progress": False, "seed": 3, "device": "cpu"}
+    args = TrainingArguments(**{**defaults, **kwargs})
+    return Trainer(model or tiny.build_model(), args, data or tiny.make_dataset(36), tiny.collate,
+                   eval_fn=eval_fn, count_items=tiny.count_items if count else None,
+                   tokenizer=tiny.TinyTokenizer())
+
+
+def read_metrics(out) -> list[dict]:
+    return [json.loads(line) for line in (Path(out) / "metrics.jsonl").read_text().splitlines()]
+
+
+# ---- data order, optimizer groups, schedule -------------------------------------------------------
+
+def test_example_seed_is_deterministic_and_distinct():
+    seeds = {example_seed(7, epoch, index) for epoch in range(3) for index in range(200)}
+    assert len(seeds) == 600 and all(0 <= s < 2**63 for s in seeds)
+    assert example_seed(7, 1, 5) == example_seed(7, 1, 5) != example_seed(8, 1, 5)
+
+
+def test_epochs_are_seeded_permutations_and_rank_shares_cover_each_global_batch(tmp_path):
+    trainer = make_trainer(tmp_path, data=tiny.make_dataset(40), gradient_accumulation_steps=2)
+    assert trainer.steps_per_epoch == 3  # 40 // 12: the 4 left over differ from epoch to epoch
+    epoch0 = [trainer.global_batch(s) for s in range(3)]
+    assert {e for e, _ in epoch0} == {0}
+    seen = [int(i) for _, idx in epoch0 for i in idx]
+    assert len(seen) == len(set(seen)) == 36
+    assert trainer.global_batch(3)[0] == 1 and list(trainer.global_batch(3)[1]) != list(epoch0[0][1])
+    assert list(make_trainer(tmp_path / "again", data=tiny.make_dataset(40)).global_batch(4)[1]) == \
+        list(trainer.global_batch(4)[1])
+
+    # Two ranks × two micro-batches: together exactly the global batch, collated identically.
+    single = trainer._micro_batches(4)
+    shares = []
+    for rank in range(2):
+        trainer.dist = Distributed(rank=rank, world_size=2)
+        shares += trainer._micro_batches(4)
+    assert [n for n, _ in shares] == [3, 3, 3, 3]
+    assert torch.equal(torch.cat([b["labels"][:, :4] for _, b in shares]),
+                       torch.cat([b["labels"][:, :4] for _, b in single]))
+
+
+def test_no_weight_decay_on_biases_and_layernorm():
+    model = tiny.build_model()
+    decay, no_decay = build_optimizer(model, 1e-3, 0.1).param_groups
+    names = {id(p): n for n, p in model.named_parameters()}
+    assert sorted(names[id(p)] for p in decay["params"]) == \
+        ["cls_head.weight", "dense.weight", "embed.weight", "token_head.weight"]
+    assert sorted(names[id(p)] for p in no_decay["params"]) == \
+        ["LayerNorm.bias", "LayerNorm.weight", "cls_head.bias", "dense.bias", "token_head.bias"]
+    assert (decay["weight_decay"], no_decay["weight_decay"]) == (0.1, 0.0)
+
+
+def test_warmup_then_linear_cosine_constant():
+    linear, cosine, constant = (WarmupSchedule(k, 4, 12) for k in ("linear", "cosine", "constant"))
+    assert [linear(s) for s in (0, 2, 4, 8, 12, 20)] == [0.0, 0.5, 1.0, 0.5, 0.0, 0.0]
+    assert [cosine(s) for s in (2, 4, 8, 12)] == pytest.approx([0.5, 1.0, 0.5, 0.0])
+    assert [constant(s) for s in (1, 4, 100)] == [0.25, 1.0, 1.0]
+    with pytest.raises(ValueError, match="lr_schedule"):
+        TrainingArguments(output_dir="x", lr_schedule="step")
+
+
+# ---- the loss of a step is the big-batch loss, for any accumulation ------------------------------
+
+def test_step_loss_and_gradient_equal_one_big_batch(tmp_path):
+    trainer = make_trainer(tmp_path / "a1", max_steps=4)
+    epoch, indices = trainer.global_batch(0)
+    batch = tiny.collate([trainer.train_dataset[int(i)] for i in indices],
+                         [example_seed(3, epoch, int(i)) for i in indices])
+    reference = tiny.build_model()
+    big_loss = reference(**batch).loss
+    big_loss.backward()
+    big_norm = torch.sqrt(sum((p.grad ** 2).sum() for p in reference.parameters())).item()
+
+    one = trainer.train()
+    assert one.losses[0] == pytest.approx(big_loss.item(), abs=1e-6)
+    assert read_metrics(tmp_path / "a1")[0]["grad_norm"] == pytest.approx(big_norm, rel=1e-5)
+
+    three = make_trainer(tmp_path / "a3", max_steps=4, gradient_accumulation_steps=3).train()
+    assert three.losses == pytest.approx(one.losses, abs=1e-6)
+    # Without the item counts the micro-batch losses are only averaged: measurably different here.
+    naive = make_trainer(tmp_path / "n3", max_steps=4, gradient_accumulation_steps=3, count=False).train()
+    assert max(abs(a - b) for a, b in zip(naive.losses, one.losses)) > 1e-3
+
+
+# ---- outputs, checkpoints, bad input ---------------------------------------------------------------
+
+def test_run_writes_metrics_checkpoints_and_final_model(tmp_path):
+    trainer = make_trainer(tmp_path, max_steps=7, save_every=2, save_total_limit=2, log_every=3,
+                           warmup_steps=2)
+    state = trainer.train()
+    assert (state.step, state.stop_reason, state.epoch, state.position) == (7, "max_steps", 2, 1)
+    records = read_metrics(tmp_path)
+    assert [r["step"] for r in records] == [3, 6, 7]
+    assert records[0]["loss"] == pytest.approx(sum(state.losses[:3]) / 3)
+    assert records[1]["lr"] == pytest.approx(1e-2 * (1 - 3 / 5))  # step 6: index 5, 3 of 5 decay steps done
+    assert {"seconds", "examples_per_second", "tokens_per_second", "grad_norm", "loss_mlm", "loss_cls"} \
+        <= set(records[0])
+    assert [step for step, _ in list_checkpoints(tmp_path)] == [6, 7]  # the final step is saved too
+    saved = load_checkpoint(tmp_path / "checkpoint-6", torch.device("cpu"))
+    assert (saved["state"]["step"], saved["state"]["epoch"], saved["state"]["position"]) == (6, 2, 0)
+    assert {"optimizer", "scheduler", "rng"} <= set(saved) and len(saved["rng"]) == 1
+    for name in ("config.json", "model.safetensors", "vocab.txt"):
+        assert (tmp_path / name).is_file() and (tmp_path / "checkpoint-6" / name).is_file()
+    final = tiny.TinyModel.from_pretrained(tmp_path)
+    for key, value in trainer.model.state_dict().items():
+        assert torch.equal(final.state_dict()[key], value)
+    assert not list(tmp_path.glob(".*"))  # no temp directories left
+    with pytest.raises(FileExistsError, match="resume=True"):
+        make_trainer(tmp_path, max_steps=7).train()
+
+
+def test_invalid_arguments_are_named():
+    with pytest.raises(ValueError, match="batch_size"):
+        TrainingArguments(output_dir="x", batch_size=0)
+    with pytest.raises(ValueError, match="metric_for_best"):
+        TrainingArguments(output_dir="x", early_stopping_patience=2)
+    with pytest.raises(ValueError, match="fewer than one global batch"):
+        make_trainer("x", data=tiny.make_dataset(5))
+    args = TrainingArguments(output_dir="x", metric_for_best="loss")
+    assert (args.metric_for_best, args.greater_is_better) == ("eval_loss", False)
+    assert TrainingArguments.from_dict(args.to_dict()) == args
+
+
+def test_nan_loss_stops_with_step_and_keeps_last_good_checkpoint(tmp_path):
+    model = tiny.build_model(nan_at_forward=6)
+    trainer = make_trainer(tmp_path, model=model, max_steps=10, save_every=2)
+    with pytest.raises(TrainingError, match="step 6: loss is nan") as err:
+        trainer.train()
+    assert err.value.step == 6 and err.value.checkpoint == tmp_path / "checkpoint-4"
+    assert "checkpoint-4" in str(err.value)
+    assert [step for step, _ in list_checkpoints(tmp_path)] == [2, 4]
+    assert json.loads((tmp_path / "checkpoint-4" / "trainer_state.json").read_text())["step"] == 4
+    assert not (tmp_path / "model.safetensors").exists()  # no final model from a diverged run
+    assert all(torch.isfinite(p).all() for p in model.parameters())  # the NaN step did not update
+
+
+def test_max_seconds_budget_stops_and_saves(tmp_path):
+    state = make_trainer(tmp_path, max_steps=50, max_seconds=0.0, save_every=10).train()
+    assert (state.step, state.stop_reason) == (1, "max_seconds")
+    assert [step for step, _ in list_checkpoints(tmp_path)] == [1]
+
+
+def test_early_stopping_keeps_best_model_and_its_checkpoint(tmp_path):
+    scores = iter([0.5, 0.7, 0.6, 0.65, 0.6, 0.9])
+    seen_weights = {}
+
+    def eval_fn(model):
+        assert not model.training
+        seen_weights[len(seen_weights) + 1] = model.dense.weight.detach().clone()
+        return {"accuracy": next(scores)}
+
+    trainer = make_trainer(tmp_path, max_steps=12, eval_every=2, save_every=2, save_total_limit=1,
+                           metric_for_best="accuracy", early_stopping_patience=2, eval_fn=eval_fn)
+    state = trainer.train()
+    assert (state.step, state.stop_reason) == (8, "early_stopping")  # evals at 2,4,6,8; best at 4
+    assert (state.best_metric, state.best_step) == (0.7, 4)
+    assert [step for step, _ in list_checkpoints(tmp_path)] == [4, 8]  # newest 1, plus the best
+    best = tiny.TinyModel.from_pretrained(tmp_path / "best")
+    assert torch.equal(best.dense.weight, seen_weights[2])
+    assert json.loads((tmp_path / "best" / "eval_results.json").read_text()) == {"step": 4, "eval_accuracy": 0.7}
+    assert [r.get("eval_accuracy") for r in read_metrics(tmp_path) if "eval_accuracy" in r] == [0.5, 0.7, 0.6, 0.65]
+
+
+def test_bf16_autocast_trains(tmp_path):
+    state = make_trainer(tmp_path, max_steps=3, bf16=True).train()
+    assert all(math.isfinite(x) for x in state.losses) and state.losses[0] == pytest.approx(3.9, abs=0.3)
+
+
+# ---- kill and resume, torchrun (subprocesses) -----------------------------------------------------
+
+def _run_worker(*args: str) -> subprocess.Popen:
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    return subprocess.Popen([sys.executable, str(WORKER), *args], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+@pytest.mark.slow
+def test_sigkill_then_resume_ends_bitwise_equal(tmp_path):
+    common = ["--max-steps", "10", "--save-every", "3"]
+    full = _run_worker("run", str(tmp_path / "full"), *common)
+    killed = _run_worker("run", str(tmp_path / "killed"), *common, "--kill-at-step", "8")
+    assert full.wait(60) == 0, full.stderr.read()
+    assert killed.wait(60) == -signal.SIGKILL  # killed during step 8, after checkpoint-6
+    assert [step for step, _ in list_checkpoints(tmp_path / "killed")] == [3, 6]
+    resumed = _run_worker("run", str(tmp_path / "killed"), *common, "--resume")
+    assert resumed.wait(60) == 0, resumed.stderr.read()
+
+    want, got = load_file(str(tmp_path / "full" / "model.safetensors")), \
+        load_file(str(tmp_path / "killed" / "model.safetensors"))
+    assert want.keys() == got.keys()
+    for key in want:
+        assert torch.equal(want[key], got[key]), key
+    # The log has each step once (step 7, logged before the kill, is replaced) and the same losses.
+    full_log, resumed_log = read_metrics(tmp_path / "full"), read_metrics(tmp_path / "killed")
+    assert [r["step"] for r in resumed_log] == list(range(1, 11))
+    assert [r["loss"] for r in resumed_log] == [r["loss"] for r in full_log]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.slow
+def test_torchrun_two_processes_match_one_process_losses(tmp_path):
+    command = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc_per_node", "2",
+               "--master_addr", "127.0.0.1", "--master_port", str(_free_port()),
+               str(WORKER), "ddp", str(tmp_path / "ddp"), "--max-steps", "4", "--accumulation", "2"]
+    done = subprocess.run(command, env={**os.environ, "OMP_NUM_THREADS": "1"}, capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    ddp_losses = [r["loss"] for r in read_metrics(tmp_path / "ddp")]
+
+    single = make_trainer(tmp_path / "one", model=tiny.build_model(), data=tiny.make_dataset(30),
+                          max_steps=4).train()
+    assert len(ddp_losses) == 4
+    assert ddp_losses == pytest.approx(single.losses, abs=1e-4)
+    # only rank 0 wrote: one log line per step, one final model
+    assert (tmp_path / "ddp" / "model.safetensors").is_file()
