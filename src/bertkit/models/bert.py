@@ -76,8 +76,12 @@ class BertSelfAttention(nn.Module):
 
     def forward(self, x: Tensor, bias: Tensor | None, output_attentions: bool) -> tuple[Tensor, Tensor | None]:
         B, T, C = x.shape
-        q, k, v = (proj(x).view(B, T, self.num_heads, self.head_dim).transpose(1, 2)      # (B, H, T, D)
-                   for proj in (self.query, self.key, self.value))
+        # Q, K and V in one (C -> 3C) matmul: the same maths as three Linears, but one larger GEMM is
+        # faster on CPU. The parameters stay three Linears, so the names match Hugging Face's.
+        weight = torch.cat((self.query.weight, self.key.weight, self.value.weight))
+        bias_qkv = torch.cat((self.query.bias, self.key.bias, self.value.bias))
+        qkv = F.linear(x, weight, bias_qkv).view(B, T, 3, self.num_heads, self.head_dim)
+        q, k, v = qkv.permute(2, 0, 3, 1, 4)                                              # 3 x (B, H, T, D)
         dropout = self.dropout_prob if self.training else 0.0
         if output_attentions:  # the explicit maths, which can hand back the probabilities
             context, probs = attention(q, k, v, bias, dropout=dropout, training=self.training)
