@@ -337,5 +337,5 @@ def model_dir(name: str, *, verify: bool = False) -> Path:
     source = get_source(name)
     if source.kind != "model":
         models = [s.name for s in SOURCES.values() if s.kind == "model"]
-        raise SourceError(f"{name!r} is a {source.kind}, not a model; models: {', '.join(models)}")
+        raise ValueError(f"{name!r} is a {source.kind}, not a model; models: {', '.join(models)}")
     return fetch(name, verify=verify)

