@@ -152,17 +152,20 @@ def fill_tied(state: dict[str, Any], expected: Iterable[str]) -> dict[str, Any]:
 
 
 def match_state_dict(expected_shapes: Mapping[str, tuple], state: Mapping[str, Any],
-                     new_head_prefixes: Iterable[str] = (), source: str = "checkpoint") -> list[str]:
+                     new_head_prefixes: Iterable[str] = (), source: str = "checkpoint",
+                     other_head_prefixes: Iterable[str] = ()) -> list[str]:
     """Check names and shapes; return the expected keys left missing on purpose (new heads).
 
-    Raises one CheckpointError listing every missing, unexpected and mis-shaped tensor; keys starting with
-    one of `new_head_prefixes` may be missing (the caller initialises that head fresh).
+    Raises one CheckpointError listing every missing, unexpected and mis-shaped tensor. Keys starting with
+    one of `new_head_prefixes` may be missing (the caller initialises that head fresh); keys starting with
+    one of `other_head_prefixes` belong to another task's head and are not expected here (the caller drops them).
     """
-    new_head_prefixes = tuple(new_head_prefixes)
+    new_head_prefixes, other_head_prefixes = tuple(new_head_prefixes), tuple(other_head_prefixes)
     missing = [k for k in expected_shapes if k not in state]
     fresh = [k for k in missing if new_head_prefixes and k.startswith(new_head_prefixes)]
     missing = [k for k in missing if k not in fresh]
-    unexpected = sorted(k for k in state if k not in expected_shapes)
+    unexpected = sorted(k for k in state if k not in expected_shapes
+                        and not (other_head_prefixes and k.startswith(other_head_prefixes)))
     mis_shaped = [f"{k}: {source} {tuple(state[k].shape)}, model {tuple(expected_shapes[k])}"
                   for k in expected_shapes if k in state and tuple(state[k].shape) != tuple(expected_shapes[k])]
     if missing or unexpected or mis_shaped:
@@ -178,13 +181,15 @@ def match_state_dict(expected_shapes: Mapping[str, tuple], state: Mapping[str, A
 
 def prepare_state_dict(state: Mapping[str, Any], expected_shapes: Mapping[str, tuple],
                        new_head_prefixes: Iterable[str] = (), source: str = "checkpoint",
+                       other_head_prefixes: Iterable[str] = (),
                        prefix: str = "bert.") -> tuple[dict[str, Any], list[str], list[str]]:
     """All the quirks in order: normalise, adapt prefix, fill ties, check. Returns (state, fresh, dropped)."""
     state = normalize_keys(state)
     state, dropped = adapt_prefix(state, expected_shapes, prefix)
     state = fill_tied(state, expected_shapes)
-    fresh = match_state_dict(expected_shapes, state, new_head_prefixes, source)
-    return state, fresh, dropped
+    fresh = match_state_dict(expected_shapes, state, new_head_prefixes, source, other_head_prefixes)
+    dropped += sorted(k for k in state if k not in expected_shapes)
+    return {k: v for k, v in state.items() if k in expected_shapes}, fresh, dropped
 
 
 # ---- writing -------------------------------------------------------------------------------------

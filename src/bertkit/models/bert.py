@@ -187,8 +187,10 @@ class BertPooler(nn.Module):
 class BertPreTrainedModel(nn.Module):
     """Weight initialisation and Hugging Face-format loading/saving, shared by BertModel and the task models."""
 
-    # Parameter-name prefixes of a task head; loading a checkpoint without them initialises them fresh.
+    # Parameter-name prefixes of this model's head: a checkpoint without them loads, the head starts fresh.
     head_prefixes: tuple[str, ...] = ()
+    # Prefixes of other BERT models' heads (e.g. NSP weights in a pretraining checkpoint): ignored on load.
+    other_head_prefixes: tuple[str, ...] = ()
 
     def __init__(self, config: BertConfig) -> None:
         super().__init__()
@@ -235,7 +237,8 @@ class BertPreTrainedModel(nn.Module):
         state = checkpoint.read_weights(weights_file)
         expected = {k: tuple(v.shape) for k, v in model.state_dict().items()}
         state, fresh, dropped = checkpoint.prepare_state_dict(
-            state, expected, new_head_prefixes=cls.head_prefixes, source=str(weights_file))
+            state, expected, new_head_prefixes=model.head_prefixes, source=str(weights_file),
+            other_head_prefixes=model.other_head_prefixes)
         if fresh:
             import warnings
 
@@ -260,6 +263,8 @@ class BertPreTrainedModel(nn.Module):
 
 class BertModel(BertPreTrainedModel):
     """The BERT encoder: ids -> contextual vectors (B, T, C) and the pooled [CLS] vector (B, C)."""
+
+    head_prefixes = ("pooler.",)  # token-tagging checkpoints have no pooler
 
     def __init__(self, config: BertConfig, add_pooling_layer: bool = True) -> None:
         super().__init__(config)

@@ -1,0 +1,252 @@
+"""Task heads on BertModel, with Hugging Face's names and signatures so checkpoints move both ways.
+
+- BertForPreTraining: masked LM + next-sentence (or sentence-order) prediction (Devlin et al., 3.1).
+- BertForMaskedLM: masked LM alone (RoBERTa's objective).
+- BertForSequenceClassification: a Linear on the pooled [CLS] vector (single sentences and pairs).
+- BertForTokenClassification: a Linear on every token's vector (NER).
+
+Dimension letters: B batch, T sequence, C hidden, E embedding size, V vocabulary, N predicted positions.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from bertkit.config import BertConfig
+from bertkit.functional import ACT2FN
+from bertkit.models.bert import BertModel, BertPreTrainedModel
+
+IGNORE_INDEX = -100  # label of a position that is not predicted (transformers' convention)
+
+
+@dataclass
+class BertForPreTrainingOutput:
+    loss: Tensor | None = None
+    prediction_logits: Tensor | None = None        # (B, T, V); with labels only the N predicted rows, (N, V)
+    seq_relationship_logits: Tensor | None = None  # (B, 2)
+    hidden_states: tuple[Tensor, ...] | None = None
+    attentions: tuple[Tensor, ...] | None = None
+    loss_sums: dict[str, Tensor] | None = None     # summed per-item losses, for exact averaging across batches
+
+
+@dataclass
+class MaskedLMOutput:
+    loss: Tensor | None = None
+    logits: Tensor | None = None                   # (B, T, V); with labels only the N predicted rows, (N, V)
+    hidden_states: tuple[Tensor, ...] | None = None
+    attentions: tuple[Tensor, ...] | None = None
+    loss_sums: dict[str, Tensor] | None = None
+
+
+@dataclass
+class ClassifierOutput:
+    loss: Tensor | None = None
+    logits: Tensor | None = None                   # (B, num_labels) or, per token, (B, T, num_labels)
+    hidden_states: tuple[Tensor, ...] | None = None
+    attentions: tuple[Tensor, ...] | None = None
+
+
+class BertPredictionHeadTransform(nn.Module):
+    """Dense + activation + LayerNorm before the vocabulary projection (to E wide when embeddings are factorised)."""
+
+    def __init__(self, config: BertConfig) -> None:
+        super().__init__()
+        out = config.embedding_size or config.hidden_size
+        self.dense = nn.Linear(config.hidden_size, out)
+        self.transform_act_fn = ACT2FN[config.hidden_act]
+        self.LayerNorm = nn.LayerNorm(out, eps=config.layer_norm_eps)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.LayerNorm(self.transform_act_fn(self.dense(x)))
+
+
+class BertLMPredictionHead(nn.Module):
+    """Scores over the vocabulary; the decoder's weight is the word-embedding matrix (tied), plus a bias."""
+
+    def __init__(self, config: BertConfig) -> None:
+        super().__init__()
+        self.transform = BertPredictionHeadTransform(config)
+        self.decoder = nn.Linear(config.embedding_size or config.hidden_size, config.vocab_size)
+        self.bias = nn.Parameter(torch.zeros(config.vocab_size))
+        self.decoder.bias = self.bias  # one parameter, two names, as in Hugging Face checkpoints
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.decoder(self.transform(x))
+
+
+class BertPreTrainingHeads(nn.Module):
+    def __init__(self, config: BertConfig) -> None:
+        super().__init__()
+        self.predictions = BertLMPredictionHead(config)
+        self.seq_relationship = nn.Linear(config.hidden_size, 2)  # is-next / not-next (or in-order / swapped)
+
+
+class BertOnlyMLMHead(nn.Module):
+    def __init__(self, config: BertConfig) -> None:
+        super().__init__()
+        self.predictions = BertLMPredictionHead(config)
+
+
+def masked_lm_scores(head: BertLMPredictionHead, sequence_output: Tensor,
+                     labels: Tensor | None) -> tuple[Tensor, Tensor | None]:
+    """Vocabulary logits, and the summed cross-entropy over predicted positions when labels are given.
+
+    Only ~15% of positions are predicted, and the C -> V projection is most of a small BERT's FLOPs, so
+    with labels the head runs on the N predicted rows only: (N, C) -> (N, V). The loss is the same as
+    computing every position and ignoring the rest.
+    """
+    if labels is None:
+        return head(sequence_output), None
+    predicted = labels != IGNORE_INDEX                                         # (B, T)
+    logits = head(sequence_output[predicted])                                   # (N, V)
+    return logits, F.cross_entropy(logits.float(), labels[predicted], reduction="sum")
+
+
+def _mean(total: Tensor, count: int) -> Tensor:
+    # an empty selection contributes 0, not nan
+    return total / count if count else total * 0.0
+
+
+class BertForPreTraining(BertPreTrainedModel):
+    """BERT with its two pretraining heads: masked LM (tied decoder) and next-sentence prediction."""
+
+    head_prefixes = ("cls.",)
+    other_head_prefixes = ("classifier.",)
+
+    def __init__(self, config: BertConfig) -> None:
+        super().__init__(config)
+        self.bert = BertModel(config)
+        self.cls = BertPreTrainingHeads(config)
+        self.init_weights()
+
+    def tie_weights(self) -> None:
+        self.cls.predictions.decoder.weight = self.bert.embeddings.word_embeddings.weight
+
+    def forward(self, input_ids: Tensor, attention_mask: Tensor | None = None, token_type_ids: Tensor | None = None,
+                position_ids: Tensor | None = None, labels: Tensor | None = None,
+                next_sentence_label: Tensor | None = None, output_attentions: bool = False,
+                output_hidden_states: bool = False) -> BertForPreTrainingOutput:
+        """labels (B, T): token ids to predict, -100 elsewhere; next_sentence_label (B,): 0 = is next, 1 = random."""
+        out = self.bert(input_ids, attention_mask, token_type_ids, position_ids, output_attentions,
+                        output_hidden_states)
+        logits, mlm_sum = masked_lm_scores(self.cls.predictions, out.last_hidden_state, labels)
+        nsp_logits = self.cls.seq_relationship(out.pooler_output)
+        loss, sums = None, {}
+        if labels is not None:
+            sums["mlm"] = mlm_sum
+            loss = _mean(mlm_sum, logits.size(0))
+        if next_sentence_label is not None:
+            sums["nsp"] = F.cross_entropy(nsp_logits.float(), next_sentence_label.view(-1), reduction="sum")
+            nsp = _mean(sums["nsp"], next_sentence_label.numel())
+            loss = nsp if loss is None else loss + nsp
+        return BertForPreTrainingOutput(loss, logits, nsp_logits, out.hidden_states, out.attentions, sums or None)
+
+    @staticmethod
+    def count_loss_items(batch: dict[str, Tensor]) -> dict[str, int]:
+        """How many items each loss term averages over in `batch` (the trainer's exact averaging needs it)."""
+        counts = {}
+        if "labels" in batch:
+            counts["mlm"] = int((batch["labels"] != IGNORE_INDEX).sum())
+        if "next_sentence_label" in batch:
+            counts["nsp"] = int(batch["next_sentence_label"].numel())
+        return counts
+
+
+class BertForMaskedLM(BertPreTrainedModel):
+    """BERT with the masked-LM head only (no pooler, no NSP): RoBERTa's objective."""
+
+    head_prefixes = ("cls.predictions.",)
+    other_head_prefixes = ("cls.seq_relationship.", "bert.pooler.", "classifier.")
+
+    def __init__(self, config: BertConfig) -> None:
+        super().__init__(config)
+        self.bert = BertModel(config, add_pooling_layer=False)
+        self.cls = BertOnlyMLMHead(config)
+        self.init_weights()
+
+    def tie_weights(self) -> None:
+        self.cls.predictions.decoder.weight = self.bert.embeddings.word_embeddings.weight
+
+    def forward(self, input_ids: Tensor, attention_mask: Tensor | None = None, token_type_ids: Tensor | None = None,
+                position_ids: Tensor | None = None, labels: Tensor | None = None, output_attentions: bool = False,
+                output_hidden_states: bool = False) -> MaskedLMOutput:
+        out = self.bert(input_ids, attention_mask, token_type_ids, position_ids, output_attentions,
+                        output_hidden_states)
+        logits, mlm_sum = masked_lm_scores(self.cls.predictions, out.last_hidden_state, labels)
+        if labels is None:
+            return MaskedLMOutput(None, logits, out.hidden_states, out.attentions)
+        return MaskedLMOutput(_mean(mlm_sum, logits.size(0)), logits, out.hidden_states, out.attentions,
+                              {"mlm": mlm_sum})
+
+    count_loss_items = BertForPreTraining.count_loss_items
+
+
+class BertForSequenceClassification(BertPreTrainedModel):
+    """dropout + Linear on the pooled [CLS] vector; cross-entropy, or MSE when num_labels == 1 (regression)."""
+
+    head_prefixes = ("classifier.",)
+    other_head_prefixes = ("cls.",)
+
+    def __init__(self, config: BertConfig) -> None:
+        super().__init__(config)
+        self.num_labels = config.num_labels
+        self.bert = BertModel(config)
+        dropout = config.classifier_dropout if config.classifier_dropout is not None else config.hidden_dropout_prob
+        self.dropout = nn.Dropout(dropout)
+        self.classifier = nn.Linear(config.hidden_size, self.num_labels)
+        self.init_weights()
+
+    def forward(self, input_ids: Tensor, attention_mask: Tensor | None = None, token_type_ids: Tensor | None = None,
+                position_ids: Tensor | None = None, labels: Tensor | None = None, output_attentions: bool = False,
+                output_hidden_states: bool = False) -> ClassifierOutput:
+        out = self.bert(input_ids, attention_mask, token_type_ids, position_ids, output_attentions,
+                        output_hidden_states)
+        logits = self.classifier(self.dropout(out.pooler_output))                  # (B, num_labels)
+        loss = None
+        if labels is not None:
+            if self.num_labels == 1:
+                loss = F.mse_loss(logits.squeeze(-1).float(), labels.float())
+            else:
+                _check_labels(labels, self.num_labels)
+                loss = F.cross_entropy(logits.float(), labels.view(-1))
+        return ClassifierOutput(loss, logits, out.hidden_states, out.attentions)
+
+
+class BertForTokenClassification(BertPreTrainedModel):
+    """dropout + Linear on every token's vector (NER); positions labelled -100 are not scored."""
+
+    head_prefixes = ("classifier.",)
+    other_head_prefixes = ("cls.", "bert.pooler.")
+
+    def __init__(self, config: BertConfig) -> None:
+        super().__init__(config)
+        self.num_labels = config.num_labels
+        self.bert = BertModel(config, add_pooling_layer=False)
+        dropout = config.classifier_dropout if config.classifier_dropout is not None else config.hidden_dropout_prob
+        self.dropout = nn.Dropout(dropout)
+        self.classifier = nn.Linear(config.hidden_size, self.num_labels)
+        self.init_weights()
+
+    def forward(self, input_ids: Tensor, attention_mask: Tensor | None = None, token_type_ids: Tensor | None = None,
+                position_ids: Tensor | None = None, labels: Tensor | None = None, output_attentions: bool = False,
+                output_hidden_states: bool = False) -> ClassifierOutput:
+        out = self.bert(input_ids, attention_mask, token_type_ids, position_ids, output_attentions,
+                        output_hidden_states)
+        logits = self.classifier(self.dropout(out.last_hidden_state))             # (B, T, num_labels)
+        loss = None
+        if labels is not None:
+            _check_labels(labels[labels != IGNORE_INDEX], self.num_labels)
+            loss = F.cross_entropy(logits.float().view(-1, self.num_labels), labels.view(-1),
+                                   ignore_index=IGNORE_INDEX)
+        return ClassifierOutput(loss, logits, out.hidden_states, out.attentions)
+
+
+def _check_labels(labels: Tensor, num_labels: int) -> None:
+    """A label id outside the head is a data error; say so instead of failing inside cross_entropy."""
+    if labels.numel() and (int(labels.min()) < 0 or int(labels.max()) >= num_labels):
+        raise ValueError(f"label ids must be in [0, {num_labels}) for this model's {num_labels} labels, got "
+                         f"values in [{int(labels.min())}, {int(labels.max())}]")
