@@ -1,0 +1,175 @@
+"""Pretraining instances and masking: rates, balance, whole words, specials, determinism."""
+
+import random
+
+import pytest
+import torch
+
+from bertkit.data.pretraining import (
+    IGNORE_INDEX,
+    MaskingSpec,
+    PretrainingCollator,
+    Segment,
+    create_instances,
+    mask_tokens,
+)
+
+CLS, SEP, MASK, PAD = 101, 102, 103, 0
+SPECIALS = frozenset({PAD, CLS, SEP, MASK})
+SPEC = MaskingSpec(mask_token_id=MASK, vocab_size=1000, special_ids=SPECIALS, max_predictions_per_seq=1000)
+
+
+def make_documents(n_docs=40, n_sents=8, seed=0, word_len=(1, 3)):
+    """Synthetic documents whose token ids encode (document, sentence), so tests can read where text came from."""
+    rng = random.Random(seed)
+    docs = []
+    for d in range(n_docs):
+        doc = []
+        for s in range(n_sents):
+            ids, starts = [], []
+            while len(ids) < rng.randint(6, 14):
+                w = rng.randint(*word_len)
+                ids += [200 + d * 10 + (s % 10)] * w  # id tells the document and sentence
+                starts += [True] + [False] * (w - 1)
+            doc.append(Segment(ids, starts))
+        docs.append(doc)
+    return docs
+
+
+def test_instances_fit_and_are_well_formed():
+    instances = create_instances(make_documents(), 32, CLS, SEP, "mlm+nsp", seed=1)
+    assert len(instances) > 40
+    for inst in instances:
+        n = len(inst.input_ids)
+        assert n <= 32 and inst.input_ids[0] == CLS and inst.input_ids[-1] == SEP
+        assert inst.input_ids.count(SEP) == 2 and sum(inst.special) == 3
+        first_sep = inst.input_ids.index(SEP)
+        assert inst.token_type_ids == [0] * (first_sep + 1) + [1] * (n - first_sep - 1)
+        assert len(inst.word_starts) == n
+
+
+def _doc_of(token):
+    return (token - 200) // 10
+
+
+def test_nsp_is_balanced_and_random_next_comes_from_another_document():
+    instances = create_instances(make_documents(), 48, CLS, SEP, "mlm+nsp", seed=2, dupe_factor=5)
+    labels = [inst.next_sentence_label for inst in instances]
+    assert 0.45 < sum(labels) / len(labels) < 0.55
+    for inst in instances:
+        sep = inst.input_ids.index(SEP)
+        a, b = inst.input_ids[1:sep], inst.input_ids[sep + 1:-1]
+        same_doc = _doc_of(a[-1]) == _doc_of(b[0])
+        assert same_doc == (inst.next_sentence_label == 0)
+
+
+def test_sop_swaps_order_within_a_document():
+    instances = create_instances(make_documents(), 48, CLS, SEP, "mlm+sop", seed=3, dupe_factor=5)
+    labels = [inst.next_sentence_label for inst in instances]
+    assert 0.45 < sum(labels) / len(labels) < 0.55
+    for inst in instances:
+        sep = inst.input_ids.index(SEP)
+        a, b = inst.input_ids[1:sep], inst.input_ids[sep + 1:-1]
+        assert _doc_of(a[0]) == _doc_of(b[0])                       # SOP never leaves the document
+        if len({t % 10 for t in a + b}) > 1 and a[-1] != b[0]:        # distinct sentences at the cut
+            assert (a[-1] < b[0]) == (inst.next_sentence_label == 0)  # in order, or swapped
+
+
+def test_mlm_only_is_one_segment():
+    instances = create_instances(make_documents(), 40, CLS, SEP, "mlm", seed=4)
+    assert all(inst.next_sentence_label is None and inst.input_ids.count(SEP) == 1 for inst in instances)
+    assert all(set(inst.token_type_ids) == {0} for inst in instances)
+
+
+def test_masking_rates():
+    inst = create_instances(make_documents(2, 40, word_len=(1, 1)), 128, CLS, SEP, "mlm", short_seq_prob=0)[0]
+    n_tokens = len(inst.input_ids) - 2
+    chosen = as_mask = as_random = as_same = 0
+    rng = random.Random(0)
+    for _ in range(400):
+        masked, labels = mask_tokens(inst, SPEC, rng)
+        for k, label in enumerate(labels):
+            if label == IGNORE_INDEX:
+                assert masked[k] == inst.input_ids[k]
+                continue
+            chosen += 1
+            if masked[k] == MASK:
+                as_mask += 1
+            elif masked[k] == inst.input_ids[k]:
+                as_same += 1
+            else:
+                as_random += 1
+                assert masked[k] not in SPECIALS
+    assert chosen == 400 * round(n_tokens * 0.15)
+    assert abs(as_mask / chosen - 0.8) < 0.02
+    assert abs(as_random / chosen - 0.1) < 0.015 and abs(as_same / chosen - 0.1) < 0.015
+
+
+def test_special_tokens_are_never_masked_and_budget_is_capped():
+    spec = MaskingSpec(MASK, 1000, SPECIALS, mlm_probability=0.9, max_predictions_per_seq=5)
+    rng = random.Random(1)
+    for inst in create_instances(make_documents(), 64, CLS, SEP, "mlm+nsp", seed=5):
+        masked, labels = mask_tokens(inst, spec, rng)
+        for k, special in enumerate(inst.special):
+            if special:
+                assert labels[k] == IGNORE_INDEX and masked[k] == inst.input_ids[k]
+        assert 1 <= sum(label != IGNORE_INDEX for label in labels) <= 5
+
+
+def test_whole_word_masking_masks_whole_words():
+    spec = MaskingSpec(MASK, 1000, SPECIALS, whole_word=True, max_predictions_per_seq=1000)
+    rng = random.Random(2)
+    partial_seen = False
+    for inst in create_instances(make_documents(word_len=(2, 4)), 64, CLS, SEP, "mlm+nsp", seed=6):
+        _, labels = mask_tokens(inst, spec, rng)
+        words, current = [], []
+        for k, start in enumerate(inst.word_starts):
+            if inst.special[k]:
+                continue
+            if start and current:
+                words.append(current)
+                current = []
+            current.append(k)
+        words.append(current)
+        for word in words:
+            flags = {labels[k] != IGNORE_INDEX for k in word}
+            assert len(flags) == 1, "a word is masked whole or not at all"
+        _, token_labels = mask_tokens(inst, SPEC, rng)  # without whole-word masking, words get split
+        partial_seen |= any(len({token_labels[k] != IGNORE_INDEX for k in w}) == 2 for w in words)
+    assert partial_seen
+
+
+def test_deterministic_under_a_seed():
+    docs = make_documents()
+    a = create_instances(docs, 32, CLS, SEP, "mlm+nsp", masking=SPEC, seed=7)
+    b = create_instances(make_documents(), 32, CLS, SEP, "mlm+nsp", masking=SPEC, seed=7)
+    c = create_instances(make_documents(), 32, CLS, SEP, "mlm+nsp", masking=SPEC, seed=8)
+    assert [(i.input_ids, i.masked_input_ids, i.labels) for i in a] == \
+           [(i.input_ids, i.masked_input_ids, i.labels) for i in b]
+    assert [i.input_ids for i in a] != [i.input_ids for i in c]
+
+
+def test_collator_static_and_dynamic():
+    instances = create_instances(make_documents(), 32, CLS, SEP, "mlm+nsp", masking=SPEC, seed=9)[:4]
+    static = PretrainingCollator(PAD, SPEC)
+    b1, b2 = static(instances, [1, 2, 3, 4]), static(instances, [5, 6, 7, 8])
+    assert torch.equal(b1["input_ids"], b2["input_ids"])                      # fixed at build time
+    T = max(len(i.input_ids) for i in instances)
+    assert b1["input_ids"].shape == (4, T) and b1["next_sentence_label"].shape == (4,)
+    assert b1["attention_mask"].sum().item() == sum(len(i.input_ids) for i in instances)
+    assert (b1["labels"][b1["attention_mask"] == 0] == IGNORE_INDEX).all()
+
+    dynamic = PretrainingCollator(PAD, SPEC, dynamic=True)
+    d1, d2, d3 = dynamic(instances, [1, 2, 3, 4]), dynamic(instances, [1, 2, 3, 4]), dynamic(instances, [9, 2, 3, 4])
+    assert torch.equal(d1["labels"], d2["labels"])                            # same seeds, same masks
+    assert not torch.equal(d1["labels"][0], d3["labels"][0])                  # a new epoch's seed, new masks
+    assert torch.equal(d1["labels"][1:], d3["labels"][1:])                    # per instance, not per batch
+    with pytest.raises(ValueError, match="empty batch"):
+        dynamic([], [])
+
+
+def test_bad_arguments():
+    with pytest.raises(ValueError, match="at least 2 documents"):
+        create_instances(make_documents(1), 32, CLS, SEP, "mlm+nsp")
+    with pytest.raises(ValueError, match=r"objective 'mlm\+mop'"):
+        create_instances(make_documents(), 32, CLS, SEP, "mlm+mop")
