@@ -181,3 +181,191 @@ PRESETS: dict[str, dict[str, int]] = {
     "small": dict(hidden_size=512, num_hidden_layers=4, num_attention_heads=8, intermediate_size=2048),
     "base": dict(hidden_size=768, num_hidden_layers=12, num_attention_heads=12, intermediate_size=3072),
 }
+
+
+# ==== Seq2SeqConfig and GPTConfig: the encoder–decoder models and the decoder-only LM ==================
+# Names follow Hugging Face's Marian/BART (seq2seq) and GPT-2 (GPT) configs where they have one.
+
+SEQ2SEQ_ARCHITECTURES = ("transformer", "rnn")
+RNN_CELLS = ("rnn", "lstm", "gru")
+
+
+def _check_positive(config: Any, names: tuple[str, ...]) -> None:
+    for name in names:
+        value = getattr(config, name)
+        if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+            raise ConfigError(f"{name} must be a positive integer, got {value!r}")
+
+
+def _check_probabilities(config: Any, names: tuple[str, ...]) -> None:
+    for name in names:
+        value = getattr(config, name)
+        if not isinstance(value, (int, float)) or not 0.0 <= value < 1.0:
+            raise ConfigError(f"{name} must be in [0, 1), got {value!r}")
+
+
+def _check_token_ids(config: Any, names: tuple[str, ...], vocab_size: int) -> None:
+    for name in names:
+        value = getattr(config, name)
+        if value is not None and not 0 <= value < vocab_size:
+            raise ConfigError(f"{name} {value} is outside the vocabulary (size {vocab_size})")
+
+
+class _JsonConfig:
+    """config.json reading and writing for the dataclass configs below; `model_type` names the class."""
+
+    model_type = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"model_type": self.model_type, **dataclasses.asdict(self)}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]):
+        """Build from a config dict; a different model_type is an error, unknown keys a warning."""
+        data = dict(data)
+        model_type = data.pop("model_type", cls.model_type)
+        if model_type != cls.model_type:
+            raise ConfigError(f"config is for model_type {model_type!r}, not {cls.model_type!r}")
+        names = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(k for k in data if k not in names and k not in _HF_BOOKKEEPING)
+        if unknown:
+            warnings.warn(f"config keys not used by bertkit (ignored): {', '.join(unknown)}", stacklevel=2)
+        try:
+            return cls(**{k: v for k, v in data.items() if k in names})
+        except TypeError as err:
+            raise ConfigError(f"invalid config: {err}") from None
+
+    @classmethod
+    def from_pretrained(cls, path: str | os.PathLike):
+        """Read `config.json` from a model directory (or the file itself)."""
+        path = Path(path)
+        path = path / CONFIG_NAME if path.is_dir() else path
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise FileNotFoundError(f"no config file at {path}") from None
+        except (json.JSONDecodeError, UnicodeDecodeError) as err:
+            raise ConfigError(f"{path} is not valid JSON: {err}") from None
+        if not isinstance(data, dict):
+            raise ConfigError(f"{path} must hold a JSON object, got {type(data).__name__}")
+        return cls.from_dict(data)
+
+    def to_json_string(self) -> str:
+        return json.dumps(self.to_dict(), indent=2, sort_keys=True, ensure_ascii=False) + "\n"
+
+    def save_pretrained(self, directory: str | os.PathLike) -> Path:
+        """Write `config.json` into `directory` atomically."""
+        from bertkit.checkpoint import atomic_write_text
+
+        directory = Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        return atomic_write_text(directory / CONFIG_NAME, self.to_json_string())
+
+    def replace(self, **changes: Any):
+        return dataclasses.replace(self, **changes)
+
+
+@dataclass
+class Seq2SeqConfig(_JsonConfig):
+    """An encoder–decoder translation model: the Transformer (Vaswani et al.) or an RNN with/without attention."""
+
+    model_type = "bertkit-seq2seq"
+
+    architecture: str = "transformer"           # "transformer" | "rnn"
+    vocab_size: int = 8000                      # source vocabulary
+    decoder_vocab_size: int | None = None       # target vocabulary; None = the source's
+    d_model: int = 512
+    encoder_layers: int = 6
+    decoder_layers: int = 6
+    attention_heads: int = 8
+    ffn_dim: int = 2048
+    activation_function: str = "relu"
+    dropout: float = 0.1
+    attention_dropout: float = 0.0
+    max_position_embeddings: int = 512
+    normalize_before: bool = False              # pre-LN blocks; the paper's post-LN when False
+    scale_embedding: bool = True                # embeddings × √d_model before adding positions (paper 3.4)
+    share_encoder_decoder_embeddings: bool = False
+    tie_word_embeddings: bool = True            # output projection = decoder input embeddings
+    label_smoothing: float = 0.1
+    layer_norm_eps: float = 1e-5
+    # the RNN baselines: cell type, Bahdanau attention on/off
+    rnn_cell: str = "gru"
+    rnn_attention: bool = True
+    pad_token_id: int = 0
+    bos_token_id: int = 2                       # also the decoder's start token
+    eos_token_id: int = 3
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    @property
+    def target_vocab_size(self) -> int:
+        return self.decoder_vocab_size or self.vocab_size
+
+    def validate(self) -> None:
+        """Raise ConfigError naming the first value no model can be built from."""
+        if self.architecture not in SEQ2SEQ_ARCHITECTURES:
+            raise ConfigError(f"architecture {self.architecture!r} is not one of {', '.join(SEQ2SEQ_ARCHITECTURES)}")
+        _check_positive(self, ("vocab_size", "target_vocab_size", "d_model", "encoder_layers", "decoder_layers",
+                               "attention_heads", "ffn_dim", "max_position_embeddings"))
+        if self.d_model % self.attention_heads:
+            raise ConfigError(f"d_model ({self.d_model}) is not divisible by attention_heads ({self.attention_heads})")
+        if self.activation_function not in ACTIVATIONS:
+            raise ConfigError(f"activation_function {self.activation_function!r} is not one of "
+                              f"{', '.join(ACTIVATIONS)}")
+        if self.rnn_cell not in RNN_CELLS:
+            raise ConfigError(f"rnn_cell {self.rnn_cell!r} is not one of {', '.join(RNN_CELLS)}")
+        _check_probabilities(self, ("dropout", "attention_dropout", "label_smoothing"))
+        if self.share_encoder_decoder_embeddings and self.target_vocab_size != self.vocab_size:
+            raise ConfigError(f"shared source/target embeddings need one vocabulary, got sizes {self.vocab_size} "
+                              f"and {self.target_vocab_size}")
+        _check_token_ids(self, ("pad_token_id",), min(self.vocab_size, self.target_vocab_size))
+        _check_token_ids(self, ("bos_token_id", "eos_token_id"), self.target_vocab_size)
+
+
+@dataclass
+class GPTConfig(_JsonConfig):
+    """A decoder-only causal LM (Radford et al.); GPT-2's field names, pre-LN by default as GPT-2."""
+
+    model_type = "bertkit-gpt"
+
+    vocab_size: int = 21128
+    n_positions: int = 512
+    n_embd: int = 768
+    n_layer: int = 12
+    n_head: int = 12
+    n_inner: int | None = None                  # feed-forward size; None = 4 × n_embd
+    activation_function: str = "gelu_new"
+    resid_pdrop: float = 0.1
+    embd_pdrop: float = 0.1
+    attn_pdrop: float = 0.1
+    layer_norm_epsilon: float = 1e-5
+    initializer_range: float = 0.02
+    position_embedding_type: str = "absolute"   # learned, or "sinusoidal"
+    normalize_before: bool = True               # GPT-2's pre-LN; False = GPT-1's post-LN
+    tie_word_embeddings: bool = True
+    pad_token_id: int = 0
+    bos_token_id: int = 2
+    eos_token_id: int = 3
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    @property
+    def inner_size(self) -> int:
+        return self.n_inner or 4 * self.n_embd
+
+    def validate(self) -> None:
+        """Raise ConfigError naming the first value no model can be built from."""
+        _check_positive(self, ("vocab_size", "n_positions", "n_embd", "n_layer", "n_head", "inner_size"))
+        if self.n_embd % self.n_head:
+            raise ConfigError(f"n_embd ({self.n_embd}) is not divisible by n_head ({self.n_head})")
+        if self.activation_function not in ACTIVATIONS:
+            raise ConfigError(f"activation_function {self.activation_function!r} is not one of "
+                              f"{', '.join(ACTIVATIONS)}")
+        if self.position_embedding_type not in POSITION_EMBEDDING_TYPES:
+            raise ConfigError(f"position_embedding_type {self.position_embedding_type!r} is not one of "
+                              f"{', '.join(POSITION_EMBEDDING_TYPES)}")
+        _check_probabilities(self, ("resid_pdrop", "embd_pdrop", "attn_pdrop"))
+        _check_token_ids(self, ("pad_token_id", "bos_token_id", "eos_token_id"), self.vocab_size)
