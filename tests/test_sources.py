@@ -24,7 +24,7 @@ import pytest
 from bertkit import cli
 from bertkit.data import sources
 from bertkit.data.pickles import UnsafePickleError, load_plain, loads_plain
-from conftest import model_dir_or_skip
+from conftest import fetch_or_skip, model_dir_or_skip
 
 # ---- a tiny source served by a local "index" -----------------------------------------------------
 
@@ -231,6 +231,28 @@ def test_model_dirs_load_in_transformers_offline(name, layers, hidden, vocab, lo
         shutil.copy(path / f, tmp_path / f)
     from_vocab = transformers.BertTokenizerFast.from_pretrained(tmp_path, local_files_only=True)
     assert from_vocab(text)["input_ids"] == ids
+
+
+def test_cli_data_list_and_errors(tiny, capsys):
+    assert cli.main(["data", "list"]) == 0
+    out = capsys.readouterr().out
+    for name in sources.SOURCES:
+        assert re.search(rf"^{re.escape(name)}\s+(model|dataset)\s+[\d.]+\s+missing\s", out, re.M), out
+    assert cli.main(["data", "fetch", "tiny"]) == 0
+    assert re.search(r"^tiny\s+fetched\s", capsys.readouterr().out, re.M)
+    assert cli.main(["data", "list"]) == 0
+    assert re.search(r"^tiny\s+dataset\s+0\.0\s+fetched\s", capsys.readouterr().out, re.M)
+    assert cli.main(["data", "fetch", "nope"]) == 2
+    assert "unknown source 'nope'" in capsys.readouterr().err
+
+
+@pytest.mark.network
+def test_cli_data_show(capsys):
+    fetch_or_skip("hsk")
+    assert cli.main(["data", "show", "hsk"]) == 0
+    out = capsys.readouterr().out
+    assert re.search(r"train\s+3,484", out) and re.search(r"test\s+435", out), out
+    assert len(re.findall(r"  ->  ", out)) == 3
 
 
 # ---- fetch everything into a fresh home, once per session (network, slow) --------------------------

@@ -19,6 +19,7 @@ Document = list[str]
 _ZH_ENDS = "。！？；…!?;"
 _CLOSERS = "”’」』）》〉】)]"
 _CJK = re.compile(r"[\u3400-\u9fff\uf900-\ufaff]")
+_LATIN_WORD = re.compile(r"[A-Za-z\u00c0-\u024f]+")
 # '.', '!', '?' (possibly repeated), closing quotes/brackets, then space and a sentence start
 _EN_BOUNDARY = re.compile(r"([.!?…]+)([\"'”’)\]]*)\s+(?=[\"'“‘(\[]?[A-Z0-9])")
 _ABBREVIATIONS = {"mr", "mrs", "ms", "dr", "prof", "sr", "jr", "st", "mt", "vs", "no", "fig", "gen", "col",
@@ -69,9 +70,9 @@ def split_sentences(text: str, lang: str = "zh") -> list[str]:
 
 
 def guess_lang(text: str) -> str:
-    """'zh' when at least a fifth of the letters are CJK characters, else 'en'."""
-    letters = sum(ch.isalpha() for ch in text)
-    return "zh" if letters and len(_CJK.findall(text)) * 5 >= letters else "en"
+    """'zh' when CJK characters are at least as many as Latin-script words (and there are some), else 'en'."""
+    cjk = len(_CJK.findall(text))
+    return "zh" if cjk and cjk >= len(_LATIN_WORD.findall(text)) else "en"
 
 
 def read_text_documents(paths: str | Path | Iterable[str | Path], lang: str | None = None,
