@@ -32,7 +32,7 @@ def attention(query: Tensor, key: Tensor, value: Tensor, mask: Tensor | None = N
     query (B, H, T, D), key/value (B, H, S, D); mask is an additive bias broadcastable to (B, H, T, S)
     (0 where allowed, a large negative where not), e.g. from `padding_mask_bias` or `causal_mask_bias`.
     """
-    scores = query @ key.transpose(-2, -1) / math.sqrt(query.size(-1))      # (B, H, T, S)
+    scores = query @ key.transpose(-2, -1) * (1.0 / math.sqrt(query.size(-1)))  # (B, H, T, S)
     if mask is not None:
         scores = scores + mask
     probs = scores.softmax(dim=-1)
