@@ -4,10 +4,10 @@ import numpy as np
 import pytest
 import torch
 import transformers
-from conftest import model_dir_or_skip
 
 from bertkit.models.bert import BertModel
 from bertkit.reference import NumpyBert
+from conftest import model_dir_or_skip
 
 SENTENCES = {
     "m3e-small": ["今天天气很好，我们去公园散步吧。", "北京是中华人民共和国的首都。", "这家店的服务太差了", "好"],
