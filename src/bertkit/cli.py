@@ -134,13 +134,23 @@ def _cmd_data(args: argparse.Namespace) -> int:
             print(f"cache: {sources.home()}  (set BERTKIT_HOME to move it)")
         elif args.data_command == "fetch":
             names = list(sources.SOURCES) if args.name == "all" else [sources.get_source(args.name).name]
+            failed = []
             for name in names:
                 manifest = sources.home() / name / sources.MANIFEST
                 before, start = manifest.exists() and manifest.stat().st_mtime_ns, time.perf_counter()
-                path = sources.fetch(name, verify=args.verify, force=args.force)
+                try:
+                    path = sources.fetch(name, verify=args.verify, force=args.force)
+                except sources.SourceError as err:
+                    if len(names) == 1:
+                        raise
+                    failed.append(f"{name}: {err}")  # go on with the others, report at the end
+                    print(f"{name:<18}{'FAILED':<9}{time.perf_counter() - start:>6.1f} s")
+                    continue
                 # a new manifest means it was downloaded now
                 done = "fetched" if manifest.stat().st_mtime_ns != before else "verified" if args.verify else "cached"
                 print(f"{name:<18}{done:<9}{time.perf_counter() - start:>6.1f} s  {path}")
+            if failed:
+                raise UserError(f"{len(failed)} of {len(names)} sources failed:\n" + "\n".join(failed))
         else:
             _show_data(args.name)
     except sources.SourceError as err:
