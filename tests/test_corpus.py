@@ -58,6 +58,8 @@ def test_plain_text_documents(tmp_path):
     assert docs == [["第一篇。", "第二句！", "第三句"], ["Second doc.", "It is English."],
                     ["One file, no blank line.", "So one document.", "Still the same document."]]
     assert read_text_documents([tmp_path / "b.txt", str(tmp_path / "a.txt")])[0][0] == "One file, no blank line."
+    whole_files = read_text_documents(tmp_path, one_per_file=True)
+    assert [len(d) for d in whole_files] == [5, 3] and whole_files[0][3] == "Second doc."
 
 
 def test_plain_text_bad_bytes_are_skipped_with_a_counted_warning(tmp_path):

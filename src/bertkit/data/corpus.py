@@ -76,10 +76,11 @@ def guess_lang(text: str) -> str:
 
 
 def read_text_documents(paths: str | Path | Iterable[str | Path], lang: str | None = None,
-                        encoding: str = "utf-8") -> list[Document]:
-    """Read users' plain text: a blank line separates documents, and a file without blank lines is one
-    document. A directory stands for its *.txt files in sorted order. `lang=None` guesses per document.
-    Undecodable lines are skipped and counted in a DataWarning per file."""
+                        encoding: str = "utf-8", one_per_file: bool = False) -> list[Document]:
+    """Read users' plain text: a blank line separates documents (a file without blank lines is one), or
+    with `one_per_file` each file is one document whatever its blank lines. A directory stands for its
+    *.txt files in sorted order. `lang=None` guesses per line. Undecodable lines are skipped and
+    counted in a DataWarning per file."""
     if isinstance(paths, str | Path):
         paths = [paths]
     files: list[Path] = []
@@ -94,12 +95,11 @@ def read_text_documents(paths: str | Path | Iterable[str | Path], lang: str | No
                 skips.add("undecodable bytes", number)
             elif line.strip():
                 blocks[-1].append(line)
-            elif blocks[-1]:
+            elif blocks[-1] and not one_per_file:
                 blocks.append([])
         kept = 0
         for block in blocks:
-            text = "\n".join(block)
-            sentences = split_sentences(text, lang or guess_lang(text))
+            sentences = [s for line in block for s in split_sentences(line, lang or guess_lang(line))]
             if sentences:
                 documents.append(sentences)
                 kept += 1
