@@ -7,6 +7,7 @@ Users' own files are read by `read_classification_file`, `read_conll` and `read_
 
 from __future__ import annotations
 
+import contextlib
 import json
 import random
 import re
@@ -194,7 +195,7 @@ def bible_verses(version: str) -> list[tuple[int, int, int, str]]:
     if version not in BIBLE_VERSIONS:
         raise ValueError(f"unknown bible version {version!r}; known: {', '.join(BIBLE_VERSIONS)}")
     path = sources.fetch("bible") / "bible.db"
-    with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as db:
+    with contextlib.closing(sqlite3.connect(f"{path.as_uri()}?mode=ro", uri=True)) as db:
         return db.execute("SELECT bNumber, cNumber, vNumber, vText FROM bible WHERE bbName = ? "
                           "ORDER BY bNumber, cNumber, vNumber", (version,)).fetchall()
 
