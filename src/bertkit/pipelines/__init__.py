@@ -1,0 +1,1 @@
+"""End-to-end recipes (pretrain, fine-tune, the demo) built from the library parts."""

@@ -1,0 +1,236 @@
+"""Pretraining, end to end: corpus -> tokenized documents -> instances -> BertForPreTraining -> Trainer.
+
+`pretrain(PretrainOptions(...))` is what `bertkit pretrain` runs. Everything is seeded, so a resumed
+run rebuilds exactly the same instances and the trainer continues from its saved data position.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import json
+import math
+import os
+import random
+import statistics
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from bertkit.config import PRESETS, BertConfig
+from bertkit.data.pretraining import (
+    IGNORE_INDEX,
+    OBJECTIVES,
+    MaskingSpec,
+    PretrainingCollator,
+    create_instances,
+    tokenize_documents,
+)
+from bertkit.models.heads import BertForMaskedLM, BertForPreTraining
+from bertkit.training.arguments import TrainingArguments
+from bertkit.training.trainer import Trainer
+
+OPTIONS_NAME = "pretrain_options.json"
+
+
+@dataclass
+class PretrainOptions:
+    """Everything a pretraining run is made of; saved as pretrain_options.json so `--resume` needs only OUT."""
+
+    corpus: list[str]                     # files, or corpus names of bertkit.data.corpus ("zh", "inews", ...)
+    vocab: str                            # a tokenizer directory (vocab.txt or tokenizer.json)
+    out: str
+    config: str = "mini"                  # a preset name (tiny/mini/small/base) or a BertConfig JSON file
+    albert: bool = False                  # factorised embeddings (128) + one shared layer
+    objective: str = "mlm+nsp"            # "mlm+nsp" | "mlm+sop" | "mlm"
+    wwm: bool = False                     # whole-word masking (jieba words for Chinese)
+    masking: str = "static"               # "static" (fixed at build, dupe_factor copies) | "dynamic" (per epoch)
+    max_seq_length: int = 128
+    batch_size: int = 32
+    max_steps: int | None = None
+    minutes: float | None = None          # wall-clock budget; with no max_steps the schedule is sized to it
+    learning_rate: float = 5e-4
+    warmup_ratio: float = 0.06
+    weight_decay: float = 0.01
+    gradient_accumulation_steps: int = 1
+    dupe_factor: int = 5
+    short_seq_prob: float = 0.1
+    max_predictions_per_seq: int = 20
+    eval_fraction: float = 0.01           # held-out share of documents for MLM / NSP accuracy
+    max_eval_instances: int = 1024
+    save_every: int | None = None
+    log_every: int = 10
+    eval_every: int | None = None
+    seed: int = 42
+    bf16: bool = False
+    compile: bool = False
+    progress: bool = True
+
+    def __post_init__(self) -> None:
+        if self.objective not in OBJECTIVES:
+            raise ValueError(f"objective {self.objective!r} is not one of {', '.join(OBJECTIVES)}")
+        if self.masking not in ("static", "dynamic"):
+            raise ValueError(f"masking must be 'static' or 'dynamic', got {self.masking!r}")
+        if self.max_steps is None and self.minutes is None:
+            raise ValueError("give max_steps or minutes (or both)")
+        if not self.corpus:
+            raise ValueError("no corpus given")
+
+
+def load_corpus(specs: list[str]) -> list[list[str]]:
+    """Documents of sentences from files (plain text, blank line between documents) or named corpora."""
+    from bertkit.data.corpus import CORPORA, load_documents, read_text_documents
+
+    documents = []
+    for spec in specs:
+        if Path(spec).exists():
+            documents += read_text_documents([spec])
+        elif spec in CORPORA:
+            documents += load_documents(spec)
+        else:
+            raise FileNotFoundError(f"corpus {spec!r} is neither a file nor one of {', '.join(sorted(CORPORA))}")
+    if not documents:
+        raise ValueError(f"the corpus {specs} holds no text")
+    return documents
+
+
+def model_config(spec: str, vocab_size: int, albert: bool, max_seq_length: int, pad_token_id: int) -> BertConfig:
+    """A BertConfig from a preset name or a JSON file, sized to the vocabulary."""
+    if spec in PRESETS:
+        config = BertConfig(vocab_size=vocab_size, pad_token_id=pad_token_id,
+                            max_position_embeddings=max(512, max_seq_length), **PRESETS[spec])
+    elif Path(spec).is_file():
+        config = BertConfig.from_json_file(spec)
+        if config.vocab_size != vocab_size:
+            raise ValueError(f"{spec} says vocab_size {config.vocab_size}, the tokenizer has {vocab_size} tokens")
+    else:
+        raise FileNotFoundError(f"--config {spec!r} is neither a preset ({', '.join(PRESETS)}) nor a JSON file")
+    if albert:
+        config = config.replace(embedding_size=min(128, config.hidden_size), share_layers=True)
+    if max_seq_length > config.max_position_embeddings:
+        raise ValueError(f"max_seq_length {max_seq_length} exceeds the model's {config.max_position_embeddings} "
+                         "positions")
+    return config
+
+
+def split_documents(documents: list, fraction: float, seed: int) -> tuple[list, list]:
+    """Hold out a seeded share of whole documents (at least 2, so NSP has a random document to draw from)."""
+    order = list(range(len(documents)))
+    random.Random(seed).shuffle(order)
+    n_eval = min(max(2, round(len(documents) * fraction)), len(documents) // 2) if fraction > 0 else 0
+    held = set(order[:n_eval])
+    return ([d for i, d in enumerate(documents) if i not in held], [d for i, d in enumerate(documents) if i in held])
+
+
+def pretraining_eval(instances: list, collator: PretrainingCollator, batch_size: int = 64):
+    """An eval_fn: masked-LM accuracy, loss and perplexity, and NSP/SOP accuracy on held-out instances."""
+    batches = [collator(instances[i:i + batch_size], list(range(i, i + batch_size)))
+               for i in range(0, len(instances), batch_size)]
+
+    @torch.no_grad()
+    def evaluate(model) -> dict[str, float]:
+        device = next(model.parameters()).device
+        correct = total = nsp_correct = nsp_total = 0
+        loss_sum = 0.0
+        for batch in batches:
+            batch = {k: v.to(device) for k, v in batch.items()}
+            out = model(**batch)
+            logits = out.prediction_logits if hasattr(out, "prediction_logits") else out.logits
+            targets = batch["labels"][batch["labels"] != IGNORE_INDEX]
+            correct += int((logits.argmax(-1) == targets).sum())
+            total += targets.numel()
+            loss_sum += float(out.loss_sums["mlm"])
+            if "next_sentence_label" in batch:
+                nsp_correct += int((out.seq_relationship_logits.argmax(-1) == batch["next_sentence_label"]).sum())
+                nsp_total += batch["next_sentence_label"].numel()
+        mlm_loss = loss_sum / max(total, 1)
+        metrics = {"mlm_accuracy": correct / max(total, 1), "mlm_loss": mlm_loss,
+                   "mlm_perplexity": math.exp(min(mlm_loss, 50.0))}
+        if nsp_total:
+            metrics["nsp_accuracy"] = nsp_correct / nsp_total
+        return metrics
+
+    return evaluate
+
+
+def estimate_steps(model, collator, instances, options: PretrainOptions) -> int:
+    """How many optimizer steps fit in the time budget: time three steps on a copy of the model."""
+    probe = copy.deepcopy(model).train()
+    optimizer = torch.optim.AdamW(probe.parameters(), lr=1e-6)
+    per_step = options.batch_size
+    times = []
+    for i in range(4):
+        batch = collator(instances[i * per_step % len(instances):][:per_step], list(range(per_step)))
+        start = time.perf_counter()
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=options.bf16):
+            loss = probe(**batch).loss
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+        if i:  # the first step warms caches up
+            times.append(time.perf_counter() - start)
+    budget = options.minutes * 60
+    # the trainer also logs, evaluates and saves; keep ~8% of the budget for that
+    return max(1, int(0.92 * budget / statistics.median(times)))
+
+
+def pretrain(options: PretrainOptions, resume: bool = False):
+    """Build the data and model and train; returns the trainer's final TrainState."""
+    from bertkit.tokenizer import BertTokenizer
+
+    out = Path(options.out)
+    tokenizer = BertTokenizer.from_pretrained(options.vocab)
+    documents = load_corpus(options.corpus)
+    train_docs, eval_docs = split_documents(documents, options.eval_fraction, options.seed)
+    spec = MaskingSpec(mask_token_id=tokenizer.mask_token_id, vocab_size=len(tokenizer),
+                       special_ids=frozenset(tokenizer.all_special_ids),
+                       max_predictions_per_seq=options.max_predictions_per_seq, whole_word=options.wwm)
+    static = options.masking == "static"
+    build = dict(max_seq_length=options.max_seq_length, cls_id=tokenizer.cls_token_id, sep_id=tokenizer.sep_token_id,
+                 objective=options.objective, short_seq_prob=options.short_seq_prob)
+    train_instances = create_instances(tokenize_documents(train_docs, tokenizer, options.wwm), **build,
+                                       dupe_factor=options.dupe_factor if static else 1,
+                                       masking=spec if static else None, seed=options.seed)
+    eval_instances = []
+    if eval_docs:
+        eval_instances = create_instances(tokenize_documents(eval_docs, tokenizer, options.wwm), **build,
+                                          masking=spec, seed=options.seed + 1)[: options.max_eval_instances]
+
+    config = model_config(options.config, len(tokenizer), options.albert, options.max_seq_length,
+                          tokenizer.pad_token_id)
+    torch.manual_seed(options.seed)
+    model = (BertForMaskedLM if options.objective == "mlm" else BertForPreTraining)(config)
+    collator = PretrainingCollator(tokenizer.pad_token_id, spec, dynamic=not static)
+
+    if not resume:
+        if options.max_steps is None:
+            if int(os.environ.get("WORLD_SIZE", "1")) > 1:  # each process would time itself differently
+                raise ValueError("under torchrun give --max-steps (a time budget alone sizes the schedule per "
+                                 "process)")
+            options = dataclasses.replace(options, max_steps=estimate_steps(model, collator, train_instances,
+                                                                             options))
+        if int(os.environ.get("RANK", "0")) == 0:
+            out.mkdir(parents=True, exist_ok=True)
+            (out / OPTIONS_NAME).write_text(json.dumps(dataclasses.asdict(options), indent=2, ensure_ascii=False))
+    args = TrainingArguments(
+        output_dir=str(out), max_steps=options.max_steps,
+        max_seconds=options.minutes * 60 if options.minutes else None, batch_size=options.batch_size,
+        gradient_accumulation_steps=options.gradient_accumulation_steps, learning_rate=options.learning_rate,
+        weight_decay=options.weight_decay, warmup_ratio=options.warmup_ratio, lr_schedule="linear",
+        bf16=options.bf16, compile=options.compile, log_every=options.log_every,
+        eval_every=options.eval_every or max(1, options.max_steps // 10), save_every=options.save_every,
+        save_total_limit=2, seed=options.seed, progress=options.progress)
+    trainer = Trainer(model, args, train_instances, collator,
+                      eval_fn=pretraining_eval(eval_instances, collator) if eval_instances else None,
+                      count_items=model.count_loss_items, tokenizer=tokenizer)
+    return trainer.train(resume=resume)
+
+
+def resume_pretraining(out: str | Path):
+    """Continue the run in `out` exactly where its newest checkpoint left it."""
+    path = Path(out) / OPTIONS_NAME
+    if not path.exists():
+        raise FileNotFoundError(f"{out} holds no {OPTIONS_NAME}: it is not a bertkit pretraining run")
+    return pretrain(PretrainOptions(**json.loads(path.read_text(encoding="utf-8"))), resume=True)

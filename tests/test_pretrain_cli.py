@@ -1,0 +1,139 @@
+"""`bertkit pretrain` end to end on a tiny corpus: outputs, transformers loading, exact resume, torchrun."""
+
+import json
+import os
+import random
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+import transformers
+from safetensors.torch import load_file
+
+from bertkit.cli import main
+from bertkit.models.heads import BertForPreTraining
+
+CHARS = (
+    "的一是在不了有和人这中大为上个国我以要他时来用们生到作地于出就分对成会可主发年动同工也能下过子说产种"
+    "面而方后多定行学法所民得经十三之进着等部度家电力里如水化高自二理起小物现实加量都两体制机当使点从业本"
+    "去把性好应开它合还因由其些然前外天政四日那社义事平形相全表间样与关各重新线内数正心反你明看原又么利比"
+    "或但质气第向道命此变条只没结解问意建月公无系军很情者最立代想已通并提直题党程展五果料象员革位入常文总"
+    "次品式活设及管特件长求老头基资边流路级少图山统接知较将组见计别她手角期根论运农指几九区强放决西被干做"
+    "必战先回则任取据处队南给色光门即保治北造百规热领七海口东导器压志世金增争济阶油思术极交受联什认六共权"
+    "收证改清己美再采转更单风切打白教速花带安场身车例真务具万每目至达走积示议声报斗完类八离华名确才科张信"
+    "马节话米整空元况今集温传土许步群广石记需段研界拉林律叫且究观越织装影算低持音众书布复容儿须际商非验连"
+    "断深难近矿千周委素技备半办青省列习响约支般史感劳便团往酸历市克何除消构府称太准精值号率族维划选标写存"
+    "候毛亲快效斯院查江型眼王按格养易置派层片始却专状育厂京识适属圆包火住调满县局照参红细引听该铁价严"
+)
+TINY_CONFIG = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
+                   max_position_embeddings=64, type_vocab_size=2)
+
+
+@pytest.fixture(scope="module")
+def workspace(tmp_path_factory):
+    """A corpus of 40 documents, a character vocabulary, and model configs with and without dropout."""
+    root = tmp_path_factory.mktemp("pretrain")
+    rng = random.Random(0)
+    docs = []
+    for _ in range(40):
+        sentences = ["".join(rng.choice(CHARS) for _ in range(rng.randint(5, 15))) + "。" for _ in range(6)]
+        docs.append("\n".join(sentences))
+    (root / "corpus.txt").write_text("\n\n".join(docs), encoding="utf-8")
+    vocab = root / "vocab"
+    vocab.mkdir()
+    tokens = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "。"] + sorted(set(CHARS))
+    (vocab / "vocab.txt").write_text("\n".join(tokens) + "\n", encoding="utf-8")
+    for name, dropout in (("tiny.json", 0.1), ("tiny-no-dropout.json", 0.0)):
+        (root / name).write_text(json.dumps({**TINY_CONFIG, "vocab_size": len(tokens), "hidden_dropout_prob": dropout,
+                                             "attention_probs_dropout_prob": dropout}))
+    return root
+
+
+def pretrain_args(ws: Path, out: Path, *extra: str, config: str = "tiny.json") -> list[str]:
+    return ["pretrain", "--corpus", str(ws / "corpus.txt"), "--vocab", str(ws / "vocab"), "--config",
+            str(ws / config), "--max-seq-length", "32", "--batch-size", "8", "--dupe-factor", "2",
+            "--log-every", "1", "--no-progress", "--out", str(out), *extra]
+
+
+def test_pretrain_writes_a_model_transformers_loads(workspace, tmp_path, capsys):
+    out = tmp_path / "run"
+    assert main(pretrain_args(workspace, out, "--max-steps", "6", "--eval-every", "3")) == 0
+    assert "pretrained 6 steps" in capsys.readouterr().out
+    records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in records] == [1, 2, 3, 4, 5, 6]
+    assert all(r["loss"] > 0 for r in records) and "eval_mlm_accuracy" in records[2]
+    assert 0 <= records[-1]["eval_nsp_accuracy"] <= 1
+    for name in ("config.json", "model.safetensors", "vocab.txt", "pretrain_options.json"):
+        assert (out / name).exists(), name
+    ours = BertForPreTraining.from_pretrained(out)
+    theirs = transformers.BertForPreTraining.from_pretrained(out).eval()
+    ids = torch.randint(5, 100, (2, 9))
+    with torch.no_grad():
+        torch.testing.assert_close(ours(ids).prediction_logits, theirs(input_ids=ids).prediction_logits,
+                                   atol=1e-5, rtol=0)
+
+
+def test_albert_sop_dynamic_wwm_variant_trains(workspace, tmp_path):
+    out = tmp_path / "albert"
+    assert main(pretrain_args(workspace, out, "--max-steps", "3", "--albert", "--objective", "mlm+sop",
+                              "--masking", "dynamic", "--wwm")) == 0
+    config = json.loads((out / "config.json").read_text())
+    assert config["embedding_size"] == 32 and config["share_layers"] is True
+    assert main(pretrain_args(workspace, tmp_path / "roberta", "--max-steps", "2", "--objective", "mlm")) == 0
+
+
+def run(cmd, **kw):
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    return subprocess.run([sys.executable, *cmd], env=env, capture_output=True, text=True, timeout=300, **kw)
+
+
+@pytest.mark.slow
+def test_resume_after_sigkill_equals_an_uninterrupted_run(workspace, tmp_path):
+    steps = ["--max-steps", "40", "--save-every", "4", "--masking", "dynamic"]
+    full = run(["-m", "bertkit", *pretrain_args(workspace, tmp_path / "full", *steps)])
+    assert full.returncode == 0, full.stderr[-2000:]
+
+    killed = tmp_path / "killed"
+    proc = subprocess.Popen([sys.executable, "-m", "bertkit", *pretrain_args(workspace, killed, *steps)],
+                            env={**os.environ, "OMP_NUM_THREADS": "1"}, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    deadline = time.time() + 240
+    while not (killed / "checkpoint-8").exists() and proc.poll() is None and time.time() < deadline:
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert not (killed / "model.safetensors").exists(), "the run ended before it was killed"
+    resumed = run(["-m", "bertkit", "pretrain", "--resume", str(killed)])
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    a, b = load_file(tmp_path / "full" / "model.safetensors"), load_file(killed / "model.safetensors")
+    assert a.keys() == b.keys()
+    for name in a:
+        torch.testing.assert_close(a[name], b[name], atol=1e-6, rtol=0, msg=name)
+    losses = lambda p: [json.loads(x)["loss"] for x in (p / "metrics.jsonl").read_text().splitlines()]  # noqa: E731
+    assert losses(tmp_path / "full") == losses(killed)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.slow
+def test_torchrun_two_processes_match_one(workspace, tmp_path):
+    common = ["--max-steps", "4", "--accumulation", "2"]
+    one = run(["-m", "bertkit", *pretrain_args(workspace, tmp_path / "one", *common, config="tiny-no-dropout.json")])
+    assert one.returncode == 0, one.stderr[-2000:]
+    two = run(["-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_addr", "127.0.0.1",
+               "--master_port", str(free_port()), "-m", "bertkit",
+               *pretrain_args(workspace, tmp_path / "two", *common, config="tiny-no-dropout.json")])
+    assert two.returncode == 0, two.stderr[-3000:]
+    read = lambda p: [json.loads(x)["loss"] for x in (p / "metrics.jsonl").read_text().splitlines()]  # noqa: E731
+    assert len(read(tmp_path / "one")) == 4
+    for a, b in zip(read(tmp_path / "one"), read(tmp_path / "two")):
+        assert abs(a - b) <= 1e-4, (read(tmp_path / "one"), read(tmp_path / "two"))
