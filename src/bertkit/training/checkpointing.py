@@ -79,7 +79,7 @@ def remove_stale_temp_dirs(output_dir: str | os.PathLike) -> None:
     """Delete temp directories left behind by a process killed in the middle of a save."""
     for path in Path(output_dir).glob(".*.tmp-*"):
         shutil.rmtree(path, ignore_errors=True)
-    for path in Path(output_dir).glob(".*.old-*"):
+    for path in [*Path(output_dir).glob(".*.old-*"), Path(output_dir) / ".final"]:
         shutil.rmtree(path, ignore_errors=True)
 
 

@@ -64,14 +64,25 @@ def _field(output: Any, name: str) -> Any:
     return output.get(name) if isinstance(output, Mapping) else getattr(output, name, None)
 
 
-def _count_tokens(batch: Mapping[str, Any]) -> int:
+def _count_tokens(batch: Mapping[str, Any]) -> torch.Tensor | int:
     if "attention_mask" in batch:
-        return int(batch["attention_mask"].sum())
+        return batch["attention_mask"].sum()
     return int(batch["input_ids"].numel()) if "input_ids" in batch else 0
 
 
 class Trainer:
-    """Trains `model` on `train_dataset`; see the module docstring for the data and loss contract."""
+    """Trains `model` on `train_dataset` as `args` says; `train()` runs it.
+
+    - model: `model(**batch)` returns an object (or dict) with `.loss`; it may also expose
+      `loss_sums = {term: sum of per-item losses}`. It has `save_pretrained(dir)`, its class `from_pretrained(dir)`.
+    - collate_fn(examples, seeds) -> dict of tensors; seeds[j] = example_seed(args.seed, epoch, index of
+      example j): the collator's only source of randomness, so batches do not depend on the process count.
+    - count_items(batch) -> {term: number of items}: with `loss_sums`, each term is divided by its item
+      count over the whole global batch, so a step equals one big-batch step exactly. The same terms
+      on every call. Without it, micro-batch losses are averaged weighted by their number of examples.
+    - eval_fn(model) -> {name: value}: every `eval_every` steps and at the end, on rank 0, in eval mode.
+    - tokenizer: saved (`save_pretrained`) beside every saved model.
+    """
 
     def __init__(self, model: nn.Module, args: TrainingArguments, train_dataset: Sequence[Any],
                  collate_fn: Callable[[list[Any], list[int]], dict[str, torch.Tensor]],
@@ -123,51 +134,53 @@ class Trainer:
 
     # ---- one optimizer step ----------------------------------------------------------------------
 
+    def _global_counts(self, micro: list[tuple[int, dict[str, Any]]]) -> tuple[list[str], list[float]]:
+        """Loss terms and their item counts over the whole global batch (all micro-batches, all processes)."""
+        if self.count_items is None:
+            return [], []
+        counts = [self.count_items(batch) for _, batch in micro]
+        terms = sorted(counts[0])
+        local = torch.tensor([[float(c[t]) for t in terms] for c in counts], dtype=torch.float64)
+        return terms, self.dist.all_reduce_sum(local.sum(0).to(self.dist.device)).tolist()
+
     def _train_step(self, step: int) -> dict[str, Any]:
         """Forward/backward over all micro-batches of `step`, then clip and update; returns its statistics."""
         args, dist = self.args, self.dist
         micro = self._micro_batches(step)
-        terms: list[str] = []
-        global_counts = torch.zeros(0, dtype=torch.float64)
-        if self.count_items is not None:
-            counts = [self.count_items(batch) for _, batch in micro]
-            terms = sorted(counts[0])
-            local = [[float(c[t]) for t in terms] for c in counts]
-            global_counts = dist.all_reduce_sum(torch.tensor(local, dtype=torch.float64, device=dist.device).sum(0))
-            global_counts = global_counts.cpu()
+        terms, totals = self._global_counts(micro)
         autocast = torch.autocast(dist.device.type, dtype=torch.bfloat16, enabled=args.bf16)
-        stats = torch.zeros(3 + len(terms), dtype=torch.float64)  # loss, examples, tokens, per-term losses
+        # loss, examples, tokens, then each term's mean loss; summed over micro-batches, then processes
+        stats = torch.zeros(3 + len(terms), dtype=torch.float64, device=dist.device)
         exact = bool(terms)
         for k, (size, batch) in enumerate(micro):
-            last = k == len(micro) - 1
-            sync = nullcontext() if last or not dist.enabled else self._wrapped.no_sync()
+            sync = nullcontext() if k == len(micro) - 1 or not dist.enabled else self._wrapped.no_sync()
             with sync:
                 with autocast:
                     output = self._forward(**batch)
                 sums = _field(output, "loss_sums") if terms else None
                 exact = exact and sums is not None
-                if sums is not None:
+                if exact:
                     unknown = set(sums) - set(terms)
                     if unknown:
                         raise ValueError(f"loss_sums has terms {sorted(unknown)} that count_items does not count")
-                    parts = [sums[t].float() / global_counts[j].item() for j, t in enumerate(terms)
-                             if t in sums and global_counts[j] > 0]
-                    loss = torch.stack(parts).sum()
-                    for j, t in enumerate(terms):
-                        if t in sums and global_counts[j] > 0:
-                            stats[3 + j] += sums[t].detach().double().item() / global_counts[j].item()
+                    # Per-item sums over the global item counts: together, the big-batch mean of each term.
+                    means = [sums[t].float() / max(total, 1.0) if t in sums else torch.zeros((), device=dist.device)
+                             for t, total in zip(terms, totals)]
+                    loss = torch.stack(means).sum()
+                    stats[3:] += torch.stack(means).detach().double()
                 else:
                     if terms and not self._warned_no_sums:
                         logger.warning("count_items was given but the model output has no loss_sums; "
                                        "weighting micro-batch losses by their number of examples")
                         self._warned_no_sums = True
+                    # Exact for losses that are means over examples (e.g. classification).
                     loss = _field(output, "loss").float() * (size / args.batch_size)
                 # DDP averages gradients over processes; scale up so the result is the global sum.
                 (loss * dist.world_size).backward()
-            stats[0] += loss.detach().double().item()
+            stats[0] += loss.detach().double()
             stats[1] += size
             stats[2] += _count_tokens(batch)
-        stats = dist.all_reduce_sum(stats.to(dist.device)).cpu()
+        stats = dist.all_reduce_sum(stats).cpu()
         loss_value = stats[0].item()
         lr = self.optimizer.param_groups[0]["lr"]
         if not math.isfinite(loss_value):
@@ -203,13 +216,17 @@ class Trainer:
             with torch.no_grad(), autocast:
                 raw = self.eval_fn(self.model)
             self.model.train()
-            metrics = {(k if k.startswith("eval_") else f"eval_{k}"): float(v) for k, v in raw.items()}
+            for key, value in raw.items():
+                if isinstance(value, (dict, list, tuple, str)):  # e.g. per-type scores: not a log scalar
+                    logger.warning("eval_fn returned a non-scalar %r; it is not logged", key)
+                    continue
+                metrics[key if key.startswith("eval_") else f"eval_{key}"] = float(value)
         return self.dist.broadcast(metrics)
 
     def _update_best(self, state: TrainState, metrics: dict[str, float]) -> None:
         name = self.args.metric_for_best
         if name not in metrics:
-            raise KeyError(f"metric_for_best {name!r} is not among the evaluation metrics {sorted(metrics)}")
+            raise ValueError(f"metric_for_best {name!r} is not among the evaluation metrics {sorted(metrics)}")
         value = metrics[name]
         better = state.best_metric is None or (
             value > state.best_metric if self.args.greater_is_better else value < state.best_metric)
@@ -299,6 +316,9 @@ class Trainer:
         self.dist = setup_distributed(args.device)
         dist = self.dist
         try:
+            if args.batch_size < dist.world_size * args.gradient_accumulation_steps:
+                raise ValueError(f"batch_size {args.batch_size} is smaller than processes × accumulation steps "
+                                 f"({dist.world_size} × {args.gradient_accumulation_steps}): some would get no data")
             self.model.to(dist.device)
             if resume:
                 state = self._resume(self.output_dir if resume is True else resume)
@@ -327,27 +347,25 @@ class Trainer:
         bar = tqdm(total=self.total_steps, initial=state.step, desc="train", dynamic_ncols=True,
                    disable=not (args.progress and dist.is_main))
         run_start, seconds_before = time.perf_counter(), state.seconds
-        window = {"loss": 0.0, "steps": 0, "examples": 0, "tokens": 0, "seconds": 0.0}  # since the last log
-        last_saved = state.step if state.start_step else None
+        window: dict[str, float] = {}  # sums over the steps since the last log record
         try:
             while state.stop_reason is None:
                 if state.step >= self.total_steps:
                     state.stop_reason = "max_steps"
                     break
-                step_start = time.perf_counter()
+                started = time.perf_counter()
                 stats = self._train_step(state.step)
-                window["seconds"] += time.perf_counter() - step_start  # throughput excludes eval and saving
+                stats["seconds"] = time.perf_counter() - started  # throughput excludes evaluation and saving
                 state.step += 1
                 state.epoch, state.position = divmod(state.step, self.steps_per_epoch)
                 state.examples += stats["examples"]
                 state.tokens += stats["tokens"]
                 state.losses.append(stats["loss"])
                 state.seconds = seconds_before + time.perf_counter() - run_start
-                for key in ("loss", "examples", "tokens"):
-                    window[key] += stats[key]
-                window["steps"] += 1
+                for key, value in {**stats, "steps": 1}.items():
+                    window[key] = window.get(key, 0.0) + value
                 bar.update(1)
-                if args.max_seconds is not None:
+                if args.max_seconds is not None:  # every process must agree to stop at the same step
                     over = torch.tensor([float(state.seconds >= args.max_seconds)], device=dist.device)
                     if dist.all_reduce_sum(over).item() > 0:
                         state.stop_reason = "max_seconds"
@@ -355,14 +373,8 @@ class Trainer:
                 evaluate = self.eval_fn is not None and (
                     final or (args.eval_every is not None and state.step % args.eval_every == 0))
                 if evaluate or final or state.step % args.log_every == 0:
-                    elapsed = max(window["seconds"], 1e-9)
-                    record = {"step": state.step, "epoch": state.step / self.steps_per_epoch,
-                              "loss": window["loss"] / window["steps"], "lr": stats["lr"],
-                              "grad_norm": stats["grad_norm"], "seconds": round(state.seconds, 3),
-                              "examples_per_second": window["examples"] / elapsed}
-                    if window["tokens"]:
-                        record["tokens_per_second"] = window["tokens"] / elapsed
-                    record.update({k: v for k, v in stats.items() if k.startswith("loss_")})
+                    record = self._record(state, stats, window)
+                    window = {}
                     if evaluate:
                         metrics = self.evaluate()
                         record.update(metrics)
@@ -370,17 +382,28 @@ class Trainer:
                             self._update_best(state, metrics)
                     self._log(state, record)
                     bar.set_postfix(loss=f"{record['loss']:.4f}", lr=f"{stats['lr']:.2e}")
-                    window.update(loss=0.0, steps=0, examples=0, tokens=0, seconds=0.0)
                 final = state.step >= self.total_steps or state.stop_reason is not None
                 if args.save_every and (state.step % args.save_every == 0 or final):
                     self._save(state)
-                    last_saved = state.step
         finally:
             bar.close()
         if dist.is_main:
             ckpt.publish_model(self.output_dir, self.model, self.tokenizer)
+            found = ckpt.list_checkpoints(self.output_dir)
             ckpt.write_json(self.output_dir / RESULTS_NAME,
                             {**state.to_json(), "log_history": state.log_history[-1:],
-                             "last_checkpoint": last_saved, "total_steps": self.total_steps})
+                             "last_checkpoint": str(found[-1][1]) if found else None,
+                             "total_steps": self.total_steps})
         dist.barrier()
         return state
+
+    def _record(self, state: TrainState, stats: dict[str, Any], window: dict[str, float]) -> dict[str, Any]:
+        """The metrics.jsonl record of this step: losses averaged over the steps since the last record."""
+        steps, seconds = window["steps"], max(window["seconds"], 1e-9)
+        record = {"step": state.step, "epoch": state.step / self.steps_per_epoch,
+                  "loss": window["loss"] / steps, "lr": stats["lr"], "grad_norm": stats["grad_norm"],
+                  "seconds": round(state.seconds, 3), "examples_per_second": window["examples"] / seconds}
+        if window["tokens"]:
+            record["tokens_per_second"] = window["tokens"] / seconds
+        record.update({k: v / steps for k, v in window.items() if k.startswith("loss_")})
+        return record
