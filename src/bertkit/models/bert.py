@@ -253,6 +253,7 @@ class BertPreTrainedModel(nn.Module):
         """Write config.json + model.safetensors (atomically), loadable by transformers' from_pretrained."""
         path = Path(path)
         path.mkdir(parents=True, exist_ok=True)
+        self.config.extra["architectures"] = [type(self).__name__]  # tells loaders which head the weights are for
         self.config.save_pretrained(path)
         checkpoint.save_weights(self.state_dict(), path / checkpoint.SAFETENSORS_NAME)
         return path

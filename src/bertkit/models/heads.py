@@ -250,3 +250,15 @@ def _check_labels(labels: Tensor, num_labels: int) -> None:
     if labels.numel() and (int(labels.min()) < 0 or int(labels.max()) >= num_labels):
         raise ValueError(f"label ids must be in [0, {num_labels}) for this model's {num_labels} labels, got "
                          f"values in [{int(labels.min())}, {int(labels.max())}]")
+
+
+MODEL_CLASSES = {cls.__name__: cls for cls in (BertModel, BertForPreTraining, BertForMaskedLM,
+                                                BertForSequenceClassification, BertForTokenClassification)}
+
+
+def model_class_for(config: BertConfig) -> type[BertPreTrainedModel]:
+    """The class a checkpoint was saved from (config.json's `architectures`), BertModel when unknown."""
+    for name in config.extra.get("architectures") or []:
+        if name in MODEL_CLASSES:
+            return MODEL_CLASSES[name]
+    return BertModel
