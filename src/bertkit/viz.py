@@ -76,7 +76,8 @@ def save_figure(fig: Figure, path: str | os.PathLike, dpi: int = 100) -> Path:
         raise ValueError(f"cannot save a picture as {path.name!r}: use one of {', '.join(FORMATS)}")
     path.parent.mkdir(parents=True, exist_ok=True)
     with _style():
-        fig.savefig(path, dpi=dpi)
+        # a constrained layout already fits everything in; "tight" would cost a second full draw
+        fig.savefig(path, dpi=dpi, bbox_inches=None if fig.get_layout_engine() else "tight")
     return path
 
 

@@ -1,0 +1,208 @@
+"""`bertkit explain`: each topic's numbers say what the design notes claim, and its pictures are drawn."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from bertkit.cli import main
+from bertkit.explain import TOPICS, explain
+from bertkit.explain.positional_encoding import shift_matrix
+from bertkit.functional import sinusoidal_positions
+from conftest import model_dir_or_skip
+from test_viz import assert_real_picture
+
+CHEAP_TOPICS = ("positional-encoding", "permutation", "layernorm", "scaling", "residual")
+PICTURES = {
+    "positional-encoding": ["pe_heatmap_50x128", "pe_heatmap_2048x512", "pe_similarity_100x16", "pe_dot_by_distance"],
+    "permutation": ["permutation"],
+    "layernorm": ["layernorm_vs_batchnorm"],
+    "scaling": ["scaling_entropy"],
+    "residual": ["residual_gradients"],
+}
+
+
+@pytest.fixture(scope="module")
+def results(tmp_path_factory):
+    """Each cheap topic run once, pictures included."""
+    out = tmp_path_factory.mktemp("explain")
+    return {topic: explain(topic, out=out) for topic in CHEAP_TOPICS}
+
+
+def test_topic_list():
+    assert set(TOPICS) == {*CHEAP_TOPICS, "attention", "multihead"}
+    with pytest.raises(ValueError, match="unknown topic 'rope'"):
+        explain("rope")
+
+
+@pytest.mark.parametrize("topic", CHEAP_TOPICS)
+def test_pictures_are_written(results, topic):
+    result = results[topic]
+    assert [p.stem for p in result.pictures] == PICTURES[topic]
+    for path in result.pictures:
+        assert_real_picture(path)
+    assert all(f"picture  {p}" in result.report() for p in result.pictures)
+
+
+# ---- positional-encoding -------------------------------------------------------------------------
+
+def test_positional_encoding_numbers(results):
+    n = results["positional-encoding"].numbers
+    expected = [[0, 1, 0, 1], [0.841, 0.540, 0.010, 1.000], [0.909, -0.416, 0.020, 1.000]]
+    assert np.allclose(n["pe_d4"], expected, atol=1e-3)
+    assert np.allclose(n["pe2_from_pe1"], expected[2], atol=1e-3)                     # M_1 PE(1) = PE(2)
+    assert np.allclose(n["shift_matrix_k1_d4"], [[0.540, 0.841, 0, 0], [-0.841, 0.540, 0, 0],
+                                                 [0, 0, 1.000, 0.010], [0, 0, -0.010, 1.000]], atol=1e-3)
+    for k, error in n["shift_max_error"].items():                                   # one M_k for all 2048 pos
+        assert error < 1e-6, (k, error)
+        assert n["shift_orthogonality_error"][k] < 1e-12
+    assert n["norm_min"] == pytest.approx(8.0, abs=1e-5) and n["norm_max"] == pytest.approx(8.0, abs=1e-5)
+    dots = n["dot_by_distance"]
+    assert dots[0] == pytest.approx(64.0, abs=1e-4)
+    assert dots[0] > dots[1] > dots[2] > dots[5] > dots[10] > dots[50] > dots[100]
+    assert max(n["dot_spread_over_pos"].values()) < 1e-5                            # depends on k only
+
+
+def test_positional_encoding_prints_the_table(capsys, tmp_path):
+    assert main(["explain", "positional-encoding", "--out", str(tmp_path)]) == 0
+    printed = capsys.readouterr().out
+    for row in ("[ 0.000  1.000  0.000  1.000]", "[ 0.841  0.540  0.010  1.000]", "[ 0.909 -0.416  0.020  1.000]"):
+        assert row in printed
+    assert f"picture  {tmp_path / 'pe_heatmap_50x128.png'}" in printed
+    assert (tmp_path / "pe_similarity_100x16.png").exists()
+
+
+@pytest.mark.parametrize("dim, pos, k", [(8, 0, 1), (8, 17, 3), (64, 250, 40), (512, 1000, 511)])
+def test_shift_matrix_maps_pe_pos_to_pe_pos_plus_k(dim, pos, k):
+    pe = sinusoidal_positions(pos + k + 1, dim).double().numpy()
+    assert np.allclose(shift_matrix(k, dim) @ pe[pos], pe[pos + k], atol=1e-6)
+
+
+def test_shift_matrix_needs_even_dim():
+    with pytest.raises(ValueError, match="dim must be even"):
+        shift_matrix(1, 5)
+
+
+# ---- permutation, layernorm, scaling, residual ---------------------------------------------------
+
+def test_permutation_numbers(results):
+    n = results["permutation"].numbers
+    without, with_ = n["without_positions"], n["with_positions"]
+    assert n["order"] == [0, 2, 3, 4, 5, 1]
+    assert max(without.values()) < 1e-4          # outputs follow their words; the two "the"s are identical
+    assert min(with_.values()) > 0.05            # positions: moving a word changes every output
+
+
+def test_layernorm_numbers(results):
+    n = results["layernorm"].numbers
+    assert n["ln_sentence_change"] < 1e-6 < 0.1 < n["bn_sentence_change"]
+    assert n["ln_token_mean"] < 1e-5 and n["ln_token_std_error"] < 1e-4
+    assert n["bn_mean_shift_by_padding"] > 0.1     # padding drags BatchNorm's per-feature mean
+    assert n["bn_feature_mean_real"] > 0.1         # so real tokens come out off-centre
+    assert 0.3 < n["padding_fraction_a"] < 0.4
+
+
+def test_scaling_numbers(results):
+    n = results["scaling"].numbers
+    dims = n["dims"]
+    unscaled = [n[d]["entropy_unscaled"] for d in dims]
+    scaled = [n[d]["entropy_scaled"] for d in dims]
+    assert all(a > b for a, b in zip(unscaled, unscaled[1:])), unscaled     # entropy falls with d_k unscaled
+    assert max(scaled) - min(scaled) < 0.1 and min(scaled) > 2.5             # and stays put when scaled
+    assert max(scaled) < n["log_keys"]
+    assert unscaled[-1] < 0.1 * scaled[-1]
+    for d in dims:
+        assert n[d]["score_std_unscaled"] == pytest.approx(math.sqrt(d), rel=0.1)
+    grads = [n[d]["softmax_grad_unscaled"] for d in dims]
+    assert all(a > b for a, b in zip(grads, grads[1:]))
+
+
+def test_residual_numbers(results):
+    n = results["residual"].numbers
+    assert n[24]["residual"] >= 10 * n[24]["plain"]
+    plain = [n[d]["plain"] for d in sorted(n)]
+    assert all(a > b for a, b in zip(plain, plain[1:]))                      # vanishes with depth
+    residual = [n[d]["residual"] for d in sorted(n)]
+    assert max(residual) / min(residual) < 3                                  # does not
+    assert n[1]["ratio"] == pytest.approx(1.0, rel=1e-3)                      # one block: same gradient path
+
+
+def test_numbers_only_writes_nothing(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    result = explain("scaling", out=None, dims=(4, 64))
+    assert result.pictures == [] and list(tmp_path.iterdir()) == []
+    assert result.numbers[4]["entropy_unscaled"] > result.numbers[64]["entropy_unscaled"]
+
+
+def test_bad_picture_format():
+    with pytest.raises(ValueError, match="'png' or 'svg'"):
+        explain("scaling", fmt="gif")
+
+
+def test_cli_unknown_topic(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["explain", "rope"])
+    assert exit_info.value.code == 2
+    assert "invalid choice: 'rope'" in capsys.readouterr().err
+
+
+# ---- the real model ------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def m3e_small():
+    return model_dir_or_skip("m3e-small")
+
+
+@pytest.mark.network
+@pytest.mark.slow
+def test_attention_topic_on_m3e_small(m3e_small, tmp_path):
+    from bertkit.models.bert import BertModel
+    from bertkit.tokenizer import BertTokenizer
+
+    result = explain("attention", out=tmp_path, model_dir=m3e_small)
+    n = result.numbers
+    tokens = n["tokens"]
+    assert tokens[0] == "[CLS]" and tokens[-1] == "[SEP]"
+    assert "".join(tokens[1:-1]) == "北京是中国的首都，也是一座历史悠久的城市。"
+    L, H, T, _ = n["shape"]
+    assert (L, H, T) == (4, 8, len(tokens))
+    # recompute two of the numbers straight from the model
+    model, tok = BertModel.from_pretrained(m3e_small), BertTokenizer.from_pretrained(m3e_small)
+    enc = tok("北京是中国的首都，也是一座历史悠久的城市。", return_tensors="pt")
+    with torch.no_grad():
+        attentions = model(enc["input_ids"], output_attentions=True).attentions
+    for layer, summary in enumerate(n["layers"]):
+        assert summary["row_sum_error"] < 1e-5
+        assert 0 < summary["entropy"] < math.log(T)
+        assert summary["to_cls"] == pytest.approx(float(attentions[layer][0, :, :, 0].mean()), abs=1e-5)
+        assert summary["to_sep"] == pytest.approx(float(attentions[layer][0, :, :, -1].mean()), abs=1e-5)
+    assert [p.name for p in result.pictures] == [*(f"attention_layer{i}.png" for i in range(4)),
+                                                 "attention_mean_per_layer.png", "attention.html"]
+    for path in result.pictures[:-1]:
+        assert_real_picture(path, min_side=300)
+    assert "北" in result.pictures[-1].read_text(encoding="utf-8")
+
+
+@pytest.mark.network
+@pytest.mark.slow
+def test_multihead_topic_on_m3e_small(m3e_small, tmp_path):
+    result = explain("multihead", out=tmp_path, model_dir=m3e_small)
+    heads = result.numbers["heads"]
+    assert len(heads) == 32
+    for head in heads:
+        assert sum(head["profile"].values()) == pytest.approx(1.0, abs=1e-3)
+        assert head["mean_distance"] > 0.5
+    # heads differ: m3e-small has sharp previous-token and next-token heads next to broad ones
+    best = {habit: max((h["share"] for h in heads if h["habit"] == habit), default=0)
+            for habit in ("previous token", "next token")}
+    assert best["previous token"] > 0.8 and best["next token"] > 0.8, best
+    assert result.numbers["habit_counts"]["broad"] >= 8
+    assert len({h["habit"] for h in heads}) >= 4
+    distances = [h["mean_distance"] for h in heads]
+    assert max(distances) > 3 * min(distances)
+    assert [p.name for p in result.pictures] == ["multihead_profile.png", "multihead_distance.png"]
+    for path in result.pictures:
+        assert_real_picture(path)
