@@ -25,6 +25,8 @@ from bertkit.models.bert import BertModel
 from bertkit.tokenizer import BertTokenizer
 from test_viz import assert_real_picture
 
+pytestmark = pytest.mark.xdist_group("attention-viewer")  # module fixtures (a browser, the topics' runs) once
+
 VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "北", "京", "是", "首", "都", "天", "气", "好", "the", "cat",
          "sat", "on", "mat", "。", "，"]
 

@@ -15,6 +15,8 @@ from bertkit.functional import sinusoidal_positions
 from conftest import model_dir_or_skip
 from test_viz import assert_real_picture
 
+pytestmark = pytest.mark.xdist_group("explain")  # module fixtures (a browser, the topics' runs) once
+
 CHEAP_TOPICS = ("positional-encoding", "permutation", "layernorm", "scaling", "residual")
 PICTURES = {
     "positional-encoding": ["pe_heatmap_50x128", "pe_heatmap_2048x512", "pe_similarity_100x16", "pe_dot_by_distance"],

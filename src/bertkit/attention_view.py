@@ -68,14 +68,16 @@ def sentence_attentions(model, tokenizer, text: str, text_pair: str | None = Non
                              attentions=attentions, text=text, text_pair=text_pair)
 
 
-def attention_html(sentence: SentenceAttention, title: str | None = None, digits: int = 4) -> str:
-    """The viewer page for `sentence`, as one HTML string with the data inlined."""
+def attention_html(sentence: SentenceAttention, title: str | None = None, digits: int | None = None) -> str:
+    """The viewer page for `sentence`, as one HTML string with the data inlined (weights to `digits` decimals)."""
     attn = np.asarray(sentence.attentions, dtype=np.float64)
     L, H, T, _ = attn.shape if attn.ndim == 4 else (0, 0, 0, 0)
     if attn.ndim != 4 or attn.shape[-1] != T or T != len(sentence.tokens) or L == 0 or H == 0:
         raise ValueError(f"attentions must be (layers, heads, T, T) with T = {len(sentence.tokens)} tokens, "
                          f"got shape {attn.shape}")
     title = title or f"Attention: {L} layers × {H} heads, {T} tokens"
+    if digits is None:  # a big model on a long input has millions of weights; 3 decimals keep the file smaller
+        digits = 4 if attn.size <= 1_000_000 else 3
     data = {"title": title, "text": sentence.text, "text_pair": sentence.text_pair, "tokens": list(sentence.tokens),
             "token_type_ids": [int(t) for t in sentence.token_type_ids], "attentions": np.round(attn, digits).tolist()}
     payload = json.dumps(data, ensure_ascii=False, separators=(",", ":"))
