@@ -76,6 +76,15 @@ def test_the_glyph_check_catches_boxes_without_the_cjk_font(tmp_path):
     assert glyph_warnings(caught)
 
 
+def test_warns_when_no_cjk_font_is_found(monkeypatch):
+    monkeypatch.setattr(viz, "cjk_font_family", lambda: None)
+    with pytest.warns(UserWarning, match="install the package pylopdf-fonts-zh-cn"):
+        viz.attention_heatmap(np.eye(2), ["北", "京"])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        viz.attention_heatmap(np.eye(2), ["the", "cat"])          # Latin tokens need no CJK font
+
+
 def test_has_cjk():
     assert viz.has_cjk(["hello", "北京"]) and not viz.has_cjk(["hello", "[CLS]", "##ing", "é"])
 
