@@ -1,0 +1,53 @@
+"""The "fast" backend: the same text -> ids and offsets step, done by Hugging Face's Rust `tokenizers`.
+
+Only normalisation, word splitting and WordPiece run in Rust (batched, in parallel); truncation, the
+special tokens and padding stay in `tokenizer_encoding`, shared with the pure-Python backend, so the
+two backends can only differ where their tokenisation differs, and the tests check it does not.
+`tokenizers` is an optional dependency (`pip install 'bertkit[fast]'`) imported only here.
+"""
+
+from __future__ import annotations
+
+
+def available() -> bool:
+    """Whether the `tokenizers` package can be imported."""
+    try:
+        import tokenizers  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+class FastBackend:
+    """Text -> ids and offsets (no special tokens added) with a `tokenizers.Tokenizer`."""
+
+    name = "fast"
+
+    def __init__(self, vocab: dict[str, int], *, unk_token: str, never_split: list[str], lowercase: bool,
+                 strip_accents: bool | None, tokenize_chinese_chars: bool, clean_text: bool = True,
+                 max_input_chars_per_word: int = 100):
+        try:
+            from tokenizers import AddedToken, Tokenizer, normalizers, pre_tokenizers
+            from tokenizers.models import WordPiece
+        except ImportError as err:
+            raise ImportError("backend='fast' needs the tokenizers package: pip install 'bertkit[fast]' "
+                              "(or use backend='python')") from err
+        if unk_token not in vocab:
+            raise ValueError(f"the vocabulary has no unknown token {unk_token!r}")
+        tokenizer = Tokenizer(WordPiece(vocab, unk_token=unk_token,
+                                        max_input_chars_per_word=max_input_chars_per_word))
+        tokenizer.normalizer = normalizers.BertNormalizer(
+            clean_text=clean_text, handle_chinese_chars=tokenize_chinese_chars,
+            strip_accents=strip_accents, lowercase=lowercase)
+        tokenizer.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+        # matched in the raw text and never split, like the special tokens of transformers' BertTokenizer
+        tokenizer.add_special_tokens([AddedToken(token, normalized=False, special=True)
+                                      for token in never_split if token in vocab])
+        self._tokenizer = tokenizer
+
+    def encode(self, texts: list[str], offsets: bool = False) -> list[tuple[list[int], list | None]]:
+        """For each text, its ids and (when asked) its offsets."""
+        encodings = self._tokenizer.encode_batch(texts, add_special_tokens=False)
+        if offsets:
+            return [(encoding.ids, encoding.offsets) for encoding in encodings]
+        return [(encoding.ids, None) for encoding in encodings]

@@ -1,0 +1,153 @@
+"""Tokenizer files in Hugging Face's layout: read vocab.txt / tokenizer.json + configs, write them back.
+
+Reading follows what transformers' AutoTokenizer ends up using: the vocabulary from vocab.txt, or the
+WordPiece model inside tokenizer.json; the settings from tokenizer_config.json, or, without one, from
+tokenizer.json's BertNormalizer; special tokens from either config and special_tokens_map.json.
+Writing produces vocab.txt, tokenizer_config.json and special_tokens_map.json, which both
+`BertTokenizer.from_pretrained` and transformers' `AutoTokenizer.from_pretrained` load.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from bertkit.tokenizer import BertTokenizer
+
+SPECIAL_TOKEN_NAMES = ("unk_token", "sep_token", "pad_token", "cls_token", "mask_token")
+
+# tokenizer_config.json keys passed on to BertTokenizer unchanged
+_CONFIG_KEYS = ("do_lower_case", "strip_accents", "tokenize_chinese_chars", "model_max_length",
+                "padding_side", "truncation_side", "clean_up_tokenization_spaces")
+
+
+def load_vocab(path: str | Path) -> dict[str, int]:
+    """vocab.txt -> {token: id}, one token per line (split on newlines only, as transformers does)."""
+    with open(path, encoding="utf-8") as f:
+        return {line.rstrip("\n"): index for index, line in enumerate(f.readlines())}
+
+
+def _content(token: Any) -> str | None:
+    """A special token as written in tokenizer_config.json: a string or an AddedToken dict."""
+    return token.get("content") if isinstance(token, dict) else token
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    try:
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    except json.JSONDecodeError as err:
+        raise ValueError(f"{path}: not valid JSON ({err})") from None
+
+
+def _from_tokenizer_json(data: dict[str, Any], path: Path) -> tuple[dict[str, int], dict[str, Any]]:
+    """The WordPiece vocabulary and BertNormalizer settings inside a tokenizer.json."""
+    model = data.get("model") or {}
+    if model.get("type") != "WordPiece" or not isinstance(model.get("vocab"), dict):
+        raise ValueError(f"{path}: the model is {model.get('type')!r}, not a WordPiece model with a vocab")
+    if model.get("continuing_subword_prefix", "##") != "##":
+        raise ValueError(f"{path}: continuing_subword_prefix {model['continuing_subword_prefix']!r} is not '##'")
+    settings: dict[str, Any] = {"unk_token": model.get("unk_token", "[UNK]"),
+                                "max_input_chars_per_word": model.get("max_input_chars_per_word", 100)}
+    normalizer = data.get("normalizer") or {}
+    if normalizer.get("type") == "BertNormalizer":
+        settings.update(do_lower_case=normalizer.get("lowercase", True),
+                        strip_accents=normalizer.get("strip_accents"),
+                        tokenize_chinese_chars=normalizer.get("handle_chinese_chars", True),
+                        clean_text=normalizer.get("clean_text", True))
+    elif normalizer:
+        raise ValueError(f"{path}: normalizer {normalizer.get('type')!r} is not BERT's (BertNormalizer)")
+    extra = [token["content"] for token in data.get("added_tokens", []) if token.get("special")]
+    settings["additional_special_tokens"] = extra
+    return {str(token): int(index) for token, index in model["vocab"].items()}, settings
+
+
+def read_tokenizer_files(path: str | Path) -> tuple[dict[str, int], dict[str, Any]]:
+    """(vocabulary, BertTokenizer keyword arguments) from a directory, a vocab.txt or a tokenizer.json."""
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"{path}: no such tokenizer directory or file (bertkit loads local files only)")
+    directory = path.parent if path.is_file() else path
+    vocab_file = path if path.is_file() and path.suffix == ".txt" else directory / "vocab.txt"
+    json_file = path if path.is_file() and path.suffix == ".json" else directory / "tokenizer.json"
+    vocab: dict[str, int] | None = None
+    settings: dict[str, Any] = {}
+    if json_file.is_file():
+        vocab, settings = _from_tokenizer_json(_read_json(json_file), json_file)
+    if vocab_file.is_file() and not (path.is_file() and path.suffix == ".json"):
+        vocab = load_vocab(vocab_file)
+    if vocab is None:
+        raise FileNotFoundError(f"{directory}: no vocab.txt or tokenizer.json to read a vocabulary from")
+    config_file = directory / "tokenizer_config.json"
+    if config_file.is_file():
+        config = _read_json(config_file)
+        # a config's settings win over tokenizer.json's normaliser, as in transformers' BertTokenizer
+        for key in ("do_lower_case", "strip_accents", "tokenize_chinese_chars", "clean_text"):
+            settings.pop(key, None)
+        settings.update({key: config[key] for key in _CONFIG_KEYS if config.get(key) is not None})
+        settings.update({name: _content(config[name]) for name in SPECIAL_TOKEN_NAMES if config.get(name)})
+        for key in ("additional_special_tokens", "extra_special_tokens"):
+            if isinstance(config.get(key), list):
+                settings["additional_special_tokens"] = [
+                    *settings.get("additional_special_tokens", []), *map(_content, config[key])]
+        for token in (config.get("added_tokens_decoder") or {}).values():
+            if isinstance(token, dict) and token.get("special"):
+                settings.setdefault("additional_special_tokens", []).append(token["content"])
+    map_file = directory / "special_tokens_map.json"
+    if map_file.is_file():
+        special_map = _read_json(map_file)
+        settings.update({name: _content(special_map[name]) for name in SPECIAL_TOKEN_NAMES
+                         if special_map.get(name)})
+    standard = {settings.get(name, default) for name, default in
+                zip(SPECIAL_TOKEN_NAMES, ("[UNK]", "[SEP]", "[PAD]", "[CLS]", "[MASK]"))}
+    extra = [t for t in dict.fromkeys(settings.get("additional_special_tokens", [])) if t not in standard]
+    settings["additional_special_tokens"] = extra
+    return vocab, settings
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        with os.fdopen(handle, "w", encoding="utf-8", newline="\n") as f:
+            f.write(text)
+        os.replace(temporary, path)
+    except BaseException:
+        os.unlink(temporary)
+        raise
+
+
+def write_tokenizer_files(tokenizer: BertTokenizer, path: str | Path) -> list[Path]:
+    """vocab.txt + tokenizer_config.json + special_tokens_map.json in `path` (created if needed)."""
+    directory = Path(path)
+    directory.mkdir(parents=True, exist_ok=True)
+    by_id = sorted(tokenizer.vocab.items(), key=lambda item: item[1])
+    if [index for _, index in by_id] != list(range(len(by_id))):
+        raise ValueError("cannot write vocab.txt: the vocabulary ids are not 0..n-1 without gaps")
+    if any("\n" in token or "\r" in token for token, _ in by_id):
+        raise ValueError("cannot write vocab.txt: a token contains a line break")
+    specials = {name: getattr(tokenizer, name) for name in SPECIAL_TOKEN_NAMES if getattr(tokenizer, name)}
+    if tokenizer.additional_special_tokens:
+        specials["additional_special_tokens"] = tokenizer.additional_special_tokens
+    config = {
+        "tokenizer_class": "BertTokenizer",
+        "do_lower_case": tokenizer.do_lower_case,
+        "strip_accents": tokenizer.strip_accents,
+        "tokenize_chinese_chars": tokenizer.tokenize_chinese_chars,
+        "clean_up_tokenization_spaces": tokenizer.clean_up_tokenization_spaces,
+        "model_max_length": tokenizer.model_max_length,
+        "padding_side": tokenizer.padding_side,
+        "truncation_side": tokenizer.truncation_side,
+        **specials,
+    }
+    files = {"vocab.txt": "".join(token + "\n" for token, _ in by_id),
+             "tokenizer_config.json": json.dumps(config, indent=2, ensure_ascii=False) + "\n",
+             "special_tokens_map.json": json.dumps(specials, indent=2, ensure_ascii=False) + "\n"}
+    written = []
+    for name, text in files.items():
+        _write_atomically(directory / name, text)
+        written.append(directory / name)
+    return written

