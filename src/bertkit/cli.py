@@ -702,6 +702,48 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     return 0
 
 
+# ---- vocab ---------------------------------------------------------------------------------------
+
+def _add_vocab(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("vocab", help="build a vocabulary (characters for Chinese, WordPiece otherwise) from text files",
+                       description="Build a BERT vocabulary from plain text files and save it as a tokenizer "
+                                   "directory (vocab.txt, tokenizer_config.json, special_tokens_map.json) that "
+                                   "BertTokenizer.from_pretrained and transformers load.")
+    p.add_argument("--corpus", nargs="+", required=True, metavar="FILE",
+                   help="UTF-8 text files (a directory stands for its *.txt files)")
+    p.add_argument("--size", type=int, metavar="N",
+                   help="vocabulary size, special tokens included (needed for WordPiece; a cap for characters)")
+    p.add_argument("--out", required=True, metavar="DIR", help="directory to write the tokenizer files to")
+    p.add_argument("--kind", choices=("auto", "chars", "wordpiece"), default="auto",
+                   help="characters (for Chinese) or WordPiece; auto picks characters when most of the text is CJK")
+    p.add_argument("--min-count", type=int, default=1, metavar="K",
+                   help="keep characters seen at least K times (WordPiece merges need at least max(K, 2))")
+    p.add_argument("--cased", action="store_true", help="keep upper case and accents (default: lowercase)")
+    p.add_argument("--trainer", choices=("auto", "tokenizers", "python"), default="auto",
+                   help="WordPiece trainer: Hugging Face tokenizers when installed (auto), or the pure-Python one")
+    p.set_defaults(func=_cmd_vocab)
+
+
+def _cmd_vocab(args: argparse.Namespace) -> int:
+    from bertkit.data.corpus import read_text_documents
+    from bertkit.tokenizer import BertTokenizer
+    from bertkit.vocab import build_vocab
+
+    if args.size is not None and args.size < 6:
+        raise UserError(f"--size {args.size} is too small: the 5 special tokens alone take 5")
+    texts = [sentence for document in read_text_documents(args.corpus) for sentence in document]
+    out = build_vocab(texts, args.out, vocab_size=args.size, kind=args.kind, min_count=args.min_count,
+                      lowercase=not args.cased, trainer=args.trainer)
+    tokenizer = BertTokenizer.from_pretrained(out, backend="python")
+    chars = sum(map(len, texts))
+    sample = tokenizer(texts[:2000], add_special_tokens=False, verbose=False)["input_ids"]
+    unknown = sum(row.count(tokenizer.unk_token_id) for row in sample)
+    print(f"read {len(texts):,} sentences ({chars:,} characters) from {len(args.corpus)} path(s)")
+    print(f"wrote {out}/vocab.txt: {tokenizer.vocab_size:,} tokens, lowercase {tokenizer.do_lower_case}")
+    print(f"[UNK] in the first {min(len(texts), 2000):,} sentences: {unknown:,} tokens")
+    return 0
+
+
 # ---- main ----------------------------------------------------------------------------------------
 
 def build_parser() -> argparse.ArgumentParser:
@@ -714,7 +756,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for add in (_add_info, _add_data, _add_attention, _add_explain, _add_pretrain, _add_finetune,
                 _add_predict, _add_evaluate, _add_encode, _add_translate_train, _add_translate,
-                _add_lm_train, _add_generate, _add_demo):
+                _add_lm_train, _add_generate, _add_demo, _add_vocab):
         add(sub)
     return parser
 
