@@ -81,7 +81,7 @@ def main() -> None:
                                                                                    ("transformers", theirs))}
     ours.train()
     theirs.train()
-    for name, step in steps.items():  # warm-up (and compilation)
+    for step in steps.values():  # warm-up (and compilation)
         step(batches[0])
     times = {name: [] for name in steps}
     for _ in range(args.rounds):
@@ -95,7 +95,8 @@ def main() -> None:
     mode = ("bf16" if args.bf16 else "fp32") + (" + compile" if args.compile else "")
     print(f"BertForPreTraining 4L/256/4H/1024, vocab 21128, batch {args.batch} x seq {args.seq}, AdamW, {mode}; "
           f"torch {torch.__version__}, {torch.get_num_threads()} threads, transformers {transformers.__version__}")
-    print(f"loss on the first batch (eval mode): bertkit {first['bertkit']:.6f}  transformers {first['transformers']:.6f}")
+    print(f"loss on the first batch (eval mode): bertkit {first['bertkit']:.6f}  "
+          f"transformers {first['transformers']:.6f}")
     print(f"training tokens/s: bertkit {tps['bertkit']:,.0f}  transformers {tps['transformers']:,.0f}  "
           f"ratio {tps['bertkit'] / tps['transformers']:.2f}")
 
