@@ -87,10 +87,10 @@ def load_corpus(specs: list[str]) -> list[list[str]]:
     for spec in specs:
         if Path(spec).exists():
             documents += read_text_documents([spec])
-        elif spec in CORPORA:
+        elif spec == "zh" or spec in CORPORA:
             documents += load_documents(spec)
         else:
-            raise FileNotFoundError(f"corpus {spec!r} is neither a file nor one of {', '.join(sorted(CORPORA))}")
+            raise FileNotFoundError(f"corpus {spec!r} is neither a file nor one of zh, {', '.join(sorted(CORPORA))}")
     if not documents:
         raise ValueError(f"the corpus {specs} holds no text")
     return documents
