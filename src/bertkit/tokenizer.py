@@ -69,8 +69,12 @@ class BertTokenizer:
         self.max_input_chars_per_word = max_input_chars_per_word
         # special tokens are never split; one missing from vocab.txt gets the next free id, as in tokenizers
         self.added_vocab: dict[str, int] = {}
+        next_id = len(self.vocab)
         for token in self.all_special_tokens:
-            self.added_vocab[token] = self.vocab.get(token, len(self.vocab) + len(self.added_vocab))
+            if token not in self.vocab:
+                self.added_vocab[token], next_id = next_id, next_id + 1
+            else:
+                self.added_vocab[token] = self.vocab[token]
         self.ids_to_tokens = {index: token for token, index in {**self.vocab, **self.added_vocab}.items()}
         self._warned_long = False
         self._backend = self._make_backend(backend)

@@ -80,19 +80,21 @@ class BasicTokenizer:
         separators = "".join(c for c in map(chr, _codes(uni.WHITESPACE))
                              if not (clean_text and uni.contains(uni.CONTROL, c)))
         self._chunk = re.compile(f"[^{re.escape(separators)}]+")
-        # characters that rule out the fast path (the NFD check is separate: unicodedata does it in C)
-        hard = ""
-        if clean_text:
-            hard += uni.char_class(uni.CONTROL)
-        if self.strip_accents:
-            hard += uni.char_class(uni.NONSPACING_MARK)
-        if lowercase:  # where str.lower() differs from Rust's per-character lowercase
-            hard += "\u0130\u03a3" + "".join(re.escape(chr(code)) for code in uni.LOWERCASE)
-        self._hard = re.compile(f"[{hard}]") if hard else None
+        # Characters that rule out the fast paths. `_changing`: any that normalisation would change beyond
+        # str.lower() (the NFD check is separate: unicodedata does it in C). `_before_nfd`: any that make
+        # Python's NFD or str.lower() differ from tokenizers' (checked before and after stripping accents).
+        control = uni.char_class(uni.CONTROL) if clean_text else ""
+        special_case = "\u0130\u03a3" + "".join(map(chr, uni.LOWERCASE)) if lowercase else ""
+        marks = uni.char_class(uni.NONSPACING_MARK) if self.strip_accents else ""
+        self._changing = re.compile(f"[{control}{marks}{special_case}]") if control or marks or special_case else None
+        differs = uni.char_class(uni.STARTER + uni.NO_DECOMPOSITION)
+        self._before_nfd = re.compile(f"[{control}{differs}]")
+        self._special_case = re.compile(f"[{special_case}]") if special_case else None
+        self._nonspacing = re.compile(f"[{uni.char_class(uni.NONSPACING_MARK)}]+")
 
     def _is_simple(self, text: str) -> bool:
         """True when normalising `text` changes nothing but ASCII-like lowercasing."""
-        if self._hard is not None and self._hard.search(text):
+        if self._changing is not None and self._changing.search(text):
             return False
         return not self.strip_accents or unicodedata.is_normalized("NFD", text)
 
@@ -100,6 +102,11 @@ class BasicTokenizer:
         """The normalised words of `text`."""
         if self._is_simple(text):
             return self._word.findall(text.lower() if self.lowercase else text)
+        if self.strip_accents and not self._before_nfd.search(text):
+            # without offsets to keep, strip accents over the whole text: NFD, then delete the marks
+            stripped = self._nonspacing.sub("", unicodedata.normalize("NFD", text))
+            if self._special_case is None or not self._special_case.search(stripped):
+                return self._word.findall(stripped.lower() if self.lowercase else stripped)
         return [word for word, _ in self.split_with_alignment(text)]
 
     def split_with_alignment(self, text: str) -> list[tuple[str, Alignment]]:
