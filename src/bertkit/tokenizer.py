@@ -120,6 +120,7 @@ class BertTokenizer:
 
     @property
     def all_special_ids(self) -> list[int]:
+        """The ids of the special tokens."""
         return [self.added_vocab[token] for token in self.all_special_tokens]
 
     def _id(self, token: str | None) -> int | None:
@@ -133,12 +134,15 @@ class BertTokenizer:
 
     @property
     def vocab_size(self) -> int:
+        """Size of the WordPiece vocabulary (without added tokens), like transformers'."""
         return len(self.vocab)
 
     def __len__(self) -> int:
+        """Size of the vocabulary with added tokens."""
         return len({**self.vocab, **self.added_vocab})
 
     def get_vocab(self) -> dict[str, int]:
+        """{token: id} including added tokens."""
         return {**self.vocab, **self.added_vocab}
 
     def convert_tokens_to_ids(self, tokens: str | Sequence[str]) -> int | list[int]:
@@ -150,6 +154,7 @@ class BertTokenizer:
 
     def convert_ids_to_tokens(self, ids: int | Sequence[int], skip_special_tokens: bool = False):
         """Id(s) -> token(s); an id outside the vocabulary gives None."""
+        ids = _to_list(ids)
         if isinstance(ids, int):
             return self.ids_to_tokens.get(ids)
         skip = set(self.all_special_ids) if skip_special_tokens else set()
@@ -292,7 +297,9 @@ class BertTokenizer:
         skip = set(self.all_special_ids) if skip_special_tokens else set()
         tokens = [self.ids_to_tokens[i] for i in token_ids if i in self.ids_to_tokens and i not in skip]
         text = "".join(_decode_piece(token, first=i == 0) for i, token in enumerate(tokens))
-        if self.clean_up_tokenization_spaces if clean_up_tokenization_spaces is None else clean_up_tokenization_spaces:
+        if clean_up_tokenization_spaces is None:
+            clean_up_tokenization_spaces = self.clean_up_tokenization_spaces
+        if clean_up_tokenization_spaces:  # transformers' extra pass over the joined text
             text = clean_up_tokenization(text)
         return text
 

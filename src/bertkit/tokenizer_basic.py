@@ -80,11 +80,12 @@ class BasicTokenizer:
         separators = "".join(c for c in map(chr, _codes(uni.WHITESPACE))
                              if not (clean_text and uni.contains(uni.CONTROL, c)))
         self._chunk = re.compile(f"[^{re.escape(separators)}]+")
-        # Characters that rule out the fast paths. `_changing`: any that normalisation would change beyond
-        # str.lower() (the NFD check is separate: unicodedata does it in C). `_before_nfd`: any that make
-        # Python's NFD or str.lower() differ from tokenizers' (checked before and after stripping accents).
+        # Characters that rule out the fast paths. `_changing`: normalisation would do more to them than
+        # str.lower() (decomposable characters are found by unicodedata.is_normalized, in C). `_before_nfd`:
+        # Python's NFD differs from tokenizers' on them, or they are dropped; `_special_case`: str.lower()
+        # differs from tokenizers' per-character lowercase (İ, a final Σ, letters newer than Python's Unicode).
         control = uni.char_class(uni.CONTROL) if clean_text else ""
-        special_case = "\u0130\u03a3" + "".join(map(chr, uni.LOWERCASE)) if lowercase else ""
+        special_case = "\u0130\u03a3" + "".join(re.escape(chr(c)) for c in uni.LOWERCASE) if lowercase else ""
         marks = uni.char_class(uni.NONSPACING_MARK) if self.strip_accents else ""
         self._changing = re.compile(f"[{control}{marks}{special_case}]") if control or marks or special_case else None
         differs = uni.char_class(uni.STARTER + uni.NO_DECOMPOSITION)
@@ -93,7 +94,7 @@ class BasicTokenizer:
         self._nonspacing = re.compile(f"[{uni.char_class(uni.NONSPACING_MARK)}]+")
 
     def _is_simple(self, text: str) -> bool:
-        """True when normalising `text` changes nothing but ASCII-like lowercasing."""
+        """True when normalising `text` does nothing but what str.lower() does (if lowercasing)."""
         if self._changing is not None and self._changing.search(text):
             return False
         return not self.strip_accents or unicodedata.is_normalized("NFD", text)
