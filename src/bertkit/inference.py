@@ -17,6 +17,8 @@ Entity spans are character offsets into the original text. A word takes the tag 
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import re
 import warnings
 from collections.abc import Callable, Iterable, Sequence
@@ -343,26 +345,20 @@ def tag_words(model: nn.Module, tokenizer: Any, sentences: Sequence[Sequence[str
     """
     if not isinstance(sentences, Sequence) or not sentences:
         raise ValueError("sentences is empty: give at least one list of words")
-    texts, owners = [], []
+    texts, starts = [], []
     for n, words in enumerate(sentences):
         words = check_texts(words, f"sentences[{n}]") if len(words) else []
-        owner = np.full(sum(map(len, words)) + max(len(words) - 1, 0), -1)   # character -> word index
-        position = 0
-        for w, word in enumerate(words):
-            owner[position:position + len(word)] = w
-            position += len(word) + 1
+        starts.append(list(itertools.accumulate((len(word) + 1 for word in words[:-1]), initial=0)))
         texts.append(" ".join(words))
-        owners.append(owner)
     labels = label_names(model)
     out = []
-    for words, owner, (row, tags, _) in zip(sentences, owners, _tag_tokens(model, tokenizer, texts, batch_size,
-                                                                         max_length, truncation, progress)):
-        predicted = ["O"] * len(words)
-        seen = set()
+    tagged = _tag_tokens(model, tokenizer, texts, batch_size, max_length, truncation, progress)
+    for words, word_starts, (row, tags, _) in zip(sentences, starts, tagged):
+        predicted: list[str | None] = [None] * len(words)
         for k, (start, end) in enumerate(row.offsets or []):
-            w = int(owner[start]) if end > start else -1
-            if w >= 0 and w not in seen:
-                seen.add(w)
-                predicted[w] = labels[int(tags[k])]
-        out.append(predicted)
+            if end > start:  # a token's first character lies in one word: spaces make no tokens
+                w = bisect.bisect_right(word_starts, start) - 1
+                if predicted[w] is None:
+                    predicted[w] = labels[int(tags[k])]
+        out.append([tag or "O" for tag in predicted])
     return out
