@@ -137,11 +137,16 @@ def test_encode_tokenize_and_conversions(tiny):
     assert sorted(tiny.all_special_ids) == sorted(reference.all_special_ids)
 
 
-@given(st.lists(st.integers(0, len(TINY_VOCAB) + 2), max_size=12), st.booleans(), st.sampled_from([None, True, False]))
+# tokens that BERT's split never produces, but vocabularies may hold, so every clean-up rule gets exercised
+DECODE_VOCAB = {t: i for i, t in enumerate([*TINY_VOCAB, "'s", "'m", "'ve", "'re", "n't", "do", "not", "##'s"])}
+
+
+@given(st.lists(st.integers(0, len(DECODE_VOCAB) + 2), max_size=12), st.booleans(),
+       st.sampled_from([None, True, False]))
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 def test_decode_matches(ids, skip_special_tokens, clean_up):
-    ours = BertTokenizer(dict(TINY_VOCAB), backend="python")
-    reference = hf_tiny()
+    ours = BertTokenizer(dict(DECODE_VOCAB), backend="python")
+    reference = transformers.BertTokenizer(vocab=dict(DECODE_VOCAB))
     kwargs = dict(skip_special_tokens=skip_special_tokens)
     if clean_up is not None:
         kwargs["clean_up_tokenization_spaces"] = clean_up
@@ -171,32 +176,34 @@ def _fuzz_vocab() -> dict[str, int]:
     return {token: index for index, token in enumerate(dict.fromkeys(tokens))}
 
 
+# (do_lower_case, strip_accents, tokenize_chinese_chars): uncased, cased, and cased with accents stripped
+# and Chinese characters left inside words
+FUZZ_SETTINGS = [(True, None, True), (False, None, True), (False, True, False)]
+
+
 @pytest.fixture(scope="module")
-def fuzz_pair():
+def fuzz_tokenizers():
+    """(bertkit, transformers) tokenizers on the fuzz vocabulary, per backend and settings."""
     vocab = _fuzz_vocab()
-    return vocab, {lower: transformers.BertTokenizer(vocab=dict(vocab), do_lower_case=lower) for lower in (True, False)}
+    pairs = {}
+    for lowercase, strip_accents, chinese in FUZZ_SETTINGS:
+        settings = dict(do_lower_case=lowercase, strip_accents=strip_accents, tokenize_chinese_chars=chinese)
+        theirs = transformers.BertTokenizer(vocab=dict(vocab), **settings)
+        for backend in BACKENDS:
+            pairs[backend, lowercase, strip_accents, chinese] = (
+                BertTokenizer(dict(vocab), backend=backend, **settings), theirs)
+    return pairs
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
-@pytest.mark.parametrize("lowercase", [True, False])
+@pytest.mark.parametrize("setting", FUZZ_SETTINGS)
 @given(text=FUZZ_TEXT, pair=FUZZ_TEXT)
-@settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-def test_unicode_fuzz(fuzz_pair, backend, lowercase, text, pair):
-    vocab, references = fuzz_pair
-    ours, theirs = _cached(vocab, lowercase, backend), references[lowercase]
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+def test_unicode_fuzz(fuzz_tokenizers, backend, setting, text, pair):
+    ours, theirs = fuzz_tokenizers[(backend, *setting)]
     kwargs = dict(return_offsets_mapping=True, return_special_tokens_mask=True)
     assert outcome(ours, text, pair or None, **kwargs) == outcome(theirs, text, pair or None, **kwargs)
     assert ours([text, pair])["input_ids"] == theirs([text, pair])["input_ids"]  # the path without offsets
-
-
-_TOKENIZERS: dict = {}
-
-
-def _cached(vocab: dict[str, int], lowercase: bool, backend: str) -> BertTokenizer:
-    key = (lowercase, backend)
-    if key not in _TOKENIZERS:
-        _TOKENIZERS[key] = BertTokenizer(dict(vocab), do_lower_case=lowercase, backend=backend)
-    return _TOKENIZERS[key]
 
 
 def test_saved_directory_and_added_special_tokens_in_transformers(tmp_path):
