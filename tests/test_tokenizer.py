@@ -237,3 +237,12 @@ def test_backends_agree():
     python, fast = (BertTokenizer(dict(VOCAB), backend=b) for b in ("python", "fast"))
     kwargs = dict(padding=True, return_offsets_mapping=True, return_special_tokens_mask=True)
     assert python(texts, texts[::-1], **kwargs) == fast(texts, texts[::-1], **kwargs)
+
+
+def test_pickles_for_data_loader_workers(tok):
+    import pickle
+
+    tok("warm the caches: héllo")
+    copy = pickle.loads(pickle.dumps(tok))
+    assert copy.backend == tok.backend
+    assert copy("HÉLLO the fox", return_offsets_mapping=True) == tok("HÉLLO the fox", return_offsets_mapping=True)

@@ -200,7 +200,10 @@ class WordPiece:
         self._longest_inner = max((len(t) - len(prefix) for t in vocab if t.startswith(prefix)), default=0)
         # (id, start, end) of each piece, and the ids alone: indexing these is the hot path
         self.pieces = _Cache(self._split, cache_size)
-        self.ids = _Cache(lambda word: tuple(piece[0] for piece in self.pieces[word]), cache_size)
+        self.ids = _Cache(self._ids, cache_size)
+
+    def _ids(self, word: str) -> tuple[int, ...]:
+        return tuple(piece[0] for piece in self.pieces[word])
 
     def _split(self, word: str) -> tuple[tuple[int, int, int], ...]:
         n = len(word)
