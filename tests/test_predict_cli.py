@@ -123,12 +123,16 @@ def test_empty_input_file_is_an_error(classifier_dir, tmp_path, capsys):
     assert code == 2 and "give one or more texts, or --input FILE" in err
 
 
-def test_too_long_text_warns_or_fails_without_truncation(classifier_dir, capsys):
+def test_too_long_text_warns_or_fails_without_truncation(classifier_dir, tmp_path, capsys):
     long = " ".join(["cat"] * 30)
     code, out, err = run(capsys, "predict", "--model", classifier_dir, long)
     assert code == 0 and out and "warning: 1 of 1 texts are longer than the model's 16 positions" in err
     code, out, err = run(capsys, "predict", "--model", classifier_dir, "--no-truncation", long)
     assert code == 2 and out == "" and "text 0 has 32 tokens, more than the model's 16 positions" in err
+    data = tmp_path / "long.tsv"
+    data.write_text(f"a dog\tpositive\n{long}\tnegative\n", encoding="utf-8")
+    code, out, err = run(capsys, "evaluate", "--model", classifier_dir, "--data", data, "--no-truncation")
+    assert code == 2 and out == "" and "text 1 has 32 tokens" in err
 
 
 def test_encode_writes_the_vectors(classifier_dir, tmp_path, capsys):

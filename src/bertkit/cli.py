@@ -481,7 +481,7 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
     with _warnings_to_stderr("evaluate"):
         model, tokenizer = load_model(args.model)
         scores = evaluate(model, tokenizer, args.data, split=args.split or "test", batch_size=args.batch_size,
-                          max_length=args.max_length)
+                          max_length=args.max_length, truncation=not args.no_truncation)
     if named:
         scores["split"] = args.split or "test"
     if args.json:

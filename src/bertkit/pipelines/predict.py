@@ -136,25 +136,24 @@ def _check_labels(found: set[str], labels: list[str], data: str) -> None:
 
 
 def evaluate(model: Any, tokenizer: Any, data: str, split: str = "test", batch_size: int = 32,
-             max_length: int | None = None, progress: bool | None = None) -> dict[str, Any]:
+             max_length: int | None = None, truncation: bool = True, progress: bool | None = None) -> dict[str, Any]:
     """Accuracy and macro-F1 of a classifier, or entity P/R/F1 of a tagger, on `data` (source name or file)."""
     task = task_of(model)
     labels = label_names(model)
     examples = load_examples(data, task, split, labels)
     result: dict[str, Any] = {"task": task, "data": data, "examples": len(examples)}
+    options = dict(batch_size=batch_size, max_length=max_length, truncation=truncation, progress=progress)
     if task == "classification":
-        return {**result, **_evaluate_classification(model, tokenizer, examples, labels, data, batch_size,
-                                                     max_length, progress)}
-    return {**result, **_evaluate_ner(model, tokenizer, examples, labels, data, batch_size, max_length, progress)}
+        return {**result, **_evaluate_classification(model, tokenizer, examples, labels, data, **options)}
+    return {**result, **_evaluate_ner(model, tokenizer, examples, labels, data, **options)}
 
 
 def _evaluate_classification(model: Any, tokenizer: Any, examples: list[TextExample], labels: list[str], data: str,
-                             batch_size: int, max_length: int | None, progress: bool | None) -> dict[str, float]:
+                             **options: Any) -> dict[str, float]:
     _check_labels({example.label for example in examples}, labels, data)
     pairs = [example.text_pair for example in examples]
     predictions = predict(model, tokenizer, [example.text for example in examples],
-                          pairs if any(pair is not None for pair in pairs) else None, batch_size=batch_size,
-                          max_length=max_length, progress=progress)
+                          pairs if any(pair is not None for pair in pairs) else None, **options)
     index = {label: i for i, label in enumerate(labels)}
     gold = [index[example.label] for example in examples]
     predicted = [index[p["label"]] for p in predictions]
@@ -162,7 +161,7 @@ def _evaluate_classification(model: Any, tokenizer: Any, examples: list[TextExam
 
 
 def _evaluate_ner(model: Any, tokenizer: Any, examples: list[TokenExample], labels: list[str], data: str,
-                  batch_size: int, max_length: int | None, progress: bool | None) -> dict[str, Any]:
+                  **options: Any) -> dict[str, Any]:
     from bertkit.data.tasks import bmes_to_bio
 
     gold = [example.tags for example in examples]
@@ -171,8 +170,7 @@ def _evaluate_ner(model: Any, tokenizer: Any, examples: list[TokenExample], labe
         gold = [bmes_to_bio(tags) for tags in gold]  # a BMES file scored against a BIO model: same entities
         found = {tag for tags in gold for tag in tags}
     _check_labels(found, labels, data)
-    predicted = tag_words(model, tokenizer, [example.tokens for example in examples], batch_size=batch_size,
-                          max_length=max_length, progress=progress)
+    predicted = tag_words(model, tokenizer, [example.tokens for example in examples], **options)
     scores = metrics.entity_scores(gold, predicted, by_type=True)
     return {key: scores[key] for key in ("precision", "recall", "f1", "num_true", "num_pred", "num_correct",
                                          "by_type")}
