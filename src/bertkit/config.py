@@ -29,9 +29,72 @@ class ConfigError(ValueError):
     """A configuration value that no model can be built from."""
 
 
+class _JsonConfig:
+    """config.json reading and writing for the dataclass configs below; `model_type` names the class."""
+
+    model_type = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"model_type": self.model_type, **dataclasses.asdict(self)}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]):
+        """Build from a config dict; a different model_type is an error, unknown keys a warning."""
+        data = dict(data)
+        model_type = data.pop("model_type", cls.model_type)
+        if model_type != cls.model_type:
+            raise ConfigError(f"config is for model_type {model_type!r}, not {cls.model_type!r}")
+        names = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(k for k in data if k not in names and k not in _HF_BOOKKEEPING)
+        if unknown:
+            warnings.warn(f"config keys not used by bertkit (ignored): {', '.join(unknown)}", stacklevel=2)
+        try:
+            return cls(**{k: v for k, v in data.items() if k in names})
+        except TypeError as err:
+            raise ConfigError(f"invalid config: {err}") from None
+
+    @classmethod
+    def from_pretrained(cls, path: str | os.PathLike):
+        """Read `config.json` from a model directory (or the file itself)."""
+        path = Path(path)
+        if not path.exists():
+            raise FileNotFoundError(f"{path} does not exist (expected a model directory with {CONFIG_NAME})")
+        return cls.from_json_file(path / CONFIG_NAME if path.is_dir() else path)
+
+    @classmethod
+    def from_json_file(cls, path: str | os.PathLike):
+        """Read a config JSON file."""
+        path = Path(path)
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise FileNotFoundError(f"no config file at {path}") from None
+        except (json.JSONDecodeError, UnicodeDecodeError) as err:
+            raise ConfigError(f"{path} is not valid JSON: {err}") from None
+        if not isinstance(data, dict):
+            raise ConfigError(f"{path} must hold a JSON object, got {type(data).__name__}")
+        return cls.from_dict(data)
+
+    def to_json_string(self) -> str:
+        return json.dumps(self.to_dict(), indent=2, sort_keys=True, ensure_ascii=False) + "\n"
+
+    def save_pretrained(self, directory: str | os.PathLike) -> Path:
+        """Write `config.json` into `directory` atomically."""
+        from bertkit.checkpoint import atomic_write_text
+
+        directory = Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        return atomic_write_text(directory / CONFIG_NAME, self.to_json_string())
+
+    def replace(self, **changes: Any):
+        return dataclasses.replace(self, **changes)
+
+
 @dataclass
-class BertConfig:
+class BertConfig(_JsonConfig):
     """BERT hyper-parameters (Hugging Face `BertConfig` names) plus bertkit's ALBERT and positional options."""
+
+    model_type = "bert"
 
     vocab_size: int = 30522
     hidden_size: int = 768
@@ -138,41 +201,6 @@ class BertConfig:
         out.setdefault("model_type", "bert")
         return out
 
-    @classmethod
-    def from_json_file(cls, path: str | os.PathLike) -> BertConfig:
-        path = Path(path)
-        try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            raise FileNotFoundError(f"no config file at {path}") from None
-        except (json.JSONDecodeError, UnicodeDecodeError) as err:
-            raise ConfigError(f"{path} is not valid JSON: {err}") from None
-        if not isinstance(data, dict):
-            raise ConfigError(f"{path} must hold a JSON object, got {type(data).__name__}")
-        return cls.from_dict(data)
-
-    @classmethod
-    def from_pretrained(cls, path: str | os.PathLike) -> BertConfig:
-        """Read `config.json` from a model directory (or the file itself)."""
-        path = Path(path)
-        if not path.exists():
-            raise FileNotFoundError(f"{path} does not exist (expected a model directory with {CONFIG_NAME})")
-        return cls.from_json_file(path / CONFIG_NAME if path.is_dir() else path)
-
-    def to_json_string(self) -> str:
-        return json.dumps(self.to_dict(), indent=2, sort_keys=True, ensure_ascii=False) + "\n"
-
-    def save_pretrained(self, directory: str | os.PathLike) -> Path:
-        """Write `config.json` into `directory` atomically."""
-        from bertkit.checkpoint import atomic_write_text
-
-        directory = Path(directory)
-        directory.mkdir(parents=True, exist_ok=True)
-        return atomic_write_text(directory / CONFIG_NAME, self.to_json_string())
-
-    def replace(self, **changes: Any) -> BertConfig:
-        return dataclasses.replace(self, **changes)
-
 
 # Named sizes for `bertkit pretrain --config NAME`; vocab_size is filled in from the vocabulary.
 PRESETS: dict[str, dict[str, int]] = {
@@ -209,60 +237,6 @@ def _check_token_ids(config: Any, names: tuple[str, ...], vocab_size: int) -> No
         value = getattr(config, name)
         if value is not None and not 0 <= value < vocab_size:
             raise ConfigError(f"{name} {value} is outside the vocabulary (size {vocab_size})")
-
-
-class _JsonConfig:
-    """config.json reading and writing for the dataclass configs below; `model_type` names the class."""
-
-    model_type = ""
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"model_type": self.model_type, **dataclasses.asdict(self)}
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]):
-        """Build from a config dict; a different model_type is an error, unknown keys a warning."""
-        data = dict(data)
-        model_type = data.pop("model_type", cls.model_type)
-        if model_type != cls.model_type:
-            raise ConfigError(f"config is for model_type {model_type!r}, not {cls.model_type!r}")
-        names = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(k for k in data if k not in names and k not in _HF_BOOKKEEPING)
-        if unknown:
-            warnings.warn(f"config keys not used by bertkit (ignored): {', '.join(unknown)}", stacklevel=2)
-        try:
-            return cls(**{k: v for k, v in data.items() if k in names})
-        except TypeError as err:
-            raise ConfigError(f"invalid config: {err}") from None
-
-    @classmethod
-    def from_pretrained(cls, path: str | os.PathLike):
-        """Read `config.json` from a model directory (or the file itself)."""
-        path = Path(path)
-        path = path / CONFIG_NAME if path.is_dir() else path
-        try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            raise FileNotFoundError(f"no config file at {path}") from None
-        except (json.JSONDecodeError, UnicodeDecodeError) as err:
-            raise ConfigError(f"{path} is not valid JSON: {err}") from None
-        if not isinstance(data, dict):
-            raise ConfigError(f"{path} must hold a JSON object, got {type(data).__name__}")
-        return cls.from_dict(data)
-
-    def to_json_string(self) -> str:
-        return json.dumps(self.to_dict(), indent=2, sort_keys=True, ensure_ascii=False) + "\n"
-
-    def save_pretrained(self, directory: str | os.PathLike) -> Path:
-        """Write `config.json` into `directory` atomically."""
-        from bertkit.checkpoint import atomic_write_text
-
-        directory = Path(directory)
-        directory.mkdir(parents=True, exist_ok=True)
-        return atomic_write_text(directory / CONFIG_NAME, self.to_json_string())
-
-    def replace(self, **changes: Any):
-        return dataclasses.replace(self, **changes)
 
 
 @dataclass
