@@ -13,6 +13,14 @@ from pathlib import Path
 
 import pytest
 
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    # Two workers on two cores: one thread each. Two OpenMP threads per worker would make four threads
+    # spin-waiting for two cores, which slows every op several-fold. Subprocesses inherit the setting.
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    import torch
+
+    torch.set_num_threads(1)
+
 
 def _unavailable(name: str, err: Exception):
     reason = f"real source {name!r} unavailable (package index unreachable or cache damaged): {err}"
