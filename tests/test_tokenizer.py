@@ -10,8 +10,8 @@ import warnings
 import pytest
 
 from bertkit import BertTokenizer
-from bertkit.tokenizer_basic import BasicTokenizer, WordPiece
-from bertkit.tokenizer_fast import available as fast_available
+from bertkit.tokenizer.basic import BasicTokenizer, WordPiece
+from bertkit.tokenizer.fast import available as fast_available
 
 BACKENDS = ["python"] + (["fast"] if fast_available() else [])
 TOKENS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "un", "##aff", "##able", "the", "fox", "hello", "world",

@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from bertkit import BertTokenizer
-from bertkit.tokenizer_fast import available as fast_available
+from bertkit.tokenizer.fast import available as fast_available
 
 transformers = pytest.importorskip("transformers")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # local directories only; never wait for the hub

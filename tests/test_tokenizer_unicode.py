@@ -1,6 +1,6 @@
 """Every Unicode code point through the pure-Python tokenizer against Hugging Face `tokenizers`.
 
-`bertkit.tokenizer_unicode` holds character tables derived from `tokenizers` (which classifies with
+`bertkit.tokenizer.unicode_tables` holds character tables derived from `tokenizers` (which classifies with
 Unicode 8.0 tables, decomposes with a slightly newer NFD and lowercases with Rust's current Unicode).
 The first test derives them again, code point by code point, and on a mismatch prints the ranges to
 paste in; the second runs the code points (all of planes 0 and 1, a sample above) through both
@@ -13,13 +13,13 @@ import unicodedata
 
 import pytest
 
-from bertkit import tokenizer_unicode as uni
-from bertkit.tokenizer_basic import PythonBackend
+from bertkit.tokenizer import unicode_tables as uni
+from bertkit.tokenizer.basic import PythonBackend
 
 tokenizers = pytest.importorskip("tokenizers")
 from tokenizers import normalizers, pre_tokenizers  # noqa: E402
 
-from bertkit.tokenizer_fast import FastBackend  # noqa: E402
+from bertkit.tokenizer.fast import FastBackend  # noqa: E402
 
 CODE_POINTS = [code for code in range(0x110000) if not 0xD800 <= code <= 0xDFFF]  # surrogates are not text
 # Planes 0 and 1 hold nearly every character with special handling; above them (CJK extensions, private
@@ -34,7 +34,7 @@ def _codes(ranges) -> set[int]:
 
 
 def _spec(codes) -> str:
-    """Code points as the table text of tokenizer_unicode (inclusive hex ranges)."""
+    """Code points as the table text of tokenizer.unicode_tables (inclusive hex ranges)."""
     ranges: list[list[int]] = []
     for code in sorted(codes):
         if ranges and ranges[-1][1] == code - 1:
@@ -45,7 +45,7 @@ def _spec(codes) -> str:
 
 
 def derive_tables() -> dict[str, object]:
-    """The tables of tokenizer_unicode, as tokenizers behaves on each code point."""
+    """The tables of tokenizer.unicode_tables, as tokenizers behaves on each code point."""
     clean = normalizers.BertNormalizer(clean_text=True, handle_chinese_chars=False, strip_accents=False,
                                        lowercase=False)
     strip = normalizers.BertNormalizer(clean_text=False, handle_chinese_chars=False, strip_accents=True,
@@ -96,7 +96,7 @@ def test_tables_are_what_tokenizers_does():
     if derived["LOWERCASE"] != lowercase:
         problems.append("LOWERCASE: " + " ".join(f"{code:04X}>{ord(text):04X}"
                                                  for code, text in sorted(derived["LOWERCASE"].items())))
-    assert not problems, "tokenizer_unicode is out of date; new tables:\n" + "\n".join(problems)
+    assert not problems, "tokenizer.unicode_tables is out of date; new tables:\n" + "\n".join(problems)
 
 
 @pytest.mark.slow

@@ -3,7 +3,7 @@
     build_vocab(texts, "my_vocab", vocab_size=8000)     # picks characters or WordPiece from the text
     BertTokenizer.from_pretrained("my_vocab")            # vocab.txt + tokenizer_config.json, also for transformers
 
-Words are counted after BERT's own normalisation and split (`tokenizer_basic.BasicTokenizer`, with the
+Words are counted after BERT's own normalisation and split (`tokenizer.basic.BasicTokenizer`, with the
 same lowercasing the saved tokenizer will use), so every token is one the tokenizer can produce.
 
 - Characters (`char_vocab`): every character seen at least `min_count` times, most frequent first. A
@@ -22,8 +22,8 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable
 from pathlib import Path
 
-from bertkit import tokenizer_unicode as uni
-from bertkit.tokenizer_basic import BasicTokenizer
+from bertkit.tokenizer import unicode_tables as uni
+from bertkit.tokenizer.basic import BasicTokenizer
 
 SPECIAL_TOKENS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 PREFIX = "##"
@@ -135,7 +135,7 @@ def _tokenizers_wordpiece(texts: Iterable[str], vocab_size: int, min_frequency: 
 def wordpiece_vocab(texts: Iterable[str], *, vocab_size: int, min_frequency: int = 2, lowercase: bool = True,
                     trainer: str = "auto") -> list[str]:
     """A WordPiece vocabulary of about `vocab_size` tokens (more if the characters alone need more)."""
-    from bertkit.tokenizer_fast import available
+    from bertkit.tokenizer.fast import available
 
     if trainer not in ("auto", "tokenizers", "python"):
         raise ValueError(f"trainer must be 'auto', 'tokenizers' or 'python', not {trainer!r}")

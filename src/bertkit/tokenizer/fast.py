@@ -1,7 +1,7 @@
 """The "fast" backend: the same text -> ids and offsets step, done by Hugging Face's Rust `tokenizers`.
 
 Only normalisation, word splitting and WordPiece run in Rust (batched, in parallel); truncation, the
-special tokens and padding stay in `tokenizer_encoding`, shared with the pure-Python backend, so the
+special tokens and padding stay in `encoding`, shared with the pure-Python backend, so the
 two backends can only differ where their tokenisation differs, and the tests check it does not.
 `tokenizers` is an optional dependency (`pip install 'bertkit[fast]'`) imported only here.
 """

@@ -24,7 +24,7 @@ import re
 import unicodedata
 from itertools import chain
 
-from bertkit import tokenizer_unicode as uni
+from bertkit.tokenizer import unicode_tables as uni
 
 # a word's alignment: its start in the original text when it was not changed by normalisation,
 # else the original position of each of its characters

@@ -6,9 +6,9 @@
     tok.decode(enc["input_ids"][0], skip_special_tokens=True)
 
 The ids, token types, attention masks and offsets are those of transformers' default (Rust-backed)
-BertTokenizer for the same files and arguments. Text becomes ids in a backend, `tokenizer_basic`
-(pure Python) or `tokenizer_fast` (Hugging Face `tokenizers`, used by "auto" when installed); rows,
-truncation and padding are built in `tokenizer_encoding`; this module holds the files and the calls.
+BertTokenizer for the same files and arguments. Text becomes ids in a backend, `basic`
+(pure Python) or `fast` (Hugging Face `tokenizers`, used by "auto" when installed); rows,
+truncation and padding are built in `encoding`; this module holds the files and the calls.
 """
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from bertkit.tokenizer_basic import PythonBackend
-from bertkit.tokenizer_encoding import Row, Specials, build_row, pad_rows
-from bertkit.tokenizer_files import SPECIAL_TOKEN_NAMES, load_vocab, read_tokenizer_files, write_tokenizer_files
+from bertkit.tokenizer.basic import PythonBackend
+from bertkit.tokenizer.encoding import Row, Specials, build_row, pad_rows
+from bertkit.tokenizer.files import SPECIAL_TOKEN_NAMES, load_vocab, read_tokenizer_files, write_tokenizer_files
 
 VERY_LARGE_INTEGER = int(1e30)  # transformers' "no model_max_length"
 LARGE_INTEGER = int(1e20)
@@ -80,7 +80,7 @@ class BertTokenizer:
         self._backend = self._make_backend(backend)
 
     def _make_backend(self, backend: str):
-        from bertkit import tokenizer_fast
+        from bertkit.tokenizer import fast as tokenizer_fast
 
         if backend not in ("auto", "python", "fast"):
             raise ValueError(f"backend must be 'auto', 'python' or 'fast', not {backend!r}")
