@@ -548,13 +548,28 @@ def _add_translate_train(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--learning-rate", type=float, help="default 5e-4 (Transformer), 1e-3 (RNNs)")
     p.add_argument("--vocab-size", type=int, default=8000, help="per side, at most")
     p.add_argument("--max-length", type=int, default=96, help="tokens per side; longer training pairs are skipped")
+    p.add_argument("--dropout", type=float, default=0.1, help="raise it (e.g. 0.3) for small data such as hsk")
+    p.add_argument("--pre-ln", action="store_true", help="Transformer: pre-LN blocks (default: the paper's post-LN)")
     p.add_argument("--beams", type=int, default=4, help="beam size for the test translations")
     p.add_argument("--max-test", type=int, help="score BLEU on the first N test pairs only")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--bf16", action="store_true", help="bfloat16 autocast")
+    _add_threads_option(p)
     p.add_argument("--no-progress", action="store_true")
     p.add_argument("--out", required=True, metavar="DIR")
     p.set_defaults(func=_cmd_translate_train)
+
+
+def _add_threads_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--threads", type=int, help="torch threads (default: torch's choice); on a busy machine fewer "
+                                               "threads than cores can be much faster")
+
+
+def _set_threads(args: argparse.Namespace) -> None:
+    if getattr(args, "threads", None):
+        import torch
+
+        torch.set_num_threads(args.threads)
 
 
 def _cmd_translate_train(args: argparse.Namespace) -> int:
@@ -562,10 +577,12 @@ def _cmd_translate_train(args: argparse.Namespace) -> int:
 
     if args.max_steps is None and args.minutes is None:
         raise UserError("give --minutes or --max-steps")
+    _set_threads(args)
     report = train_translation(TranslationOptions(
         data=args.data, out=args.out, pair=args.pair, model=args.model, size=args.size, minutes=args.minutes,
         max_steps=args.max_steps, batch_size=args.batch_size, learning_rate=args.learning_rate,
-        vocab_size=args.vocab_size, max_length=args.max_length, num_beams=args.beams,
+        vocab_size=args.vocab_size, max_length=args.max_length, dropout=args.dropout, pre_ln=args.pre_ln,
+        num_beams=args.beams,
         max_test_sentences=args.max_test, seed=args.seed, bf16=args.bf16, progress=not args.no_progress))
     print(f"{report['model']} ({report['parameters']:,} parameters): {report['steps']} steps in "
           f"{report['train_seconds']:.0f} s, {report['epochs']:.1f} epochs; dev loss {report['dev_loss']:.3f}")
@@ -616,6 +633,7 @@ def _add_lm_train(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--learning-rate", type=float, default=1e-3)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--bf16", action="store_true")
+    _add_threads_option(p)
     p.add_argument("--no-progress", action="store_true")
     p.add_argument("--out", required=True, metavar="DIR")
     p.set_defaults(func=_cmd_lm_train)
@@ -626,6 +644,7 @@ def _cmd_lm_train(args: argparse.Namespace) -> int:
 
     if args.max_steps is None and args.minutes is None:
         raise UserError("give --minutes or --max-steps")
+    _set_threads(args)
     report = train_lm(LMOptions(
         out=args.out, corpus=args.corpus, vocab=args.vocab, vocab_size=args.vocab_size, size=args.size,
         block_size=args.block_size, batch_size=args.batch_size, minutes=args.minutes, max_steps=args.max_steps,

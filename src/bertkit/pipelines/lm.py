@@ -1,0 +1,204 @@
+"""Language modelling, end to end: documents -> one token stream -> fixed-length blocks -> GPT -> Trainer.
+
+Each document becomes [CLS] text [SEP] in the stream ([CLS] = bos, [SEP] = eos), so generation can start
+a document and knows where one ends. Whole documents are held out for evaluation; the report compares
+the model's held-out perplexity with that of a unigram model (add-one smoothed token frequencies of the
+training stream) on exactly the same predicted tokens.
+
+A trained directory holds config.json + model.safetensors, the tokenizer files, metrics.jsonl and report.json.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import random
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from bertkit.config import GPTConfig
+from bertkit.models.gpt import GPTForCausalLM
+
+REPORT_NAME = "report.json"
+OPTIONS_NAME = "lm_options.json"
+GPT_SIZES: dict[str, dict[str, int]] = {
+    "tiny": dict(n_embd=128, n_layer=2, n_head=4),
+    "small": dict(n_embd=256, n_layer=4, n_head=4),
+    "base": dict(n_embd=512, n_layer=6, n_head=8),
+}
+SAMPLE_PROMPTS = {"zh": ["今天", "中国经济", "这本书"], "en": ["The", "In the beginning", "This book"]}
+
+
+@dataclass
+class LMOptions:
+    """A language-model training run."""
+
+    out: str
+    corpus: list[str] = field(default_factory=lambda: ["zh"])  # "zh" | "inews" | ... or text files
+    vocab: str | None = None               # a tokenizer directory; None: build one from the training text
+    vocab_size: int = 8000
+    size: str = "small"
+    block_size: int = 128
+    batch_size: int = 32
+    minutes: float | None = None
+    max_steps: int | None = None
+    learning_rate: float = 1e-3
+    warmup_ratio: float = 0.05
+    dropout: float = 0.1
+    eval_fraction: float = 0.02            # of the documents, held out whole
+    max_eval_blocks: int = 256
+    bf16: bool = False
+    seed: int = 0
+    progress: bool = True
+
+    def __post_init__(self) -> None:
+        if self.size not in GPT_SIZES:
+            raise ValueError(f"size {self.size!r} is not one of {', '.join(GPT_SIZES)}")
+        if self.max_steps is None and self.minutes is None:
+            raise ValueError("give max_steps or minutes (or both)")
+        if self.block_size < 2:
+            raise ValueError(f"block_size must be at least 2, got {self.block_size}")
+
+
+def load_texts(specs: Sequence[str]) -> list[str]:
+    """Documents as strings, from corpus names (`bertkit.data.corpus.load_documents`) or text files."""
+    from bertkit.data import corpus
+
+    documents = []
+    for spec in specs:
+        docs = corpus.read_text_documents(spec) if Path(spec).exists() else corpus.load_documents(spec)
+        documents += [" ".join(doc) for doc in docs]
+    documents = [d for d in documents if d.strip()]
+    if len(documents) < 2:
+        raise ValueError(f"{', '.join(specs)}: {len(documents)} non-empty documents; need at least 2 "
+                         "(one to train on, one held out)")
+    return documents
+
+
+def token_stream(tokenizer, documents: Sequence[str]) -> list[int]:
+    """[CLS] document [SEP] for each document, concatenated."""
+    stream: list[int] = []
+    for ids in tokenizer(list(documents), add_special_tokens=False)["input_ids"]:
+        stream += [tokenizer.cls_token_id, *ids, tokenizer.sep_token_id]
+    return stream
+
+
+def blocks(stream: Sequence[int], block_size: int) -> list[list[int]]:
+    """Consecutive, non-overlapping blocks of block_size tokens (the tail that does not fill one is dropped)."""
+    return [list(stream[i: i + block_size]) for i in range(0, len(stream) - block_size + 1, block_size)]
+
+
+def collate_blocks(items: list[list[int]], seeds: list[int] | None = None) -> dict[str, torch.Tensor]:
+    """Blocks -> input_ids = labels (the model shifts them: position t predicts token t + 1)."""
+    if not items:
+        raise ValueError("empty batch: no blocks to collate")
+    ids = torch.tensor(items, dtype=torch.long)
+    return {"input_ids": ids, "labels": ids}
+
+
+def unigram_perplexity(train_stream: Sequence[int], eval_blocks: Sequence[Sequence[int]], vocab_size: int) -> float:
+    """Perplexity of add-one smoothed unigram frequencies on the tokens a causal LM predicts (all but each
+    block's first)."""
+    counts = torch.bincount(torch.tensor(train_stream), minlength=vocab_size).double() + 1.0
+    logp = (counts / counts.sum()).log()
+    targets = torch.tensor([list(b[1:]) for b in eval_blocks])
+    return math.exp(-logp[targets].mean().item())
+
+
+@torch.no_grad()
+def model_perplexity(model: GPTForCausalLM, eval_blocks: Sequence[Sequence[int]], batch_size: int = 32) -> float:
+    """exp(mean next-token cross-entropy) over the held-out blocks."""
+    model.eval()
+    total, count = 0.0, 0
+    for start in range(0, len(eval_blocks), batch_size):
+        ids = torch.tensor(eval_blocks[start: start + batch_size])
+        logits = model(ids).logits[:, :-1].float()
+        total += torch.nn.functional.cross_entropy(logits.reshape(-1, logits.size(-1)), ids[:, 1:].reshape(-1),
+                                                   reduction="sum").item()
+        count += ids[:, 1:].numel()
+    return math.exp(total / count)
+
+
+def generate_text(model: GPTForCausalLM, tokenizer, prompt: str = "", max_new_tokens: int = 50,
+                  **sampling: Any) -> str:
+    """Continue a prompt from the start of a document ([CLS] prompt ...) until [SEP] or max_new_tokens."""
+    from bertkit.pipelines.translation import detokenize
+
+    ids = [tokenizer.cls_token_id] + tokenizer(prompt, add_special_tokens=False)["input_ids"]
+    ids = ids[-(model.config.n_positions - 1):]
+    room = model.config.n_positions - len(ids)
+    out = model.generate(torch.tensor([ids]), max_new_tokens=min(max_new_tokens, room),
+                         eos_token_id=tokenizer.sep_token_id, pad_token_id=tokenizer.pad_token_id, **sampling)
+    text = tokenizer.decode(out[0].tolist(), skip_special_tokens=True)
+    return detokenize(text, "zh" if any("\u4e00" <= ch <= "\u9fff" for ch in text) else "en")
+
+
+def build_tokenizer(options: LMOptions, train_documents: Sequence[str], work_dir: Path):
+    from bertkit.tokenizer import BertTokenizer
+    from bertkit.vocab import build_vocab
+
+    if options.vocab:
+        return BertTokenizer.from_pretrained(options.vocab)
+    build_vocab(list(train_documents), work_dir, vocab_size=options.vocab_size, lowercase=True)
+    return BertTokenizer.from_pretrained(work_dir)
+
+
+def train_lm(options: LMOptions) -> dict[str, Any]:
+    """Documents -> tokenizer -> GPT -> Trainer -> held-out perplexity vs unigram; writes OUT/report.json."""
+    from bertkit.pipelines.translation import estimate_steps
+    from bertkit.training.arguments import TrainingArguments
+    from bertkit.training.trainer import Trainer
+
+    out = Path(options.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / OPTIONS_NAME).write_text(json.dumps(dataclasses.asdict(options), indent=2, ensure_ascii=False))
+    documents = load_texts(options.corpus)
+    random.Random(options.seed).shuffle(documents)
+    held = max(1, int(len(documents) * options.eval_fraction))
+    eval_documents, train_documents = documents[:held], documents[held:]
+    with tempfile.TemporaryDirectory() as work_dir:
+        tokenizer = build_tokenizer(options, train_documents, Path(work_dir))
+    train_stream = token_stream(tokenizer, train_documents)
+    train_blocks = blocks(train_stream, options.block_size)
+    eval_blocks = blocks(token_stream(tokenizer, eval_documents), options.block_size)[: options.max_eval_blocks]
+    if not train_blocks or not eval_blocks:
+        raise ValueError(f"too little text for blocks of {options.block_size} tokens "
+                         f"({len(train_blocks)} training, {len(eval_blocks)} held-out blocks)")
+    config = GPTConfig(vocab_size=len(tokenizer), n_positions=options.block_size, **GPT_SIZES[options.size],
+                       resid_pdrop=options.dropout, embd_pdrop=options.dropout, attn_pdrop=options.dropout,
+                       pad_token_id=tokenizer.pad_token_id, bos_token_id=tokenizer.cls_token_id,
+                       eos_token_id=tokenizer.sep_token_id)
+    torch.manual_seed(options.seed)
+    model = GPTForCausalLM(config)
+    batch_size = min(options.batch_size, len(train_blocks))
+    max_steps = options.max_steps or estimate_steps(model, collate_blocks, [train_blocks[:batch_size]],
+                                                    options.minutes, options.bf16)
+    args = TrainingArguments(
+        output_dir=str(out), max_steps=max_steps, max_seconds=options.minutes * 60 if options.minutes else None,
+        batch_size=batch_size, learning_rate=options.learning_rate, warmup_ratio=options.warmup_ratio,
+        lr_schedule="cosine", weight_decay=0.1, max_grad_norm=1.0, bf16=options.bf16,
+        log_every=max(1, min(50, max_steps // 20)), save_total_limit=1, seed=options.seed, progress=options.progress)
+    eval_fn = lambda m: {"perplexity": model_perplexity(m, eval_blocks[:64])}
+    state = Trainer(model, args, train_blocks, collate_blocks, eval_fn=eval_fn, tokenizer=tokenizer).train()
+
+    lang = "zh" if sum("\u4e00" <= ch <= "\u9fff" for ch in documents[0]) > len(documents[0]) / 4 else "en"
+    generator = torch.Generator().manual_seed(options.seed)
+    report = {
+        "perplexity": model_perplexity(model, eval_blocks),
+        "unigram_perplexity": unigram_perplexity(train_stream, eval_blocks, len(tokenizer)),
+        "train_seconds": state.seconds, "steps": state.step, "stop_reason": state.stop_reason,
+        "parameters": model.num_parameters(), "size": options.size, "vocab_size": len(tokenizer),
+        "train_tokens": len(train_stream), "tokens_seen": state.step * batch_size * options.block_size,
+        "eval_tokens": len(eval_blocks) * (options.block_size - 1), "held_out_documents": len(eval_documents),
+        "samples": {prompt: generate_text(model, tokenizer, prompt, 40, do_sample=True, top_k=20,
+                                          generator=generator)
+                    for prompt in SAMPLE_PROMPTS[lang]},
+    }
+    (out / REPORT_NAME).write_text(json.dumps(report, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    return report

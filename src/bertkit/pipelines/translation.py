@@ -1,0 +1,374 @@
+"""Translation, end to end: parallel text -> a WordPiece vocabulary per side -> an encoder–decoder -> Trainer -> BLEU.
+
+The model is the Transformer or one of the RNN encoder–decoders it replaced (GRU/LSTM, with or without
+Bahdanau attention), so the same data, tokenizers, budget and evaluation compare them. Training pairs are
+grouped into batches of similar length (little padding, for the RNNs' step loops as for attention); the
+held-out BLEU is sacrebleu's, with its "zh" tokenisation for Chinese targets.
+
+A trained directory holds config.json + model.safetensors, `source_tokenizer/`, `target_tokenizer/`,
+the trainer's metrics.jsonl and report.json.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import random
+import re
+import statistics
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from bertkit.config import Seq2SeqConfig
+from bertkit.models.seq2seq import build_seq2seq, load_seq2seq
+from bertkit.models.transformer import IGNORE_INDEX
+
+REPORT_NAME = "report.json"
+OPTIONS_NAME = "translation_options.json"
+DATASETS = ("bible", "hsk")
+
+# --model choices -> the Seq2SeqConfig fields that make them
+MODELS: dict[str, dict[str, Any]] = {
+    "transformer": dict(architecture="transformer"),
+    "gru-attention": dict(architecture="rnn", rnn_cell="gru", rnn_attention=True),
+    "gru": dict(architecture="rnn", rnn_cell="gru", rnn_attention=False),
+    "lstm-attention": dict(architecture="rnn", rnn_cell="lstm", rnn_attention=True),
+    "lstm": dict(architecture="rnn", rnn_cell="lstm", rnn_attention=False),
+}
+# --size -> (Transformer sizes, RNN sizes); the RNNs are one layer each way, as Bahdanau et al.'s
+SIZES: dict[str, tuple[dict[str, int], dict[str, int]]] = {
+    "tiny": (dict(d_model=128, encoder_layers=2, decoder_layers=2, attention_heads=4, ffn_dim=512),
+             dict(d_model=128, encoder_layers=1, decoder_layers=1)),
+    "small": (dict(d_model=256, encoder_layers=3, decoder_layers=3, attention_heads=4, ffn_dim=1024),
+              dict(d_model=256, encoder_layers=1, decoder_layers=1)),
+    "base": (dict(d_model=512, encoder_layers=6, decoder_layers=6, attention_heads=8, ffn_dim=2048),
+             dict(d_model=512, encoder_layers=2, decoder_layers=2)),
+}
+
+
+@dataclass
+class TranslationOptions:
+    """A translation training run."""
+
+    data: str                              # "bible" | "hsk" | a TSV file of source<TAB>target lines
+    out: str
+    pair: str = "zh-en"                    # source-target language codes
+    model: str = "transformer"
+    size: str = "small"
+    minutes: float | None = None           # wall-clock budget; with no max_steps the schedule is sized to it
+    max_steps: int | None = None
+    batch_size: int = 64                   # sentence pairs per step
+    learning_rate: float | None = None     # None: 5e-4 for the Transformer, 1e-3 for the RNNs
+    warmup_ratio: float = 0.05
+    vocab_size: int = 8000                 # per side, at most
+    max_length: int = 96                   # tokens per side; longer training pairs are left out
+    dropout: float = 0.1
+    label_smoothing: float = 0.1
+    pre_ln: bool = False                   # Transformer: pre-LN blocks instead of the paper's post-LN
+    num_beams: int = 4
+    max_test_sentences: int | None = None  # BLEU on the first N test pairs (None: all)
+    bf16: bool = False
+    seed: int = 0
+    progress: bool = True
+
+    def __post_init__(self) -> None:
+        if self.model not in MODELS:
+            raise ValueError(f"model {self.model!r} is not one of {', '.join(MODELS)}")
+        if self.size not in SIZES:
+            raise ValueError(f"size {self.size!r} is not one of {', '.join(SIZES)}")
+        if self.max_steps is None and self.minutes is None:
+            raise ValueError("give max_steps or minutes (or both)")
+        self.source_lang, self.target_lang = parse_pair(self.pair)
+
+    @property
+    def lr(self) -> float:
+        return self.learning_rate or (5e-4 if MODELS[self.model]["architecture"] == "transformer" else 1e-3)
+
+
+def parse_pair(pair: str) -> tuple[str, str]:
+    """"zh-en" -> ("zh", "en")."""
+    parts = pair.split("-")
+    if len(parts) != 2 or not all(parts) or parts[0] == parts[1]:
+        raise ValueError(f"--pair must look like zh-en (source-target, two different languages), got {pair!r}")
+    return parts[0], parts[1]
+
+
+# ---- data -----------------------------------------------------------------------------------------
+
+def load_pairs(data: str, source_lang: str, target_lang: str, seed: int = 0) -> dict[str, list[tuple[str, str]]]:
+    """train/dev/test (source, target) pairs: a named dataset's splits, or a TSV file split 80/10/10 by seed."""
+    from bertkit.data import tasks
+
+    if data in DATASETS:
+        return tasks.load_translation(data, source_lang, target_lang, seed=seed)
+    path = Path(data)
+    if not path.is_file():
+        raise FileNotFoundError(f"--data {data!r} is neither a dataset ({', '.join(DATASETS)}) nor a file")
+    pairs = tasks.read_parallel(path)
+    if len(pairs) < 10:
+        raise ValueError(f"{path} has {len(pairs)} usable pairs; too few to train and evaluate on")
+    return tasks.seeded_split(pairs, seed)
+
+
+_SPACE_NEAR_WIDE = re.compile(r"\s+(?=[^\x00-\x7f])|(?<=[^\x00-\x7f])\s+")
+_INNER_PUNCTUATION = re.compile(r"(?<=\w) ([-'’/]) (?=\w)")
+
+
+def detokenize(text: str, lang: str) -> str:
+    """WordPiece output ("he said , \" it ' s mine \" .") back to running text for people and for BLEU."""
+    from bertkit.tokenizer import clean_up_tokenization
+
+    if lang in ("zh", "ja"):
+        return _SPACE_NEAR_WIDE.sub("", text)
+    text = _INNER_PUNCTUATION.sub(r"\1", clean_up_tokenization(text))
+    text = re.sub(r" ([;:)\]}%])", r"\1", text)
+    return re.sub(r"([(\[{$]) ", r"\1", text)
+
+
+class TranslationTokenizer:
+    """A WordPiece tokenizer per side: sources end with [SEP]; targets start with [CLS] (bos), end with [SEP] (eos)."""
+
+    def __init__(self, source, target, source_lang: str, target_lang: str) -> None:
+        if source.pad_token_id != target.pad_token_id:
+            raise ValueError(f"source and target vocabularies put [PAD] at different ids "
+                             f"({source.pad_token_id}, {target.pad_token_id}); one model config needs one pad id")
+        self.source, self.target = source, target
+        self.source_lang, self.target_lang = source_lang, target_lang
+
+    def encode_source(self, texts: Sequence[str], max_length: int | None = None) -> list[list[int]]:
+        rows = self.source(list(texts), add_special_tokens=False)["input_ids"]
+        if max_length is not None:
+            rows = [row[: max_length - 1] for row in rows]
+        return [row + [self.source.sep_token_id] for row in rows]
+
+    def encode_target(self, texts: Sequence[str]) -> list[list[int]]:
+        """Target ids with eos; the decoder's start token (bos) is added by the model when it shifts them."""
+        rows = self.target(list(texts), add_special_tokens=False)["input_ids"]
+        return [row + [self.target.sep_token_id] for row in rows]
+
+    def decode(self, ids: Sequence[int]) -> str:
+        return detokenize(self.target.decode(list(ids), skip_special_tokens=True), self.target_lang)
+
+    def save_pretrained(self, path: str | Path) -> None:
+        path = Path(path)
+        self.source.save_pretrained(path / "source_tokenizer")
+        self.target.save_pretrained(path / "target_tokenizer")
+        (path / "languages.json").write_text(json.dumps({"source": self.source_lang, "target": self.target_lang}))
+
+    @classmethod
+    def from_pretrained(cls, path: str | Path) -> TranslationTokenizer:
+        from bertkit.tokenizer import BertTokenizer
+
+        path = Path(path)
+        if not (path / "source_tokenizer").is_dir():
+            raise FileNotFoundError(f"{path} has no source_tokenizer/: not a bertkit translation model")
+        langs = json.loads((path / "languages.json").read_text())
+        return cls(BertTokenizer.from_pretrained(path / "source_tokenizer"),
+                   BertTokenizer.from_pretrained(path / "target_tokenizer"), langs["source"], langs["target"])
+
+
+def build_tokenizer(train_pairs: list[tuple[str, str]], source_lang: str, target_lang: str, vocab_size: int,
+                    work_dir: Path) -> TranslationTokenizer:
+    """A vocabulary per side from the training pairs: characters for Chinese, WordPiece otherwise.
+
+    Sources are lowercased (fewer rare forms); targets keep their case, since BLEU counts it.
+    """
+    from bertkit.tokenizer import BertTokenizer
+    from bertkit.vocab import build_vocab
+
+    sides = []
+    for index, (side, lowercase) in enumerate((("source", True), ("target", False))):
+        texts = [pair[index] for pair in train_pairs]
+        sides.append(BertTokenizer.from_pretrained(build_vocab(texts, work_dir / side, vocab_size=vocab_size,
+                                                               lowercase=lowercase)))
+    return TranslationTokenizer(*sides, source_lang, target_lang)
+
+
+def encode_pairs(tokenizer: TranslationTokenizer, pairs: Sequence[tuple[str, str]],
+                 max_length: int) -> tuple[list[tuple[list[int], list[int]]], int]:
+    """Token ids of each pair; pairs with a side longer than max_length are left out (and counted)."""
+    sources = tokenizer.encode_source([s for s, _ in pairs])
+    targets = tokenizer.encode_target([t for _, t in pairs])
+    kept = [(s, t) for s, t in zip(sources, targets) if len(s) <= max_length and len(t) <= max_length]
+    return kept, len(pairs) - len(kept)
+
+
+def length_batches(examples: Sequence[tuple[list[int], list[int]]], batch_size: int,
+                   seed: int) -> list[list[tuple[list[int], list[int]]]]:
+    """Batches of pairs of similar length: sort by (target, source) length, ties shuffled, then cut.
+
+    The trainer shuffles the batches each epoch; within a batch little is padding.
+    """
+    order = list(range(len(examples)))
+    random.Random(seed).shuffle(order)
+    order.sort(key=lambda i: (len(examples[i][1]), len(examples[i][0])))
+    return [[examples[i] for i in order[start: start + batch_size]]
+            for start in range(0, len(order) - batch_size + 1, batch_size)]
+
+
+class TranslationCollator:
+    """Batches of (source ids, target ids) -> input_ids, attention_mask, labels (-100 on padding)."""
+
+    def __init__(self, pad_token_id: int) -> None:
+        self.pad_token_id = pad_token_id
+
+    def __call__(self, items: list, seeds: list[int] | None = None) -> dict[str, torch.Tensor]:
+        pairs = [pair for item in items for pair in (item if isinstance(item, list) else [item])]
+        if not pairs:
+            raise ValueError("empty batch: no sentence pairs to collate")
+        S, T = max(len(s) for s, _ in pairs), max(len(t) for _, t in pairs)
+        input_ids = torch.full((len(pairs), S), self.pad_token_id, dtype=torch.long)
+        labels = torch.full((len(pairs), T), IGNORE_INDEX, dtype=torch.long)
+        for i, (source, target) in enumerate(pairs):
+            input_ids[i, : len(source)] = torch.tensor(source)
+            labels[i, : len(target)] = torch.tensor(target)
+        return {"input_ids": input_ids, "attention_mask": (input_ids != self.pad_token_id).long(), "labels": labels}
+
+
+# ---- model, decoding, evaluation ------------------------------------------------------------------
+
+def model_config(options: TranslationOptions, tokenizer: TranslationTokenizer) -> Seq2SeqConfig:
+    transformer_size, rnn_size = SIZES[options.size]
+    kind = MODELS[options.model]
+    size = transformer_size if kind["architecture"] == "transformer" else rnn_size
+    return Seq2SeqConfig(**kind, **size, vocab_size=len(tokenizer.source), decoder_vocab_size=len(tokenizer.target),
+                         dropout=options.dropout, label_smoothing=options.label_smoothing,
+                         normalize_before=options.pre_ln,
+                         max_position_embeddings=max(256, 2 * options.max_length),
+                         pad_token_id=tokenizer.target.pad_token_id, bos_token_id=tokenizer.target.cls_token_id,
+                         eos_token_id=tokenizer.target.sep_token_id)
+
+
+@torch.no_grad()
+def translate(model: torch.nn.Module, tokenizer: TranslationTokenizer, texts: Sequence[str], num_beams: int = 4,
+              batch_size: int = 32, max_new_tokens: int | None = None) -> list[str]:
+    """Translate texts, batched by source length (little padding); results in input order."""
+    model.eval()
+    limit = model.config.max_position_embeddings
+    sources = tokenizer.encode_source(texts, max_length=limit)
+    order = sorted(range(len(sources)), key=lambda i: len(sources[i]))
+    out: list[str] = [""] * len(sources)
+    collate = TranslationCollator(tokenizer.source.pad_token_id)
+    for start in range(0, len(order), batch_size):
+        chunk = order[start: start + batch_size]
+        batch = collate([(sources[i], [0]) for i in chunk])
+        generated = model.generate(batch["input_ids"], batch["attention_mask"], num_beams=num_beams,
+                                   max_new_tokens=max_new_tokens)
+        for i, ids in zip(chunk, generated.tolist()):
+            out[i] = tokenizer.decode(ids)
+    return out
+
+
+def evaluate_bleu(model: torch.nn.Module, tokenizer: TranslationTokenizer, pairs: Sequence[tuple[str, str]],
+                  num_beams: int = 4) -> tuple[float, list[str]]:
+    """Corpus BLEU of the model's translations of the sources against the references, and the translations."""
+    from bertkit.training import metrics
+
+    hypotheses = translate(model, tokenizer, [s for s, _ in pairs], num_beams=num_beams)
+    tokenize = "zh" if tokenizer.target_lang == "zh" else "13a"
+    return metrics.bleu(hypotheses, [t for _, t in pairs], tokenize=tokenize), hypotheses
+
+
+def dev_loss_fn(batches: list, collator: TranslationCollator):
+    """eval_fn for the trainer: mean token cross-entropy (no label smoothing) on the dev batches."""
+    def evaluate(model) -> dict[str, float]:
+        total, count = 0.0, 0
+        for batch in batches:
+            inputs = collator(batch)
+            logits = model(**{k: v for k, v in inputs.items() if k != "labels"},
+                           decoder_input_ids=None, labels=inputs["labels"]).logits
+            labels = inputs["labels"]
+            keep = labels != IGNORE_INDEX
+            total += torch.nn.functional.cross_entropy(logits[keep].float(), labels[keep], reduction="sum").item()
+            count += int(keep.sum())
+        return {"loss": total / count, "perplexity": math.exp(min(total / count, 50.0))}
+
+    return evaluate
+
+
+# ---- training ---------------------------------------------------------------------------------------
+
+def estimate_steps(model: torch.nn.Module, collator, batches: list, minutes: float, bf16: bool) -> int:
+    """How many optimizer steps fit in the budget: time steps on a copy of the model, over batches spread
+    across the (length-sorted) list so that short and long ones count alike."""
+    import copy
+
+    probe = copy.deepcopy(model).train()
+    optimizer = torch.optim.AdamW(probe.parameters(), lr=1e-6)
+    picks = [batches[int(q * (len(batches) - 1))] for q in (0.5, 0.1, 0.3, 0.5, 0.7, 0.9)]
+    times = []
+    for i, items in enumerate(picks):
+        batch = collator(items)
+        start = time.perf_counter()
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+            loss = probe(**batch).loss
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+        if i:  # the first step warms caches up
+            times.append(time.perf_counter() - start)
+    # the trainer also logs and evaluates; keep ~5% of the budget for that
+    return max(1, int(0.95 * minutes * 60 / statistics.mean(times)))
+
+
+def train_translation(options: TranslationOptions) -> dict[str, Any]:
+    """Data -> tokenizers -> model -> Trainer -> test BLEU; writes OUT/report.json and returns it."""
+    from bertkit.training.arguments import TrainingArguments
+    from bertkit.training.trainer import Trainer
+
+    out = Path(options.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / OPTIONS_NAME).write_text(json.dumps(dataclasses.asdict(options), indent=2, ensure_ascii=False))
+    splits = load_pairs(options.data, options.source_lang, options.target_lang, options.seed)
+    with tempfile.TemporaryDirectory() as work_dir:
+        tokenizer = build_tokenizer(splits["train"], options.source_lang, options.target_lang, options.vocab_size,
+                                    Path(work_dir))
+    train, dropped = encode_pairs(tokenizer, splits["train"], options.max_length)
+    dev, _ = encode_pairs(tokenizer, splits["dev"], options.max_length)
+    batches = length_batches(train, options.batch_size, options.seed)
+    if not batches:
+        raise ValueError(f"{len(train)} training pairs fit in max_length {options.max_length}: fewer than one "
+                         f"batch of {options.batch_size}")
+    collator = TranslationCollator(tokenizer.source.pad_token_id)
+    config = model_config(options, tokenizer)
+    torch.manual_seed(options.seed)
+    model = build_seq2seq(config)
+    max_steps = options.max_steps or estimate_steps(model, collator, batches, options.minutes, options.bf16)
+    args = TrainingArguments(
+        output_dir=str(out), max_steps=max_steps, max_seconds=options.minutes * 60 if options.minutes else None,
+        batch_size=1,  # each dataset item is already a batch of `options.batch_size` pairs of similar length
+        learning_rate=options.lr, warmup_ratio=options.warmup_ratio, lr_schedule="linear", weight_decay=0.01,
+        max_grad_norm=1.0, bf16=options.bf16, log_every=max(1, min(50, max_steps // 20)), save_total_limit=1,
+        seed=options.seed, progress=options.progress)
+    dev_batches = length_batches(dev, options.batch_size, options.seed) or [dev]
+    trainer = Trainer(model, args, batches, collator, eval_fn=dev_loss_fn(dev_batches, collator),
+                      tokenizer=tokenizer)
+    state = trainer.train()
+
+    test = splits["test"][: options.max_test_sentences]
+    started = time.perf_counter()
+    bleu, hypotheses = evaluate_bleu(model, tokenizer, test, options.num_beams)
+    final = state.log_history[-1] if state.log_history else {}
+    report = {
+        "bleu": bleu, "model": options.model, "train_seconds": state.seconds, "data": options.data,
+        "pair": options.pair, "size": options.size, "parameters": model.num_parameters(), "steps": state.step,
+        "stop_reason": state.stop_reason, "train_pairs": len(train), "train_pairs_too_long": dropped,
+        "epochs": state.step / len(batches), "dev_loss": final.get("eval_loss"),
+        "test_sentences": len(test), "num_beams": options.num_beams, "decode_seconds": time.perf_counter() - started,
+        "vocab_sizes": {"source": len(tokenizer.source), "target": len(tokenizer.target)},
+        "samples": [{"source": s, "reference": t, "translation": h} for (s, t), h in zip(test[:8], hypotheses)],
+    }
+    (out / REPORT_NAME).write_text(json.dumps(report, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    return report
+
+
+def load_translator(path: str | Path) -> tuple[torch.nn.Module, TranslationTokenizer]:
+    """A trained translation directory -> (model, tokenizer)."""
+    return load_seq2seq(path), TranslationTokenizer.from_pretrained(path)
