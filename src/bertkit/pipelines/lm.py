@@ -151,8 +151,8 @@ def build_tokenizer(options: LMOptions, train_documents: Sequence[str], work_dir
 
 def train_lm(options: LMOptions) -> dict[str, Any]:
     """Documents -> tokenizer -> GPT -> Trainer -> held-out perplexity vs unigram; writes OUT/report.json."""
-    from bertkit.pipelines.translation import estimate_steps
     from bertkit.training.arguments import TrainingArguments
+    from bertkit.training.budget import steps_in_budget
     from bertkit.training.trainer import Trainer
 
     out = Path(options.out)
@@ -177,8 +177,8 @@ def train_lm(options: LMOptions) -> dict[str, Any]:
     torch.manual_seed(options.seed)
     model = GPTForCausalLM(config)
     batch_size = min(options.batch_size, len(train_blocks))
-    max_steps = options.max_steps or estimate_steps(model, collate_blocks, [train_blocks[:batch_size]],
-                                                    options.minutes, options.bf16)
+    max_steps = options.max_steps or steps_in_budget(model, [collate_blocks(train_blocks[:batch_size])],
+                                                     options.minutes * 60, options.bf16, reserve=0.05)
     args = TrainingArguments(
         output_dir=str(out), max_steps=max_steps, max_seconds=options.minutes * 60 if options.minutes else None,
         batch_size=batch_size, learning_rate=options.learning_rate, warmup_ratio=options.warmup_ratio,

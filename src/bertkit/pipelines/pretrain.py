@@ -6,14 +6,11 @@ run rebuilds exactly the same instances and the trainer continues from its saved
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import json
 import math
 import os
 import random
-import statistics
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -30,6 +27,7 @@ from bertkit.data.pretraining import (
 )
 from bertkit.models.heads import BertForMaskedLM, BertForPreTraining
 from bertkit.training.arguments import TrainingArguments
+from bertkit.training.budget import steps_in_budget
 from bertkit.training.trainer import Trainer
 
 OPTIONS_NAME = "pretrain_options.json"
@@ -155,27 +153,6 @@ def pretraining_eval(instances: list, collator: PretrainingCollator, batch_size:
     return evaluate
 
 
-def estimate_steps(model, collator, instances, options: PretrainOptions) -> int:
-    """How many optimizer steps fit in the time budget: time three steps on a copy of the model."""
-    probe = copy.deepcopy(model).train()
-    optimizer = torch.optim.AdamW(probe.parameters(), lr=1e-6)
-    per_step = options.batch_size
-    times = []
-    for i in range(4):
-        batch = collator(instances[i * per_step % len(instances):][:per_step], list(range(per_step)))
-        start = time.perf_counter()
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=options.bf16):
-            loss = probe(**batch).loss
-        loss.backward()
-        optimizer.step()
-        optimizer.zero_grad()
-        if i:  # the first step warms caches up
-            times.append(time.perf_counter() - start)
-    budget = options.minutes * 60
-    # the trainer also evaluates (5 times, forward passes only) and saves; keep ~10% of the budget for that
-    return max(1, int(0.9 * budget / statistics.median(times)))
-
-
 def pretrain(options: PretrainOptions, resume: bool = False):
     """Build the data and model and train; returns the trainer's final TrainState."""
     from bertkit.tokenizer import BertTokenizer
@@ -209,8 +186,10 @@ def pretrain(options: PretrainOptions, resume: bool = False):
             if int(os.environ.get("WORLD_SIZE", "1")) > 1:  # each process would time itself differently
                 raise ValueError("under torchrun give --max-steps (a time budget alone sizes the schedule per "
                                  "process)")
-            options = dataclasses.replace(options, max_steps=estimate_steps(model, collator, train_instances,
-                                                                             options))
+            B = options.batch_size
+            probes = [collator(train_instances[i * B:(i + 1) * B], list(range(B))) for i in range(4)]
+            options = dataclasses.replace(options, max_steps=steps_in_budget(model, probes, options.minutes * 60,
+                                                                             options.bf16))
         if int(os.environ.get("RANK", "0")) == 0:
             out.mkdir(parents=True, exist_ok=True)
             (out / OPTIONS_NAME).write_text(json.dumps(dataclasses.asdict(options), indent=2, ensure_ascii=False))

@@ -16,7 +16,6 @@ import json
 import math
 import random
 import re
-import statistics
 import tempfile
 import time
 from collections.abc import Sequence
@@ -29,6 +28,7 @@ import torch
 from bertkit.config import Seq2SeqConfig
 from bertkit.models.seq2seq import build_seq2seq, load_seq2seq
 from bertkit.models.transformer import IGNORE_INDEX
+from bertkit.training.budget import steps_in_budget
 
 REPORT_NAME = "report.json"
 OPTIONS_NAME = "translation_options.json"
@@ -295,29 +295,6 @@ def dev_loss_fn(batches: list, collator: TranslationCollator):
 
 # ---- training ---------------------------------------------------------------------------------------
 
-def estimate_steps(model: torch.nn.Module, collator, batches: list, minutes: float, bf16: bool) -> int:
-    """How many optimizer steps fit in the budget: time steps on a copy of the model, over batches spread
-    across the (length-sorted) list so that short and long ones count alike."""
-    import copy
-
-    probe = copy.deepcopy(model).train()
-    optimizer = torch.optim.AdamW(probe.parameters(), lr=1e-6)
-    picks = [batches[int(q * (len(batches) - 1))] for q in (0.5, 0.1, 0.3, 0.5, 0.7, 0.9)]
-    times = []
-    for i, items in enumerate(picks):
-        batch = collator(items)
-        start = time.perf_counter()
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
-            loss = probe(**batch).loss
-        loss.backward()
-        optimizer.step()
-        optimizer.zero_grad()
-        if i:  # the first step warms caches up
-            times.append(time.perf_counter() - start)
-    # the trainer also logs and evaluates; keep ~5% of the budget for that
-    return max(1, int(0.95 * minutes * 60 / statistics.mean(times)))
-
-
 def train_translation(options: TranslationOptions) -> dict[str, Any]:
     """Data -> tokenizers -> model -> Trainer -> test BLEU; writes OUT/report.json and returns it."""
     from bertkit.training.arguments import TrainingArguments
@@ -340,7 +317,9 @@ def train_translation(options: TranslationOptions) -> dict[str, Any]:
     config = model_config(options, tokenizer)
     torch.manual_seed(options.seed)
     model = build_seq2seq(config)
-    max_steps = options.max_steps or estimate_steps(model, collator, batches, options.minutes, options.bf16)
+    # time batches spread across the length-sorted list, so short and long ones count alike
+    probes = [collator(batches[int(q * (len(batches) - 1))]) for q in (0.5, 0.1, 0.3, 0.5, 0.7, 0.9)]
+    max_steps = options.max_steps or steps_in_budget(model, probes, options.minutes * 60, options.bf16, reserve=0.05)
     args = TrainingArguments(
         output_dir=str(out), max_steps=max_steps, max_seconds=options.minutes * 60 if options.minutes else None,
         batch_size=1,  # each dataset item is already a batch of `options.batch_size` pairs of similar length
