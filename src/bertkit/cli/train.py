@@ -125,14 +125,14 @@ def _cmd_finetune(args: argparse.Namespace) -> int:
 # ---- demo ----------------------------------------------------------------------------------------
 
 def _add_demo(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("demo", help="the main job: pretrain a mini BERT, fine-tune 3 models, compare (make run)",
-                       description="Fetch the built-in Chinese data, pretrain a mini BERT, fine-tune a sentiment "
+    p = sub.add_parser("demo", help="the main job: pretrain a small BERT, fine-tune 3 models, compare (make run)",
+                       description="Fetch the built-in Chinese data, pretrain a small BERT, fine-tune a sentiment "
                                    "classifier from it, from random initialisation and from m3e-small, and "
                                    "compare them on the same test split.")
     p.add_argument("--out", default="runs/demo", metavar="DIR")
     p.add_argument("--minutes", type=float, default=18.0,
                    help="budget of the whole job (default 18): pretraining ~45%%, each fine-tune ~14%%")
-    p.add_argument("--config", default="mini", help="size of the pretrained BERT (tiny | mini | small)")
+    p.add_argument("--config", default="tiny", help="size of the pretrained BERT (tiny | mini | small)")
     p.add_argument("--seed", type=int, default=42)
     p.add_argument("--no-progress", action="store_true")
     p.set_defaults(func=_cmd_demo)
