@@ -22,6 +22,7 @@ from bertkit.config import BertConfig
 from bertkit.models.heads import IGNORE_INDEX, BertForSequenceClassification, BertForTokenClassification
 from bertkit.training import metrics
 from bertkit.training.arguments import TrainingArguments
+from bertkit.training.budget import steps_in_budget
 from bertkit.training.trainer import Trainer
 
 TASKS = ("classify", "pairs", "ner")
@@ -274,6 +275,10 @@ def finetune(options: FinetuneOptions) -> dict[str, Any]:
     dev_tags = [e.tags for e in splits["dev"]] if options.task == "ner" else None
     steps_per_epoch = max(1, len(train_features) // options.batch_size)
     max_steps = options.max_steps or max(1, round(options.epochs * steps_per_epoch))
+    if options.minutes and not options.max_steps:  # size the schedule to the time budget, so it decays fully
+        B = min(options.batch_size, len(train_features))
+        probes = [collator(train_features[i * B:(i + 1) * B]) for i in range(3)]
+        max_steps = min(max_steps, steps_in_budget(model, probes, options.minutes * 60, options.bf16, reserve=0.15))
     best_metric = "f1" if options.task == "ner" else "accuracy"
     args = TrainingArguments(
         output_dir=options.out, max_steps=max_steps, max_seconds=options.minutes * 60 if options.minutes else None,
