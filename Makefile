@@ -16,7 +16,7 @@ $(VENV)/.setup-stamp: pyproject.toml constraints.txt
 run: setup
 	$(VENV)/bin/bertkit demo
 
-test: setup
+test: lint
 	$(PY) -m pytest -q -n 2 --dist loadgroup
 
 lint: setup
