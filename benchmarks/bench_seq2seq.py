@@ -4,18 +4,29 @@ Each model is trained by the same pipeline as `bertkit translate-train` (one aft
 compete for the cores), then translates the same held-out sentences with the same beam size. Prints a
 table of BLEU, training time, steps, epochs and parameter counts, and writes it to OUT/comparison.json.
 
-    python benchmarks/bench_seq2seq.py --data bible --pair zh-en --minutes 10 --out runs/seq2seq
+The budget is compute, not the wall clock of a shared machine: before any training, steps of all models
+are timed side by side, interleaved round by round (so load from other processes hits them alike), and
+each model gets the number of steps that fits `--minutes` at its measured speed. `--budget wall` instead
+gives each model `--minutes` of wall clock while it trains, which is fair only on a quiet machine.
+
+    python benchmarks/bench_seq2seq.py --data bible --pair zh-en --minutes 20 --out runs/seq2seq
     python benchmarks/bench_seq2seq.py --data hsk --minutes 3 --models transformer gru --out runs/hsk
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
+import statistics
+import tempfile
+import time
 from pathlib import Path
 
 import torch
 
+from bertkit.models.seq2seq import build_seq2seq
+from bertkit.pipelines import translation
 from bertkit.pipelines.translation import MODELS, TranslationOptions, train_translation
 
 
@@ -28,16 +39,51 @@ def table(reports: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def plan_steps(options: list[TranslationOptions], seconds: float, rounds: int = 3) -> dict[str, dict]:
+    """Median seconds per training step of each model, timed interleaved on the same batches, and the steps
+    that fit in `seconds` (5% kept for evaluation and logging)."""
+    first = options[0]
+    splits = translation.load_pairs(first.data, first.source_lang, first.target_lang, first.seed)
+    with tempfile.TemporaryDirectory() as work_dir:
+        tokenizer = translation.build_tokenizer(splits["train"], first.source_lang, first.target_lang,
+                                                first.vocab_size, Path(work_dir))
+    train, _ = translation.encode_pairs(tokenizer, splits["train"], first.max_length)
+    batches = translation.length_batches(train, first.batch_size, first.seed)
+    collator = translation.TranslationCollator(tokenizer.source.pad_token_id)
+    probes = [collator(batches[int(q * (len(batches) - 1))]) for q in (0.1, 0.3, 0.5, 0.7, 0.9)]
+    models = {}
+    for option in options:
+        model = build_seq2seq(translation.model_config(option, tokenizer)).train()
+        models[option.model] = (model, torch.optim.AdamW(model.parameters(), lr=1e-6), option.bf16)
+    times: dict[str, list[float]] = {name: [] for name in models}
+    for r in range(rounds + 1):                      # round 0 warms caches up
+        for batch in probes:
+            for name, (model, optimizer, bf16) in models.items():
+                start = time.perf_counter()
+                with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+                    loss = model(**batch).loss
+                loss.backward()
+                optimizer.step()
+                optimizer.zero_grad()
+                if r:
+                    times[name].append(time.perf_counter() - start)
+    medians = {name: statistics.median(t) for name, t in times.items()}
+    return {name: {"seconds_per_step": m, "steps": max(1, int(0.95 * seconds / m))} for name, m in medians.items()}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", default="bible", help="bible | hsk | FILE.tsv")
     parser.add_argument("--pair", default="zh-en")
     parser.add_argument("--models", nargs="+", default=["transformer", "gru-attention", "gru"], choices=list(MODELS))
     parser.add_argument("--minutes", type=float, default=10.0, help="training budget of EACH model")
+    parser.add_argument("--budget", default="compute", choices=["compute", "wall"])
     parser.add_argument("--size", default="small")
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--max-test", type=int, help="BLEU on the first N test pairs only")
     parser.add_argument("--beams", type=int, default=4)
+    parser.add_argument("--transformer-lr", type=float, help="learning rate of the Transformer (pipeline default)")
+    parser.add_argument("--rnn-lr", type=float, help="learning rate of the RNNs (pipeline default)")
     parser.add_argument("--dropout", type=float, default=0.1)
     parser.add_argument("--pre-ln", action="store_true", help="pre-LN Transformer blocks")
     parser.add_argument("--bf16", action="store_true")
@@ -49,20 +95,30 @@ def main() -> None:
         torch.set_num_threads(args.threads)
 
     out = Path(args.out)
+    options = [TranslationOptions(
+        data=args.data, pair=args.pair, out=str(out / model), model=model, size=args.size, minutes=args.minutes,
+        batch_size=args.batch_size, dropout=args.dropout, pre_ln=args.pre_ln, num_beams=args.beams,
+        learning_rate=args.transformer_lr if MODELS[model]["architecture"] == "transformer" else args.rnn_lr,
+        max_test_sentences=args.max_test, bf16=args.bf16, seed=args.seed, progress=False) for model in args.models]
+    plan = None
+    if args.budget == "compute":
+        plan = plan_steps(options, args.minutes * 60)
+        for name, row in plan.items():
+            print(f"{name:<16}{row['seconds_per_step']:.3f} s/step -> {row['steps']} steps", flush=True)
+        # the step count is the budget; the wall clock only guards against a machine far busier than measured
+        options = [dataclasses.replace(o, max_steps=plan[o.model]["steps"], minutes=3 * args.minutes) for o in options]
     reports = []
-    for model in args.models:
-        print(f"== {model}: {args.minutes} minutes on {args.data} {args.pair}", flush=True)
-        report = train_translation(TranslationOptions(
-            data=args.data, pair=args.pair, out=str(out / model), model=model, size=args.size, minutes=args.minutes,
-            batch_size=args.batch_size, dropout=args.dropout, pre_ln=args.pre_ln, num_beams=args.beams,
-            max_test_sentences=args.max_test, bf16=args.bf16, seed=args.seed, progress=False))
-        reports.append(report)
-        print(table([report]), flush=True)
-    print(f"\n{args.data} {args.pair}, {args.minutes} minutes each, beam {args.beams}, "
+    for option in options:
+        print(f"== {option.model}: {args.minutes} minutes ({args.budget}) on {args.data} {args.pair}", flush=True)
+        reports.append(train_translation(option))
+        print(table(reports[-1:]), flush=True)
+    print(f"\n{args.data} {args.pair}, {args.minutes} minutes each ({args.budget} budget), beam {args.beams}, "
           f"{reports[0]['test_sentences']} test pairs\n")
     print(table(reports))
-    summary = {"data": args.data, "pair": args.pair, "minutes": args.minutes, "size": args.size, "bf16": args.bf16,
-               "dropout": args.dropout, "pre_ln": args.pre_ln, "threads": torch.get_num_threads(),
+    summary = {"data": args.data, "pair": args.pair, "minutes": args.minutes, "budget": args.budget, "plan": plan,
+               "size": args.size, "bf16": args.bf16, "dropout": args.dropout, "pre_ln": args.pre_ln,
+               "threads": torch.get_num_threads(),
+               "learning_rates": {o.model: o.lr for o in options},
                "rows": [{k: r[k] for k in ("model", "bleu", "train_seconds", "steps", "epochs", "parameters",
                                             "dev_loss", "test_sentences")} for r in reports]}
     (out / "comparison.json").write_text(json.dumps(summary, indent=2) + "\n")
