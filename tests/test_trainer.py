@@ -11,6 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from safetensors.torch import load_file
@@ -18,7 +19,7 @@ from safetensors.torch import load_file
 from bertkit.training.checkpointing import CheckpointError, list_checkpoints, load_checkpoint
 from bertkit.training.distributed import Distributed
 from bertkit.training.schedule import WarmupSchedule, build_optimizer
-from bertkit.training.trainer import Trainer, TrainingArguments, TrainingError, example_seed
+from bertkit.training.trainer import Trainer, TrainingArguments, TrainingError, example_seed, length_grouped
 
 WORKER = Path(__file__).with_name("_trainer_worker.py")
 _spec = importlib.util.spec_from_file_location("_trainer_worker", WORKER)
@@ -76,6 +77,38 @@ def test_epochs_are_seeded_permutations_and_rank_shares_cover_each_global_batch(
     assert [n for n, _ in shares] == [3, 3, 3, 3]
     assert torch.equal(torch.cat([b["labels"][:, :4] for _, b in shares]),
                        torch.cat([b["labels"][:, :4] for _, b in single]))
+
+
+def test_length_grouping_keeps_each_epoch_a_permutation_and_cuts_padding():
+    rng = np.random.default_rng(0)
+    lengths = rng.integers(3, 200, size=1003)
+    perm = np.random.default_rng(1).permutation(1003)
+    grouped = length_grouped(perm, lengths, batch_size=8, rng=np.random.default_rng(2), window=10)
+    assert sorted(grouped.tolist()) == list(range(1003))          # every example once
+    assert grouped[1000:].tolist() == perm[1000:].tolist()         # the dropped remainder is the random one
+    batches = grouped[:1000].reshape(-1, 8)
+    for batch in batches:                                         # each batch comes from one window of 80
+        windows = {int(np.where(perm == i)[0][0]) // 80 for i in batch}
+        assert len(windows) == 1
+    padded = lambda bs: sum(int(lengths[b].max()) * len(b) for b in bs)
+    assert padded(batches) < 0.7 * padded(perm[:1000].reshape(-1, 8))  # far less padding than random batches
+    # the batch order is shuffled, not longest-first window after window
+    firsts = [int(lengths[b].max()) for b in batches[:10]]
+    assert firsts != sorted(firsts, reverse=True)
+
+
+def test_trainer_groups_by_length_when_asked(tmp_path):
+    data = [{"input_ids": list(range(n))} for n in np.random.default_rng(0).integers(1, 60, size=96)]
+    trainer = make_trainer(tmp_path, data=data, batch_size=8, group_by_length=True)
+    batches = [trainer.global_batch(s)[1] for s in range(trainer.steps_per_epoch)]
+    assert sorted(int(i) for b in batches for i in b) == list(range(96))
+    spread = [max(len(data[i]["input_ids"]) for i in b) - min(len(data[i]["input_ids"]) for i in b) for b in batches]
+    assert max(spread) < 20  # 96 examples of 1..59 tokens: random batches of 8 spread ~45
+    assert [list(b) for b in batches] == [list(make_trainer(tmp_path / "again", data=data, batch_size=8,
+                                                            group_by_length=True).global_batch(s)[1])
+                                          for s in range(trainer.steps_per_epoch)]
+    with pytest.raises(ValueError, match="group_by_length needs"):
+        make_trainer(tmp_path / "bad", data=tiny.make_dataset(40), group_by_length=True).global_batch(0)
 
 
 def test_no_weight_decay_on_biases_and_layernorm():

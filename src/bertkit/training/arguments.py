@@ -38,6 +38,7 @@ class TrainingArguments:
     save_every: int | None = None
     save_total_limit: int | None = None
     seed: int = 42
+    group_by_length: bool = False         # batches of examples of similar length (less padding), in random order
     early_stopping_patience: int | None = None  # evaluations without improvement before stopping
     metric_for_best: str | None = None    # e.g. "eval_accuracy"; "eval_" is prefixed if missing
     greater_is_better: bool | None = None  # None: False for names ending in "loss"/"perplexity"

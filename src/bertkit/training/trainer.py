@@ -1,10 +1,11 @@
 """One model-agnostic training loop: AdamW, warmup + decay, clipping, accumulation, autocast, checkpoints, resume, DDP.
 
 The data order is a pure function of (seed, epoch): global batch i of an epoch is the next
-`batch_size` indices of a seeded permutation, each process of a torchrun job takes its contiguous
-share of every global batch, and every example gets a collation seed from (seed, epoch, index).
-So the examples of a step, their masking, and (with `loss_sums`) the loss and gradient do not
-depend on the number of processes or accumulation steps, and a resumed run repeats nothing.
+`batch_size` indices of a seeded permutation (optionally grouped by length), each process of a
+torchrun job takes its contiguous share of every global batch, and every example gets a collation
+seed from (seed, epoch, index). So the examples of a step, their masking, and (with `loss_sums`)
+the loss and gradient do not depend on the number of processes or accumulation steps, and a resumed
+run repeats nothing.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from bertkit.training.arguments import TrainingArguments, TrainState
 from bertkit.training.distributed import Distributed, setup_distributed
 from bertkit.training.schedule import build_optimizer, build_scheduler
 
-__all__ = ["Trainer", "TrainingArguments", "TrainState", "TrainingError", "example_seed"]
+__all__ = ["Trainer", "TrainingArguments", "TrainState", "TrainingError", "example_seed", "length_grouped"]
 
 logger = logging.getLogger(__name__)
 
@@ -58,6 +59,23 @@ def example_seed(seed: int, epoch: int, index: int) -> int:
         h = (h ^ (h >> 27)) * 0x94D049BB133111EB & mask
         h ^= h >> 31
     return h >> 1
+
+
+def length_grouped(perm: np.ndarray, lengths: np.ndarray, batch_size: int, rng: np.random.Generator,
+                   window: int = 50) -> np.ndarray:
+    """Reorder an epoch's permutation so each batch holds examples of similar length, the batches in random order.
+
+    Take the shuffled examples `window` batches at a time, sort each window by length and cut it into
+    batches (so a batch pads to little more than its own examples), then shuffle the order of the batches.
+    Which examples share a batch stays random; padding, and so compute, shrinks. The epoch's remainder
+    (fewer than a batch, which the trainer drops) is left where it was.
+    """
+    full = len(perm) // batch_size * batch_size          # the remainder, dropped by the trainer, stays random
+    head, span = perm[:full], window * batch_size
+    grouped = np.concatenate([chunk[np.argsort(-lengths[chunk], kind="stable")]
+                              for chunk in np.array_split(head, range(span, full, span))])
+    batches = grouped.reshape(-1, batch_size)[rng.permutation(full // batch_size)]
+    return np.concatenate([batches.reshape(-1), perm[full:]])
 
 
 def _field(output: Any, name: str) -> Any:
@@ -106,6 +124,7 @@ class Trainer:
         self.dist = Distributed()
         self._perm_epoch, self._perm = -1, np.empty(0, dtype=np.int64)
         self._warned_no_sums = False
+        self._example_lengths: np.ndarray | None = None
 
     # ---- data ------------------------------------------------------------------------------------
 
@@ -114,9 +133,20 @@ class Trainer:
         epoch, position = divmod(step, self.steps_per_epoch)
         if epoch != self._perm_epoch:
             rng = np.random.default_rng([self.args.seed, epoch])
-            self._perm_epoch, self._perm = epoch, rng.permutation(len(self.train_dataset))
+            perm = rng.permutation(len(self.train_dataset))
+            if self.args.group_by_length:
+                perm = length_grouped(perm, self._lengths(), self.args.batch_size, rng)
+            self._perm_epoch, self._perm = epoch, perm
         size = self.args.batch_size
         return epoch, self._perm[position * size:(position + 1) * size]
+
+    def _lengths(self) -> np.ndarray:
+        if self._example_lengths is None:
+            try:
+                self._example_lengths = np.array([len(ex["input_ids"]) for ex in self.train_dataset])
+            except (TypeError, KeyError, IndexError) as err:
+                raise ValueError("group_by_length needs examples that are mappings with 'input_ids'") from err
+        return self._example_lengths
 
     def _micro_batches(self, step: int) -> list[tuple[int, dict[str, Any]]]:
         """This process's micro-batches of a step, collated and on the device, as (num_examples, batch)."""
