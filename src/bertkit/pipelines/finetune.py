@@ -55,6 +55,7 @@ class FinetuneOptions:
     max_train_examples: int | None = None
     seed: int = 42
     bf16: bool = False
+    group_by_length: bool = True          # batches of similar-length texts: less padding, more steps per minute
     progress: bool = True
 
     def __post_init__(self) -> None:
@@ -277,7 +278,12 @@ def finetune(options: FinetuneOptions) -> dict[str, Any]:
     max_steps = options.max_steps or max(1, round(options.epochs * steps_per_epoch))
     if options.minutes and not options.max_steps:  # size the schedule to the time budget, so it decays fully
         B = min(options.batch_size, len(train_features))
-        probes = [collator(train_features[i * B:(i + 1) * B]) for i in range(3)]
+        if options.group_by_length:  # batches of like lengths: time one at each quartile of the lengths
+            by_length = sorted(train_features, key=lambda f: len(f["input_ids"]))
+            starts = [min(int(q * len(by_length)), len(by_length) - B) for q in (0.25, 0.25, 0.5, 0.75)]
+            probes = [collator(by_length[i:i + B]) for i in starts]
+        else:
+            probes = [collator(train_features[i * B:(i + 1) * B]) for i in range(3)]
         max_steps = min(max_steps, steps_in_budget(model, probes, options.minutes * 60, options.bf16, reserve=0.15))
     best_metric = "f1" if options.task == "ner" else "accuracy"
     args = TrainingArguments(
@@ -287,7 +293,7 @@ def finetune(options: FinetuneOptions) -> dict[str, Any]:
         log_every=options.log_every or max(1, min(50, max_steps // 20)),
         eval_every=options.eval_every or max(1, min(max_steps, steps_per_epoch // 2)),
         metric_for_best=best_metric, early_stopping_patience=options.early_stopping_patience,
-        save_total_limit=1, seed=options.seed, progress=options.progress)
+        save_total_limit=1, seed=options.seed, group_by_length=options.group_by_length, progress=options.progress)
     trainer = Trainer(model, args, train_features, collator,
                       eval_fn=lambda m: evaluate_features(m, options.task, dev_features, collator, id2label,
                                                           dev_tags),
