@@ -200,6 +200,14 @@ def test_training_curves_from_metrics_jsonl(tmp_path):
     assert list(line.get_xdata()) == [5, 10] and list(line.get_ydata()) == [0.9, 0.6]
     assert_real_picture(viz.save_figure(fig, tmp_path / "curves.png"))
 
+    # pretraining's evaluation: the MLM loss beside the training loss, perplexity and accuracies apart
+    records[9].update(eval_mlm_loss=6.1, eval_mlm_perplexity=440.0, eval_mlm_accuracy=0.14, eval_nsp_accuracy=0.7)
+    fig = viz.training_curves(records)
+    panels = {ax.get_title(): sorted(line.get_label() for line in ax.lines) for ax in fig.axes}
+    assert panels["loss"] == ["eval_loss", "eval_mlm_loss", "loss", "loss_mlm"]
+    assert panels["perplexity"] == ["eval_mlm_perplexity"]
+    assert panels["evaluation"] == ["eval_accuracy", "eval_mlm_accuracy", "eval_nsp_accuracy"]
+
 
 def test_training_curves_errors(tmp_path):
     bad = tmp_path / "metrics.jsonl"

@@ -300,11 +300,14 @@ def read_metrics(path: str | os.PathLike) -> list[dict]:
 
 
 # panels of a training-curves figure: title -> does this metric name belong here
+# (losses, perplexities and accuracy-like scores each get their own axes: on one, the scores of 0..1
+# would lie flat under perplexities in the hundreds)
 _PANELS = {
-    "loss": lambda k: k == "loss" or k.startswith("loss_") or k == "eval_loss",
+    "loss": lambda k: k == "loss" or k.startswith("loss_") or (k.startswith("eval_") and k.endswith("loss")),
     "learning rate": lambda k: k == "lr",
     "gradient norm": lambda k: k == "grad_norm",
-    "evaluation": lambda k: k.startswith("eval_") and k != "eval_loss",
+    "perplexity": lambda k: k.startswith("eval_") and k.endswith("perplexity"),
+    "evaluation": lambda k: k.startswith("eval_") and not k.endswith(("loss", "perplexity")),
 }
 
 
