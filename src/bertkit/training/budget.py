@@ -12,24 +12,31 @@ from torch import Tensor, nn
 
 
 def steps_in_budget(model: nn.Module, batches: Sequence[dict[str, Tensor]], seconds: float, bf16: bool = False,
-                    reserve: float = 0.1) -> int:
-    """Time training steps on a copy of `model` over `batches` (the first only warms caches up) and return
-    how many fit in `seconds`, keeping a `reserve` share for evaluation, logging and saving.
+                    reserve: float = 0.1, min_seconds: float = 2.0, max_timed: int = 20) -> int:
+    """Time training steps on a copy of `model` over `batches` and return how many fit in `seconds`, keeping a
+    `reserve` share for evaluation, logging and saving.
 
-    The learning-rate schedule needs its length before training starts; a time budget alone does not say it.
+    The first two steps only warm caches and the allocator up (they run slower than the rest); then the
+    batches are cycled until every one was timed and `min_seconds` have passed (or `max_timed` steps),
+    and the median step time sizes the run. The learning-rate schedule needs its length before training
+    starts; a time budget alone does not say it.
     """
-    if len(batches) < 2:
-        batches = list(batches) * 2
+    if not batches:
+        raise ValueError("steps_in_budget needs at least one batch to time")
     probe = copy.deepcopy(model).train()
     optimizer = torch.optim.AdamW(probe.parameters(), lr=1e-6)
-    times = []
-    for i, batch in enumerate(batches):
+    times: list[float] = []
+    step, spent = 0, 0.0
+    while len(times) < min(max_timed, len(batches)) or (spent < min_seconds and len(times) < max_timed):
         start = time.perf_counter()
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
-            loss = probe(**batch).loss
+            loss = probe(**batches[step % len(batches)]).loss
         loss.backward()
         optimizer.step()
         optimizer.zero_grad()
-        if i:
-            times.append(time.perf_counter() - start)
+        elapsed = time.perf_counter() - start
+        if step >= 2:
+            times.append(elapsed)
+            spent += elapsed
+        step += 1
     return max(1, int((1.0 - reserve) * seconds / statistics.median(times)))
