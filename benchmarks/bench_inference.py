@@ -106,7 +106,7 @@ def bench_real(name: str, lines: list[str], rounds: int, batch_size: int = 32, m
         ours, our_tokenizer = BertModel.from_pretrained(directory), BertTokenizer.from_pretrained(directory)
         theirs = transformers.BertModel.from_pretrained(directory, attn_implementation="sdpa").eval()
         their_tokenizer = transformers.AutoTokenizer.from_pretrained(directory)
-    lengths = [min(len(ids), max_length) for ids in their_tokenizer(lines)["input_ids"]]
+    lengths = [len(ids) for ids in their_tokenizer(lines, truncation=True, max_length=max_length)["input_ids"]]
     ours_encode = lambda: encode(ours, our_tokenizer, lines, batch_size=batch_size, pooling="mean",
                                  max_length=max_length, progress=False)
     theirs_encode = lambda: transformers_encode(theirs, their_tokenizer, lines, batch_size, max_length)
