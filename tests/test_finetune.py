@@ -94,3 +94,20 @@ def test_ner_features_label_first_subtokens_and_map_back(tmp_path):
     assert every["labels"] == [-100, 1, 2, 0, 1, 2, 0, -100]           # B- becomes I- after the first piece
     short = ner_features(examples, tok, label2id, max_length=5)[0]
     assert short["input_ids"] == f["input_ids"][:4] + [f["input_ids"][-1]]  # whole words only, then [SEP]
+
+
+def test_classification_features_mix_pairs_and_single_texts(tmp_path):
+    """inews articles with no body have text_pair None beside titled pairs; each is encoded as what it is."""
+    from bertkit.data.tasks import TextExample
+    from bertkit.pipelines.finetune import classification_features
+
+    (tmp_path / "vocab.txt").write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "北", "京",
+                                                   "是", "好"]) + "\n")
+    tok = BertTokenizer.from_pretrained(tmp_path)
+    examples = [TextExample("北京", "b", "是好"), TextExample("好", "a"), TextExample("京", "b", "北")]
+    features = classification_features(examples, tok, {"a": 0, "b": 1}, max_length=16)
+    assert [tok.convert_ids_to_tokens(f["input_ids"]) for f in features] == [
+        ["[CLS]", "北", "京", "[SEP]", "是", "好", "[SEP]"], ["[CLS]", "好", "[SEP]"],
+        ["[CLS]", "京", "[SEP]", "北", "[SEP]"]]
+    assert [f["token_type_ids"] for f in features] == [[0, 0, 0, 0, 1, 1, 1], [0, 0, 0], [0, 0, 0, 1, 1]]
+    assert [f["label"] for f in features] == [1, 0, 1]

@@ -116,10 +116,18 @@ def check_labels(examples: Sequence, label2id: dict[str, int], task: str, split:
 
 
 def classification_features(examples, tokenizer, label2id, max_length: int) -> list[dict[str, list[int]]]:
-    pairs = [e.text_pair for e in examples] if examples and examples[0].text_pair is not None else None
-    enc = tokenizer([e.text for e in examples], pairs, truncation=True, max_length=max_length)
-    return [{"input_ids": ids, "token_type_ids": types, "label": label2id[e.label]}
-            for ids, types, e in zip(enc["input_ids"], enc["token_type_ids"], examples)]
+    """Token ids per example; examples with a text_pair are encoded as pairs, the rest (e.g. an inews
+    article with no body) as single texts, in one call each."""
+    features: list[dict[str, list[int]] | None] = [None] * len(examples)
+    for paired in (False, True):
+        index = [i for i, e in enumerate(examples) if (e.text_pair is not None) == paired]
+        if not index:
+            continue
+        pairs = [examples[i].text_pair for i in index] if paired else None
+        enc = tokenizer([examples[i].text for i in index], pairs, truncation=True, max_length=max_length)
+        for i, ids, types in zip(index, enc["input_ids"], enc["token_type_ids"]):
+            features[i] = {"input_ids": ids, "token_type_ids": types, "label": label2id[examples[i].label]}
+    return features
 
 
 def ner_features(examples, tokenizer, label2id, max_length: int, label_all: bool = False) -> list[dict]:
