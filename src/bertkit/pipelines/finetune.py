@@ -288,7 +288,7 @@ def finetune(options: FinetuneOptions) -> dict[str, Any]:
         B = min(options.batch_size, len(train_features))
         if options.group_by_length:  # batches of like lengths: time one at each quartile of the lengths
             by_length = sorted(train_features, key=lambda f: len(f["input_ids"]))
-            starts = [min(int(q * len(by_length)), len(by_length) - B) for q in (0.25, 0.25, 0.5, 0.75)]
+            starts = [min(int(q * len(by_length)), len(by_length) - B) for q in (0.25, 0.5, 0.75)]
             probes = [collator(by_length[i:i + B]) for i in starts]
         else:
             probes = [collator(train_features[i * B:(i + 1) * B]) for i in range(3)]

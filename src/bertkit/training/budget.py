@@ -11,6 +11,17 @@ import torch
 from torch import Tensor, nn
 
 
+def timed_step(model: nn.Module, optimizer: torch.optim.Optimizer, batch: dict[str, Tensor], bf16: bool) -> float:
+    """Seconds of one training step: forward (bf16 autocast if asked), backward, optimizer update."""
+    start = time.perf_counter()
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+        loss = model(**batch).loss
+    loss.backward()
+    optimizer.step()
+    optimizer.zero_grad()
+    return time.perf_counter() - start
+
+
 def steps_in_budget(model: nn.Module, batches: Sequence[dict[str, Tensor]], seconds: float, bf16: bool = False,
                     reserve: float = 0.1, min_seconds: float = 2.0, max_timed: int = 20) -> int:
     """Time training steps on a copy of `model` over `batches` and return how many fit in `seconds`, keeping a
@@ -28,13 +39,7 @@ def steps_in_budget(model: nn.Module, batches: Sequence[dict[str, Tensor]], seco
     times: list[float] = []
     step, spent = 0, 0.0
     while len(times) < min(max_timed, len(batches)) or (spent < min_seconds and len(times) < max_timed):
-        start = time.perf_counter()
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
-            loss = probe(**batches[step % len(batches)]).loss
-        loss.backward()
-        optimizer.step()
-        optimizer.zero_grad()
-        elapsed = time.perf_counter() - start
+        elapsed = timed_step(probe, optimizer, batches[step % len(batches)], bf16)
         if step >= 2:
             times.append(elapsed)
             spent += elapsed
