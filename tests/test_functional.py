@@ -11,6 +11,7 @@ from bertkit.functional import (
     ACT2FN,
     attention,
     causal_mask_bias,
+    efficient_attention,
     mask_value,
     padding_mask_bias,
     sinusoidal_positions,
@@ -53,6 +54,37 @@ def test_attention_matches_sdpa_forward_and_backward(with_mask):
     for a, b in zip(grads, ref_grads):
         torch.testing.assert_close(a, b)
     assert torch.autograd.gradcheck(lambda q, k, v: attention(q, k, v, mask)[0], (q, k, v))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_efficient_attention_equals_the_formula_forward_and_backward(dtype):
+    """Whichever path it takes (fused in float32, explicit in bfloat16), it computes softmax(QKᵀ/√d + mask) V."""
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(3, 2, 7, 16, dtype=torch.float64) for _ in range(3))
+    mask = padding_mask_bias(torch.tensor([[1] * 7, [1] * 4 + [0] * 3, [1] * 2 + [0] * 5]), torch.float64)
+    ref_inputs = [t.clone().requires_grad_() for t in (q, k, v)]
+    ref, _ = attention(*ref_inputs, mask)
+    ref_grads = torch.autograd.grad(ref.pow(2).sum(), ref_inputs)
+    inputs = [t.to(dtype).requires_grad_() for t in (q, k, v)]
+    out = efficient_attention(*inputs, mask.to(dtype))
+    assert out.dtype == dtype
+    grads = torch.autograd.grad(out.float().pow(2).sum(), inputs)
+    tol = dict(atol=1e-5, rtol=1e-5) if dtype == torch.float32 else dict(atol=4e-2, rtol=4e-2)
+    torch.testing.assert_close(out.double(), ref, **tol)
+    for a, b in zip(grads, ref_grads):
+        torch.testing.assert_close(a.double(), b, **tol)
+    assert out[1:, :, :, :].isfinite().all()
+
+
+def test_efficient_attention_drops_out_only_in_training():
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(2, 2, 5, 8) for _ in range(3))
+    for dtype in (torch.float32, torch.bfloat16):
+        args = [t.to(dtype) for t in (q, k, v)]
+        evaluated = efficient_attention(*args, dropout=0.5, training=False)
+        torch.testing.assert_close(evaluated, efficient_attention(*args))
+        trained = efficient_attention(*args, dropout=0.5, training=True)
+        assert not torch.allclose(trained.float(), evaluated.float())
 
 
 def test_padding_bias_is_dtype_safe():

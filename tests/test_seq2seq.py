@@ -1,5 +1,6 @@
 """The encoder–decoder Transformer and the RNN encoder–decoders: masks, loss, padding, save/load, a task learnt."""
 
+import copy
 import json
 import math
 
@@ -13,6 +14,7 @@ from bertkit.config import ConfigError, Seq2SeqConfig
 from bertkit.functional import sinusoidal_positions
 from bertkit.models.rnn import RNNSeq2Seq
 from bertkit.models.seq2seq import Seq2SeqTransformer, build_seq2seq, load_seq2seq
+from bertkit.models.transformer import TransformerLayer
 
 PAD, EOS, BOS = 0, 1, 2
 VARIANTS = {
@@ -179,6 +181,25 @@ def test_config_and_input_errors():
         model(src, mask, labels=torch.full_like(labels, -100))
     with pytest.raises(TypeError, match="architecture 'rnn'"):
         RNNSeq2Seq(model.config)
+
+
+def test_dropout_inside_the_feed_forward_only_when_asked():
+    """The paper drops out sublayer outputs only; `activation_dropout` adds BART's dropout after the ReLU."""
+    model = tiny(dropout=0.0).train()
+    src, mask, labels = batch()
+    torch.testing.assert_close(model(src, mask, labels=labels).logits, model(src, mask, labels=labels).logits)
+    torch.manual_seed(0)  # p = 1: every activation dropped
+    layer = TransformerLayer(16, 4, 32, cross_attention=True, dropout=0.0, activation_dropout=1.0).train()
+    x, memory = torch.randn(2, 3, 16), torch.randn(2, 4, 16)
+    dropped, _, _ = layer(x, memory=memory)
+    silent = copy.deepcopy(layer).eval()  # the same layer whose ReLU never fires: its feed-forward is fc2's bias
+    with torch.no_grad():
+        silent.fc1.weight.zero_()
+        silent.fc1.bias.fill_(-1.0)
+    torch.testing.assert_close(dropped, silent(x, memory=memory)[0])
+    assert not torch.allclose(dropped, layer.eval()(x, memory=memory)[0])
+    with pytest.raises(ConfigError, match="activation_dropout"):
+        Seq2SeqConfig(activation_dropout=1.5)
 
 
 # ---- learning: reverse a sequence ----------------------------------------------------------------------

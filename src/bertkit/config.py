@@ -256,6 +256,7 @@ class Seq2SeqConfig(_JsonConfig):
     activation_function: str = "relu"
     dropout: float = 0.1
     attention_dropout: float = 0.0
+    activation_dropout: float = 0.0             # inside the feed-forward; the paper has none there
     max_position_embeddings: int = 512
     normalize_before: bool = False              # pre-LN blocks; the paper's post-LN when False
     scale_embedding: bool = True                # embeddings × √d_model before adding positions (paper 3.4)
@@ -290,7 +291,7 @@ class Seq2SeqConfig(_JsonConfig):
                               f"{', '.join(ACTIVATIONS)}")
         if self.rnn_cell not in RNN_CELLS:
             raise ConfigError(f"rnn_cell {self.rnn_cell!r} is not one of {', '.join(RNN_CELLS)}")
-        _check_probabilities(self, ("dropout", "attention_dropout", "label_smoothing"))
+        _check_probabilities(self, ("dropout", "attention_dropout", "activation_dropout", "label_smoothing"))
         if self.share_encoder_decoder_embeddings and self.target_vocab_size != self.vocab_size:
             raise ConfigError(f"shared source/target embeddings need one vocabulary, got sizes {self.vocab_size} "
                               f"and {self.target_vocab_size}")

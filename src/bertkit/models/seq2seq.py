@@ -61,6 +61,7 @@ class TransformerStack(nn.Module):
         self.layers = nn.ModuleList(
             TransformerLayer(config.d_model, config.attention_heads, config.ffn_dim, cross_attention=decoder,
                              dropout=config.dropout, attention_dropout=config.attention_dropout,
+                             activation_dropout=config.activation_dropout,
                              activation=config.activation_function, layer_norm_eps=config.layer_norm_eps,
                              normalize_before=config.normalize_before)
             for _ in range(num_layers))

@@ -19,7 +19,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from bertkit import checkpoint
-from bertkit.functional import ACT2FN, attention
+from bertkit.functional import ACT2FN, attention, efficient_attention
 
 IGNORE_INDEX = -100
 
@@ -129,7 +129,7 @@ class MultiHeadAttention(nn.Module):
         if output_attentions:
             context, probs = attention(q, k, v, bias, dropout=dropout, training=self.training)
         else:
-            context, probs = F.scaled_dot_product_attention(q, k, v, attn_mask=bias, dropout_p=dropout), None
+            context, probs = efficient_attention(q, k, v, bias, dropout=dropout, training=self.training), None
         B, H, T, D = context.shape
         return self.out_proj(context.transpose(1, 2).reshape(B, T, H * D)), probs
 
@@ -138,12 +138,14 @@ class TransformerLayer(nn.Module):
     """One block: self-attention, optional cross-attention to an encoder, feed-forward; each sublayer residual.
 
     Post-LN (the paper): x = LN(x + Dropout(f(x))). Pre-LN: x = x + Dropout(f(LN(x))), which trains stably
-    without warm-up and needs one LayerNorm after the last block.
+    without warm-up and needs one LayerNorm after the last block. As in the paper (5.4) and GPT-2, dropout
+    acts on each sublayer's output, not inside the feed-forward, unless `activation_dropout` asks for it
+    (BART's option); the inner activation is 4x wider, so its dropout mask is the costliest to draw.
     """
 
     def __init__(self, d_model: int, num_heads: int, ffn_dim: int, *, cross_attention: bool = False,
-                 dropout: float = 0.1, attention_dropout: float = 0.0, activation: str = "relu",
-                 layer_norm_eps: float = 1e-5, normalize_before: bool = False) -> None:
+                 dropout: float = 0.1, attention_dropout: float = 0.0, activation_dropout: float = 0.0,
+                 activation: str = "relu", layer_norm_eps: float = 1e-5, normalize_before: bool = False) -> None:
         super().__init__()
         self.normalize_before = normalize_before
         self.self_attn = MultiHeadAttention(d_model, num_heads, attention_dropout)
@@ -156,6 +158,7 @@ class TransformerLayer(nn.Module):
         self.activation = ACT2FN[activation]
         self.final_layer_norm = nn.LayerNorm(d_model, eps=layer_norm_eps)
         self.dropout = nn.Dropout(dropout)
+        self.activation_dropout = nn.Dropout(activation_dropout) if activation_dropout > 0 else nn.Identity()
 
     def _sublayer(self, x: Tensor, norm: nn.LayerNorm, f: Callable[[Tensor], Tensor]) -> Tensor:
         if self.normalize_before:
@@ -176,10 +179,13 @@ class TransformerLayer(nn.Module):
             out, probs["cross"] = self.encoder_attn(h, memory, memory_bias, cache, output_attentions)
             return out
 
+        def feed_forward(h: Tensor) -> Tensor:
+            return self.fc2(self.activation_dropout(self.activation(self.fc1(h))))
+
         x = self._sublayer(x, self.self_attn_layer_norm, self_attention)
         if memory is not None:
             x = self._sublayer(x, self.encoder_attn_layer_norm, cross_attention)
-        x = self._sublayer(x, self.final_layer_norm, lambda h: self.fc2(self.dropout(self.activation(self.fc1(h)))))
+        x = self._sublayer(x, self.final_layer_norm, feed_forward)
         return x, probs["self"], probs["cross"]
 
 
