@@ -73,7 +73,9 @@ def main() -> None:
     parser.add_argument("--models", nargs="+", default=["transformer", "gru-attention", "gru"], choices=list(MODELS))
     parser.add_argument("--minutes", type=float, default=10.0, help="training budget of EACH model")
     parser.add_argument("--budget", default="compute", choices=["compute", "wall"])
-    parser.add_argument("--size", default="small")
+    parser.add_argument("--size", default="small", help="model size of every model (tiny | small | base)")
+    parser.add_argument("--transformer-size", help="the Transformer's size instead of --size")
+    parser.add_argument("--rnn-size", help="the RNNs' size instead of --size")
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--max-test", type=int, help="BLEU on the first N test pairs only")
     parser.add_argument("--beams", type=int, default=4)
@@ -90,10 +92,13 @@ def main() -> None:
         torch.set_num_threads(args.threads)
 
     out = Path(args.out)
+    transformer = {model: MODELS[model]["architecture"] == "transformer" for model in args.models}
+    sizes = {model: (args.transformer_size if transformer[model] else args.rnn_size) or args.size
+             for model in args.models}
     options = [TranslationOptions(
-        data=args.data, pair=args.pair, out=str(out / model), model=model, size=args.size, minutes=args.minutes,
+        data=args.data, pair=args.pair, out=str(out / model), model=model, size=sizes[model], minutes=args.minutes,
         batch_size=args.batch_size, dropout=args.dropout, pre_ln=args.pre_ln, num_beams=args.beams,
-        learning_rate=args.transformer_lr if MODELS[model]["architecture"] == "transformer" else args.rnn_lr,
+        learning_rate=args.transformer_lr if transformer[model] else args.rnn_lr,
         max_test_sentences=args.max_test, bf16=args.bf16, seed=args.seed, progress=False) for model in args.models]
     plan = None
     if args.budget == "compute":
@@ -111,7 +116,7 @@ def main() -> None:
           f"{reports[0]['test_sentences']} test pairs\n")
     print(table(reports))
     summary = {"data": args.data, "pair": args.pair, "minutes": args.minutes, "budget": args.budget, "plan": plan,
-               "size": args.size, "bf16": args.bf16, "dropout": args.dropout, "pre_ln": args.pre_ln,
+               "sizes": sizes, "bf16": args.bf16, "dropout": args.dropout, "pre_ln": args.pre_ln,
                "threads": torch.get_num_threads(),
                "learning_rates": {o.model: o.lr for o in options},
                "rows": [{k: r[k] for k in ("model", "bleu", "train_seconds", "steps", "epochs", "parameters",
