@@ -42,6 +42,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return 0
+    from bertkit.training.memory import keep_freed_memory
+
+    keep_freed_memory()  # training and batched inference alike: tensors of changing shapes, reused memory
     try:
         return int(args.func(args) or 0)
     except UserError as err:

@@ -10,6 +10,8 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor, nn
 
+from bertkit.training.memory import keep_freed_memory
+
 
 def timed_step(model: nn.Module, optimizer: torch.optim.Optimizer, batch: dict[str, Tensor], bf16: bool) -> float:
     """Seconds of one training step: forward (bf16 autocast if asked), backward, optimizer update."""
@@ -34,6 +36,7 @@ def steps_in_budget(model: nn.Module, batches: Sequence[dict[str, Tensor]], seco
     """
     if not batches:
         raise ValueError("steps_in_budget needs at least one batch to time")
+    keep_freed_memory()  # time the steps as the Trainer will run them
     probe = copy.deepcopy(model).train()
     optimizer = torch.optim.AdamW(probe.parameters(), lr=1e-6)
     times: list[float] = []

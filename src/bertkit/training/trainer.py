@@ -29,6 +29,7 @@ from torch import nn
 from bertkit.training import checkpointing as ckpt
 from bertkit.training.arguments import TrainingArguments, TrainState
 from bertkit.training.distributed import Distributed, setup_distributed
+from bertkit.training.memory import keep_freed_memory
 from bertkit.training.schedule import build_optimizer, build_scheduler
 
 __all__ = ["Trainer", "TrainingArguments", "TrainState", "TrainingError", "example_seed", "length_grouped"]
@@ -343,6 +344,7 @@ class Trainer:
         from tqdm.auto import tqdm
 
         args = self.args
+        keep_freed_memory()
         self.dist = setup_distributed(args.device)
         dist = self.dist
         try:
