@@ -28,7 +28,6 @@ from bertkit.models.seq2seq import build_seq2seq
 from bertkit.pipelines import translation
 from bertkit.pipelines.translation import MODELS, TranslationOptions, train_translation
 from bertkit.training.budget import timed_step
-from bertkit.training.memory import keep_freed_memory
 
 
 def table(reports: list[dict]) -> str:
@@ -91,7 +90,6 @@ def main() -> None:
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
-    keep_freed_memory()  # as the Trainer does, so the timed steps match the trained ones
 
     out = Path(args.out)
     transformer = {model: MODELS[model]["architecture"] == "transformer" for model in args.models}

@@ -82,11 +82,10 @@ class BertSelfAttention(nn.Module):
         bias_qkv = torch.cat((self.query.bias, self.key.bias, self.value.bias))
         qkv = F.linear(x, weight, bias_qkv).view(B, T, 3, self.num_heads, self.head_dim)
         q, k, v = qkv.permute(2, 0, 3, 1, 4)                                              # 3 x (B, H, T, D)
-        dropout = self.dropout_prob if self.training else 0.0
         if output_attentions:  # the explicit maths, which can hand back the probabilities
-            context, probs = attention(q, k, v, bias, dropout=dropout, training=self.training)
+            context, probs = attention(q, k, v, bias, dropout=self.dropout_prob, training=self.training)
         else:  # the same result by the faster path for these tensors (the fused kernel in float32)
-            context, probs = efficient_attention(q, k, v, bias, dropout=dropout, training=self.training), None
+            context, probs = efficient_attention(q, k, v, bias, dropout=self.dropout_prob, training=self.training), None
         return context.transpose(1, 2).reshape(B, T, C), probs
 
 

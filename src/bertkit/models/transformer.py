@@ -125,11 +125,10 @@ class MultiHeadAttention(nn.Module):
             k, v = self._heads(self.k_proj(memory)), self._heads(self.v_proj(memory))
             if cache is not None:
                 cache["cross"] = (k, v)
-        dropout = self.dropout if self.training else 0.0
         if output_attentions:
-            context, probs = attention(q, k, v, bias, dropout=dropout, training=self.training)
+            context, probs = attention(q, k, v, bias, dropout=self.dropout, training=self.training)
         else:
-            context, probs = efficient_attention(q, k, v, bias, dropout=dropout, training=self.training), None
+            context, probs = efficient_attention(q, k, v, bias, dropout=self.dropout, training=self.training), None
         B, H, T, D = context.shape
         return self.out_proj(context.transpose(1, 2).reshape(B, T, H * D)), probs
 

@@ -15,6 +15,7 @@ from bertkit.training.memory import keep_freed_memory
 
 def timed_step(model: nn.Module, optimizer: torch.optim.Optimizer, batch: dict[str, Tensor], bf16: bool) -> float:
     """Seconds of one training step: forward (bf16 autocast if asked), backward, optimizer update."""
+    keep_freed_memory()  # the allocator the Trainer runs with, so timed steps match trained ones
     start = time.perf_counter()
     with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
         loss = model(**batch).loss
@@ -36,7 +37,6 @@ def steps_in_budget(model: nn.Module, batches: Sequence[dict[str, Tensor]], seco
     """
     if not batches:
         raise ValueError("steps_in_budget needs at least one batch to time")
-    keep_freed_memory()  # time the steps as the Trainer will run them
     probe = copy.deepcopy(model).train()
     optimizer = torch.optim.AdamW(probe.parameters(), lr=1e-6)
     times: list[float] = []
