@@ -40,8 +40,12 @@ def table(reports: list[dict]) -> str:
 
 
 def plan_steps(options: list[TranslationOptions], seconds: float, rounds: int = 3) -> dict[str, dict]:
-    """Median seconds per training step of each model, timed interleaved on the same batches, and the steps
-    that fit in `seconds` (5% kept for evaluation and logging)."""
+    """Seconds per training step of each model, timed interleaved on the same batches, and the steps that
+    fit in `seconds` (5% kept for evaluation and logging).
+
+    Nine batches from across the length-sorted list are each timed `rounds` times; a batch's median drops
+    load spikes, and the mean over batches is what a run of mixed lengths costs per step.
+    """
     first = options[0]
     splits = translation.load_pairs(first.data, first.source_lang, first.target_lang, first.seed)
     with tempfile.TemporaryDirectory() as work_dir:
@@ -50,20 +54,20 @@ def plan_steps(options: list[TranslationOptions], seconds: float, rounds: int = 
     train, _ = translation.encode_pairs(tokenizer, splits["train"], first.max_length)
     batches = translation.length_batches(train, first.batch_size, first.seed)
     collator = translation.TranslationCollator(tokenizer.source.pad_token_id)
-    probes = [collator(batches[int(q * (len(batches) - 1))]) for q in (0.1, 0.3, 0.5, 0.7, 0.9)]
+    probes = [collator(batches[int(q * (len(batches) - 1))]) for q in (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)]
     models = {}
     for option in options:
         model = build_seq2seq(translation.model_config(option, tokenizer)).train()
         models[option.model] = (model, torch.optim.AdamW(model.parameters(), lr=1e-6), option.bf16)
-    times: dict[str, list[float]] = {name: [] for name in models}
+    times: dict[str, list[list[float]]] = {name: [[] for _ in probes] for name in models}
     for r in range(rounds + 1):                      # round 0 warms caches up
-        for batch in probes:
+        for b, batch in enumerate(probes):
             for name, (model, optimizer, bf16) in models.items():
                 seconds_per_step = timed_step(model, optimizer, batch, bf16)
                 if r:
-                    times[name].append(seconds_per_step)
-    medians = {name: statistics.median(t) for name, t in times.items()}
-    return {name: {"seconds_per_step": m, "steps": max(1, int(0.95 * seconds / m))} for name, m in medians.items()}
+                    times[name][b].append(seconds_per_step)
+    means = {name: statistics.mean(statistics.median(t) for t in per_batch) for name, per_batch in times.items()}
+    return {name: {"seconds_per_step": m, "steps": max(1, int(0.95 * seconds / m))} for name, m in means.items()}
 
 
 def main() -> None:
@@ -73,7 +77,7 @@ def main() -> None:
     parser.add_argument("--models", nargs="+", default=["transformer", "gru-attention", "gru"], choices=list(MODELS))
     parser.add_argument("--minutes", type=float, default=10.0, help="training budget of EACH model")
     parser.add_argument("--budget", default="compute", choices=["compute", "wall"])
-    parser.add_argument("--size", default="small", help="model size of every model (tiny | small | base)")
+    parser.add_argument("--size", default="small", help="model size of every model (tiny | mini | small | base)")
     parser.add_argument("--transformer-size", help="the Transformer's size instead of --size")
     parser.add_argument("--rnn-size", help="the RNNs' size instead of --size")
     parser.add_argument("--batch-size", type=int, default=64)

@@ -37,3 +37,25 @@ def test_steps_in_budget_warms_up_then_times_every_batch():
     assert calls == [0, 1, 2, 0, 1]  # two warm-up steps, then each batch timed once
     with pytest.raises(ValueError, match="at least one batch"):
         steps_in_budget(Counting(), [], 10.0)
+
+
+def test_steps_in_budget_sizes_by_the_mean_cost_of_the_batches(monkeypatch):
+    """A run of mixed lengths costs the mean of its batches' costs: one dear batch in three counts a third,
+    and a one-off spike on a single step (a busy machine) does not count, since each batch takes its median."""
+    from bertkit.training import budget
+
+    costs = {0: [0.1] * 9, 1: [0.1] * 9, 2: [0.4] * 9}
+    costs[0][3] = 50.0                                       # one spike on batch 0
+    calls = {0: 0, 1: 0, 2: 0}
+
+    def fake_step(model, optimizer, batch, bf16):
+        i = int(batch["x"])
+        calls[i] += 1
+        return costs[i][calls[i] - 1]
+
+    monkeypatch.setattr(budget, "timed_step", fake_step)
+    model = torch.nn.Linear(1, 1)
+    batches = [{"x": torch.tensor(i)} for i in range(3)]
+    # 2 warm-up steps, then 3 rounds of 3 batches: medians 0.1, 0.1, 0.4 -> 0.2 s a step
+    steps = budget.steps_in_budget(model, batches, 100.0, reserve=0.0, min_seconds=0.0, max_timed=9)
+    assert steps == 500

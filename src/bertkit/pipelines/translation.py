@@ -46,6 +46,8 @@ MODELS: dict[str, dict[str, Any]] = {
 SIZES: dict[str, tuple[dict[str, int], dict[str, int]]] = {
     "tiny": (dict(d_model=128, encoder_layers=2, decoder_layers=2, attention_heads=4, ffn_dim=512),
              dict(d_model=128, encoder_layers=1, decoder_layers=1)),
+    "mini": (dict(d_model=256, encoder_layers=2, decoder_layers=2, attention_heads=4, ffn_dim=1024),
+             dict(d_model=256, encoder_layers=1, decoder_layers=1)),
     "small": (dict(d_model=256, encoder_layers=3, decoder_layers=3, attention_heads=4, ffn_dim=1024),
               dict(d_model=256, encoder_layers=1, decoder_layers=1)),
     "base": (dict(d_model=512, encoder_layers=6, decoder_layers=6, attention_heads=8, ffn_dim=2048),

@@ -31,20 +31,23 @@ def steps_in_budget(model: nn.Module, batches: Sequence[dict[str, Tensor]], seco
     `reserve` share for evaluation, logging and saving.
 
     The first two steps only warm caches and the allocator up (they run slower than the rest); then the
-    batches are cycled until every one was timed and `min_seconds` have passed (or `max_timed` steps),
-    and the median step time sizes the run. The learning-rate schedule needs its length before training
-    starts; a time budget alone does not say it.
+    batches are cycled until every one was timed and `min_seconds` have passed (or `max_timed` steps).
+    Each batch's median time (a load spike on one step does not count) is averaged over the batches: a run
+    of batches of mixed lengths takes the mean of their costs, which is above the median cost when long
+    batches are dear. The learning-rate schedule needs its length before training starts; a time budget
+    alone does not say it.
     """
     if not batches:
         raise ValueError("steps_in_budget needs at least one batch to time")
     probe = copy.deepcopy(model).train()
     optimizer = torch.optim.AdamW(probe.parameters(), lr=1e-6)
-    times: list[float] = []
-    step, spent = 0, 0.0
-    while len(times) < min(max_timed, len(batches)) or (spent < min_seconds and len(times) < max_timed):
+    times: dict[int, list[float]] = {}
+    step, timed, spent = 0, 0, 0.0
+    while timed < min(max_timed, len(batches)) or (spent < min_seconds and timed < max_timed):
         elapsed = timed_step(probe, optimizer, batches[step % len(batches)], bf16)
         if step >= 2:
-            times.append(elapsed)
-            spent += elapsed
+            times.setdefault(step % len(batches), []).append(elapsed)
+            timed, spent = timed + 1, spent + elapsed
         step += 1
-    return max(1, int((1.0 - reserve) * seconds / statistics.median(times)))
+    seconds_per_step = statistics.mean(statistics.median(t) for t in times.values())
+    return max(1, int((1.0 - reserve) * seconds / seconds_per_step))
