@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import statistics
 import tempfile
 from pathlib import Path
 
@@ -27,7 +26,7 @@ import torch
 from bertkit.models.seq2seq import build_seq2seq
 from bertkit.pipelines import translation
 from bertkit.pipelines.translation import MODELS, TranslationOptions, train_translation
-from bertkit.training.budget import timed_step
+from bertkit.training.budget import mean_step_seconds, timed_step
 
 
 def table(reports: list[dict]) -> str:
@@ -43,8 +42,7 @@ def plan_steps(options: list[TranslationOptions], seconds: float, rounds: int = 
     """Seconds per training step of each model, timed interleaved on the same batches, and the steps that
     fit in `seconds` (5% kept for evaluation and logging).
 
-    Nine batches from across the length-sorted list are each timed `rounds` times; a batch's median drops
-    load spikes, and the mean over batches is what a run of mixed lengths costs per step.
+    Nine batches from across the length-sorted list are each timed `rounds` times (`mean_step_seconds`).
     """
     first = options[0]
     splits = translation.load_pairs(first.data, first.source_lang, first.target_lang, first.seed)
@@ -66,7 +64,7 @@ def plan_steps(options: list[TranslationOptions], seconds: float, rounds: int = 
                 seconds_per_step = timed_step(model, optimizer, batch, bf16)
                 if r:
                     times[name][b].append(seconds_per_step)
-    means = {name: statistics.mean(statistics.median(t) for t in per_batch) for name, per_batch in times.items()}
+    means = {name: mean_step_seconds(per_batch) for name, per_batch in times.items()}
     return {name: {"seconds_per_step": m, "steps": max(1, int(0.95 * seconds / m))} for name, m in means.items()}
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import copy
 import statistics
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 import torch
 from torch import Tensor, nn
@@ -25,17 +25,21 @@ def timed_step(model: nn.Module, optimizer: torch.optim.Optimizer, batch: dict[s
     return time.perf_counter() - start
 
 
+def mean_step_seconds(times_per_batch: Iterable[Sequence[float]]) -> float:
+    """Seconds a run of mixed batches spends per step: each batch's median time (a load spike on one step
+    does not count), averaged over the batches (long batches are dear, so the mean is above the median)."""
+    return statistics.mean(statistics.median(times) for times in times_per_batch)
+
+
 def steps_in_budget(model: nn.Module, batches: Sequence[dict[str, Tensor]], seconds: float, bf16: bool = False,
                     reserve: float = 0.1, min_seconds: float = 2.0, max_timed: int = 20) -> int:
     """Time training steps on a copy of `model` over `batches` and return how many fit in `seconds`, keeping a
     `reserve` share for evaluation, logging and saving.
 
     The first two steps only warm caches and the allocator up (they run slower than the rest); then the
-    batches are cycled until every one was timed and `min_seconds` have passed (or `max_timed` steps).
-    Each batch's median time (a load spike on one step does not count) is averaged over the batches: a run
-    of batches of mixed lengths takes the mean of their costs, which is above the median cost when long
-    batches are dear. The learning-rate schedule needs its length before training starts; a time budget
-    alone does not say it.
+    batches are cycled until every one was timed and `min_seconds` have passed (or `max_timed` steps),
+    and `mean_step_seconds` sizes the run. The learning-rate schedule needs its length before training
+    starts; a time budget alone does not say it.
     """
     if not batches:
         raise ValueError("steps_in_budget needs at least one batch to time")
@@ -49,5 +53,4 @@ def steps_in_budget(model: nn.Module, batches: Sequence[dict[str, Tensor]], seco
             times.setdefault(step % len(batches), []).append(elapsed)
             timed, spent = timed + 1, spent + elapsed
         step += 1
-    seconds_per_step = statistics.mean(statistics.median(t) for t in times.values())
-    return max(1, int((1.0 - reserve) * seconds / seconds_per_step))
+    return max(1, int((1.0 - reserve) * seconds / mean_step_seconds(times.values())))
