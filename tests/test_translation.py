@@ -1,5 +1,6 @@
 """The translation and language-model pipelines and their commands, on small synthetic files and on real hsk."""
 
+import argparse
 import json
 import math
 import random
@@ -75,6 +76,17 @@ def test_options_are_checked():
         TranslationOptions(data="hsk", out="x", max_steps=1, model="bert")
     with pytest.raises(FileNotFoundError, match="neither a dataset"):
         translation.load_pairs("no-such-file.tsv", "zh", "en")
+
+
+def test_commands_offer_every_size_and_model_the_pipelines_have():
+    from bertkit.cli import build_parser
+
+    sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    options = {a.dest: a.choices for a in sub.choices["translate-train"]._actions}
+    assert list(options["size"]) == list(translation.SIZES)
+    assert list(options["model"]) == list(translation.MODELS)
+    lm_sizes = next(a.choices for a in sub.choices["lm-train"]._actions if a.dest == "size")
+    assert list(lm_sizes) == list(lm.GPT_SIZES)
 
 
 def test_translate_train_writes_a_model_that_translate_loads(numerals_tsv, tmp_path, capsys):

@@ -17,7 +17,7 @@ def _add_translate_train(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--pair", default="zh-en", help="source-target languages, e.g. zh-en, en-zh, en-de (default zh-en)")
     p.add_argument("--model", default="transformer",
                    choices=["transformer", "gru-attention", "gru", "lstm-attention", "lstm"])
-    p.add_argument("--size", default="small", choices=["tiny", "small", "base"])
+    p.add_argument("--size", default="small", choices=["tiny", "mini", "small", "base"])
     p.add_argument("--minutes", type=float, help="wall-clock training budget; without --max-steps the schedule fits it")
     p.add_argument("--max-steps", type=int)
     p.add_argument("--batch-size", type=int, default=64, help="sentence pairs per step")
