@@ -86,7 +86,7 @@ def test_commands_offer_every_size_and_model_the_pipelines_have():
     assert list(options["size"]) == list(translation.SIZES)
     assert list(options["model"]) == list(translation.MODELS)
     lm_sizes = next(a.choices for a in sub.choices["lm-train"]._actions if a.dest == "size")
-    assert list(lm_sizes) == list(lm.GPT_SIZES)
+    assert list(lm_sizes) == list(lm.GPT_PRESETS)
 
 
 def test_translate_train_writes_a_model_that_translate_loads(numerals_tsv, tmp_path, capsys):

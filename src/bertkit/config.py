@@ -210,6 +210,33 @@ PRESETS: dict[str, dict[str, int]] = {
     "base": dict(hidden_size=768, num_hidden_layers=12, num_attention_heads=12, intermediate_size=3072),
 }
 
+# `bertkit translate-train --model NAME` -> the Seq2SeqConfig fields that make it
+TRANSLATION_MODELS: dict[str, dict[str, Any]] = {
+    "transformer": dict(architecture="transformer"),
+    "gru-attention": dict(architecture="rnn", rnn_cell="gru", rnn_attention=True),
+    "gru": dict(architecture="rnn", rnn_cell="gru", rnn_attention=False),
+    "lstm-attention": dict(architecture="rnn", rnn_cell="lstm", rnn_attention=True),
+    "lstm": dict(architecture="rnn", rnn_cell="lstm", rnn_attention=False),
+}
+# `--size NAME` -> (Transformer sizes, RNN sizes); the RNNs are one layer each way, as Bahdanau et al.'s
+TRANSLATION_SIZES: dict[str, tuple[dict[str, int], dict[str, int]]] = {
+    "tiny": (dict(d_model=128, encoder_layers=2, decoder_layers=2, attention_heads=4, ffn_dim=512),
+             dict(d_model=128, encoder_layers=1, decoder_layers=1)),
+    "mini": (dict(d_model=256, encoder_layers=2, decoder_layers=2, attention_heads=4, ffn_dim=1024),
+             dict(d_model=256, encoder_layers=1, decoder_layers=1)),
+    "small": (dict(d_model=256, encoder_layers=3, decoder_layers=3, attention_heads=4, ffn_dim=1024),
+              dict(d_model=256, encoder_layers=1, decoder_layers=1)),
+    "base": (dict(d_model=512, encoder_layers=6, decoder_layers=6, attention_heads=8, ffn_dim=2048),
+             dict(d_model=512, encoder_layers=2, decoder_layers=2)),
+}
+
+# Named sizes for `bertkit lm-train --size NAME`.
+GPT_PRESETS: dict[str, dict[str, int]] = {
+    "tiny": dict(n_embd=128, n_layer=2, n_head=4),
+    "small": dict(n_embd=256, n_layer=4, n_head=4),
+    "base": dict(n_embd=512, n_layer=6, n_head=8),
+}
+
 
 # ==== Seq2SeqConfig and GPTConfig: the encoder–decoder models and the decoder-only LM ==================
 # Names follow Hugging Face's Marian/BART (seq2seq) and GPT-2 (GPT) configs where they have one.

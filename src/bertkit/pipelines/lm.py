@@ -22,16 +22,11 @@ from typing import Any
 
 import torch
 
-from bertkit.config import GPTConfig
+from bertkit.config import GPT_PRESETS, GPTConfig
 from bertkit.models.gpt import GPTForCausalLM
 
 REPORT_NAME = "report.json"
 OPTIONS_NAME = "lm_options.json"
-GPT_SIZES: dict[str, dict[str, int]] = {
-    "tiny": dict(n_embd=128, n_layer=2, n_head=4),
-    "small": dict(n_embd=256, n_layer=4, n_head=4),
-    "base": dict(n_embd=512, n_layer=6, n_head=8),
-}
 SAMPLE_PROMPTS = {"zh": ["今天", "中国经济", "这本书"], "en": ["The", "In the beginning", "This book"]}
 
 
@@ -58,8 +53,8 @@ class LMOptions:
     progress: bool = True
 
     def __post_init__(self) -> None:
-        if self.size not in GPT_SIZES:
-            raise ValueError(f"size {self.size!r} is not one of {', '.join(GPT_SIZES)}")
+        if self.size not in GPT_PRESETS:
+            raise ValueError(f"size {self.size!r} is not one of {', '.join(GPT_PRESETS)}")
         if self.max_steps is None and self.minutes is None:
             raise ValueError("give max_steps or minutes (or both)")
         if self.block_size < 2:
@@ -170,7 +165,7 @@ def train_lm(options: LMOptions) -> dict[str, Any]:
     if not train_blocks or not eval_blocks:
         raise ValueError(f"too little text for blocks of {options.block_size} tokens "
                          f"({len(train_blocks)} training, {len(eval_blocks)} held-out blocks)")
-    config = GPTConfig(vocab_size=len(tokenizer), n_positions=options.block_size, **GPT_SIZES[options.size],
+    config = GPTConfig(vocab_size=len(tokenizer), n_positions=options.block_size, **GPT_PRESETS[options.size],
                        resid_pdrop=options.dropout, embd_pdrop=options.dropout, attn_pdrop=options.dropout,
                        pad_token_id=tokenizer.pad_token_id, bos_token_id=tokenizer.cls_token_id,
                        eos_token_id=tokenizer.sep_token_id)

@@ -25,6 +25,8 @@ from typing import Any
 
 import torch
 
+from bertkit.config import TRANSLATION_MODELS as MODELS
+from bertkit.config import TRANSLATION_SIZES as SIZES
 from bertkit.config import Seq2SeqConfig
 from bertkit.models.seq2seq import build_seq2seq, load_seq2seq
 from bertkit.models.transformer import IGNORE_INDEX
@@ -33,27 +35,6 @@ from bertkit.training.budget import steps_in_budget
 REPORT_NAME = "report.json"
 OPTIONS_NAME = "translation_options.json"
 DATASETS = ("bible", "hsk")
-
-# --model choices -> the Seq2SeqConfig fields that make them
-MODELS: dict[str, dict[str, Any]] = {
-    "transformer": dict(architecture="transformer"),
-    "gru-attention": dict(architecture="rnn", rnn_cell="gru", rnn_attention=True),
-    "gru": dict(architecture="rnn", rnn_cell="gru", rnn_attention=False),
-    "lstm-attention": dict(architecture="rnn", rnn_cell="lstm", rnn_attention=True),
-    "lstm": dict(architecture="rnn", rnn_cell="lstm", rnn_attention=False),
-}
-# --size -> (Transformer sizes, RNN sizes); the RNNs are one layer each way, as Bahdanau et al.'s
-SIZES: dict[str, tuple[dict[str, int], dict[str, int]]] = {
-    "tiny": (dict(d_model=128, encoder_layers=2, decoder_layers=2, attention_heads=4, ffn_dim=512),
-             dict(d_model=128, encoder_layers=1, decoder_layers=1)),
-    "mini": (dict(d_model=256, encoder_layers=2, decoder_layers=2, attention_heads=4, ffn_dim=1024),
-             dict(d_model=256, encoder_layers=1, decoder_layers=1)),
-    "small": (dict(d_model=256, encoder_layers=3, decoder_layers=3, attention_heads=4, ffn_dim=1024),
-              dict(d_model=256, encoder_layers=1, decoder_layers=1)),
-    "base": (dict(d_model=512, encoder_layers=6, decoder_layers=6, attention_heads=8, ffn_dim=2048),
-             dict(d_model=512, encoder_layers=2, decoder_layers=2)),
-}
-
 
 @dataclass
 class TranslationOptions:
