@@ -2,7 +2,8 @@
 
 Each model is trained by the same pipeline as `bertkit translate-train` (one after another, so they do not
 compete for the cores), then translates the same held-out sentences with the same beam size. Prints a
-table of BLEU, training time, steps, epochs and parameter counts, and writes it to OUT/comparison.json.
+table of BLEU, length ratio (translation / reference length, below 1 costs the brevity penalty), training
+time, steps, epochs and parameter counts, and writes it to OUT/comparison.json.
 
 The budget is compute, not the wall clock of a shared machine: before any training, steps of all models
 are timed side by side, interleaved round by round (so load from other processes hits them alike), and
@@ -31,10 +32,11 @@ from bertkit.training.budget import mean_step_seconds, timed_step
 
 def table(reports: list[dict]) -> str:
     """A plain-text table, one row per model."""
-    lines = [f"{'model':<16}{'BLEU':>7}{'train s':>9}{'steps':>7}{'epochs':>8}{'params':>12}{'dev loss':>10}"]
+    lines = [f"{'model':<16}{'BLEU':>7}{'length':>8}{'train s':>9}{'steps':>7}{'epochs':>8}{'params':>12}"
+             f"{'dev loss':>10}"]
     for r in reports:
-        lines.append(f"{r['model']:<16}{r['bleu']:>7.2f}{r['train_seconds']:>9.0f}{r['steps']:>7}"
-                     f"{r['epochs']:>8.2f}{r['parameters']:>12,}{r['dev_loss']:>10.3f}")
+        lines.append(f"{r['model']:<16}{r['bleu']:>7.2f}{r['length_ratio']:>8.3f}{r['train_seconds']:>9.0f}"
+                     f"{r['steps']:>7}{r['epochs']:>8.2f}{r['parameters']:>12,}{r['dev_loss']:>10.3f}")
     return "\n".join(lines)
 
 
@@ -121,8 +123,8 @@ def main() -> None:
                "sizes": sizes, "bf16": args.bf16, "dropout": args.dropout, "pre_ln": args.pre_ln,
                "threads": torch.get_num_threads(),
                "learning_rates": {o.model: o.lr for o in options},
-               "rows": [{k: r[k] for k in ("model", "bleu", "train_seconds", "steps", "epochs", "parameters",
-                                            "dev_loss", "test_sentences")} for r in reports]}
+               "rows": [{k: r[k] for k in ("model", "bleu", "bleu_precisions", "length_ratio", "train_seconds", "steps",
+                                            "epochs", "parameters", "dev_loss", "test_sentences")} for r in reports]}
     (out / "comparison.json").write_text(json.dumps(summary, indent=2) + "\n")
 
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from bertkit.training.metrics import accuracy, bleu, entity_scores, get_entities, macro_f1, perplexity
+from bertkit.training.metrics import accuracy, bleu, bleu_details, entity_scores, get_entities, macro_f1, perplexity
 
 
 def test_accuracy_counts_matches_and_skips_ignored_labels():
@@ -85,6 +85,19 @@ def test_bleu_by_hand_and_tokenizer_choice():
     assert bleu(hyp, ref, tokenize="13a") == 0.0  # one unsplit "word" per line: why "zh" matters
     with pytest.raises(ValueError, match="same number of references"):
         bleu(["a", "b"], [["a"], ["b", "c"]])
+
+
+def test_bleu_details_split_a_short_translation_into_precision_and_brevity():
+    # every character n-gram of the hypothesis is right; only its length (7 of 9 characters) costs
+    details = bleu_details(["我爱北京天安门"], ["我爱北京天安门广场"])
+    assert details["precisions"] == pytest.approx([100.0] * 4)
+    assert details["length_ratio"] == pytest.approx(7 / 9)
+    assert details["brevity_penalty"] == pytest.approx(math.exp(1 - 9 / 7))
+    assert details["bleu"] == pytest.approx(100 * math.exp(1 - 9 / 7)) and details["tokenize"] == "zh"
+    # longer than the reference: no penalty, precisions fall instead
+    longer = bleu_details(["the cat sat on the mat today"], ["the cat sat on the mat"])
+    assert longer["brevity_penalty"] == 1.0 and longer["length_ratio"] == pytest.approx(7 / 6)
+    assert longer["precisions"][0] == pytest.approx(100 * 6 / 7)
 
 
 def test_perplexity_is_exp_of_mean_loss():

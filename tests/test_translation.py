@@ -96,6 +96,8 @@ def test_translate_train_writes_a_model_that_translate_loads(numerals_tsv, tmp_p
     report = json.loads((out / "report.json").read_text())
     assert report["model"] == "transformer" and report["steps"] == 8 and report["test_sentences"] == 20
     assert 0.0 <= report["bleu"] <= 100.0 and report["train_seconds"] > 0
+    assert len(report["bleu_precisions"]) == 4 and 0.0 < report["brevity_penalty"] <= 1.0
+    assert report["length_ratio"] > 0.0 and (report["brevity_penalty"] == 1.0) == (report["length_ratio"] >= 1.0)
     assert report["vocab_sizes"]["source"] > 10 and len(report["samples"]) == 8
     files = {p.name for p in out.iterdir()}
     assert {"config.json", "model.safetensors", "source_tokenizer", "target_tokenizer"} <= files

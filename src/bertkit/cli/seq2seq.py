@@ -62,7 +62,9 @@ def _cmd_translate_train(args: argparse.Namespace) -> int:
         max_test_sentences=args.max_test, seed=args.seed, bf16=args.bf16, progress=not args.no_progress))
     print(f"{report['model']} ({report['parameters']:,} parameters): {report['steps']} steps in "
           f"{report['train_seconds']:.0f} s, {report['epochs']:.1f} epochs; dev loss {report['dev_loss']:.3f}")
-    print(f"test BLEU {report['bleu']:.2f} on {report['test_sentences']} {args.data} pairs (beam {args.beams})")
+    precisions = " / ".join(f"{p:.1f}" for p in report["bleu_precisions"])
+    print(f"test BLEU {report['bleu']:.2f} on {report['test_sentences']} {args.data} pairs (beam {args.beams}): "
+          f"n-gram precisions {precisions}, length ratio {report['length_ratio']:.3f}")
     for sample in report["samples"][:3]:
         print(f"  {sample['source']}\n    -> {sample['translation']}\n    ref {sample['reference']}")
     print(f"model, tokenizers and report.json in {args.out}")

@@ -250,13 +250,14 @@ def translate(model: torch.nn.Module, tokenizer: TranslationTokenizer, texts: Se
 
 
 def evaluate_bleu(model: torch.nn.Module, tokenizer: TranslationTokenizer, pairs: Sequence[tuple[str, str]],
-                  num_beams: int = 4) -> tuple[float, list[str]]:
-    """Corpus BLEU of the model's translations of the sources against the references, and the translations."""
+                  num_beams: int = 4) -> tuple[dict[str, Any], list[str]]:
+    """Corpus BLEU of the model's translations of the sources against the references, with its parts
+    (`metrics.bleu_details`), and the translations."""
     from bertkit.training import metrics
 
     hypotheses = translate(model, tokenizer, [s for s, _ in pairs], num_beams=num_beams)
     tokenize = "zh" if tokenizer.target_lang == "zh" else "13a"
-    return metrics.bleu(hypotheses, [t for _, t in pairs], tokenize=tokenize), hypotheses
+    return metrics.bleu_details(hypotheses, [t for _, t in pairs], tokenize=tokenize), hypotheses
 
 
 def dev_loss_fn(batches: list, collator: TranslationCollator):
@@ -316,13 +317,15 @@ def train_translation(options: TranslationOptions) -> dict[str, Any]:
 
     test = splits["test"][: options.max_test_sentences]
     started = time.perf_counter()
-    bleu, hypotheses = evaluate_bleu(model, tokenizer, test, options.num_beams)
+    scores, hypotheses = evaluate_bleu(model, tokenizer, test, options.num_beams)
     final = state.log_history[-1] if state.log_history else {}
     report = {
-        "bleu": bleu, "model": options.model, "train_seconds": state.seconds, "data": options.data,
+        "bleu": scores["bleu"], "model": options.model, "train_seconds": state.seconds, "data": options.data,
         "pair": options.pair, "size": options.size, "parameters": model.num_parameters(), "steps": state.step,
         "stop_reason": state.stop_reason, "train_pairs": len(train), "train_pairs_too_long": dropped,
         "epochs": state.step / len(batches), "dev_loss": final.get("eval_loss"),
+        "bleu_precisions": scores["precisions"], "brevity_penalty": scores["brevity_penalty"],
+        "length_ratio": scores["length_ratio"],
         "test_sentences": len(test), "num_beams": options.num_beams, "decode_seconds": time.perf_counter() - started,
         "vocab_sizes": {"source": len(tokenizer.source), "target": len(tokenizer.target)},
         "samples": [{"source": s, "reference": t, "translation": h} for (s, t), h in zip(test[:8], hypotheses)],

@@ -149,6 +149,14 @@ def bleu(hypotheses: Sequence[str], references: Sequence[str] | Sequence[Sequenc
 
     `tokenize=None` picks sacrebleu's "zh" tokenizer when the references are mostly CJK text, else "13a".
     """
+    return bleu_details(hypotheses, references, tokenize)["bleu"]
+
+
+def bleu_details(hypotheses: Sequence[str], references: Sequence[str] | Sequence[Sequence[str]],
+                 tokenize: str | None = None) -> dict[str, Any]:
+    """BLEU and its parts: the 1- to 4-gram precisions (%), the brevity penalty and the length ratio
+    (hypothesis tokens / reference tokens). BLEU = BP · geometric mean of the precisions, so a model whose
+    precisions are high but whose output is short (ratio < 1) loses to the brevity penalty alone."""
     import sacrebleu
 
     if len(hypotheses) != len(references):
@@ -164,7 +172,10 @@ def bleu(hypotheses: Sequence[str], references: Sequence[str] | Sequence[Sequenc
         text = "".join(stream for refs in per_hyp for stream in refs)
         letters = sum(ch.isalpha() for ch in text)
         tokenize = "zh" if letters and len(_CJK.findall(text)) / letters > 0.5 else "13a"
-    return float(sacrebleu.corpus_bleu(list(hypotheses), streams, tokenize=tokenize).score)
+    score = sacrebleu.corpus_bleu(list(hypotheses), streams, tokenize=tokenize)
+    return {"bleu": float(score.score), "precisions": [float(p) for p in score.precisions],
+            "brevity_penalty": float(score.bp), "length_ratio": score.sys_len / score.ref_len if score.ref_len else 0.0,
+            "hypothesis_length": score.sys_len, "reference_length": score.ref_len, "tokenize": tokenize}
 
 
 def perplexity(mean_loss: float) -> float:
