@@ -174,7 +174,7 @@ def bleu_details(hypotheses: Sequence[str], references: Sequence[str] | Sequence
         tokenize = "zh" if letters and len(_CJK.findall(text)) / letters > 0.5 else "13a"
     score = sacrebleu.corpus_bleu(list(hypotheses), streams, tokenize=tokenize)
     return {"bleu": float(score.score), "precisions": [float(p) for p in score.precisions],
-            "brevity_penalty": float(score.bp), "length_ratio": score.sys_len / score.ref_len if score.ref_len else 0.0,
+            "brevity_penalty": float(score.bp), "length_ratio": float(score.ratio),
             "hypothesis_length": score.sys_len, "reference_length": score.ref_len, "tokenize": tokenize}
 
 
