@@ -4,7 +4,6 @@ import json
 import os
 import random
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -118,19 +117,14 @@ def test_resume_after_sigkill_equals_an_uninterrupted_run(workspace, tmp_path):
     assert losses(tmp_path / "full") == losses(killed)
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.mark.slow
 def test_torchrun_two_processes_match_one(workspace, tmp_path):
     common = ["--max-steps", "4", "--accumulation", "2"]
     one = run(["-m", "bertkit", *pretrain_args(workspace, tmp_path / "one", *common, config="tiny-no-dropout.json")])
     assert one.returncode == 0, one.stderr[-2000:]
-    two = run(["-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_addr", "127.0.0.1",
-               "--master_port", str(free_port()), "-m", "bertkit",
+    # --standalone: the launcher binds a free port itself and keeps it (choosing one here and passing it
+    # on leaves a moment in which another process can take it)
+    two = run(["-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", "-m", "bertkit",
                *pretrain_args(workspace, tmp_path / "two", *common, config="tiny-no-dropout.json")])
     assert two.returncode == 0, two.stderr[-3000:]
     read = lambda p: [json.loads(x)["loss"] for x in (p / "metrics.jsonl").read_text().splitlines()]  # noqa: E731
