@@ -52,7 +52,7 @@ def plan_steps(options: list[TranslationOptions], seconds: float, rounds: int = 
         tokenizer = translation.build_tokenizer(splits["train"], first.source_lang, first.target_lang,
                                                 first.vocab_size, Path(work_dir))
     train, _ = translation.encode_pairs(tokenizer, splits["train"], first.max_length)
-    batches = translation.length_batches(train, first.batch_size, first.seed)
+    batches = translation.length_batches(train, first.batch_size, first.seed, first.batch_tokens)
     collator = translation.TranslationCollator(tokenizer.source.pad_token_id)
     probes = [collator(batches[int(q * (len(batches) - 1))]) for q in (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)]
     models = {}
@@ -81,6 +81,7 @@ def main() -> None:
     parser.add_argument("--transformer-size", help="the Transformer's size instead of --size")
     parser.add_argument("--rnn-size", help="the RNNs' size instead of --size")
     parser.add_argument("--batch-size", type=int, default=64)
+    parser.add_argument("--batch-tokens", type=int, help="target tokens per step instead of --batch-size pairs")
     parser.add_argument("--max-test", type=int, help="BLEU on the first N test pairs only")
     parser.add_argument("--beams", type=int, default=4)
     parser.add_argument("--transformer-lr", type=float, help="learning rate of the Transformer (pipeline default)")
@@ -101,7 +102,8 @@ def main() -> None:
              for model in args.models}
     options = [TranslationOptions(
         data=args.data, pair=args.pair, out=str(out / model), model=model, size=sizes[model], minutes=args.minutes,
-        batch_size=args.batch_size, dropout=args.dropout, pre_ln=args.pre_ln, num_beams=args.beams,
+        batch_size=args.batch_size, batch_tokens=args.batch_tokens, dropout=args.dropout, pre_ln=args.pre_ln,
+        num_beams=args.beams,
         learning_rate=args.transformer_lr if transformer[model] else args.rnn_lr,
         max_test_sentences=args.max_test, bf16=args.bf16, seed=args.seed, progress=False) for model in args.models]
     plan = None

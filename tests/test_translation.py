@@ -60,6 +60,26 @@ def test_length_batches_group_similar_lengths_and_keep_each_pair_once():
     assert length_batches(examples, 10, seed=0) == batches
 
 
+def test_length_batches_by_tokens_fill_a_token_budget_and_keep_every_pair():
+    rng = random.Random(2)
+    examples = [([1] * rng.randint(1, 30), [2] * rng.randint(1, 40)) for _ in range(203)]
+    batches = length_batches(examples, 10, seed=0, max_tokens=120)
+    assert sorted(id(pair) for b in batches for pair in b) == sorted(map(id, examples))  # none left out
+    padded = [len(b) * max(len(t) for _, t in b) for b in batches]
+    assert max(padded) <= 120
+    # the budget, not a pair count, sets the size: short targets come many to a batch, long ones few
+    assert len(batches[0]) >= 20 and len(batches[-1]) <= 3
+    # full: one more pair (the next, no shorter one) would have gone over the budget
+    for b, following in zip(batches, batches[1:]):
+        assert (len(b) + 1) * len(following[0][1]) > 120
+    assert length_batches(examples, 10, seed=0, max_tokens=120) == batches
+
+
+def test_batch_tokens_below_max_length_is_refused(tmp_path):
+    with pytest.raises(ValueError, match="batch_tokens 50 is below max_length 96"):
+        TranslationOptions(data="bible", out=str(tmp_path), max_steps=1, batch_tokens=50)
+
+
 def test_collator_pads_sources_and_masks_labels():
     batch = TranslationCollator(pad_token_id=0)([[([5, 6, 3], [7, 3]), ([5, 3], [8, 9, 3])]], seeds=[0])
     assert batch["input_ids"].tolist() == [[5, 6, 3], [5, 3, 0]]
@@ -107,6 +127,17 @@ def test_translate_train_writes_a_model_that_translate_loads(numerals_tsv, tmp_p
     assert len(lines) == 2 and all(isinstance(line, str) for line in lines)
     model, tokenizer = translation.load_translator(out)
     assert translation.translate(model, tokenizer, ["四八六", "零一"], num_beams=1) == lines
+
+
+def test_translate_train_batches_by_tokens(numerals_tsv, tmp_path):
+    out = tmp_path / "run"
+    assert main(["translate-train", "--data", str(numerals_tsv), "--size", "tiny", "--max-steps", "3",
+                 "--batch-tokens", "120", "--max-test", "5", "--no-progress", "--out", str(out)]) == 0
+    report = json.loads((out / "report.json").read_text())
+    assert report["batch_tokens"] == 120 and report["batch_size"] is None
+    # targets of 2-5 words, "." and eos (4-7 tokens, a few more where WordPiece splits a word): 120 tokens
+    # hold 12-30 of them, where --batch-size would have put its default 64
+    assert 12 <= report["pairs_per_batch"] <= 30
 
 
 @pytest.mark.slow

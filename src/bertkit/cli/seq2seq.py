@@ -21,6 +21,8 @@ def _add_translate_train(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--minutes", type=float, help="wall-clock training budget; without --max-steps the schedule fits it")
     p.add_argument("--max-steps", type=int)
     p.add_argument("--batch-size", type=int, default=64, help="sentence pairs per step")
+    p.add_argument("--batch-tokens", type=int, help="instead of --batch-size: target tokens per step, padding "
+                                                    "included, so every token weighs alike in the loss")
     p.add_argument("--learning-rate", type=float, help="default 5e-4 (Transformer), 1e-3 (RNNs)")
     p.add_argument("--vocab-size", type=int, default=8000, help="per side, at most")
     p.add_argument("--max-length", type=int, default=96, help="tokens per side; longer training pairs are skipped")
@@ -56,7 +58,8 @@ def _cmd_translate_train(args: argparse.Namespace) -> int:
     _set_threads(args)
     report = train_translation(TranslationOptions(
         data=args.data, out=args.out, pair=args.pair, model=args.model, size=args.size, minutes=args.minutes,
-        max_steps=args.max_steps, batch_size=args.batch_size, learning_rate=args.learning_rate,
+        max_steps=args.max_steps, batch_size=args.batch_size, batch_tokens=args.batch_tokens,
+        learning_rate=args.learning_rate,
         vocab_size=args.vocab_size, max_length=args.max_length, dropout=args.dropout, pre_ln=args.pre_ln,
         num_beams=args.beams,
         max_test_sentences=args.max_test, seed=args.seed, bf16=args.bf16, progress=not args.no_progress))

@@ -48,6 +48,7 @@ class TranslationOptions:
     minutes: float | None = None           # wall-clock budget; with no max_steps the schedule is sized to it
     max_steps: int | None = None
     batch_size: int = 64                   # sentence pairs per step
+    batch_tokens: int | None = None        # instead: target tokens per step, padding included (fairseq's max-tokens)
     learning_rate: float | None = None     # None: 5e-4 for the Transformer, 1e-3 for the RNNs
     warmup_ratio: float = 0.05
     vocab_size: int = 8000                 # per side, at most
@@ -68,6 +69,9 @@ class TranslationOptions:
             raise ValueError(f"size {self.size!r} is not one of {', '.join(SIZES)}")
         if self.max_steps is None and self.minutes is None:
             raise ValueError("give max_steps or minutes (or both)")
+        if self.batch_tokens is not None and self.batch_tokens < self.max_length:
+            raise ValueError(f"batch_tokens {self.batch_tokens} is below max_length {self.max_length}: "
+                             f"the longest pairs would fit in no batch")
         self.source_lang, self.target_lang = parse_pair(self.pair)
 
     @property
@@ -183,17 +187,28 @@ def encode_pairs(tokenizer: TranslationTokenizer, pairs: Sequence[tuple[str, str
     return kept, len(pairs) - len(kept)
 
 
-def length_batches(examples: Sequence[tuple[list[int], list[int]]], batch_size: int,
-                   seed: int) -> list[list[tuple[list[int], list[int]]]]:
+def length_batches(examples: Sequence[tuple[list[int], list[int]]], batch_size: int, seed: int,
+                   max_tokens: int | None = None) -> list[list[tuple[list[int], list[int]]]]:
     """Batches of pairs of similar length: sort by (target, source) length, ties shuffled, then cut.
 
-    The trainer shuffles the batches each epoch; within a batch little is padding.
+    With `max_tokens` a batch holds as many pairs as fit in that many target tokens, padding included (a
+    batch of n pairs padded to length T counts n·T), instead of `batch_size` pairs. The loss is a mean over
+    a batch's tokens, so with a fixed number of pairs a token of a short sentence weighs as much as several
+    of a long one; with a fixed number of tokens every token weighs alike, and every step costs about the
+    same. The trainer shuffles the batches each epoch; within a batch little is padding.
     """
     order = list(range(len(examples)))
     random.Random(seed).shuffle(order)
     order.sort(key=lambda i: (len(examples[i][1]), len(examples[i][0])))
-    return [[examples[i] for i in order[start: start + batch_size]]
-            for start in range(0, len(order) - batch_size + 1, batch_size)]
+    if max_tokens is None:
+        return [[examples[i] for i in order[start: start + batch_size]]
+                for start in range(0, len(order) - batch_size + 1, batch_size)]
+    batches: list[list[tuple[list[int], list[int]]]] = [[]]
+    for i in order:  # ascending length: the newest pair is the longest, so it sets the padded length
+        if batches[-1] and (len(batches[-1]) + 1) * len(examples[i][1]) > max_tokens:
+            batches.append([])
+        batches[-1].append(examples[i])
+    return batches if batches[0] else []
 
 
 class TranslationCollator:
@@ -293,7 +308,7 @@ def train_translation(options: TranslationOptions) -> dict[str, Any]:
                                     Path(work_dir))
     train, dropped = encode_pairs(tokenizer, splits["train"], options.max_length)
     dev, _ = encode_pairs(tokenizer, splits["dev"], options.max_length)
-    batches = length_batches(train, options.batch_size, options.seed)
+    batches = length_batches(train, options.batch_size, options.seed, options.batch_tokens)
     if not batches:
         raise ValueError(f"{len(train)} training pairs fit in max_length {options.max_length}: fewer than one "
                          f"batch of {options.batch_size}")
@@ -306,11 +321,11 @@ def train_translation(options: TranslationOptions) -> dict[str, Any]:
     max_steps = options.max_steps or steps_in_budget(model, probes, options.minutes * 60, options.bf16, reserve=0.05)
     args = TrainingArguments(
         output_dir=str(out), max_steps=max_steps, max_seconds=options.minutes * 60 if options.minutes else None,
-        batch_size=1,  # each dataset item is already a batch of `options.batch_size` pairs of similar length
+        batch_size=1,  # each dataset item is already a batch of pairs of similar length
         learning_rate=options.lr, warmup_ratio=options.warmup_ratio, lr_schedule="linear", weight_decay=0.01,
         max_grad_norm=1.0, bf16=options.bf16, log_every=max(1, min(50, max_steps // 20)), save_total_limit=1,
         seed=options.seed, progress=options.progress)
-    dev_batches = length_batches(dev, options.batch_size, options.seed) or [dev]
+    dev_batches = length_batches(dev, options.batch_size, options.seed, options.batch_tokens) or [dev]
     trainer = Trainer(model, args, batches, collator, eval_fn=dev_loss_fn(dev_batches, collator),
                       tokenizer=tokenizer)
     state = trainer.train()
@@ -323,6 +338,8 @@ def train_translation(options: TranslationOptions) -> dict[str, Any]:
         "bleu": scores["bleu"], "model": options.model, "train_seconds": state.seconds, "data": options.data,
         "pair": options.pair, "size": options.size, "parameters": model.num_parameters(), "steps": state.step,
         "stop_reason": state.stop_reason, "train_pairs": len(train), "train_pairs_too_long": dropped,
+        "batch_size": options.batch_size if options.batch_tokens is None else None,
+        "batch_tokens": options.batch_tokens, "pairs_per_batch": sum(map(len, batches)) / len(batches),
         "epochs": state.step / len(batches), "dev_loss": final.get("eval_loss"),
         "bleu_precisions": scores["precisions"], "brevity_penalty": scores["brevity_penalty"],
         "length_ratio": scores["length_ratio"],
