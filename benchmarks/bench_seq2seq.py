@@ -2,8 +2,9 @@
 
 Each model is trained by the same pipeline as `bertkit translate-train` (one after another, so they do not
 compete for the cores), then translates the same held-out sentences with the same beam size. Prints a
-table of BLEU, length ratio (translation / reference length, below 1 costs the brevity penalty), training
-time, steps, epochs and parameter counts, and writes it to OUT/comparison.json.
+table of BLEU, length ratio (translation / reference length, below 1 costs the brevity penalty), the beam
+search length penalty α (`--tune-length-penalty`: each model's, chosen on dev), training time, steps, epochs
+and parameter counts, and writes it to OUT/comparison.json.
 
 The budget is compute, not the wall clock of a shared machine: before any training, steps of all models
 are timed side by side, interleaved round by round (so load from other processes hits them alike), and
@@ -32,19 +33,21 @@ from bertkit.training.budget import mean_step_seconds, timed_step
 
 def table(reports: list[dict]) -> str:
     """A plain-text table, one row per model."""
-    lines = [f"{'model':<16}{'BLEU':>7}{'length':>8}{'train s':>9}{'steps':>7}{'epochs':>8}{'params':>12}"
+    lines = [f"{'model':<16}{'BLEU':>7}{'length':>8}{'α':>5}{'train s':>9}{'steps':>7}{'epochs':>8}{'params':>12}"
              f"{'dev loss':>10}"]
     for r in reports:
-        lines.append(f"{r['model']:<16}{r['bleu']:>7.2f}{r['length_ratio']:>8.3f}{r['train_seconds']:>9.0f}"
+        lines.append(f"{r['model']:<16}{r['bleu']:>7.2f}{r['length_ratio']:>8.3f}{r['length_penalty']:>5.1f}"
+                     f"{r['train_seconds']:>9.0f}"
                      f"{r['steps']:>7}{r['epochs']:>8.2f}{r['parameters']:>12,}{r['dev_loss']:>10.3f}")
     return "\n".join(lines)
 
 
 def plan_steps(options: list[TranslationOptions], seconds: float, rounds: int = 3) -> dict[str, dict]:
-    """Seconds per training step of each model, timed interleaved on the same batches, and the steps that
-    fit in `seconds` (5% kept for evaluation and logging).
+    """Seconds per training step of each model, timed interleaved, and the steps that fit in `seconds` (5% kept
+    for evaluation and logging).
 
-    Nine batches from across the length-sorted list are each timed `rounds` times (`mean_step_seconds`).
+    Each model is timed on nine of its own batches (its batch size or token budget) from across the
+    length-sorted list, each `rounds` times (`mean_step_seconds`).
     """
     first = options[0]
     splits = translation.load_pairs(first.data, first.source_lang, first.target_lang, first.seed)
@@ -52,18 +55,20 @@ def plan_steps(options: list[TranslationOptions], seconds: float, rounds: int = 
         tokenizer = translation.build_tokenizer(splits["train"], first.source_lang, first.target_lang,
                                                 first.vocab_size, Path(work_dir))
     train, _ = translation.encode_pairs(tokenizer, splits["train"], first.max_length)
-    batches = translation.length_batches(train, first.batch_size, first.seed, first.batch_tokens)
     collator = translation.TranslationCollator(tokenizer.source.pad_token_id)
-    probes = [collator(batches[int(q * (len(batches) - 1))]) for q in (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)]
+    probes = {}
+    for option in options:
+        batches = translation.length_batches(train, option.batch_size, option.seed, option.batch_tokens)
+        probes[option.model] = [collator(batches[int(q / 10 * (len(batches) - 1))]) for q in range(1, 10)]
     models = {}
     for option in options:
         model = build_seq2seq(translation.model_config(option, tokenizer)).train()
         models[option.model] = (model, torch.optim.AdamW(model.parameters(), lr=1e-6), option.bf16)
-    times: dict[str, list[list[float]]] = {name: [[] for _ in probes] for name in models}
+    times: dict[str, list[list[float]]] = {name: [[] for _ in probes[name]] for name in models}
     for r in range(rounds + 1):                      # round 0 warms caches up
-        for b, batch in enumerate(probes):
+        for b in range(len(probes[first.model])):
             for name, (model, optimizer, bf16) in models.items():
-                seconds_per_step = timed_step(model, optimizer, batch, bf16)
+                seconds_per_step = timed_step(model, optimizer, probes[name][b], bf16)
                 if r:
                     times[name][b].append(seconds_per_step)
     means = {name: mean_step_seconds(per_batch) for name, per_batch in times.items()}
@@ -82,8 +87,12 @@ def main() -> None:
     parser.add_argument("--rnn-size", help="the RNNs' size instead of --size")
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--batch-tokens", type=int, help="target tokens per step instead of --batch-size pairs")
+    parser.add_argument("--transformer-batch-tokens", type=int, help="the Transformer's instead of --batch-tokens")
+    parser.add_argument("--rnn-batch-tokens", type=int, help="the RNNs' instead of --batch-tokens")
     parser.add_argument("--max-test", type=int, help="BLEU on the first N test pairs only")
     parser.add_argument("--beams", type=int, default=4)
+    parser.add_argument("--tune-length-penalty", action="store_true",
+                        help="each model's beam-search length penalty chosen on dev (see translate-train)")
     parser.add_argument("--transformer-lr", type=float, help="learning rate of the Transformer (pipeline default)")
     parser.add_argument("--rnn-lr", type=float, help="learning rate of the RNNs (pipeline default)")
     parser.add_argument("--dropout", type=float, default=0.1)
@@ -102,8 +111,11 @@ def main() -> None:
              for model in args.models}
     options = [TranslationOptions(
         data=args.data, pair=args.pair, out=str(out / model), model=model, size=sizes[model], minutes=args.minutes,
-        batch_size=args.batch_size, batch_tokens=args.batch_tokens, dropout=args.dropout, pre_ln=args.pre_ln,
-        num_beams=args.beams,
+        batch_size=args.batch_size,
+        batch_tokens=(args.transformer_batch_tokens if transformer[model] else args.rnn_batch_tokens)
+        or args.batch_tokens,
+        dropout=args.dropout, pre_ln=args.pre_ln,
+        num_beams=args.beams, tune_length_penalty=args.tune_length_penalty,
         learning_rate=args.transformer_lr if transformer[model] else args.rnn_lr,
         max_test_sentences=args.max_test, bf16=args.bf16, seed=args.seed, progress=False) for model in args.models]
     plan = None
@@ -126,7 +138,8 @@ def main() -> None:
                "threads": torch.get_num_threads(),
                "learning_rates": {o.model: o.lr for o in options},
                "rows": [{k: r[k] for k in ("model", "bleu", "bleu_precisions", "length_ratio", "train_seconds", "steps",
-                                            "epochs", "parameters", "dev_loss", "test_sentences")} for r in reports]}
+                                            "epochs", "parameters", "dev_loss", "test_sentences", "length_penalty")}
+                        for r in reports]}
     (out / "comparison.json").write_text(json.dumps(summary, indent=2) + "\n")
 
 

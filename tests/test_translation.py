@@ -129,6 +129,28 @@ def test_translate_train_writes_a_model_that_translate_loads(numerals_tsv, tmp_p
     assert translation.translate(model, tokenizer, ["四八六", "零一"], num_beams=1) == lines
 
 
+def test_length_penalty_is_chosen_on_dev_saved_and_used_by_translate(numerals_tsv, tmp_path, capsys):
+    out = tmp_path / "run"
+    assert main(["translate-train", "--data", str(numerals_tsv), "--size", "tiny", "--max-steps", "30",
+                 "--batch-size", "16", "--learning-rate", "3e-3", "--beams", "3", "--tune-length-penalty",
+                 "--max-test", "10", "--no-progress", "--out", str(out)]) == 0
+    report = json.loads((out / "report.json").read_text())
+    sweep = report["length_penalty_dev"]
+    assert [row["length_penalty"] for row in sweep] == list(translation.LENGTH_PENALTIES)
+    best = max(sweep, key=lambda row: row["bleu"])
+    assert report["length_penalty"] == best["length_penalty"]
+    assert translation.load_generation_config(out) == {"num_beams": 3, "length_penalty": best["length_penalty"]}
+    assert "dev BLEU by length penalty" in capsys.readouterr().out
+    # `translate` decodes with the saved settings unless told otherwise
+    texts = ["四八六零一二", "零一"]
+    assert main(["translate", "--model", str(out), *texts]) == 0
+    model, tokenizer = translation.load_translator(out)
+    expected = translation.translate(model, tokenizer, texts, num_beams=3, length_penalty=best["length_penalty"])
+    assert capsys.readouterr().out.splitlines() == expected
+    # a directory without the file falls back to the defaults of `generate`
+    assert translation.load_generation_config(tmp_path) == {"num_beams": 4, "length_penalty": 1.0}
+
+
 def test_translate_train_batches_by_tokens(numerals_tsv, tmp_path):
     out = tmp_path / "run"
     assert main(["translate-train", "--data", str(numerals_tsv), "--size", "tiny", "--max-steps", "3",

@@ -6,6 +6,7 @@ grouped into batches of similar length (little padding, for the RNNs' step loops
 held-out BLEU is sacrebleu's, with its "zh" tokenisation for Chinese targets.
 
 A trained directory holds config.json + model.safetensors, `source_tokenizer/`, `target_tokenizer/`,
+generation_config.json (the beam size and length penalty `bertkit translate` uses unless told otherwise),
 the trainer's metrics.jsonl and report.json.
 """
 
@@ -34,6 +35,9 @@ from bertkit.training.budget import steps_in_budget
 
 REPORT_NAME = "report.json"
 OPTIONS_NAME = "translation_options.json"
+GENERATION_NAME = "generation_config.json"
+LENGTH_PENALTIES = (0.7, 1.0, 1.3, 1.6)   # the α tried on dev by `tune_length_penalty`
+TUNING_PAIRS = 500                        # dev pairs they are scored on
 DATASETS = ("bible", "hsk")
 
 @dataclass
@@ -57,6 +61,8 @@ class TranslationOptions:
     label_smoothing: float = 0.1
     pre_ln: bool = False                   # Transformer: pre-LN blocks instead of the paper's post-LN
     num_beams: int = 4
+    length_penalty: float = 1.0            # beam search ranks finished hypotheses by log p / length^α
+    tune_length_penalty: bool = False      # instead: the α of LENGTH_PENALTIES with the best dev BLEU
     max_test_sentences: int | None = None  # BLEU on the first N test pairs (None: all)
     bf16: bool = False
     seed: int = 0
@@ -246,7 +252,7 @@ def model_config(options: TranslationOptions, tokenizer: TranslationTokenizer) -
 
 @torch.no_grad()
 def translate(model: torch.nn.Module, tokenizer: TranslationTokenizer, texts: Sequence[str], num_beams: int = 4,
-              batch_size: int = 32, max_new_tokens: int | None = None) -> list[str]:
+              batch_size: int = 32, max_new_tokens: int | None = None, length_penalty: float = 1.0) -> list[str]:
     """Translate texts, batched by source length (little padding); results in input order."""
     model.eval()
     limit = model.config.max_position_embeddings
@@ -258,21 +264,54 @@ def translate(model: torch.nn.Module, tokenizer: TranslationTokenizer, texts: Se
         chunk = order[start: start + batch_size]
         batch = collate([(sources[i], [0]) for i in chunk])
         generated = model.generate(batch["input_ids"], batch["attention_mask"], num_beams=num_beams,
-                                   max_new_tokens=max_new_tokens)
+                                   max_new_tokens=max_new_tokens, length_penalty=length_penalty)
         for i, ids in zip(chunk, generated.tolist()):
             out[i] = tokenizer.decode(ids)
     return out
 
 
 def evaluate_bleu(model: torch.nn.Module, tokenizer: TranslationTokenizer, pairs: Sequence[tuple[str, str]],
-                  num_beams: int = 4) -> tuple[dict[str, Any], list[str]]:
+                  num_beams: int = 4, length_penalty: float = 1.0) -> tuple[dict[str, Any], list[str]]:
     """Corpus BLEU of the model's translations of the sources against the references, with its parts
     (`metrics.bleu_details`), and the translations."""
     from bertkit.training import metrics
 
-    hypotheses = translate(model, tokenizer, [s for s, _ in pairs], num_beams=num_beams)
+    hypotheses = translate(model, tokenizer, [s for s, _ in pairs], num_beams=num_beams,
+                           length_penalty=length_penalty)
     tokenize = "zh" if tokenizer.target_lang == "zh" else "13a"
     return metrics.bleu_details(hypotheses, [t for _, t in pairs], tokenize=tokenize), hypotheses
+
+
+def tune_length_penalty(model: torch.nn.Module, tokenizer: TranslationTokenizer, dev: Sequence[tuple[str, str]],
+                        num_beams: int = 4, candidates: Sequence[float] = LENGTH_PENALTIES,
+                        ) -> tuple[float, list[dict[str, float]]]:
+    """The length penalty α whose beam search scores the best BLEU on `dev`, and each α's BLEU and length ratio.
+
+    α sets how beam search trades length for probability: log p falls with every token, so with α = 0 short
+    hypotheses win, and the larger α the longer the translations. A model whose translations run short of the
+    references (length ratio below 1, paid for by BLEU's brevity penalty) may gain from a larger α; chosen
+    on held-out dev pairs, not the test pairs it is then scored on.
+    """
+    if not dev:
+        raise ValueError("no dev pairs to choose the length penalty on")
+    sweep = []
+    for alpha in candidates:
+        scores, _ = evaluate_bleu(model, tokenizer, dev, num_beams, alpha)
+        sweep.append({"length_penalty": alpha, "bleu": scores["bleu"], "length_ratio": scores["length_ratio"]})
+    best = max(sweep, key=lambda row: row["bleu"])  # ties go to the smaller α
+    return best["length_penalty"], sweep
+
+
+def save_generation_config(path: str | Path, num_beams: int, length_penalty: float) -> None:
+    (Path(path) / GENERATION_NAME).write_text(json.dumps({"num_beams": num_beams, "length_penalty": length_penalty},
+                                                         indent=2) + "\n")
+
+
+def load_generation_config(path: str | Path) -> dict[str, Any]:
+    """The decoding settings saved with a trained model: {"num_beams", "length_penalty"} (defaults if none saved)."""
+    file = Path(path) / GENERATION_NAME
+    saved = json.loads(file.read_text()) if file.is_file() else {}
+    return {"num_beams": saved.get("num_beams", 4), "length_penalty": saved.get("length_penalty", 1.0)}
 
 
 def dev_loss_fn(batches: list, collator: TranslationCollator):
@@ -330,9 +369,13 @@ def train_translation(options: TranslationOptions) -> dict[str, Any]:
                       tokenizer=tokenizer)
     state = trainer.train()
 
+    length_penalty, sweep = options.length_penalty, None
+    if options.tune_length_penalty:
+        length_penalty, sweep = tune_length_penalty(model, tokenizer, splits["dev"][:TUNING_PAIRS], options.num_beams)
+    save_generation_config(out, options.num_beams, length_penalty)
     test = splits["test"][: options.max_test_sentences]
     started = time.perf_counter()
-    scores, hypotheses = evaluate_bleu(model, tokenizer, test, options.num_beams)
+    scores, hypotheses = evaluate_bleu(model, tokenizer, test, options.num_beams, length_penalty)
     final = state.log_history[-1] if state.log_history else {}
     report = {
         "bleu": scores["bleu"], "model": options.model, "train_seconds": state.seconds, "data": options.data,
@@ -343,7 +386,8 @@ def train_translation(options: TranslationOptions) -> dict[str, Any]:
         "epochs": state.step / len(batches), "dev_loss": final.get("eval_loss"),
         "bleu_precisions": scores["precisions"], "brevity_penalty": scores["brevity_penalty"],
         "length_ratio": scores["length_ratio"],
-        "test_sentences": len(test), "num_beams": options.num_beams, "decode_seconds": time.perf_counter() - started,
+        "test_sentences": len(test), "num_beams": options.num_beams, "length_penalty": length_penalty,
+        "length_penalty_dev": sweep, "decode_seconds": time.perf_counter() - started,
         "vocab_sizes": {"source": len(tokenizer.source), "target": len(tokenizer.target)},
         "samples": [{"source": s, "reference": t, "translation": h} for (s, t), h in zip(test[:8], hypotheses)],
     }
