@@ -122,6 +122,27 @@ def test_no_weight_decay_on_biases_and_layernorm():
     assert (decay["weight_decay"], no_decay["weight_decay"]) == (0.1, 0.0)
 
 
+def test_fused_optimizer_takes_the_steps_of_torchs_loop_adamw():
+    torch.manual_seed(0)
+    model, reference = tiny.build_model(), tiny.build_model()
+    reference.load_state_dict(model.state_dict())
+    fused = build_optimizer(model, 1e-2, 0.1)
+    assert fused.defaults["fused"]
+    groups = [{"params": [dict(reference.named_parameters())[n] for n, p in model.named_parameters()
+                          if any(p is q for q in group["params"])], "weight_decay": group["weight_decay"]}
+              for group in fused.param_groups]
+    loop = torch.optim.AdamW(groups, lr=1e-2, foreach=False)
+    batch = tiny.collate(tiny.make_dataset(8), list(range(8)))
+    for _ in range(5):
+        for m, optimizer in ((model, fused), (reference, loop)):
+            optimizer.zero_grad()
+            m(**batch).loss.backward()
+            optimizer.step()
+    for (name, p), q in zip(model.named_parameters(), reference.parameters(), strict=True):
+        torch.testing.assert_close(p, q, rtol=1e-5, atol=1e-6, msg=name)
+    assert not torch.equal(model.embed.weight, tiny.build_model().embed.weight)  # it did move
+
+
 def test_warmup_then_linear_cosine_constant():
     linear, cosine, constant = (WarmupSchedule(k, 4, 12) for k in ("linear", "cosine", "constant"))
     assert [linear(s) for s in (0, 2, 4, 8, 12, 20)] == [0.0, 0.5, 1.0, 0.5, 0.0, 0.0]
