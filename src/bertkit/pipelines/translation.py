@@ -36,7 +36,7 @@ from bertkit.training.budget import steps_in_budget
 REPORT_NAME = "report.json"
 OPTIONS_NAME = "translation_options.json"
 GENERATION_NAME = "generation_config.json"
-LENGTH_PENALTIES = (0.7, 1.0, 1.3, 1.6)   # the α tried on dev by `tune_length_penalty`
+LENGTH_PENALTIES = (0.6, 0.8, 1.0, 1.2, 1.4, 1.6, 1.8)  # the α tried on dev by `tune_length_penalty`
 TUNING_PAIRS = 500                        # dev pairs they are scored on
 DATASETS = ("bible", "hsk")
 
