@@ -11,6 +11,7 @@ exposes `loss_sums`, so the trainer can weight micro-batches exactly.
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import json
 import os
 import random
@@ -144,7 +145,8 @@ def main(argv: list[str] | None = None) -> int:
                                  warmup_steps=2, save_every=opts.save_every, log_every=1, progress=False, seed=7)
         trainer = Trainer(model, args, make_dataset(40), collate_or_die, count_items=count_items,
                           tokenizer=TinyTokenizer())
-    else:
+    else:  # a test that times out sends SIGUSR1 to learn where each process waits
+        faulthandler.register(signal.SIGUSR1, all_threads=True)
         model = build_model(dropout=0.0)
         args = TrainingArguments(output_dir=opts.out, max_steps=opts.max_steps, batch_size=12,
                                  gradient_accumulation_steps=opts.accumulation, learning_rate=1e-2,
