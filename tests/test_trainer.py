@@ -124,13 +124,11 @@ def test_no_weight_decay_on_biases_and_layernorm():
 
 
 def test_fused_optimizer_takes_the_steps_of_torchs_loop_adamw():
-    torch.manual_seed(0)
-    model, reference = tiny.build_model(), tiny.build_model()
-    reference.load_state_dict(model.state_dict())
+    model, reference = tiny.build_model(), tiny.build_model()  # the same seed, the same weights
     fused = build_optimizer(model, 1e-2, 0.1)
     assert fused.defaults["fused"]
-    groups = [{"params": [dict(reference.named_parameters())[n] for n, p in model.named_parameters()
-                          if any(p is q for q in group["params"])], "weight_decay": group["weight_decay"]}
+    names, twins = {id(p): n for n, p in model.named_parameters()}, dict(reference.named_parameters())
+    groups = [{"params": [twins[names[id(p)]] for p in group["params"]], "weight_decay": group["weight_decay"]}
               for group in fused.param_groups]
     loop = torch.optim.AdamW(groups, lr=1e-2, foreach=False)
     batch = tiny.collate(tiny.make_dataset(8), list(range(8)))

@@ -230,6 +230,9 @@ TRANSLATION_SIZES: dict[str, tuple[dict[str, int], dict[str, int]]] = {
              dict(d_model=512, encoder_layers=2, decoder_layers=2)),
 }
 
+# `translate-train --tune-length-penalty`: the beam-search length penalties α scored on dev
+TRANSLATION_LENGTH_PENALTIES = (0.6, 0.8, 1.0, 1.2, 1.4, 1.6, 1.8)
+
 # Named sizes for `bertkit lm-train --size NAME`.
 GPT_PRESETS: dict[str, dict[str, int]] = {
     "tiny": dict(n_embd=128, n_layer=2, n_head=4),

@@ -6,7 +6,7 @@ import argparse
 import sys
 
 from bertkit.cli.common import UserError
-from bertkit.config import GPT_PRESETS, TRANSLATION_MODELS, TRANSLATION_SIZES
+from bertkit.config import GPT_PRESETS, TRANSLATION_LENGTH_PENALTIES, TRANSLATION_MODELS, TRANSLATION_SIZES
 
 # ---- translate-train, translate, lm-train, generate ----------------------------------------------
 
@@ -32,7 +32,8 @@ def _add_translate_train(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--length-penalty", type=float, default=1.0,
                    help="beam search ranks finished translations by log p / length^α; larger α, longer output")
     p.add_argument("--tune-length-penalty", action="store_true",
-                   help="choose α from 0.6, 0.8, ..., 1.8 by BLEU on 500 dev pairs (a minute or two more)")
+                   help=f"choose α from {', '.join(map(str, TRANSLATION_LENGTH_PENALTIES))} by BLEU on 500 dev "
+                        "pairs (a minute or two more)")
     p.add_argument("--max-test", type=int, help="score BLEU on the first N test pairs only")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--bf16", action="store_true", help="bfloat16 autocast")

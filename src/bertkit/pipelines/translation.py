@@ -26,9 +26,9 @@ from typing import Any
 
 import torch
 
+from bertkit.config import TRANSLATION_LENGTH_PENALTIES, Seq2SeqConfig
 from bertkit.config import TRANSLATION_MODELS as MODELS
 from bertkit.config import TRANSLATION_SIZES as SIZES
-from bertkit.config import Seq2SeqConfig
 from bertkit.models.seq2seq import build_seq2seq, load_seq2seq
 from bertkit.models.transformer import IGNORE_INDEX
 from bertkit.training.budget import steps_in_budget
@@ -36,7 +36,7 @@ from bertkit.training.budget import steps_in_budget
 REPORT_NAME = "report.json"
 OPTIONS_NAME = "translation_options.json"
 GENERATION_NAME = "generation_config.json"
-LENGTH_PENALTIES = (0.6, 0.8, 1.0, 1.2, 1.4, 1.6, 1.8)  # the α tried on dev by `tune_length_penalty`
+LENGTH_PENALTIES = TRANSLATION_LENGTH_PENALTIES  # the α tried on dev by `tune_length_penalty`
 TUNING_PAIRS = 500                        # dev pairs they are scored on
 DATASETS = ("bible", "hsk")
 
