@@ -296,6 +296,7 @@ def finetune(options: FinetuneOptions) -> dict[str, Any]:
     best_metric = "f1" if options.task == "ner" else "accuracy"
     args = TrainingArguments(
         output_dir=options.out, max_steps=max_steps, max_seconds=options.minutes * 60 if options.minutes else None,
+        time_aware_schedule=bool(options.minutes),  # a run the clock stops early still ends its decay
         batch_size=min(options.batch_size, len(train_features)), learning_rate=options.learning_rate,
         warmup_ratio=options.warmup_ratio, weight_decay=options.weight_decay, bf16=options.bf16,
         log_every=options.log_every or max(1, min(50, max_steps // 20)),

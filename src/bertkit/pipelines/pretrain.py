@@ -195,7 +195,9 @@ def pretrain(options: PretrainOptions, resume: bool = False):
             (out / OPTIONS_NAME).write_text(json.dumps(dataclasses.asdict(options), indent=2, ensure_ascii=False))
     args = TrainingArguments(
         output_dir=str(out), max_steps=options.max_steps,
-        max_seconds=options.minutes * 60 if options.minutes else None, batch_size=options.batch_size,
+        max_seconds=options.minutes * 60 if options.minutes else None,
+        time_aware_schedule=bool(options.minutes),  # a run the clock stops early still ends its decay
+        batch_size=options.batch_size,
         gradient_accumulation_steps=options.gradient_accumulation_steps, learning_rate=options.learning_rate,
         weight_decay=options.weight_decay, warmup_ratio=options.warmup_ratio, lr_schedule="linear",
         bf16=options.bf16, compile=options.compile, log_every=options.log_every,

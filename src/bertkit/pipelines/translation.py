@@ -360,6 +360,7 @@ def train_translation(options: TranslationOptions) -> dict[str, Any]:
     max_steps = options.max_steps or steps_in_budget(model, probes, options.minutes * 60, options.bf16, reserve=0.05)
     args = TrainingArguments(
         output_dir=str(out), max_steps=max_steps, max_seconds=options.minutes * 60 if options.minutes else None,
+        time_aware_schedule=bool(options.minutes),  # a run the clock stops early still ends its decay
         batch_size=1,  # each dataset item is already a batch of pairs of similar length
         learning_rate=options.lr, warmup_ratio=options.warmup_ratio, lr_schedule="linear", weight_decay=0.01,
         max_grad_norm=1.0, bf16=options.bf16, log_every=max(1, min(50, max_steps // 20)), save_total_limit=1,

@@ -20,6 +20,7 @@ class TrainingArguments:
     max_steps: int | None = None          # optimizer steps; wins over num_epochs
     num_epochs: float = 1.0
     max_seconds: float | None = None      # wall-clock budget over all resumed runs; None = off
+    time_aware_schedule: bool = False     # with max_seconds: warmup and decay follow the clock when it runs ahead
     batch_size: int = 32                  # the GLOBAL batch: all processes × all accumulation steps
     gradient_accumulation_steps: int = 1
     learning_rate: float = 5e-5
@@ -60,6 +61,10 @@ class TrainingArguments:
             raise ValueError(f"warmup_ratio must be in [0, 1), got {self.warmup_ratio}")
         if self.lr_schedule not in SCHEDULES:
             raise ValueError(f"unknown lr_schedule {self.lr_schedule!r}; expected one of {SCHEDULES}")
+        if self.max_seconds is not None and self.max_seconds < 0:
+            raise ValueError(f"max_seconds must be >= 0, got {self.max_seconds}")
+        if self.time_aware_schedule and self.max_seconds is None:
+            raise ValueError("time_aware_schedule follows the share of max_seconds spent; give max_seconds")
         if self.early_stopping_patience and not self.metric_for_best:
             raise ValueError("early_stopping_patience needs metric_for_best (e.g. 'eval_accuracy')")
         if self.metric_for_best:

@@ -229,6 +229,20 @@ class Trainer:
             result.update({f"loss_{t}": stats[3 + j].item() for j, t in enumerate(terms)})
         return result
 
+    def _follow_clock(self, step: int, seconds: float) -> None:
+        """Set the next step's learning rate at whichever is further along: the `step`s done, or the share of
+        max_seconds spent (as a share of the planned steps).
+
+        A step budget is planned from timed steps, and training can run slower than the timing promised (a busy
+        machine, steps dearer than the probes). The clock then stops the run before the planned steps; following
+        it, the run still ends its warmup and decays to the end of its schedule. While steps run as fast as
+        planned, they are ahead of the clock and the schedule is the plain step schedule.
+        """
+        at = max(float(step), seconds / self.args.max_seconds * self.total_steps)
+        for group, base, schedule in zip(self.optimizer.param_groups, self.scheduler.base_lrs,
+                                         self.scheduler.lr_lambdas):
+            group["lr"] = base * schedule(at)
+
     def _fail(self, step: int, what: str) -> None:
         found = ckpt.list_checkpoints(self.output_dir)
         last = found[-1][1] if found else None
@@ -397,10 +411,13 @@ class Trainer:
                 for key, value in {**stats, "steps": 1}.items():
                     window[key] = window.get(key, 0.0) + value
                 bar.update(1)
-                if args.max_seconds is not None:  # every process must agree to stop at the same step
-                    over = torch.tensor([float(state.seconds >= args.max_seconds)], device=dist.device)
-                    if dist.all_reduce_sum(over).item() > 0:
+                if args.max_seconds is not None:  # every process must agree on the clock: the mean of theirs
+                    clock = torch.tensor([state.seconds], dtype=torch.float64, device=dist.device)
+                    clock = dist.all_reduce_sum(clock).item() / dist.world_size
+                    if clock >= args.max_seconds:
                         state.stop_reason = "max_seconds"
+                    elif args.time_aware_schedule:
+                        self._follow_clock(state.step, clock)
                 final = state.step >= self.total_steps or state.stop_reason is not None
                 evaluate = self.eval_fn is not None and (
                     final or (args.eval_every is not None and state.step % args.eval_every == 0))
