@@ -6,10 +6,12 @@ table of BLEU, length ratio (translation / reference length, below 1 costs the b
 search length penalty α (`--tune-length-penalty`: each model's, chosen on dev), training time, steps, epochs
 and parameter counts, and writes it to OUT/comparison.json.
 
-The budget is compute, not the wall clock of a shared machine: before any training, steps of all models
-are timed side by side, interleaved round by round (so load from other processes hits them alike), and
-each model gets the number of steps that fits `--minutes` at its measured speed. `--budget wall` instead
-gives each model `--minutes` of wall clock while it trains, which is fair only on a quiet machine.
+Each model trains for `--minutes` of wall clock at most. Before any training, steps of all models are
+timed side by side, interleaved (so load from other processes hits them alike), and each model's
+learning-rate schedule is planned for the steps that fit `--minutes` at its measured speed. When training
+runs slower than timed, the clock stops it before the planned steps, and the schedule follows the clock
+(`TrainingArguments.time_aware_schedule`), so every model still warms up and decays within its minutes.
+`--budget wall` skips the shared timing: each model plans its own steps, as `translate-train` does.
 
     python benchmarks/bench_seq2seq.py --data bible --pair zh-en --minutes 20 --out runs/seq2seq
     python benchmarks/bench_seq2seq.py --data hsk --minutes 3 --models transformer gru --out runs/hsk
@@ -20,6 +22,8 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import random
+import statistics
 import tempfile
 from pathlib import Path
 
@@ -28,7 +32,8 @@ import torch
 from bertkit.models.seq2seq import build_seq2seq
 from bertkit.pipelines import translation
 from bertkit.pipelines.translation import MODELS, TranslationOptions, train_translation
-from bertkit.training.budget import mean_step_seconds, timed_step
+from bertkit.training.budget import timed_step
+from bertkit.training.schedule import build_optimizer
 
 
 def table(reports: list[dict]) -> str:
@@ -42,12 +47,15 @@ def table(reports: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def plan_steps(options: list[TranslationOptions], seconds: float, rounds: int = 3) -> dict[str, dict]:
+def plan_steps(options: list[TranslationOptions], seconds: float, rounds: int = 3, per_round: int = 9,
+               seed: int = 0) -> dict[str, dict]:
     """Seconds per training step of each model, timed interleaved, and the steps that fit in `seconds` (5% kept
     for evaluation and logging).
 
-    Each model is timed on nine of its own batches (its batch size or token budget) from across the
-    length-sorted list, each `rounds` times (`mean_step_seconds`).
+    Each model is timed on its own batches (its batch size or token budget), drawn at random from the
+    length-sorted list and each timed once, as training meets them. A step on a batch shape the process has
+    just run is about 20% faster than one on a new shape (mini Transformer, bf16, 800-token batches), so timing
+    a few batches over and over would promise more steps than the Trainer then runs. Round 0 only warms up.
     """
     first = options[0]
     splits = translation.load_pairs(first.data, first.source_lang, first.target_lang, first.seed)
@@ -56,22 +64,24 @@ def plan_steps(options: list[TranslationOptions], seconds: float, rounds: int = 
                                                 first.vocab_size, Path(work_dir))
     train, _ = translation.encode_pairs(tokenizer, splits["train"], first.max_length)
     collator = translation.TranslationCollator(tokenizer.source.pad_token_id)
+    draws = (rounds + 1) * per_round
     probes = {}
     for option in options:
         batches = translation.length_batches(train, option.batch_size, option.seed, option.batch_tokens)
-        probes[option.model] = [collator(batches[int(q / 10 * (len(batches) - 1))]) for q in range(1, 10)]
+        picks = random.Random(seed).sample(range(len(batches)), min(draws, len(batches)))
+        probes[option.model] = [collator(batches[i]) for i in picks]
     models = {}
     for option in options:
         model = build_seq2seq(translation.model_config(option, tokenizer)).train()
-        models[option.model] = (model, torch.optim.AdamW(model.parameters(), lr=1e-6), option.bf16)
-    times: dict[str, list[list[float]]] = {name: [[] for _ in probes[name]] for name in models}
-    for r in range(rounds + 1):                      # round 0 warms caches up
-        for b in range(len(probes[first.model])):
-            for name, (model, optimizer, bf16) in models.items():
+        models[option.model] = (model, build_optimizer(model, 1e-6, 0.01), option.bf16)  # the Trainer's AdamW
+    times: dict[str, list[float]] = {name: [] for name in models}
+    for b in range(max(map(len, probes.values()))):
+        for name, (model, optimizer, bf16) in models.items():
+            if b < len(probes[name]):
                 seconds_per_step = timed_step(model, optimizer, probes[name][b], bf16)
-                if r:
-                    times[name][b].append(seconds_per_step)
-    means = {name: mean_step_seconds(per_batch) for name, per_batch in times.items()}
+                if b >= per_round:                   # round 0 warms caches up
+                    times[name].append(seconds_per_step)
+    means = {name: statistics.mean(t) for name, t in times.items()}
     return {name: {"seconds_per_step": m, "steps": max(1, int(0.95 * seconds / m))} for name, m in means.items()}
 
 
@@ -81,7 +91,8 @@ def main() -> None:
     parser.add_argument("--pair", default="zh-en")
     parser.add_argument("--models", nargs="+", default=["transformer", "gru-attention", "gru"], choices=list(MODELS))
     parser.add_argument("--minutes", type=float, default=10.0, help="training budget of EACH model")
-    parser.add_argument("--budget", default="compute", choices=["compute", "wall"])
+    parser.add_argument("--budget", default="compute", choices=["compute", "wall"],
+                        help="compute: one interleaved timing plans every model's steps; wall: each plans its own")
     parser.add_argument("--size", default="small", help="model size of every model (tiny | mini | small | base)")
     parser.add_argument("--transformer-size", help="the Transformer's size instead of --size")
     parser.add_argument("--rnn-size", help="the RNNs' size instead of --size")
@@ -123,8 +134,8 @@ def main() -> None:
         plan = plan_steps(options, args.minutes * 60)
         for name, row in plan.items():
             print(f"{name:<16}{row['seconds_per_step']:.3f} s/step -> {row['steps']} steps", flush=True)
-        # the step count is the budget; the wall clock only guards against a machine far busier than measured
-        options = [dataclasses.replace(o, max_steps=plan[o.model]["steps"], minutes=3 * args.minutes) for o in options]
+        # the plan sizes each schedule; the clock (`minutes`) still ends every run at the same budget
+        options = [dataclasses.replace(o, max_steps=plan[o.model]["steps"]) for o in options]
     reports = []
     for option in options:
         print(f"== {option.model}: {args.minutes} minutes ({args.budget}) on {args.data} {args.pair}", flush=True)
