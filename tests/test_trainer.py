@@ -299,6 +299,36 @@ def test_time_aware_schedule_keeps_the_step_schedule_while_steps_run_ahead(tmp_p
     assert [r["lr"] / 1e-2 for r in read_metrics(tmp_path)] == pytest.approx([schedule(k) for k in range(10)])
 
 
+def _clocked_trainer(out, monkeypatch, crash_at=None, **kwargs) -> Trainer:
+    """A trainer whose steps take 1 s each on a fake clock; `crash_at` (0-based step) raises inside that step."""
+    clock = _FakeClock()
+    monkeypatch.setattr("bertkit.training.trainer.time", clock)
+    trainer = make_trainer(out, **kwargs)
+    step_once = trainer._train_step
+
+    def one_second_step(step):
+        if step == crash_at:
+            raise RuntimeError("power cut")
+        clock.now += 1.0
+        return step_once(step)
+
+    trainer._train_step = one_second_step
+    return trainer
+
+
+def test_time_aware_schedule_resumes_where_the_clock_stood(tmp_path, monkeypatch):
+    args = {"max_steps": 100, "max_seconds": 20.0, "warmup_steps": 10, "time_aware_schedule": True, "save_every": 5}
+    full = _clocked_trainer(tmp_path / "full", monkeypatch, **args).train()
+    with pytest.raises(RuntimeError, match="power cut"):
+        _clocked_trainer(tmp_path / "cut", monkeypatch, crash_at=12, **args).train()
+    resumed = _clocked_trainer(tmp_path / "cut", monkeypatch, **args).train(resume=True)
+    assert (resumed.start_step, resumed.step, resumed.seconds) == (10, 20, 20.0)  # the clock went on from 10 s
+    want, got = read_metrics(tmp_path / "full"), read_metrics(tmp_path / "cut")
+    assert [r["step"] for r in got] == list(range(1, 21)) and full.step == 20
+    assert [r["lr"] for r in got] == [r["lr"] for r in want]
+    assert [r["loss"] for r in got] == [r["loss"] for r in want]
+
+
 def test_time_aware_schedule_needs_max_seconds(tmp_path):
     with pytest.raises(ValueError, match="give max_seconds"):
         TrainingArguments(output_dir=str(tmp_path), max_steps=5, time_aware_schedule=True)
