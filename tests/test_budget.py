@@ -5,7 +5,8 @@ import torch
 
 from bertkit.config import BertConfig
 from bertkit.models.heads import BertForSequenceClassification
-from bertkit.training.budget import steps_in_budget
+from bertkit.training.budget import steps_in_budget, wall_clock_budget
+from bertkit.training.trainer import TrainingArguments
 
 
 def test_steps_in_budget_times_a_copy_and_scales_with_the_budget():
@@ -59,3 +60,10 @@ def test_steps_in_budget_sizes_by_the_mean_cost_of_the_batches(monkeypatch):
     # 2 warm-up steps, then 3 rounds of 3 batches: medians 0.1, 0.1, 0.4 -> 0.2 s a step
     steps = budget.steps_in_budget(model, batches, 100.0, reserve=0.0, min_seconds=0.0, max_timed=9)
     assert steps == 500
+
+
+def test_wall_clock_budget_turns_minutes_into_a_clock_the_schedule_follows(tmp_path):
+    assert wall_clock_budget(2.5) == {"max_seconds": 150.0, "time_aware_schedule": True}
+    assert wall_clock_budget(None) == {"max_seconds": None, "time_aware_schedule": False}
+    args = TrainingArguments(output_dir=str(tmp_path), max_steps=5, **wall_clock_budget(None))  # valid either way
+    assert (args.max_seconds, args.time_aware_schedule) == (None, False)

@@ -257,48 +257,6 @@ class _FakeClock:
         return self.now
 
 
-@pytest.mark.parametrize("aware", [False, True])
-def test_time_aware_schedule_follows_the_clock_when_it_runs_ahead(tmp_path, monkeypatch, aware):
-    # 100 planned steps (10 of warmup), a 20-second budget, and each step takes 1 s on the clock: only 20 run.
-    clock = _FakeClock()
-    monkeypatch.setattr("bertkit.training.trainer.time", clock)
-    trainer = make_trainer(tmp_path, max_steps=100, max_seconds=20.0, warmup_steps=10, lr_schedule="linear",
-                           time_aware_schedule=aware)
-    step_once = trainer._train_step
-
-    def one_second_step(step):
-        clock.now += 1.0
-        return step_once(step)
-
-    trainer._train_step = one_second_step
-    state = trainer.train()
-    assert (state.step, state.stop_reason) == (20, "max_seconds")
-    lrs = [r["lr"] / 1e-2 for r in read_metrics(tmp_path)]
-    schedule = WarmupSchedule("linear", 10, 100)
-    # Step k (1-based) runs after k-1 steps and k-1 seconds: the clock says 5(k-1) of the 100 planned steps.
-    expected = [schedule(5.0 * (k - 1) if aware else k - 1) for k in range(1, 21)]
-    assert lrs == pytest.approx(expected, abs=1e-12)
-    assert lrs[2] == pytest.approx(1.0 if aware else 0.2)           # warmup over by the clock's share
-    assert lrs[-1] == pytest.approx(1 - 85 / 90 if aware else 0.9)  # nearly decayed, or far from it
-
-
-def test_time_aware_schedule_keeps_the_step_schedule_while_steps_run_ahead(tmp_path, monkeypatch):
-    clock = _FakeClock()
-    monkeypatch.setattr("bertkit.training.trainer.time", clock)
-    trainer = make_trainer(tmp_path, max_steps=10, max_seconds=100.0, warmup_steps=2, time_aware_schedule=True)
-    step_once = trainer._train_step
-
-    def fast_step(step):
-        clock.now += 1.0  # 10 steps in 10 of the 100 seconds
-        return step_once(step)
-
-    trainer._train_step = fast_step
-    state = trainer.train()
-    assert (state.step, state.stop_reason) == (10, "max_steps")
-    schedule = WarmupSchedule("linear", 2, 10)
-    assert [r["lr"] / 1e-2 for r in read_metrics(tmp_path)] == pytest.approx([schedule(k) for k in range(10)])
-
-
 def _clocked_trainer(out, monkeypatch, crash_at=None, **kwargs) -> Trainer:
     """A trainer whose steps take 1 s each on a fake clock; `crash_at` (0-based step) raises inside that step."""
     clock = _FakeClock()
@@ -314,6 +272,30 @@ def _clocked_trainer(out, monkeypatch, crash_at=None, **kwargs) -> Trainer:
 
     trainer._train_step = one_second_step
     return trainer
+
+
+@pytest.mark.parametrize("aware", [False, True])
+def test_time_aware_schedule_follows_the_clock_when_it_runs_ahead(tmp_path, monkeypatch, aware):
+    # 100 planned steps (10 of warmup), a 20-second budget, and each step takes 1 s on the clock: only 20 run.
+    state = _clocked_trainer(tmp_path, monkeypatch, max_steps=100, max_seconds=20.0, warmup_steps=10,
+                             lr_schedule="linear", time_aware_schedule=aware).train()
+    assert (state.step, state.stop_reason) == (20, "max_seconds")
+    lrs = [r["lr"] / 1e-2 for r in read_metrics(tmp_path)]
+    schedule = WarmupSchedule("linear", 10, 100)
+    # Step k (1-based) runs after k-1 steps and k-1 seconds: the clock says 5(k-1) of the 100 planned steps.
+    expected = [schedule(5.0 * (k - 1) if aware else k - 1) for k in range(1, 21)]
+    assert lrs == pytest.approx(expected, abs=1e-12)
+    assert lrs[2] == pytest.approx(1.0 if aware else 0.2)           # warmup over by the clock's share
+    assert lrs[-1] == pytest.approx(1 - 85 / 90 if aware else 0.9)  # nearly decayed, or far from it
+
+
+def test_time_aware_schedule_keeps_the_step_schedule_while_steps_run_ahead(tmp_path, monkeypatch):
+    # 10 steps in 10 of the 100 seconds
+    state = _clocked_trainer(tmp_path, monkeypatch, max_steps=10, max_seconds=100.0, warmup_steps=2,
+                             time_aware_schedule=True).train()
+    assert (state.step, state.stop_reason) == (10, "max_steps")
+    schedule = WarmupSchedule("linear", 2, 10)
+    assert [r["lr"] / 1e-2 for r in read_metrics(tmp_path)] == pytest.approx([schedule(k) for k in range(10)])
 
 
 def test_time_aware_schedule_resumes_where_the_clock_stood(tmp_path, monkeypatch):

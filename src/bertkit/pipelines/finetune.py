@@ -22,7 +22,7 @@ from bertkit.config import BertConfig
 from bertkit.models.heads import IGNORE_INDEX, BertForSequenceClassification, BertForTokenClassification
 from bertkit.training import metrics
 from bertkit.training.arguments import TrainingArguments
-from bertkit.training.budget import steps_in_budget
+from bertkit.training.budget import steps_in_budget, wall_clock_budget
 from bertkit.training.trainer import Trainer
 
 TASKS = ("classify", "pairs", "ner")
@@ -295,8 +295,7 @@ def finetune(options: FinetuneOptions) -> dict[str, Any]:
         max_steps = min(max_steps, steps_in_budget(model, probes, options.minutes * 60, options.bf16, reserve=0.15))
     best_metric = "f1" if options.task == "ner" else "accuracy"
     args = TrainingArguments(
-        output_dir=options.out, max_steps=max_steps, max_seconds=options.minutes * 60 if options.minutes else None,
-        time_aware_schedule=bool(options.minutes),  # a run the clock stops early still ends its decay
+        output_dir=options.out, max_steps=max_steps, **wall_clock_budget(options.minutes),
         batch_size=min(options.batch_size, len(train_features)), learning_rate=options.learning_rate,
         warmup_ratio=options.warmup_ratio, weight_decay=options.weight_decay, bf16=options.bf16,
         log_every=options.log_every or max(1, min(50, max_steps // 20)),

@@ -147,7 +147,7 @@ def build_tokenizer(options: LMOptions, train_documents: Sequence[str], work_dir
 def train_lm(options: LMOptions) -> dict[str, Any]:
     """Documents -> tokenizer -> GPT -> Trainer -> held-out perplexity vs unigram; writes OUT/report.json."""
     from bertkit.training.arguments import TrainingArguments
-    from bertkit.training.budget import steps_in_budget
+    from bertkit.training.budget import steps_in_budget, wall_clock_budget
     from bertkit.training.trainer import Trainer
 
     out = Path(options.out)
@@ -175,8 +175,7 @@ def train_lm(options: LMOptions) -> dict[str, Any]:
     max_steps = options.max_steps or steps_in_budget(model, [collate_blocks(train_blocks[:batch_size])],
                                                      options.minutes * 60, options.bf16, reserve=0.05)
     args = TrainingArguments(
-        output_dir=str(out), max_steps=max_steps, max_seconds=options.minutes * 60 if options.minutes else None,
-        time_aware_schedule=bool(options.minutes),  # a run the clock stops early still ends its decay
+        output_dir=str(out), max_steps=max_steps, **wall_clock_budget(options.minutes),
         batch_size=batch_size, learning_rate=options.learning_rate, warmup_ratio=options.warmup_ratio,
         lr_schedule="cosine", weight_decay=0.1, max_grad_norm=1.0, bf16=options.bf16,
         log_every=max(1, min(50, max_steps // 20)), save_total_limit=1, seed=options.seed, progress=options.progress)

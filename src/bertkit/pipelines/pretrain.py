@@ -27,7 +27,7 @@ from bertkit.data.pretraining import (
 )
 from bertkit.models.heads import BertForMaskedLM, BertForPreTraining
 from bertkit.training.arguments import TrainingArguments
-from bertkit.training.budget import steps_in_budget
+from bertkit.training.budget import steps_in_budget, wall_clock_budget
 from bertkit.training.trainer import Trainer
 
 OPTIONS_NAME = "pretrain_options.json"
@@ -195,8 +195,7 @@ def pretrain(options: PretrainOptions, resume: bool = False):
             (out / OPTIONS_NAME).write_text(json.dumps(dataclasses.asdict(options), indent=2, ensure_ascii=False))
     args = TrainingArguments(
         output_dir=str(out), max_steps=options.max_steps,
-        max_seconds=options.minutes * 60 if options.minutes else None,
-        time_aware_schedule=bool(options.minutes),  # a run the clock stops early still ends its decay
+        **wall_clock_budget(options.minutes),
         batch_size=options.batch_size,
         gradient_accumulation_steps=options.gradient_accumulation_steps, learning_rate=options.learning_rate,
         weight_decay=options.weight_decay, warmup_ratio=options.warmup_ratio, lr_schedule="linear",

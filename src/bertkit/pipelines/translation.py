@@ -31,7 +31,7 @@ from bertkit.config import TRANSLATION_MODELS as MODELS
 from bertkit.config import TRANSLATION_SIZES as SIZES
 from bertkit.models.seq2seq import build_seq2seq, load_seq2seq
 from bertkit.models.transformer import IGNORE_INDEX
-from bertkit.training.budget import steps_in_budget
+from bertkit.training.budget import steps_in_budget, wall_clock_budget
 
 REPORT_NAME = "report.json"
 OPTIONS_NAME = "translation_options.json"
@@ -359,8 +359,7 @@ def train_translation(options: TranslationOptions) -> dict[str, Any]:
     probes = [collator(batches[int(q * (len(batches) - 1))]) for q in (0.5, 0.1, 0.3, 0.5, 0.7, 0.9)]
     max_steps = options.max_steps or steps_in_budget(model, probes, options.minutes * 60, options.bf16, reserve=0.05)
     args = TrainingArguments(
-        output_dir=str(out), max_steps=max_steps, max_seconds=options.minutes * 60 if options.minutes else None,
-        time_aware_schedule=bool(options.minutes),  # a run the clock stops early still ends its decay
+        output_dir=str(out), max_steps=max_steps, **wall_clock_budget(options.minutes),
         batch_size=1,  # each dataset item is already a batch of pairs of similar length
         learning_rate=options.lr, warmup_ratio=options.warmup_ratio, lr_schedule="linear", weight_decay=0.01,
         max_grad_norm=1.0, bf16=options.bf16, log_every=max(1, min(50, max_steps // 20)), save_total_limit=1,

@@ -13,6 +13,12 @@ from torch import Tensor, nn
 from bertkit.training.memory import keep_freed_memory
 
 
+def wall_clock_budget(minutes: float | None) -> dict[str, float | bool | None]:
+    """The TrainingArguments of a `--minutes` budget: stop at the clock, and let warmup and decay follow the
+    clock when training runs slower than the planned steps, so a run the clock stops still ends its decay."""
+    return {"max_seconds": minutes * 60 if minutes else None, "time_aware_schedule": bool(minutes)}
+
+
 def timed_step(model: nn.Module, optimizer: torch.optim.Optimizer, batch: dict[str, Tensor], bf16: bool) -> float:
     """Seconds of one training step: forward (bf16 autocast if asked), backward, optimizer update."""
     keep_freed_memory()  # the allocator the Trainer runs with, so timed steps match trained ones
