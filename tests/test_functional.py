@@ -10,7 +10,9 @@ from transformers.activations import ACT2FN as HF_ACT2FN
 from bertkit.functional import (
     ACT2FN,
     attention,
+    DROPOUT_LEVELS,
     causal_mask_bias,
+    dropout,
     efficient_attention,
     mask_value,
     padding_mask_bias,
@@ -116,3 +118,77 @@ def test_activations_match_transformers_forward_and_backward(name):
     g1, = torch.autograd.grad(ours.sum(), x)
     g2, = torch.autograd.grad(theirs.sum(), x)
     torch.testing.assert_close(g1, g2, atol=1e-6, rtol=0)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("p", [0.1, 0.5])
+def test_dropout_keeps_1_minus_p_in_every_bit_lane_and_scales_exactly(dtype, p):
+    torch.manual_seed(0)
+    x = torch.randn(1000, 1000).to(dtype)
+    y = dropout(x, p)
+    kept = y != 0
+    rate = 1 - round(p * DROPOUT_LEVELS) / DROPOUT_LEVELS          # the exact keep rate the scale uses
+    # each of the four 16-bit lanes of a 64-bit draw keeps at that rate (a biased lane would show here)
+    lanes = kept.flatten().view(-1, 4).double().mean(0)
+    sd = math.sqrt(rate * (1 - rate) / (x.numel() / 4))
+    assert (lanes - rate).abs().max().item() < 5 * sd, lanes
+    # neighbours are independent: keep-keep pairs at offset 1 occur at rate²
+    pairs = (kept.flatten()[:-1] & kept.flatten()[1:]).double().mean().item()
+    assert abs(pairs - rate * rate) < 5 * math.sqrt(rate * rate * (1 - rate * rate) / x.numel())
+    expected = (x.float() * (1 / rate)).to(dtype)                  # each kept value x·scale, rounded once
+    assert torch.equal(y[kept], expected[kept])
+    assert y.dtype == dtype and y.shape == x.shape
+
+
+def test_dropout_backward_is_the_mask_times_the_scale():
+    torch.manual_seed(1)
+    x = torch.randn(64, 33, requires_grad=True)
+    g = torch.randn(64, 33)
+    y = dropout(x, 0.25)
+    y.backward(g)
+    kept = y.detach() != 0
+    torch.testing.assert_close(x.grad, torch.where(kept, g / 0.75, 0.0), rtol=1e-6, atol=0)
+    assert 0.6 < kept.float().mean().item() < 0.9
+
+
+def test_dropout_is_reproducible_from_the_seed_and_keeps_the_mean():
+    x = torch.ones(200_000)
+    torch.manual_seed(3)
+    a = dropout(x, 0.1)
+    torch.manual_seed(3)
+    b = dropout(x, 0.1)
+    assert torch.equal(a, b)
+    assert not torch.equal(a, dropout(x, 0.1))                      # the generator moved on
+    assert abs(a.mean().item() - 1.0) < 5 * math.sqrt(0.1 / 0.9 / x.numel())
+
+
+def test_dropout_identity_and_edge_cases():
+    x = torch.randn(5, 7, requires_grad=True)
+    assert dropout(x, 0.3, training=False) is x
+    assert dropout(x, 0.0) is x
+    zero = dropout(x, 1.0)
+    assert torch.equal(zero, torch.zeros(5, 7))
+    zero.sum().backward()
+    assert torch.equal(x.grad, torch.zeros(5, 7))
+    assert dropout(torch.empty(0, 3), 0.5).shape == (0, 3)
+    assert dropout(torch.tensor(2.0), 0.5).shape == ()
+    t = torch.randn(6, 8).t()                                       # not contiguous
+    torch.manual_seed(4)
+    y = dropout(t, 0.5)
+    assert y.shape == (8, 6) and torch.equal(y[y != 0], (t * 2)[y != 0])
+    for bad in (-0.1, 1.5):
+        with pytest.raises(ValueError, match="between 0 and 1"):
+            dropout(x, bad)
+
+
+def test_dropout_module_follows_train_and_eval():
+    from bertkit.models.dropout import Dropout
+
+    layer = Dropout(0.5)
+    x = torch.ones(1000)
+    assert torch.equal(layer.eval()(x), x)
+    out = layer.train()(x)
+    assert set(out.unique().tolist()) == {0.0, 2.0}
+    assert "p=0.5" in repr(layer)
+    with pytest.raises(ValueError, match="between 0 and 1"):
+        Dropout(2.0)

@@ -20,6 +20,7 @@ from torch import Tensor, nn
 from bertkit import checkpoint
 from bertkit.config import BertConfig
 from bertkit.functional import ACT2FN, attention, efficient_attention, padding_mask_bias, sinusoidal_positions
+from bertkit.models.dropout import Dropout
 
 
 @dataclass
@@ -47,7 +48,7 @@ class BertEmbeddings(nn.Module):
             self.position_embeddings = nn.Embedding(config.max_position_embeddings, dim)
         self.token_type_embeddings = nn.Embedding(config.type_vocab_size, dim)
         self.LayerNorm = nn.LayerNorm(dim, eps=config.layer_norm_eps)
-        self.dropout = nn.Dropout(config.hidden_dropout_prob)
+        self.dropout = Dropout(config.hidden_dropout_prob)
 
     def forward(self, input_ids: Tensor, token_type_ids: Tensor, position_ids: Tensor | None) -> Tensor:
         T = input_ids.size(1)
@@ -96,7 +97,7 @@ class BertSelfOutput(nn.Module):
         super().__init__()
         self.dense = nn.Linear(config.hidden_size, config.hidden_size)
         self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
-        self.dropout = nn.Dropout(config.hidden_dropout_prob)
+        self.dropout = Dropout(config.hidden_dropout_prob)
 
     def forward(self, hidden: Tensor, residual: Tensor) -> Tensor:
         return self.LayerNorm(self.dropout(self.dense(hidden)) + residual)

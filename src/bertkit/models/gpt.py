@@ -19,6 +19,7 @@ from torch import Tensor, nn
 from bertkit.config import GPTConfig
 from bertkit.functional import causal_mask_bias, padding_mask_bias, sinusoidal_positions
 from bertkit.generation import DecodingState, GenerationMixin
+from bertkit.models.dropout import Dropout
 from bertkit.models.transformer import KVCache, PretrainedMixin, TransformerLayer, check_ids, sequence_loss
 
 
@@ -48,7 +49,7 @@ class GPTForCausalLM(PretrainedMixin, GenerationMixin, nn.Module):
             self.register_buffer("sinusoidal_table", sinusoidal_positions(config.n_positions, C), persistent=False)
         else:
             self.embed_positions = nn.Embedding(config.n_positions, C)
-        self.dropout = nn.Dropout(config.embd_pdrop)
+        self.dropout = Dropout(config.embd_pdrop)
         self.layers = nn.ModuleList(
             TransformerLayer(C, config.n_head, config.inner_size, dropout=config.resid_pdrop,
                              attention_dropout=config.attn_pdrop, activation=config.activation_function,

@@ -19,6 +19,7 @@ from torch import Tensor, nn
 from bertkit.config import BertConfig
 from bertkit.functional import ACT2FN
 from bertkit.models.bert import BertModel, BertPreTrainedModel
+from bertkit.models.dropout import Dropout
 
 IGNORE_INDEX = -100  # label of a position that is not predicted (transformers' convention)
 
@@ -196,7 +197,7 @@ class BertForSequenceClassification(BertPreTrainedModel):
         self.num_labels = config.num_labels
         self.bert = BertModel(config)
         dropout = config.classifier_dropout if config.classifier_dropout is not None else config.hidden_dropout_prob
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
         self.classifier = nn.Linear(config.hidden_size, self.num_labels)
         self.init_weights()
 
@@ -227,7 +228,7 @@ class BertForTokenClassification(BertPreTrainedModel):
         self.num_labels = config.num_labels
         self.bert = BertModel(config, add_pooling_layer=False)
         dropout = config.classifier_dropout if config.classifier_dropout is not None else config.hidden_dropout_prob
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
         self.classifier = nn.Linear(config.hidden_size, self.num_labels)
         self.init_weights()
 

@@ -18,7 +18,9 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from bertkit.config import Seq2SeqConfig
+from bertkit.functional import dropout
 from bertkit.generation import DecodingState, GenerationMixin
+from bertkit.models.dropout import Dropout
 from bertkit.models.transformer import PretrainedMixin, Seq2SeqLMOutput, check_ids, sequence_loss, shift_tokens_right
 
 # mode -> number of gate blocks stacked in W_ih / W_hh
@@ -211,7 +213,7 @@ class _RNNBase(nn.Module):
                     final_c.append(state[1])
             x = torch.cat(outs, dim=-1) if len(outs) > 1 else outs[0]              # (B, T, dirs·H)
             if self.dropout and self.training and layer < self.num_layers - 1:
-                x = F.dropout(x, self.dropout, training=True)
+                x = dropout(x, self.dropout)
         output = x if self.batch_first else x.transpose(0, 1)
         h_n = torch.stack(final_h)
         return (output, (h_n, torch.stack(final_c))) if self.mode == "LSTM" else (output, h_n)
@@ -296,7 +298,7 @@ class RNNSeq2Seq(PretrainedMixin, GenerationMixin, nn.Module):
         self.cells = nn.ModuleList(CELLS[mode](H + 2 * H if i == 0 else H, H) for i in range(config.decoder_layers))
         self.pre_output = nn.Linear(H + 2 * H + H, H)  # [s_t; c_t; embedding of y_{t-1}] -> the output layer's input
         self.lm_head = nn.Linear(H, config.target_vocab_size, bias=False)
-        self.dropout = nn.Dropout(config.dropout)
+        self.dropout = Dropout(config.dropout)
         for embedding in (self.source_embeddings, self.target_embeddings):
             nn.init.normal_(embedding.weight, std=H ** -0.5)
             with torch.no_grad():

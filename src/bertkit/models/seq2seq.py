@@ -21,6 +21,7 @@ from torch import Tensor, nn
 from bertkit.config import Seq2SeqConfig
 from bertkit.functional import causal_mask_bias, padding_mask_bias, sinusoidal_positions
 from bertkit.generation import DecodingState, GenerationMixin
+from bertkit.models.dropout import Dropout
 from bertkit.models.transformer import (
     KVCache,
     PretrainedMixin,
@@ -42,7 +43,7 @@ class ScaledSinusoidalEmbedding(nn.Module):
         self.scale = math.sqrt(embed_tokens.embedding_dim) if scale else 1.0
         self.register_buffer("positions", sinusoidal_positions(max_positions, embed_tokens.embedding_dim),
                              persistent=False)
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
 
     def forward(self, ids: Tensor, offset: int = 0) -> Tensor:
         T = ids.size(1)

@@ -20,6 +20,7 @@ from torch import Tensor, nn
 
 from bertkit import checkpoint
 from bertkit.functional import ACT2FN, attention, efficient_attention
+from bertkit.models.dropout import Dropout
 
 IGNORE_INDEX = -100
 
@@ -156,8 +157,8 @@ class TransformerLayer(nn.Module):
         self.fc2 = nn.Linear(ffn_dim, d_model)
         self.activation = ACT2FN[activation]
         self.final_layer_norm = nn.LayerNorm(d_model, eps=layer_norm_eps)
-        self.dropout = nn.Dropout(dropout)
-        self.activation_dropout = nn.Dropout(activation_dropout) if activation_dropout > 0 else nn.Identity()
+        self.dropout = Dropout(dropout)
+        self.activation_dropout = Dropout(activation_dropout) if activation_dropout > 0 else nn.Identity()
 
     def _sublayer(self, x: Tensor, norm: nn.LayerNorm, f: Callable[[Tensor], Tensor]) -> Tensor:
         if self.normalize_before:

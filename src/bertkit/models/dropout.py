@@ -1,0 +1,26 @@
+"""`Dropout`: torch's `nn.Dropout` interface over `bertkit.functional.dropout` (a faster mask on CPU).
+
+It holds no parameters, so swapping it for `nn.Dropout` changes no checkpoint or parameter name.
+"""
+
+from __future__ import annotations
+
+from torch import Tensor, nn
+
+from bertkit.functional import dropout
+
+
+class Dropout(nn.Module):
+    """Zero each element with probability p while training (the others scaled by 1/(1-p)); identity in eval."""
+
+    def __init__(self, p: float = 0.5) -> None:
+        super().__init__()
+        if not 0.0 <= p <= 1.0:
+            raise ValueError(f"dropout probability must be between 0 and 1, got {p}")
+        self.p = p
+
+    def forward(self, x: Tensor) -> Tensor:
+        return dropout(x, self.p, self.training)
+
+    def extra_repr(self) -> str:
+        return f"p={self.p}"
