@@ -9,8 +9,8 @@ from transformers.activations import ACT2FN as HF_ACT2FN
 
 from bertkit.functional import (
     ACT2FN,
-    attention,
     DROPOUT_LEVELS,
+    attention,
     causal_mask_bias,
     dropout,
     efficient_attention,
