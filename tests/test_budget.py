@@ -5,8 +5,8 @@ import torch
 
 from bertkit.config import BertConfig
 from bertkit.models.heads import BertForSequenceClassification
+from bertkit.training.arguments import TrainingArguments
 from bertkit.training.budget import steps_in_budget, wall_clock_budget
-from bertkit.training.trainer import TrainingArguments
 
 
 def test_steps_in_budget_times_a_copy_and_scales_with_the_budget():

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from torch import Tensor, nn
 
-from bertkit.functional import dropout
+from bertkit.functional import check_dropout_probability, dropout
 
 
 class Dropout(nn.Module):
@@ -15,9 +15,7 @@ class Dropout(nn.Module):
 
     def __init__(self, p: float = 0.5) -> None:
         super().__init__()
-        if not 0.0 <= p <= 1.0:
-            raise ValueError(f"dropout probability must be between 0 and 1, got {p}")
-        self.p = p
+        self.p = check_dropout_probability(p)
 
     def forward(self, x: Tensor) -> Tensor:
         return dropout(x, self.p, self.training)

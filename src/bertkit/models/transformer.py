@@ -158,7 +158,7 @@ class TransformerLayer(nn.Module):
         self.activation = ACT2FN[activation]
         self.final_layer_norm = nn.LayerNorm(d_model, eps=layer_norm_eps)
         self.dropout = Dropout(dropout)
-        self.activation_dropout = Dropout(activation_dropout) if activation_dropout > 0 else nn.Identity()
+        self.activation_dropout = Dropout(activation_dropout)  # p = 0 hands x back untouched
 
     def _sublayer(self, x: Tensor, norm: nn.LayerNorm, f: Callable[[Tensor], Tensor]) -> Tensor:
         if self.normalize_before:
