@@ -7,6 +7,7 @@ so the training loop reads the same either way.
 from __future__ import annotations
 
 import os
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -61,6 +62,11 @@ class Distributed:
     def close(self) -> None:
         """Tear down the process group if `setup_distributed` created it."""
         if self.created_group and dist.is_initialized():
+            # gloo's worker threads drop the tensors of the last collectives just after reporting them done, and
+            # dropping a tensor Python has seen takes the GIL; destroy_process_group joins those threads while
+            # holding the GIL (pytorch/pytorch#56297, #75097). Seen here: a worker hung at exit, its main thread
+            # in the join, a gloo thread waiting for the GIL. Sleeping releases the GIL so they can finish first.
+            time.sleep(0.2)
             dist.destroy_process_group()
             self.created_group = False
 
