@@ -7,7 +7,7 @@ import torch
 import transformers
 from safetensors.torch import load_file, save_file
 
-from bertkit.checkpoint import CheckpointError, atomic_write, normalize_keys, save_weights
+from bertkit.checkpoint import CheckpointError, normalize_keys, save_weights
 from bertkit.cli import main
 from bertkit.config import BertConfig
 from bertkit.models.bert import BertModel
@@ -119,19 +119,6 @@ def test_save_writes_each_tied_tensor_once(tmp_path):
     w = torch.randn(4, 3)
     save_weights({"bert.embeddings.word_embeddings.weight": w, "cls.predictions.decoder.weight": w}, tmp_path / "x")
     assert list(load_file(tmp_path / "x")) == ["bert.embeddings.word_embeddings.weight"]
-
-
-def test_atomic_write_keeps_the_old_file_when_writing_fails(tmp_path):
-    target = tmp_path / "f.txt"
-    target.write_text("old")
-
-    def fail(p):
-        p.write_text("half")
-        raise OSError("disk full")
-
-    with pytest.raises(OSError, match="disk full"):
-        atomic_write(target, fail)
-    assert target.read_text() == "old" and [p.name for p in tmp_path.iterdir()] == ["f.txt"]
 
 
 def test_cli_info(saved, capsys):

@@ -80,6 +80,18 @@ def test_fetch_extracts_only_the_listed_files_with_a_manifest(tiny, tmp_path):
     assert not [p.name for p in path.parent.iterdir() if ".tmp-" in p.name]  # no staging left behind
 
 
+@pytest.mark.parametrize("umask", [0o022, 0o007])
+def test_cache_follows_the_umask(tiny, umask):
+    old = os.umask(umask)
+    try:
+        path = sources.fetch("tiny")
+    finally:
+        os.umask(old)
+    modes = {str(p.relative_to(path)): p.stat().st_mode & 0o777 for p in [path, *path.rglob("*")]}
+    assert modes == {".": 0o777 & ~umask, "sub": 0o777 & ~umask, sources.MANIFEST: 0o666 & ~umask,
+                     "hello.txt": 0o666 & ~umask, "sub/numbers.txt": 0o666 & ~umask}
+
+
 def test_second_fetch_is_a_no_op(tiny, monkeypatch):
     first = sources.fetch("tiny")
     _forbid_download(monkeypatch)

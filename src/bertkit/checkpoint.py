@@ -16,10 +16,11 @@ from __future__ import annotations
 
 import math
 import os
-import tempfile
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
+
+from bertkit.atomic import atomic_write
 
 SAFETENSORS_NAME = "model.safetensors"
 PYTORCH_NAME = "pytorch_model.bin"
@@ -36,31 +37,6 @@ _IGNORED_SUFFIXES = ("embeddings.position_ids", "embeddings.token_type_ids")
 
 class CheckpointError(ValueError):
     """A checkpoint that cannot be loaded as asked: missing, corrupt, or not matching the model."""
-
-
-# ---- atomic writes -------------------------------------------------------------------------------
-
-def atomic_write(path: str | os.PathLike, write: Callable[[Path], Any]) -> Path:
-    """Call `write(tmp_path)`, fsync, then rename onto `path`: a crash leaves the old file or the new, never half."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
-    tmp_path = Path(tmp)
-    try:
-        write(tmp_path)
-        with open(tmp_path, "rb+") as f:
-            os.fsync(f.fileno())
-        os.replace(tmp_path, path)
-    except BaseException:
-        tmp_path.unlink(missing_ok=True)
-        raise
-    return path
-
-
-def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
-    """Write UTF-8 text atomically."""
-    return atomic_write(path, lambda p: p.write_text(text, encoding="utf-8"))
 
 
 # ---- reading weights -----------------------------------------------------------------------------

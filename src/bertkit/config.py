@@ -10,6 +10,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from bertkit.atomic import atomic_write_text
+
 ACTIVATIONS = ("gelu", "gelu_new", "gelu_pytorch_tanh", "relu")
 POSITION_EMBEDDING_TYPES = ("absolute", "sinusoidal")
 CONFIG_NAME = "config.json"
@@ -80,8 +82,6 @@ class _JsonConfig:
 
     def save_pretrained(self, directory: str | os.PathLike) -> Path:
         """Write `config.json` into `directory` atomically."""
-        from bertkit.checkpoint import atomic_write_text
-
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
         return atomic_write_text(directory / CONFIG_NAME, self.to_json_string())

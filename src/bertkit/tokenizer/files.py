@@ -10,10 +10,10 @@ Writing produces vocab.txt, tokenizer_config.json and special_tokens_map.json, w
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from bertkit.atomic import atomic_write_text
 
 if TYPE_CHECKING:
     from bertkit.tokenizer import BertTokenizer
@@ -109,17 +109,6 @@ def read_tokenizer_files(path: str | Path) -> tuple[dict[str, int], dict[str, An
     return vocab, settings
 
 
-def _write_atomically(path: Path, text: str) -> None:
-    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        with os.fdopen(handle, "w", encoding="utf-8", newline="\n") as f:
-            f.write(text)
-        os.replace(temporary, path)
-    except BaseException:
-        os.unlink(temporary)
-        raise
-
-
 def write_tokenizer_files(tokenizer: BertTokenizer, path: str | Path) -> list[Path]:
     """vocab.txt + tokenizer_config.json + special_tokens_map.json in `path` (created if needed)."""
     directory = Path(path)
@@ -148,6 +137,6 @@ def write_tokenizer_files(tokenizer: BertTokenizer, path: str | Path) -> list[Pa
              "special_tokens_map.json": json.dumps(specials, indent=2, ensure_ascii=False) + "\n"}
     written = []
     for name, text in files.items():
-        _write_atomically(directory / name, text)
+        atomic_write_text(directory / name, text)
         written.append(directory / name)
     return written

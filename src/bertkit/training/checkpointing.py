@@ -1,9 +1,9 @@
-"""Training checkpoints on disk: atomic directories, RNG states, finding the newest, rotating old ones.
+"""Training checkpoints on disk: writing them whole, RNG states, finding the newest, rotating old ones.
 
 A checkpoint is `OUT/checkpoint-STEP/`: the model in Hugging Face format (config.json,
 model.safetensors, tokenizer files) plus optimizer.pt, scheduler.pt, rng_state.pt and
-trainer_state.json. It is assembled in a hidden temp directory beside it, fsynced, then renamed,
-so a kill at any moment leaves either the whole checkpoint or none of it.
+trainer_state.json. It is assembled in a hidden temp directory beside it, fsynced, then renamed
+(`bertkit.atomic.atomic_directory`), so a kill at any moment leaves either the whole checkpoint or none of it.
 """
 
 from __future__ import annotations
@@ -13,13 +13,13 @@ import os
 import random
 import re
 import shutil
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
+
+from bertkit.atomic import atomic_directory, atomic_write_text, fsync_directory, remove_leftovers
 
 CHECKPOINT_PREFIX = "checkpoint-"
 STATE_NAME = "trainer_state.json"  # written last: its presence marks a complete checkpoint
@@ -33,58 +33,16 @@ class CheckpointError(FileNotFoundError):
     """A checkpoint that is missing, incomplete or unreadable."""
 
 
-# ---- atomic writes --------------------------------------------------------------------------------
-
-def _fsync_tree(root: Path) -> None:
-    for path in sorted(root.rglob("*"), reverse=True):
-        if path.is_file():
-            with open(path, "rb") as f:
-                os.fsync(f.fileno())
-    _fsync_dir(root)
-
-
-def _fsync_dir(path: Path) -> None:
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:  # some platforms cannot open directories; the rename is still atomic there
-        return
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-@contextmanager
-def atomic_directory(final: str | os.PathLike) -> Iterator[Path]:
-    """Yield a temp directory beside `final`; on success fsync it and rename it to `final` (replacing it)."""
-    final = Path(final)
-    final.parent.mkdir(parents=True, exist_ok=True)
-    tmp = final.parent / f".{final.name}.tmp-{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir()
-    try:
-        yield tmp
-        _fsync_tree(tmp)
-        old = final.parent / f".{final.name}.old-{os.getpid()}"
-        if final.exists():
-            os.replace(final, old)
-        os.replace(tmp, final)
-        _fsync_dir(final.parent)
-        shutil.rmtree(old, ignore_errors=True)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-
+# ---- writing ----------------------------------------------------------------------------------------
 
 def remove_stale_temp_dirs(output_dir: str | os.PathLike) -> None:
     """Delete temp directories left behind by a process killed in the middle of a save."""
-    for path in Path(output_dir).glob(".*.tmp-*"):
-        shutil.rmtree(path, ignore_errors=True)
-    for path in [*Path(output_dir).glob(".*.old-*"), Path(output_dir) / ".final"]:
-        shutil.rmtree(path, ignore_errors=True)
+    remove_leftovers(output_dir)
+    shutil.rmtree(Path(output_dir) / ".final", ignore_errors=True)
 
 
 def write_json(path: Path, obj: Any) -> None:
-    path.write_text(json.dumps(obj, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=True) + "\n")
 
 
 def save_model_dir(directory: Path, model: torch.nn.Module, tokenizer: Any = None) -> None:
@@ -102,7 +60,7 @@ def publish_model(output_dir: str | os.PathLike, model: torch.nn.Module, tokeniz
         save_model_dir(tmp, model, tokenizer)
     for path in sorted(staging.iterdir()):
         os.replace(path, output_dir / path.name)
-    _fsync_dir(output_dir)
+    fsync_directory(output_dir)
     shutil.rmtree(staging, ignore_errors=True)
 
 
