@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from bertkit.pipelines.demo import ROWS, DemoOptions, run_demo, table
+from bertkit.demo import ROWS, DemoOptions, run_demo, table
 from conftest import fetch_or_skip, model_dir_or_skip
 
 

@@ -10,7 +10,8 @@ import torch
 
 from bertkit.cli import main
 from bertkit.pipelines import lm, translation
-from bertkit.pipelines.translation import TranslationCollator, TranslationOptions, detokenize, length_batches
+from bertkit.pipelines.translation import TranslationCollator, TranslationOptions, length_batches
+from bertkit.tokenizer import detokenize
 from conftest import fetch_or_skip
 
 ZH_DIGITS = "零一二三四五六七八九"

@@ -32,8 +32,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from tqdm.auto import tqdm
 
+from bertkit.data.entities import get_entities
 from bertkit.models.heads import BertForSequenceClassification, BertForTokenClassification
-from bertkit.training.metrics import get_entities
 
 POOLINGS = ("cls", "mean")
 PROGRESS_MIN_TEXTS = 1000  # fewer texts than this finish before a progress bar would tell anything

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import os
 from pathlib import Path
 
 from bertkit.cli.common import UserError
@@ -67,7 +66,9 @@ def _cmd_pretrain(args: argparse.Namespace) -> int:
             progress=not args.no_progress)
         state = pretrain(options)
         out = args.out
-    if int(os.environ.get("RANK", "0")) == 0:
+    from bertkit.training.distributed import process_rank
+
+    if process_rank() == 0:
         last = state.log_history[-1] if state.log_history else {}
         evals = ", ".join(f"{k[5:]} {v:.4f}" for k, v in last.items() if k.startswith("eval_"))
         print(f"pretrained {state.step} steps in {state.seconds:.0f} s ({state.stop_reason}); "
@@ -146,7 +147,7 @@ def _add_demo(sub: argparse._SubParsersAction) -> None:
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
-    from bertkit.pipelines.demo import DemoOptions, run_demo, table
+    from bertkit.demo import DemoOptions, run_demo, table
 
     if args.minutes <= 0:
         raise UserError("--minutes must be positive")

@@ -123,7 +123,7 @@ def model_perplexity(model: GPTForCausalLM, eval_blocks: Sequence[Sequence[int]]
 def generate_text(model: GPTForCausalLM, tokenizer, prompt: str = "", max_new_tokens: int = 50,
                   **sampling: Any) -> str:
     """Continue a prompt from the start of a document ([CLS] prompt ...) until [SEP] or max_new_tokens."""
-    from bertkit.pipelines.translation import detokenize
+    from bertkit.tokenizer import detokenize
 
     ids = [tokenizer.cls_token_id] + tokenizer(prompt, add_special_tokens=False)["input_ids"]
     ids = ids[-(model.config.n_positions - 1):]

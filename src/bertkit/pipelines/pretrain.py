@@ -9,7 +9,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-import os
 import random
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,6 +27,7 @@ from bertkit.data.pretraining import (
 from bertkit.models.heads import BertForMaskedLM, BertForPreTraining
 from bertkit.training.arguments import TrainingArguments
 from bertkit.training.budget import steps_in_budget, wall_clock_budget
+from bertkit.training.distributed import process_count, process_rank
 from bertkit.training.trainer import Trainer
 
 OPTIONS_NAME = "pretrain_options.json"
@@ -183,14 +183,14 @@ def pretrain(options: PretrainOptions, resume: bool = False):
 
     if not resume:
         if options.max_steps is None:
-            if int(os.environ.get("WORLD_SIZE", "1")) > 1:  # each process would time itself differently
+            if process_count() > 1:  # each process would time itself differently
                 raise ValueError("under torchrun give --max-steps (a time budget alone sizes the schedule per "
                                  "process)")
             B = options.batch_size
             probes = [collator(train_instances[i * B:(i + 1) * B], list(range(B))) for i in range(4)]
             options = dataclasses.replace(options, max_steps=steps_in_budget(model, probes, options.minutes * 60,
                                                                              options.bf16))
-        if int(os.environ.get("RANK", "0")) == 0:
+        if process_rank() == 0:
             out.mkdir(parents=True, exist_ok=True)
             (out / OPTIONS_NAME).write_text(json.dumps(dataclasses.asdict(options), indent=2, ensure_ascii=False))
     args = TrainingArguments(

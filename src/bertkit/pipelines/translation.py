@@ -16,7 +16,6 @@ import dataclasses
 import json
 import math
 import random
-import re
 import tempfile
 import time
 from collections.abc import Sequence
@@ -31,6 +30,7 @@ from bertkit.config import TRANSLATION_MODELS as MODELS
 from bertkit.config import TRANSLATION_SIZES as SIZES
 from bertkit.models.seq2seq import build_seq2seq, load_seq2seq
 from bertkit.models.transformer import IGNORE_INDEX
+from bertkit.tokenizer import detokenize
 from bertkit.training.budget import steps_in_budget, wall_clock_budget
 
 REPORT_NAME = "report.json"
@@ -108,21 +108,6 @@ def load_pairs(data: str, source_lang: str, target_lang: str, seed: int = 0) -> 
     if len(pairs) < 10:
         raise ValueError(f"{path} has {len(pairs)} usable pairs; too few to train and evaluate on")
     return tasks.seeded_split(pairs, seed)
-
-
-_SPACE_NEAR_WIDE = re.compile(r"\s+(?=[^\x00-\x7f])|(?<=[^\x00-\x7f])\s+")
-_INNER_PUNCTUATION = re.compile(r"(?<=\w) ([-'’/]) (?=\w)")
-
-
-def detokenize(text: str, lang: str) -> str:
-    """WordPiece output ("he said , \" it ' s mine \" .") back to running text for people and for BLEU."""
-    from bertkit.tokenizer import clean_up_tokenization
-
-    if lang in ("zh", "ja"):
-        return _SPACE_NEAR_WIDE.sub("", text)
-    text = _INNER_PUNCTUATION.sub(r"\1", clean_up_tokenization(text))
-    text = re.sub(r" ([;:)\]}%])", r"\1", text)
-    return re.sub(r"([(\[{$]) ", r"\1", text)
 
 
 class TranslationTokenizer:

@@ -4,10 +4,12 @@
 - basic.py           the pure-Python backend: clean, split (CJK, punctuation, accents), WordPiece
 - fast.py            the backend on Hugging Face `tokenizers`, used by backend="auto" when installed
 - encoding.py        special tokens, truncation strategies, overflow windows, padding
+- detokenize.py      decoded WordPiece text back to running text (for people and for BLEU)
 - files.py           vocab.txt / tokenizer.json / tokenizer_config.json reading and writing
 - unicode_tables.py  character classes as `tokenizers` sees them (its Unicode version, not Python's)
 """
 
 from bertkit.tokenizer.bert import BatchEncoding, BertTokenizer, clean_up_tokenization
+from bertkit.tokenizer.detokenize import detokenize
 
-__all__ = ["BatchEncoding", "BertTokenizer", "clean_up_tokenization"]
+__all__ = ["BatchEncoding", "BertTokenizer", "clean_up_tokenization", "detokenize"]

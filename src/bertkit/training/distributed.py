@@ -71,10 +71,20 @@ class Distributed:
             self.created_group = False
 
 
+def process_rank() -> int:
+    """This process's rank under torchrun (RANK), 0 without it; rank 0 is the one that writes and prints."""
+    return int(os.environ.get("RANK", "0"))
+
+
+def process_count() -> int:
+    """How many processes torchrun started (WORLD_SIZE), 1 without it."""
+    return int(os.environ.get("WORLD_SIZE", "1"))
+
+
 def setup_distributed(device: str | None = None) -> Distributed:
     """Read torchrun's environment, pick the device and join the process group (gloo on CPU, nccl on CUDA)."""
-    world_size = int(os.environ.get("WORLD_SIZE", "1"))
-    rank = int(os.environ.get("RANK", "0"))
+    world_size = process_count()
+    rank = process_rank()
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     if device is None:
         device = "cuda" if torch.cuda.is_available() else "cpu"

@@ -13,6 +13,8 @@ from typing import Any
 
 import numpy as np
 
+from bertkit.data.entities import get_entities
+
 __all__ = ["accuracy", "macro_f1", "get_entities", "entity_scores", "bleu", "perplexity"]
 
 
@@ -59,48 +61,9 @@ def macro_f1(predictions: Any, labels: Any, ignore_index: int | None = -100) -> 
     return float(np.mean(scores))
 
 
-# ---- entities (seqeval's default, conlleval-compatible mode) --------------------------------------
+# ---- entities (decoded by bertkit.data.entities, seqeval's default mode) ----------------------------
 #
-# A tag is "O" or PREFIX-TYPE with PREFIX in B, I, E, S (BIOES) or B, M, E, S (BMES; M means I).
-# An entity is a maximal run (type, start, end) read with seqeval's chunk rules: it starts at B or S,
-# at an I/E that follows O, E or S, or at any tag whose type differs from the previous one; so
-# "I-PER I-PER" without B- is one PER entity, as in seqeval's default mode and conlleval.
 # Precision, recall and F1 are micro-averaged over exact (type, start, end) matches.
-
-def _split_tag(tag: str) -> tuple[str, str]:
-    if tag == "O":
-        return "O", "_"
-    prefix, sep, kind = tag.partition("-")
-    if not sep or prefix not in ("B", "I", "M", "E", "S") or not kind:
-        raise ValueError(f"invalid entity tag {tag!r}: expected 'O' or B-/I-/M-/E-/S- followed by a type")
-    return ("I" if prefix == "M" else prefix), kind
-
-
-def _chunk_ends(prev: str, tag: str, prev_type: str, kind: str) -> bool:
-    return (prev in ("E", "S")
-            or (prev in ("B", "I") and tag in ("B", "S", "O"))
-            or (prev != "O" and prev_type != kind))
-
-
-def _chunk_starts(prev: str, tag: str, prev_type: str, kind: str) -> bool:
-    return (tag in ("B", "S")
-            or (prev in ("E", "S", "O") and tag in ("I", "E"))
-            or (tag != "O" and prev_type != kind))
-
-
-def get_entities(tags: Sequence[str]) -> list[tuple[str, int, int]]:
-    """Entities of one tag sequence as (type, start, end) with `end` inclusive, seqeval's way."""
-    entities, start = [], 0
-    prev, prev_type = "O", ""
-    for i, label in enumerate([*tags, "O"]):
-        tag, kind = _split_tag(label)
-        if _chunk_ends(prev, tag, prev_type, kind):
-            entities.append((prev_type, start, i - 1))
-        if _chunk_starts(prev, tag, prev_type, kind):
-            start = i
-        prev, prev_type = tag, kind
-    return entities
-
 
 def _prf(correct: int, num_pred: int, num_true: int) -> dict[str, float]:
     precision = correct / num_pred if num_pred else 0.0

@@ -1,4 +1,4 @@
-"""The main job (`bertkit demo`, `make run`): does pretraining pay?
+"""The main job (`bertkit demo`, `make run`): does pretraining pay? A recipe over the pretrain and finetune pipelines.
 
 1. fetch the built-in data (Chinese news, People's Daily, shopping reviews) and the m3e-small model;
 2. build a character vocabulary from the pretraining text;
