@@ -33,7 +33,7 @@ from torch import Tensor, nn
 from tqdm.auto import tqdm
 
 from bertkit.data.entities import get_entities
-from bertkit.models.heads import BertForSequenceClassification, BertForTokenClassification
+from bertkit.task_kinds import task_of_model
 
 POOLINGS = ("cls", "mean")
 PROGRESS_MIN_TEXTS = 1000  # fewer texts than this finish before a progress bar would tell anything
@@ -239,26 +239,17 @@ def label_names(model: nn.Module) -> list[str]:
     return [id2label.get(i, f"LABEL_{i}") for i in range(model.num_labels)]
 
 
-def _task(model: nn.Module) -> str:
-    if isinstance(model, BertForSequenceClassification):
-        return "sequence"
-    if isinstance(model, BertForTokenClassification):
-        return "token"
-    raise ValueError(f"predict needs a fine-tuned BertForSequenceClassification or BertForTokenClassification, "
-                     f"not {type(model).__name__}; for sentence vectors use encode()")
-
-
 def predict(model: nn.Module, tokenizer: Any, texts: Sequence[str] | str,
             text_pairs: Sequence[str | None] | str | None = None, batch_size: int = 32, max_length: int | None = None,
             truncation: bool = True, progress: bool | None = None) -> list:
     """Per input, a classifier's {"label", "score", "probabilities"}, or a tagger's entity spans (character offsets)."""
-    task = _task(model)
+    tags = task_of_model(model, "predict").token_level
     single = isinstance(texts, str)
     if single:
         texts, text_pairs = [texts], None if text_pairs is None else [text_pairs]
     texts = check_texts(texts)
     pairs = _check_pairs(text_pairs, len(texts))
-    if task == "token":
+    if tags:
         if pairs is not None and any(pair is not None for pair in pairs):
             raise ValueError("token classification (NER) tags single texts; text_pairs are for classifiers")
         labels = label_names(model)

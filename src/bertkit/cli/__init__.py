@@ -9,11 +9,14 @@ Heavy imports (torch, the model) happen inside the `_cmd_` functions so `bertkit
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
-from collections.abc import Sequence
+import warnings
+from collections.abc import Iterator, Sequence
 
 from bertkit.cli import data, explain, models, predict, seq2seq, train
 from bertkit.cli.common import UserError
+from bertkit.data.sources import SourceError
 
 __all__ = ["UserError", "build_parser", "main"]
 
@@ -21,6 +24,15 @@ COMMANDS = (models._add_info, data._add_data, data._add_vocab, train._add_pretra
             train._add_demo, predict._add_predict, predict._add_evaluate, predict._add_encode,
             explain._add_attention, explain._add_explain, seq2seq._add_translate_train, seq2seq._add_translate,
             seq2seq._add_lm_train, seq2seq._add_generate)
+
+
+@contextlib.contextmanager
+def _warnings_to_stderr(command: str) -> Iterator[None]:
+    """Library warnings (truncation, skipped lines, unused config keys) as one line each, in the command's voice."""
+    with warnings.catch_warnings():
+        warnings.showwarning = lambda message, *_, **__: print(f"bertkit {command}: warning: {message}",
+                                                                file=sys.stderr)
+        yield
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -46,12 +58,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     keep_freed_memory()  # training and batched inference alike: tensors of changing shapes, reused memory
     try:
-        return int(args.func(args) or 0)
-    except UserError as err:
-        print(f"bertkit {args.command}: {err}", file=sys.stderr)
-        return 2
-    except (FileNotFoundError, ValueError) as err:
-        # bertkit raises these with messages written for people (bad path, bad config, bad checkpoint)
+        with _warnings_to_stderr(args.command):
+            return int(args.func(args) or 0)
+    except (UserError, SourceError, FileNotFoundError, ValueError) as err:
+        # bertkit raises these with messages written for people (bad path, bad config, bad checkpoint, a source
+        # that could not be fetched)
         print(f"bertkit {args.command}: error: {err}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

@@ -79,36 +79,33 @@ def _cmd_data(args: argparse.Namespace) -> int:
 
     from bertkit.data import sources
 
-    try:
-        if args.data_command == "list":
-            print(f"{'name':<18}{'kind':<9}{'MB':>6}  {'fetched':<9}{'license':<44}what")
-            for s in sources.SOURCES.values():
-                print(f"{s.name:<18}{s.kind:<9}{s.download_mb:>6.1f}  {sources.status(s.name):<9}"
-                      f"{shorten(s.license, 42):<44}{s.what}")
-            print(f"cache: {sources.home()}  (set BERTKIT_HOME to move it)")
-        elif args.data_command == "fetch":
-            names = list(sources.SOURCES) if args.name == "all" else [sources.get_source(args.name).name]
-            failed = []
-            for name in names:
-                manifest = sources.home() / name / sources.MANIFEST
-                before, start = manifest.exists() and manifest.stat().st_mtime_ns, time.perf_counter()
-                try:
-                    path = sources.fetch(name, verify=args.verify, force=args.force)
-                except sources.SourceError as err:
-                    if len(names) == 1:
-                        raise
-                    failed.append(f"{name}: {err}")  # go on with the others, report at the end
-                    print(f"{name:<18}{'FAILED':<9}{time.perf_counter() - start:>6.1f} s")
-                    continue
-                # a new manifest means it was downloaded now
-                done = "fetched" if manifest.stat().st_mtime_ns != before else "verified" if args.verify else "cached"
-                print(f"{name:<18}{done:<9}{time.perf_counter() - start:>6.1f} s  {path}")
-            if failed:
-                raise UserError(f"{len(failed)} of {len(names)} sources failed:\n" + "\n".join(failed))
-        else:
-            _show_data(args.name)
-    except sources.SourceError as err:
-        raise UserError(str(err)) from err
+    if args.data_command == "list":
+        print(f"{'name':<18}{'kind':<9}{'MB':>6}  {'fetched':<9}{'license':<44}what")
+        for s in sources.SOURCES.values():
+            print(f"{s.name:<18}{s.kind:<9}{s.download_mb:>6.1f}  {sources.status(s.name):<9}"
+                  f"{shorten(s.license, 42):<44}{s.what}")
+        print(f"cache: {sources.home()}  (set BERTKIT_HOME to move it)")
+    elif args.data_command == "fetch":
+        names = list(sources.SOURCES) if args.name == "all" else [sources.get_source(args.name).name]
+        failed = []
+        for name in names:
+            manifest = sources.home() / name / sources.MANIFEST
+            before, start = manifest.exists() and manifest.stat().st_mtime_ns, time.perf_counter()
+            try:
+                path = sources.fetch(name, verify=args.verify, force=args.force)
+            except sources.SourceError as err:
+                if len(names) == 1:
+                    raise
+                failed.append(f"{name}: {err}")  # go on with the others, report at the end
+                print(f"{name:<18}{'FAILED':<9}{time.perf_counter() - start:>6.1f} s")
+                continue
+            # a new manifest means it was downloaded now
+            done = "fetched" if manifest.stat().st_mtime_ns != before else "verified" if args.verify else "cached"
+            print(f"{name:<18}{done:<9}{time.perf_counter() - start:>6.1f} s  {path}")
+        if failed:
+            raise UserError(f"{len(failed)} of {len(names)} sources failed:\n" + "\n".join(failed))
+    else:
+        _show_data(args.name)
     return 0
 
 

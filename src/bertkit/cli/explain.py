@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from bertkit.cli.common import UserError
+from bertkit.cli.common import MODEL_HELP, UserError
 
 # ---- attention -----------------------------------------------------------------------------------
 
@@ -14,7 +14,7 @@ def _add_attention(sub: argparse._SubParsersAction) -> None:
                                    "HTML page: pick a layer and head, hover a token to see its attention lines.")
     p.add_argument("text", help="the sentence to look at")
     p.add_argument("--pair", help="a second sentence (segment B)")
-    p.add_argument("--model", help="a model directory (default: m3e-small from the bertkit cache)")
+    p.add_argument("--model", metavar="DIR|NAME", help=MODEL_HELP + " (default: m3e-small)")
     p.add_argument("--out", default="attention.html", help="the HTML file to write (default: attention.html)")
     p.add_argument("--picture", help="also draw one layer's heads as a PNG/SVG heatmap grid to this file")
     p.add_argument("--layer", type=int, default=-1, help="the layer --picture draws (default: the last)")
@@ -26,7 +26,7 @@ def _cmd_attention(args: argparse.Namespace) -> int:
     from bertkit.attention_view import load_model_and_tokenizer, sentence_attentions, write_attention_html
     from bertkit.explain.real_model import resolve_model_dir
 
-    model_dir = _real_model_dir(args.model, resolve_model_dir)
+    model_dir = resolve_model_dir(args.model)
     model, tokenizer = load_model_and_tokenizer(model_dir)
     num_layers = model.config.num_hidden_layers
     if not -num_layers <= args.layer < num_layers:
@@ -46,13 +46,6 @@ def _cmd_attention(args: argparse.Namespace) -> int:
     return 0
 
 
-def _real_model_dir(model: str | None, resolve):
-    from bertkit.data.sources import SourceError
-
-    try:
-        return resolve(model)
-    except SourceError as err:
-        raise UserError(f"cannot get the default model m3e-small ({err}); pass --model DIR") from None
 
 
 # ---- explain -------------------------------------------------------------------------------------
@@ -68,7 +61,8 @@ def _add_explain(sub: argparse._SubParsersAction) -> None:
     p.add_argument("topic", choices=[*TOPICS, "all"], metavar="TOPIC", help="one of the topics above, or 'all'")
     p.add_argument("--out", default=str(DEFAULT_OUT), help=f"folder for the pictures (default: {DEFAULT_OUT})")
     p.add_argument("--format", default="png", choices=("png", "svg"), help="picture format (default: png)")
-    p.add_argument("--model", help="model directory for 'attention' and 'multihead' (default: m3e-small)")
+    p.add_argument("--model", metavar="DIR|NAME", help=f"for 'attention' and 'multihead': {MODEL_HELP} "
+                                                        "(default: m3e-small)")
     p.add_argument("--text", help="the sentence 'attention' looks at")
     p.set_defaults(func=_cmd_explain)
 
@@ -81,7 +75,7 @@ def _cmd_explain(args: argparse.Namespace) -> int:
     for n, topic in enumerate(topics):
         options = {}
         if topic in REAL_MODEL_TOPICS:
-            options["model_dir"] = _real_model_dir(args.model, resolve_model_dir)
+            options["model_dir"] = resolve_model_dir(args.model)
         if topic == "attention" and args.text:
             options["text"] = args.text
         result = explain(topic, out=args.out, fmt=args.format, **options)

@@ -4,18 +4,22 @@ from __future__ import annotations
 
 import argparse
 
+from bertkit.cli.common import MODEL_HELP
+
 # ---- info ----------------------------------------------------------------------------------------
 
 def _add_info(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("info", help="summarise a model directory: config, parameter count, file format")
-    p.add_argument("model", help="a model directory (config.json + model.safetensors | pytorch_model.bin)")
+    p.add_argument("model", metavar="MODEL", help=MODEL_HELP + "; a directory holds config.json + model.safetensors "
+                                                   "or pytorch_model.bin")
     p.set_defaults(func=_cmd_info)
 
 
 def _cmd_info(args: argparse.Namespace) -> int:
     from bertkit.checkpoint import describe_checkpoint
+    from bertkit.data.sources import resolve_model
 
-    info = describe_checkpoint(args.model)
+    info = describe_checkpoint(resolve_model(args.model))
     config = info["config"]
     print(f"model directory   {info['path']}")
     print(f"weights file      {info['weights_file']} ({info['format']}, {info['file_bytes'] / 1e6:.1f} MB)")

@@ -3,17 +3,14 @@
 from __future__ import annotations
 
 import argparse
-import contextlib
-import sys
-import warnings
 
-from bertkit.cli.common import UserError, shorten
+from bertkit.cli.common import MODEL_HELP, UserError, shorten
 
 # ---- predict, evaluate, encode -------------------------------------------------------------------
 
 def _add_inference_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--model", required=True, metavar="DIR|SOURCE",
-                   help="a model directory (e.g. OUT/best of `bertkit finetune`), or m3e-small / all-MiniLM-L6-v2")
+    p.add_argument("--model", required=True, metavar="DIR|NAME",
+                   help=MODEL_HELP + "; e.g. OUT/best of `bertkit finetune`")
     p.add_argument("--batch-size", type=int, default=32, help="texts per batch (batches are sorted by length)")
     p.add_argument("--max-length", type=int, help="tokens per text at most (default: the model's positions)")
     p.add_argument("--no-truncation", action="store_true", help="refuse a text that is too long instead of cutting it")
@@ -61,15 +58,6 @@ def _add_encode(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=_cmd_encode)
 
 
-@contextlib.contextmanager
-def _warnings_to_stderr(command: str):
-    """Show library warnings (truncation, skipped lines) as one line each, in the command's voice."""
-    with warnings.catch_warnings():
-        warnings.showwarning = lambda message, *_, **__: print(f"bertkit {command}: warning: {message}",
-                                                                file=sys.stderr)
-        yield
-
-
 def _read_text_inputs(args: argparse.Namespace) -> tuple[list[str], list | None]:
     from bertkit.pipelines.predict import read_inputs
 
@@ -88,17 +76,16 @@ def _cmd_predict(args: argparse.Namespace) -> int:
     from bertkit.inference import predict
     from bertkit.pipelines.predict import load_model
 
-    with _warnings_to_stderr("predict"):
-        texts, pairs = _read_text_inputs(args)
-        if args.pair:
-            if pairs is not None:
-                raise UserError("--pair and a .tsv --input with pairs both give pairs; use one")
-            if len(args.pair) not in (1, len(texts)):
-                raise UserError(f"{len(args.pair)} --pair for {len(texts)} texts: give one for all, or one per text")
-            pairs = args.pair * len(texts) if len(args.pair) == 1 else args.pair
-        model, tokenizer = load_model(args.model)
-        results = predict(model, tokenizer, texts, pairs, batch_size=args.batch_size, max_length=args.max_length,
-                          truncation=not args.no_truncation)
+    texts, pairs = _read_text_inputs(args)
+    if args.pair:
+        if pairs is not None:
+            raise UserError("--pair and a .tsv --input with pairs both give pairs; use one")
+        if len(args.pair) not in (1, len(texts)):
+            raise UserError(f"{len(args.pair)} --pair for {len(texts)} texts: give one for all, or one per text")
+        pairs = args.pair * len(texts) if len(args.pair) == 1 else args.pair
+    model, tokenizer = load_model(args.model)
+    results = predict(model, tokenizer, texts, pairs, batch_size=args.batch_size, max_length=args.max_length,
+                      truncation=not args.no_truncation)
     for n, (text, result) in enumerate(zip(texts, results)):
         pair = pairs[n] if pairs else None
         if args.json:
@@ -122,16 +109,15 @@ def _cmd_predict(args: argparse.Namespace) -> int:
 def _cmd_evaluate(args: argparse.Namespace) -> int:
     import json
 
-    from bertkit.pipelines.predict import CLASSIFICATION_SOURCES, NER_SOURCES, evaluate, load_model
+    from bertkit.pipelines.predict import evaluate, load_model
+    from bertkit.task_kinds import DATASETS
 
-    named = args.data in CLASSIFICATION_SOURCES + NER_SOURCES
+    named = args.data in DATASETS
     if args.split and not named:
-        raise UserError(f"--split is for the named datasets ({', '.join(CLASSIFICATION_SOURCES + NER_SOURCES)}); "
-                        f"{args.data} is a file")
-    with _warnings_to_stderr("evaluate"):
-        model, tokenizer = load_model(args.model)
-        scores = evaluate(model, tokenizer, args.data, split=args.split or "test", batch_size=args.batch_size,
-                          max_length=args.max_length, truncation=not args.no_truncation)
+        raise UserError(f"--split is for the named datasets ({', '.join(DATASETS)}); {args.data} is a file")
+    model, tokenizer = load_model(args.model)
+    scores = evaluate(model, tokenizer, args.data, split=args.split or "test", batch_size=args.batch_size,
+                      max_length=args.max_length, truncation=not args.no_truncation)
     if named:
         scores["split"] = args.split or "test"
     if args.json:
@@ -158,13 +144,12 @@ def _cmd_encode(args: argparse.Namespace) -> int:
     from bertkit.inference import encode
     from bertkit.pipelines.predict import load_model
 
-    with _warnings_to_stderr("encode"):
-        texts, pairs = _read_text_inputs(args)
-        if pairs is not None:
-            raise UserError(f"{args.input} has text pairs (a second column); encode takes single texts")
-        model, tokenizer = load_model(args.model)
-        vectors = encode(model, tokenizer, texts, batch_size=args.batch_size, pooling=args.pooling,
-                         max_length=args.max_length, normalize=args.normalize, truncation=not args.no_truncation)
+    texts, pairs = _read_text_inputs(args)
+    if pairs is not None:
+        raise UserError(f"{args.input} has text pairs (a second column); encode takes single texts")
+    model, tokenizer = load_model(args.model)
+    vectors = encode(model, tokenizer, texts, batch_size=args.batch_size, pooling=args.pooling,
+                     max_length=args.max_length, normalize=args.normalize, truncation=not args.no_truncation)
     if args.out:
         from pathlib import Path
 

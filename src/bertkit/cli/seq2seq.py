@@ -102,10 +102,12 @@ def _add_translate(sub: argparse._SubParsersAction) -> None:
 
 
 def _cmd_translate(args: argparse.Namespace) -> int:
+    from bertkit.data.sources import resolve_model
     from bertkit.pipelines.translation import load_generation_config, load_translator, translate
 
-    model, tokenizer = load_translator(args.model)
-    saved = load_generation_config(args.model)
+    model_dir = resolve_model(args.model)
+    model, tokenizer = load_translator(model_dir)
+    saved = load_generation_config(model_dir)
     num_beams = args.beams if args.beams is not None else saved["num_beams"]
     length_penalty = args.length_penalty if args.length_penalty is not None else saved["length_penalty"]
     for line in translate(model, tokenizer, _read_texts(args), num_beams=num_beams,
@@ -170,11 +172,13 @@ def _add_generate(sub: argparse._SubParsersAction) -> None:
 def _cmd_generate(args: argparse.Namespace) -> int:
     import torch
 
+    from bertkit.data.sources import resolve_model
     from bertkit.models.gpt import GPTForCausalLM
     from bertkit.pipelines.lm import generate_text
     from bertkit.tokenizer import BertTokenizer
 
-    model, tokenizer = GPTForCausalLM.from_pretrained(args.model), BertTokenizer.from_pretrained(args.model)
+    model_dir = resolve_model(args.model)
+    model, tokenizer = GPTForCausalLM.from_pretrained(model_dir), BertTokenizer.from_pretrained(model_dir)
     sample = not args.greedy and args.beams == 1
     options = dict(do_sample=True, temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
                    generator=torch.Generator().manual_seed(args.seed)) if sample else dict(num_beams=args.beams)

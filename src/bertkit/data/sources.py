@@ -319,6 +319,20 @@ def model_dir(name: str, *, verify: bool = False) -> Path:
     """A Hugging Face model directory (config.json, weights, tokenizer files incl. vocab.txt) for a model source."""
     source = get_source(name)
     if source.kind != "model":
-        models = [s.name for s in SOURCES.values() if s.kind == "model"]
-        raise ValueError(f"{name!r} is a {source.kind}, not a model; models: {', '.join(models)}")
+        raise ValueError(f"{name!r} is a {source.kind}, not a model; models: {', '.join(model_names())}")
     return fetch(name, verify=verify)
+
+
+def model_names() -> list[str]:
+    """The names of the model sources, in registry order."""
+    return [s.name for s in SOURCES.values() if s.kind == "model"]
+
+
+def resolve_model(spec: str | os.PathLike) -> Path:
+    """What every `--model` means: a model directory, or the name of a model source (fetched once)."""
+    if Path(spec).is_dir():
+        return Path(spec)
+    if str(spec) in model_names():
+        return model_dir(str(spec))
+    raise FileNotFoundError(f"model {str(spec)!r} does not exist: no such directory, and not a model name "
+                            f"({', '.join(model_names())})")

