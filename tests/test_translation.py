@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from bertkit.cli import main
+from bertkit.options import parse_pair
 from bertkit.pipelines import lm, translation
 from bertkit.pipelines.translation import TranslationCollator, TranslationOptions, length_batches
 from bertkit.tokenizer import detokenize
@@ -33,10 +34,10 @@ def numerals_tsv(tmp_path_factory):
 
 
 def test_parse_pair():
-    assert translation.parse_pair("zh-en") == ("zh", "en")
+    assert parse_pair("zh-en") == ("zh", "en")
     for bad in ("zh", "zh-zh", "zh-en-de", "-en"):
         with pytest.raises(ValueError, match="--pair"):
-            translation.parse_pair(bad)
+            parse_pair(bad)
 
 
 @pytest.mark.parametrize("raw,lang,expected", [

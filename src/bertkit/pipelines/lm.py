@@ -10,55 +10,24 @@ A trained directory holds config.json + model.safetensors, the tokenizer files, 
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
 import random
 import tempfile
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from bertkit.atomic import atomic_write_text
 from bertkit.config import GPT_PRESETS, GPTConfig
 from bertkit.models.gpt import GPTForCausalLM
+from bertkit.options import LMOptions
 
 REPORT_NAME = "report.json"
 OPTIONS_NAME = "lm_options.json"
 SAMPLE_PROMPTS = {"zh": ["今天", "中国经济", "这本书"], "en": ["The", "In the beginning", "This book"]}
-
-
-@dataclass
-class LMOptions:
-    """A language-model training run."""
-
-    out: str
-    corpus: list[str] = field(default_factory=lambda: ["zh"])  # "zh" | "inews" | ... or text files
-    vocab: str | None = None               # a tokenizer directory; None: build one from the training text
-    vocab_size: int = 8000
-    size: str = "small"
-    block_size: int = 128
-    batch_size: int = 32
-    minutes: float | None = None
-    max_steps: int | None = None
-    learning_rate: float = 1e-3
-    warmup_ratio: float = 0.05
-    dropout: float = 0.1
-    eval_fraction: float = 0.02            # of the documents, held out whole
-    max_eval_blocks: int = 256
-    bf16: bool = False
-    seed: int = 0
-    progress: bool = True
-
-    def __post_init__(self) -> None:
-        if self.size not in GPT_PRESETS:
-            raise ValueError(f"size {self.size!r} is not one of {', '.join(GPT_PRESETS)}")
-        if self.max_steps is None and self.minutes is None:
-            raise ValueError("give max_steps or minutes (or both)")
-        if self.block_size < 2:
-            raise ValueError(f"block_size must be at least 2, got {self.block_size}")
 
 
 def load_texts(specs: Sequence[str]) -> list[str]:
@@ -152,7 +121,7 @@ def train_lm(options: LMOptions) -> dict[str, Any]:
 
     out = Path(options.out)
     out.mkdir(parents=True, exist_ok=True)
-    (out / OPTIONS_NAME).write_text(json.dumps(dataclasses.asdict(options), indent=2, ensure_ascii=False))
+    options.save(out / OPTIONS_NAME)
     documents = load_texts(options.corpus)
     random.Random(options.seed).shuffle(documents)
     held = max(1, int(len(documents) * options.eval_fraction))
@@ -195,5 +164,5 @@ def train_lm(options: LMOptions) -> dict[str, Any]:
                                           generator=generator)
                     for prompt in SAMPLE_PROMPTS[lang]},
     }
-    (out / REPORT_NAME).write_text(json.dumps(report, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    atomic_write_text(out / REPORT_NAME, json.dumps(report, indent=2, ensure_ascii=False) + "\n")
     return report

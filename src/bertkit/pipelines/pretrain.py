@@ -7,10 +7,8 @@ run rebuilds exactly the same instances and the trainer continues from its saved
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import random
-from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -18,63 +16,19 @@ import torch
 from bertkit.config import PRESETS, BertConfig
 from bertkit.data.pretraining import (
     IGNORE_INDEX,
-    OBJECTIVES,
     MaskingSpec,
     PretrainingCollator,
     create_instances,
     tokenize_documents,
 )
 from bertkit.models.heads import BertForMaskedLM, BertForPreTraining
+from bertkit.options import PretrainOptions
 from bertkit.training.arguments import TrainingArguments
 from bertkit.training.budget import steps_in_budget, wall_clock_budget
 from bertkit.training.distributed import process_count, process_rank
 from bertkit.training.trainer import Trainer
 
 OPTIONS_NAME = "pretrain_options.json"
-
-
-@dataclass
-class PretrainOptions:
-    """Everything a pretraining run is made of; saved as pretrain_options.json so `--resume` needs only OUT."""
-
-    corpus: list[str]                     # files, or corpus names of bertkit.data.corpus ("zh", "inews", ...)
-    vocab: str                            # a tokenizer directory (vocab.txt or tokenizer.json)
-    out: str
-    config: str = "mini"                  # a preset name (tiny/mini/small/base) or a BertConfig JSON file
-    albert: bool = False                  # factorised embeddings (128) + one shared layer
-    objective: str = "mlm+nsp"            # "mlm+nsp" | "mlm+sop" | "mlm"
-    wwm: bool = False                     # whole-word masking (jieba words for Chinese)
-    masking: str = "static"               # "static" (fixed at build, dupe_factor copies) | "dynamic" (per epoch)
-    max_seq_length: int = 128
-    batch_size: int = 32
-    max_steps: int | None = None
-    minutes: float | None = None          # wall-clock budget; with no max_steps the schedule is sized to it
-    learning_rate: float = 5e-4
-    warmup_ratio: float = 0.06
-    weight_decay: float = 0.01
-    gradient_accumulation_steps: int = 1
-    dupe_factor: int = 5
-    short_seq_prob: float = 0.1
-    max_predictions_per_seq: int = 20
-    eval_fraction: float = 0.01           # held-out share of documents for MLM / NSP accuracy
-    max_eval_instances: int = 512
-    save_every: int | None = None
-    log_every: int = 10
-    eval_every: int | None = None
-    seed: int = 42
-    bf16: bool = False
-    compile: bool = False
-    progress: bool = True
-
-    def __post_init__(self) -> None:
-        if self.objective not in OBJECTIVES:
-            raise ValueError(f"objective {self.objective!r} is not one of {', '.join(OBJECTIVES)}")
-        if self.masking not in ("static", "dynamic"):
-            raise ValueError(f"masking must be 'static' or 'dynamic', got {self.masking!r}")
-        if self.max_steps is None and self.minutes is None:
-            raise ValueError("give max_steps or minutes (or both)")
-        if not self.corpus:
-            raise ValueError("no corpus given")
 
 
 def load_corpus(specs: list[str]) -> list[list[str]]:
@@ -192,7 +146,7 @@ def pretrain(options: PretrainOptions, resume: bool = False):
                                                                              options.bf16))
         if process_rank() == 0:
             out.mkdir(parents=True, exist_ok=True)
-            (out / OPTIONS_NAME).write_text(json.dumps(dataclasses.asdict(options), indent=2, ensure_ascii=False))
+            options.save(out / OPTIONS_NAME)
     args = TrainingArguments(
         output_dir=str(out), max_steps=options.max_steps,
         **wall_clock_budget(options.minutes),
@@ -213,4 +167,4 @@ def resume_pretraining(out: str | Path):
     path = Path(out) / OPTIONS_NAME
     if not path.exists():
         raise FileNotFoundError(f"{out} holds no {OPTIONS_NAME}: it is not a bertkit pretraining run")
-    return pretrain(PretrainOptions(**json.loads(path.read_text(encoding="utf-8"))), resume=True)
+    return pretrain(PretrainOptions.load(path), resume=True)

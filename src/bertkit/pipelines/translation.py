@@ -12,24 +12,24 @@ the trainer's metrics.jsonl and report.json.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
 import random
 import tempfile
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from bertkit.atomic import atomic_write_text
 from bertkit.config import TRANSLATION_LENGTH_PENALTIES, Seq2SeqConfig
 from bertkit.config import TRANSLATION_MODELS as MODELS
 from bertkit.config import TRANSLATION_SIZES as SIZES
 from bertkit.models.seq2seq import build_seq2seq, load_seq2seq
 from bertkit.models.transformer import IGNORE_INDEX
+from bertkit.options import TranslationOptions
 from bertkit.tokenizer import detokenize
 from bertkit.training.budget import steps_in_budget, wall_clock_budget
 
@@ -39,59 +39,6 @@ GENERATION_NAME = "generation_config.json"
 LENGTH_PENALTIES = TRANSLATION_LENGTH_PENALTIES  # the α tried on dev by `tune_length_penalty`
 TUNING_PAIRS = 500                        # dev pairs they are scored on
 DATASETS = ("bible", "hsk")
-
-@dataclass
-class TranslationOptions:
-    """A translation training run."""
-
-    data: str                              # "bible" | "hsk" | a TSV file of source<TAB>target lines
-    out: str
-    pair: str = "zh-en"                    # source-target language codes
-    model: str = "transformer"
-    size: str = "small"
-    minutes: float | None = None           # wall-clock budget; with no max_steps the schedule is sized to it
-    max_steps: int | None = None
-    batch_size: int = 64                   # sentence pairs per step
-    batch_tokens: int | None = None        # instead: target tokens per step, padding included (fairseq's max-tokens)
-    learning_rate: float | None = None     # None: 5e-4 for the Transformer, 1e-3 for the RNNs
-    warmup_ratio: float = 0.05
-    vocab_size: int = 8000                 # per side, at most
-    max_length: int = 96                   # tokens per side; longer training pairs are left out
-    dropout: float = 0.1
-    label_smoothing: float = 0.1
-    pre_ln: bool = False                   # Transformer: pre-LN blocks instead of the paper's post-LN
-    num_beams: int = 4
-    length_penalty: float = 1.0            # beam search ranks finished hypotheses by log p / length^α
-    tune_length_penalty: bool = False      # instead: the α of LENGTH_PENALTIES with the best dev BLEU
-    max_test_sentences: int | None = None  # BLEU on the first N test pairs (None: all)
-    bf16: bool = False
-    seed: int = 0
-    progress: bool = True
-
-    def __post_init__(self) -> None:
-        if self.model not in MODELS:
-            raise ValueError(f"model {self.model!r} is not one of {', '.join(MODELS)}")
-        if self.size not in SIZES:
-            raise ValueError(f"size {self.size!r} is not one of {', '.join(SIZES)}")
-        if self.max_steps is None and self.minutes is None:
-            raise ValueError("give max_steps or minutes (or both)")
-        if self.batch_tokens is not None and self.batch_tokens < self.max_length:
-            raise ValueError(f"batch_tokens {self.batch_tokens} is below max_length {self.max_length}: "
-                             f"the longest pairs would fit in no batch")
-        self.source_lang, self.target_lang = parse_pair(self.pair)
-
-    @property
-    def lr(self) -> float:
-        return self.learning_rate or (5e-4 if MODELS[self.model]["architecture"] == "transformer" else 1e-3)
-
-
-def parse_pair(pair: str) -> tuple[str, str]:
-    """"zh-en" -> ("zh", "en")."""
-    parts = pair.split("-")
-    if len(parts) != 2 or not all(parts) or parts[0] == parts[1]:
-        raise ValueError(f"--pair must look like zh-en (source-target, two different languages), got {pair!r}")
-    return parts[0], parts[1]
-
 
 # ---- data -----------------------------------------------------------------------------------------
 
@@ -325,7 +272,7 @@ def train_translation(options: TranslationOptions) -> dict[str, Any]:
 
     out = Path(options.out)
     out.mkdir(parents=True, exist_ok=True)
-    (out / OPTIONS_NAME).write_text(json.dumps(dataclasses.asdict(options), indent=2, ensure_ascii=False))
+    options.save(out / OPTIONS_NAME)
     splits = load_pairs(options.data, options.source_lang, options.target_lang, options.seed)
     with tempfile.TemporaryDirectory() as work_dir:
         tokenizer = build_tokenizer(splits["train"], options.source_lang, options.target_lang, options.vocab_size,
@@ -376,7 +323,7 @@ def train_translation(options: TranslationOptions) -> dict[str, Any]:
         "vocab_sizes": {"source": len(tokenizer.source), "target": len(tokenizer.target)},
         "samples": [{"source": s, "reference": t, "translation": h} for (s, t), h in zip(test[:8], hypotheses)],
     }
-    (out / REPORT_NAME).write_text(json.dumps(report, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    atomic_write_text(out / REPORT_NAME, json.dumps(report, indent=2, ensure_ascii=False) + "\n")
     return report
 
 

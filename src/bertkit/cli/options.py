@@ -1,0 +1,89 @@
+"""Command-line arguments generated from an options dataclass (`bertkit.options`): one flag per field.
+
+The flag is `--the-field-name` unless the field's metadata names another (aliases too); the type, the
+default and the choices are the field's; the help line is the field's, ending in its default. A bool
+that defaults to False is a switch (`--bf16`), one that defaults to True is turned off by its flag
+(`--no-progress`), one that defaults to None takes `--x` / `--no-x`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import types
+import typing
+from typing import Any
+
+from bertkit.cli.common import UserError
+
+
+def _flags(f: dataclasses.Field) -> list[str]:
+    return [f.metadata.get("flag") or "--" + f.name.replace("_", "-"), *f.metadata.get("aliases", ())]
+
+
+def _required(f: dataclasses.Field) -> bool:
+    return f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+
+
+def _default(f: dataclasses.Field) -> Any:
+    return f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
+
+
+def _shown(f: dataclasses.Field, kind: Any) -> str:
+    """How the help line states the default."""
+    if f.metadata.get("shown"):
+        return f.metadata["shown"]
+    default = _default(f)
+    if kind is bool:
+        return "on" if default else "off"
+    return " ".join(map(str, default)) if isinstance(default, list) else str(default)
+
+
+def _fields(options_class: type) -> list[dataclasses.Field]:
+    """The class's own fields first (what the command is about), then those every training command shares."""
+    shared = {f.name for base in options_class.__mro__[1:] if dataclasses.is_dataclass(base)
+              for f in dataclasses.fields(base)}
+    fields = dataclasses.fields(options_class)
+    return sorted(fields, key=lambda f: (f.name in shared, fields.index(f)))
+
+
+def add_options(parser: argparse.ArgumentParser, options_class: type, *, required: bool = True) -> None:
+    """One argument per field of `options_class`; fields without a default are required flags, unless
+    `required=False` (then the command checks them with `missing_flags`)."""
+    hints = typing.get_type_hints(options_class)
+    for f in _fields(options_class):
+        kind, many = hints[f.name], False
+        if isinstance(kind, types.UnionType) or typing.get_origin(kind) is typing.Union:
+            kind = next(arg for arg in typing.get_args(kind) if arg is not type(None))
+        if typing.get_origin(kind) is list:
+            kind, many = typing.get_args(kind)[0], True
+        stated = "required" if _required(f) else f"default: {_shown(f, kind)}"
+        help_line = f"{f.metadata.get('help', '')} ({stated})".replace("%", "%%")
+        common: dict[str, Any] = dict(dest=f.name, help=help_line)
+        if kind is bool:
+            default = _default(f)
+            action = (argparse.BooleanOptionalAction if default is None else
+                      "store_false" if default else "store_true")
+            parser.add_argument(*_flags(f), action=action, default=default, **common)
+            continue
+        if f.metadata.get("metavar"):
+            common["metavar"] = f.metadata["metavar"]
+        if f.metadata.get("choices"):
+            common["choices"] = list(f.metadata["choices"])
+        if _required(f):
+            parser.add_argument(*_flags(f), type=kind, nargs="+" if many else None, required=required, **common)
+        else:
+            parser.add_argument(*_flags(f), type=kind, nargs="+" if many else None, default=_default(f), **common)
+
+
+def missing_flags(options_class: type, args: argparse.Namespace) -> list[str]:
+    """The flags of required fields that `args` lacks."""
+    return [_flags(f)[0] for f in _fields(options_class) if _required(f) and getattr(args, f.name, None) is None]
+
+
+def options_from_args(options_class: type, args: argparse.Namespace) -> Any:
+    """The options dataclass filled from parsed arguments (a value it refuses is a ValueError naming it)."""
+    missing = missing_flags(options_class, args)
+    if missing:
+        raise UserError(f"give {', '.join(missing)}")
+    return options_class(**{f.name: getattr(args, f.name) for f in dataclasses.fields(options_class)})
