@@ -101,10 +101,9 @@ DATASETS: tuple[str, ...] = tuple(name for kind in TASKS.values() for name in ki
 
 def get_task(name: str) -> TaskKind:
     """The task kind called `name`; an unknown name is a ValueError listing the known ones."""
-    try:
-        return TASKS[name]
-    except KeyError:
-        raise ValueError(f"task {name!r} is not one of {', '.join(TASKS)}") from None
+    if name not in TASKS:
+        raise ValueError(f"task {name!r} is not one of {', '.join(TASKS)}")
+    return TASKS[name]
 
 
 def dataset_kind(name: str) -> TaskKind:

@@ -1,5 +1,12 @@
 """What every command module shares."""
 
+from __future__ import annotations
+
+import argparse
+import inspect
+from collections.abc import Callable
+from typing import Any
+
 
 class UserError(Exception):
     """A problem with what the user asked for; printed as one line, exit status 2."""
@@ -18,3 +25,14 @@ def _model_help() -> str:
 
 
 MODEL_HELP = _model_help()  # what every --model takes (bertkit.data.sources.resolve_model)
+
+
+def add_command(sub: argparse._SubParsersAction, name: str, run: Callable[[argparse.Namespace], int],
+                **parser_options: Any) -> argparse.ArgumentParser:
+    """Subcommand `name`, run by `run`: the first paragraph of run's docstring is its one-line help in
+    `bertkit --help`, the rest its description in `bertkit NAME --help`."""
+    summary, _, details = inspect.getdoc(run).partition("\n\n")
+    summary = " ".join(summary.split())
+    parser = sub.add_parser(name, help=summary, description=details or summary, **parser_options)
+    parser.set_defaults(func=run)
+    return parser

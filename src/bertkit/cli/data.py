@@ -4,21 +4,20 @@ from __future__ import annotations
 
 import argparse
 
-from bertkit.cli.common import UserError, shorten
+from bertkit.cli.common import UserError, add_command, shorten
 
 # ---- data ----------------------------------------------------------------------------------------
 
 def _add_data(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("data", help="real datasets and models: list, fetch, show")
+    p = add_command(sub, "data", _cmd_data)
     data = p.add_subparsers(dest="data_command", metavar="ACTION", required=True)
     data.add_parser("list", help="the named sources: what, size, license, fetched?")
     f = data.add_parser("fetch", help="download, verify and cache a source (or all)")
     f.add_argument("name", help="a source name (see `bertkit data list`) or 'all'")
-    f.add_argument("--verify", action="store_true", help="re-hash every cached file, not just compare sizes")
-    f.add_argument("--force", action="store_true", help="download and extract again even if cached")
+    f.add_argument("--verify", action="store_true", help="re-hash every cached file (default: compare sizes)")
+    f.add_argument("--force", action="store_true", help="download and extract again even if cached (default: off)")
     s = data.add_parser("show", help="counts per split, label distribution and three examples")
     s.add_argument("name", help="a source name")
-    p.set_defaults(func=_cmd_data)
 
 
 def _show_counts(splits: dict, label_of=None) -> None:
@@ -75,6 +74,7 @@ def _show_data(name: str) -> None:
 
 
 def _cmd_data(args: argparse.Namespace) -> int:
+    """real datasets and models: list, fetch, show"""
     import time
 
     from bertkit.data import sources
@@ -112,26 +112,31 @@ def _cmd_data(args: argparse.Namespace) -> int:
 # ---- vocab ---------------------------------------------------------------------------------------
 
 def _add_vocab(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("vocab", help="build a vocabulary (characters for Chinese, WordPiece otherwise) from text files",
-                       description="Build a BERT vocabulary from plain text files and save it as a tokenizer "
-                                   "directory (vocab.txt, tokenizer_config.json, special_tokens_map.json) that "
-                                   "BertTokenizer.from_pretrained and transformers load.")
+    p = add_command(sub, "vocab", _cmd_vocab)
     p.add_argument("--corpus", nargs="+", required=True, metavar="FILE",
                    help="UTF-8 text files (a directory stands for its *.txt files)")
     p.add_argument("--size", type=int, metavar="N",
-                   help="vocabulary size, special tokens included (needed for WordPiece; a cap for characters)")
+                   help="vocabulary size, special tokens included; needed for WordPiece, a cap for characters "
+                        "(default: every character)")
     p.add_argument("--out", required=True, metavar="DIR", help="directory to write the tokenizer files to")
     p.add_argument("--kind", choices=("auto", "chars", "wordpiece"), default="auto",
-                   help="characters (for Chinese) or WordPiece; auto picks characters when most of the text is CJK")
+                   help="characters (for Chinese) or WordPiece; auto picks characters when most of the text is CJK "
+                        "(default: auto)")
     p.add_argument("--min-count", type=int, default=1, metavar="K",
-                   help="keep characters seen at least K times (WordPiece merges need at least max(K, 2))")
+                   help="keep characters seen at least K times; WordPiece merges need at least max(K, 2) "
+                        "(default: 1)")
     p.add_argument("--cased", action="store_true", help="keep upper case and accents (default: lowercase)")
     p.add_argument("--trainer", choices=("auto", "tokenizers", "python"), default="auto",
-                   help="WordPiece trainer: Hugging Face tokenizers when installed (auto), or the pure-Python one")
-    p.set_defaults(func=_cmd_vocab)
+                   help="WordPiece trainer: Hugging Face tokenizers when installed (auto), or the pure-Python one "
+                        "(default: auto)")
 
 
 def _cmd_vocab(args: argparse.Namespace) -> int:
+    """build a vocabulary (characters for Chinese, WordPiece otherwise) from text files
+
+    Build a BERT vocabulary from plain text files and save it as a tokenizer directory (vocab.txt,
+    tokenizer_config.json, special_tokens_map.json) that BertTokenizer.from_pretrained and transformers load.
+    """
     from bertkit.data.corpus import read_text_documents
     from bertkit.tokenizer import BertTokenizer
     from bertkit.vocab import build_vocab

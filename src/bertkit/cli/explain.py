@@ -4,25 +4,29 @@ from __future__ import annotations
 
 import argparse
 
-from bertkit.cli.common import MODEL_HELP, UserError
+from bertkit.cli.common import MODEL_HELP, UserError, add_command
 
 # ---- attention -----------------------------------------------------------------------------------
 
 def _add_attention(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("attention", help="write an HTML attention viewer (layer/head pickers, head view, matrix)",
-                       description="Run a sentence (or pair) through a BERT model and write ONE self-contained "
-                                   "HTML page: pick a layer and head, hover a token to see its attention lines.")
+    p = add_command(sub, "attention", _cmd_attention)
     p.add_argument("text", help="the sentence to look at")
-    p.add_argument("--pair", help="a second sentence (segment B)")
+    p.add_argument("--pair", help="a second sentence, segment B (default: none)")
     p.add_argument("--model", metavar="DIR|NAME", help=MODEL_HELP + " (default: m3e-small)")
     p.add_argument("--out", default="attention.html", help="the HTML file to write (default: attention.html)")
-    p.add_argument("--picture", help="also draw one layer's heads as a PNG/SVG heatmap grid to this file")
+    p.add_argument("--picture", help="also draw one layer's heads as a PNG/SVG heatmap grid to "
+                                          "this file (default: no picture)")
     p.add_argument("--layer", type=int, default=-1, help="the layer --picture draws (default: the last)")
-    p.add_argument("--max-length", type=int, default=128, help="truncate the input to this many tokens")
-    p.set_defaults(func=_cmd_attention)
+    p.add_argument("--max-length", type=int, default=128, help="truncate the input to this many tokens "
+                                                                "(default: 128)")
 
 
 def _cmd_attention(args: argparse.Namespace) -> int:
+    """write an HTML attention viewer (layer/head pickers, head view, matrix)
+
+    Run a sentence (or pair) through a BERT model and write ONE self-contained HTML page: pick a layer and
+    head, hover a token to see its attention lines.
+    """
     from bertkit.attention_view import load_model_and_tokenizer, sentence_attentions, write_attention_html
     from bertkit.explain.real_model import resolve_model_dir
 
@@ -46,28 +50,27 @@ def _cmd_attention(args: argparse.Namespace) -> int:
     return 0
 
 
-
-
 # ---- explain -------------------------------------------------------------------------------------
 
 def _add_explain(sub: argparse._SubParsersAction) -> None:
     from bertkit.explain import DEFAULT_OUT, TOPICS
 
     topics = "\n".join(f"  {name:<20} {about}" for name, (_, about) in TOPICS.items())
-    p = sub.add_parser("explain", help="small experiments behind the design notes' claims: numbers and pictures",
-                       description=f"Run a small experiment, print its numbers, write its pictures.\n\ntopics:\n"
-                                   f"{topics}\n  {'all':<20} every topic in turn",
-                       formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("topic", choices=[*TOPICS, "all"], metavar="TOPIC", help="one of the topics above, or 'all'")
+    p = add_command(sub, "explain", _cmd_explain, epilog=f"topics:\n{topics}\n  {'all':<20} every topic in turn",
+                    formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("topic", choices=[*TOPICS, "all"], metavar="TOPIC", help="one of the topics below, or 'all'")
     p.add_argument("--out", default=str(DEFAULT_OUT), help=f"folder for the pictures (default: {DEFAULT_OUT})")
     p.add_argument("--format", default="png", choices=("png", "svg"), help="picture format (default: png)")
     p.add_argument("--model", metavar="DIR|NAME", help=f"for 'attention' and 'multihead': {MODEL_HELP} "
                                                         "(default: m3e-small)")
-    p.add_argument("--text", help="the sentence 'attention' looks at")
-    p.set_defaults(func=_cmd_explain)
+    p.add_argument("--text", help="the sentence 'attention' looks at (default: a sentence about Beijing)")
 
 
 def _cmd_explain(args: argparse.Namespace) -> int:
+    """small experiments behind the design notes' claims: numbers and pictures
+
+    Run a small experiment, print its numbers, write its pictures.
+    """
     from bertkit.explain import REAL_MODEL_TOPICS, TOPICS, explain
     from bertkit.explain.real_model import resolve_model_dir
 

@@ -4,18 +4,18 @@ from __future__ import annotations
 
 import argparse
 
-from bertkit.cli.common import MODEL_HELP
+from bertkit.cli.common import MODEL_HELP, add_command
 
 # ---- info ----------------------------------------------------------------------------------------
 
 def _add_info(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("info", help="summarise a model directory: config, parameter count, file format")
+    p = add_command(sub, "info", _cmd_info)
     p.add_argument("model", metavar="MODEL", help=MODEL_HELP + "; a directory holds config.json + model.safetensors "
                                                    "or pytorch_model.bin")
-    p.set_defaults(func=_cmd_info)
 
 
 def _cmd_info(args: argparse.Namespace) -> int:
+    """summarise a model directory: config, parameter count, file format"""
     from bertkit.checkpoint import describe_checkpoint
     from bertkit.data.sources import resolve_model
 

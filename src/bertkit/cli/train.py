@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from bertkit.cli.common import UserError
+from bertkit.cli.common import UserError, add_command
 from bertkit.cli.options import add_options, missing_flags, options_from_args
 from bertkit.options import DemoOptions, FinetuneOptions, PretrainOptions
 from bertkit.task_kinds import FILE_FORMATS
@@ -16,16 +16,18 @@ from bertkit.task_kinds import FILE_FORMATS
 # ---- pretrain ------------------------------------------------------------------------------------
 
 def _add_pretrain(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("pretrain", help="pretrain BERT (masked LM + NSP/SOP, RoBERTa/ALBERT variants) on a corpus",
-                       description="Pretrain BERT on text files or named corpora. Runs under torchrun as data "
-                                   "parallel; `--resume OUT` continues a killed run exactly.")
+    p = add_command(sub, "pretrain", _cmd_pretrain)
     p.add_argument("--resume", metavar="OUT", help="continue the run in OUT from its newest checkpoint, with the "
                                                    "options it was started with (default: a new run)")
     add_options(p, PretrainOptions, required=False)  # --resume OUT needs none of them
-    p.set_defaults(func=_cmd_pretrain)
 
 
 def _cmd_pretrain(args: argparse.Namespace) -> int:
+    """pretrain BERT (masked LM + NSP/SOP, RoBERTa/ALBERT variants) on a corpus
+
+    Pretrain BERT on text files or named corpora. Runs under torchrun as data parallel; `--resume OUT`
+    continues a killed run exactly.
+    """
     from bertkit.pipelines.pretrain import pretrain, resume_pretraining
     from bertkit.training.distributed import process_rank
 
@@ -50,15 +52,16 @@ def _cmd_pretrain(args: argparse.Namespace) -> int:
 # ---- finetune ------------------------------------------------------------------------------------
 
 def _add_finetune(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("finetune", help="fine-tune BERT for classification, sentence pairs or NER",
-                       description="Fine-tune a model directory or model name on a named dataset or your files;\n"
-                                   "keeps the best dev checkpoint in OUT/best and scores it on test.",
-                       epilog="files:\n" + FILE_FORMATS, formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_options(p, FinetuneOptions)
-    p.set_defaults(func=_cmd_finetune)
+    add_options(add_command(sub, "finetune", _cmd_finetune, epilog="files:\n" + FILE_FORMATS,
+                            formatter_class=argparse.RawDescriptionHelpFormatter), FinetuneOptions)
 
 
 def _cmd_finetune(args: argparse.Namespace) -> int:
+    """fine-tune BERT for classification, sentence pairs or NER
+
+    Fine-tune a model directory or model name on a named dataset or your files;
+    keeps the best dev checkpoint in OUT/best and scores it on test.
+    """
     from bertkit.pipelines.finetune import finetune
 
     results = finetune(options_from_args(FinetuneOptions, args))
@@ -72,15 +75,15 @@ def _cmd_finetune(args: argparse.Namespace) -> int:
 # ---- demo ----------------------------------------------------------------------------------------
 
 def _add_demo(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("demo", help="the main job: pretrain a small BERT, fine-tune 3 models, compare (make run)",
-                       description="Fetch the built-in Chinese data, pretrain a small BERT, fine-tune a sentiment "
-                                   "classifier from it, from random initialisation and from m3e-small, and "
-                                   "compare them on the same test split.")
-    add_options(p, DemoOptions)
-    p.set_defaults(func=_cmd_demo)
+    add_options(add_command(sub, "demo", _cmd_demo), DemoOptions)
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
+    """the main job: pretrain a small BERT, fine-tune 3 models, compare (make run)
+
+    Fetch the built-in Chinese data, pretrain a small BERT, fine-tune a sentiment classifier from it, from
+    random initialisation and from m3e-small, and compare them on the same test split.
+    """
     from bertkit.demo import run_demo, table
 
     report = run_demo(options_from_args(DemoOptions, args), say=lambda line: print(line, flush=True))
