@@ -47,9 +47,9 @@ def _fields(options_class: type) -> list[dataclasses.Field]:
     return sorted(fields, key=lambda f: (f.name in shared, fields.index(f)))
 
 
-def add_options(parser: argparse.ArgumentParser, options_class: type, *, required: bool = True) -> None:
+def add_options(parser: argparse.ArgumentParser, options_class: type, *, required: str | None = None) -> None:
     """One argument per field of `options_class`; fields without a default are required flags, unless
-    `required=False` (then the command checks them with `missing_flags`)."""
+    `required` says when they are (then the command checks them with `missing_flags`)."""
     hints = typing.get_type_hints(options_class)
     for f in _fields(options_class):
         kind, many = hints[f.name], False
@@ -57,7 +57,7 @@ def add_options(parser: argparse.ArgumentParser, options_class: type, *, require
             kind = next(arg for arg in typing.get_args(kind) if arg is not type(None))
         if typing.get_origin(kind) is list:
             kind, many = typing.get_args(kind)[0], True
-        stated = "required" if _required(f) else f"default: {_shown(f, kind)}"
+        stated = (required or "required") if _required(f) else f"default: {_shown(f, kind)}"
         help_line = f"{f.metadata.get('help', '')} ({stated})".replace("%", "%%")
         common: dict[str, Any] = dict(dest=f.name, help=help_line)
         if kind is bool:
@@ -71,7 +71,8 @@ def add_options(parser: argparse.ArgumentParser, options_class: type, *, require
         if f.metadata.get("choices"):
             common["choices"] = list(f.metadata["choices"])
         if _required(f):
-            parser.add_argument(*_flags(f), type=kind, nargs="+" if many else None, required=required, **common)
+            parser.add_argument(*_flags(f), type=kind, nargs="+" if many else None, required=required is None,
+                                **common)
         else:
             parser.add_argument(*_flags(f), type=kind, nargs="+" if many else None, default=_default(f), **common)
 

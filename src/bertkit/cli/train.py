@@ -19,7 +19,7 @@ def _add_pretrain(sub: argparse._SubParsersAction) -> None:
     p = add_command(sub, "pretrain", _cmd_pretrain)
     p.add_argument("--resume", metavar="OUT", help="continue the run in OUT from its newest checkpoint, with the "
                                                    "options it was started with (default: a new run)")
-    add_options(p, PretrainOptions, required=False)  # --resume OUT needs none of them
+    add_options(p, PretrainOptions, required="required, unless --resume")
 
 
 def _cmd_pretrain(args: argparse.Namespace) -> int:

