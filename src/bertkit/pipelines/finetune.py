@@ -36,8 +36,10 @@ RESULTS_NAME = "finetune_results.json"
 
 def load_task_data(task: TaskKind, train: str, dev: str | None, test: str | None) -> dict[str, list]:
     """Splits from a named dataset, or from users' files (TSV/CSV/JSONL for classes, CoNLL for NER)."""
-    splits = dict(task.load_dataset(train)) if train in task.datasets else {"train": task.read(train, "train",
-                                                                                               "to train on")}
+    if train in task.datasets:
+        splits = dict(task.load_dataset(train))
+    else:
+        splits = {"train": task.read(train, "train", "to train on")}
     for name, spec in (("dev", dev), ("test", test)):
         if spec is not None:
             splits[name] = task.read(spec, name, "to evaluate on")
