@@ -57,11 +57,6 @@ class Options:
         """Options written by `save`."""
         return cls(**json.loads(Path(path).read_text(encoding="utf-8")))
 
-    def require_budget(self) -> None:
-        """The one check behind every "give --max-steps or --minutes": a run must know when to stop."""
-        if getattr(self, "max_steps", None) is None and getattr(self, "minutes", None) is None:
-            raise ValueError("give max_steps or minutes, or both (--max-steps, --minutes)")
-
 
 @dataclass(kw_only=True)
 class TrainingOptions(Options):
@@ -74,6 +69,11 @@ class TrainingOptions(Options):
                                          "the clock at the latest", shown="no limit")
     bf16: bool = option(False, "bfloat16 autocast")
     progress: bool = option(True, "hide the progress bars", flag="--no-progress", shown="shown")
+
+    def require_budget(self) -> None:
+        """The one check behind every "give --max-steps or --minutes": a run must know when to stop."""
+        if self.max_steps is None and self.minutes is None:
+            raise ValueError("give max_steps or minutes, or both (--max-steps, --minutes)")
 
 
 @dataclass(kw_only=True)
