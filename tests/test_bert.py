@@ -101,3 +101,62 @@ def test_hidden_states_and_position_ids():
         shifted = model(ids, position_ids=torch.arange(1, 6).expand(2, 5))
     assert len(out.hidden_states) == 3 and torch.equal(out.hidden_states[-1], out.last_hidden_state)
     assert (shifted.last_hidden_state - out.last_hidden_state).abs().max() > 1e-3
+
+
+@pytest.mark.parametrize("pre_ln, bias", [(True, True), (False, False), (True, False)])
+def test_recipe_options_match_the_numpy_reference(tmp_path, pre_ln, bias):
+    """Pre-LN blocks and bias-free layers (the pretraining recipe's levers) against NumpyBert's own lines."""
+    cfg = BertConfig(**TINY, normalize_before=pre_ln, use_bias=bias)
+    torch.manual_seed(0)
+    model = BertModel(cfg).eval()
+    with torch.no_grad():  # LayerNorm gains and biases away from 1 and 0, so a misplaced norm shows
+        for p in model.parameters():
+            p.add_(0.2 * torch.randn_like(p))
+    names = list(model.state_dict())
+    assert ("encoder.layer.0.attention.self.query.bias" in names) == bias
+    assert ("encoder.layer.1.intermediate.dense.bias" in names) == bias
+    assert ("encoder.final_layer_norm.weight" in names) == pre_ln
+    model.save_pretrained(tmp_path)
+    ids = torch.randint(0, 50, (3, 9))
+    mask = torch.ones_like(ids)
+    mask[2, 5:] = 0
+    with torch.no_grad():
+        out = model(ids, mask, output_hidden_states=True)
+        loaded = BertModel.from_pretrained(tmp_path)(ids, mask).last_hidden_state
+    seq, pooled = NumpyBert.from_pretrained(tmp_path)(ids.numpy(), mask.numpy())
+    real = mask.bool()
+    torch.testing.assert_close(torch.from_numpy(seq)[real], out.last_hidden_state[real], atol=1e-5, rtol=0)
+    torch.testing.assert_close(torch.from_numpy(pooled), out.pooler_output, atol=1e-5, rtol=0)
+    torch.testing.assert_close(loaded, out.last_hidden_state, atol=0, rtol=0)
+    assert out.hidden_states[-1] is out.last_hidden_state
+    post = BertModel(BertConfig(**TINY, use_bias=bias)).eval()
+    post.load_state_dict({k: v for k, v in model.state_dict().items() if "final_layer_norm" not in k})
+    with torch.no_grad():  # the same weights read post-LN compute something else
+        differs = (post(ids, mask).last_hidden_state - out.last_hidden_state)[real].abs().max() > 1e-2
+    assert differs == pre_ln
+
+
+def test_pre_ln_config_is_not_taken_for_transformers_bert(tmp_path):
+    import json
+
+    import transformers
+
+    BertModel(BertConfig(**TINY, normalize_before=True)).save_pretrained(tmp_path)
+    saved = json.loads((tmp_path / "config.json").read_text())
+    assert saved["model_type"] == "bertkit-bert-pre-ln" and saved["normalize_before"] is True
+    assert BertConfig.from_pretrained(tmp_path).normalize_before
+    with pytest.raises(ValueError, match="bertkit-bert-pre-ln"):
+        transformers.AutoModel.from_pretrained(tmp_path)
+
+
+def test_bias_free_model_loads_in_transformers_as_the_same_function(tmp_path):
+    import transformers
+
+    torch.manual_seed(1)
+    model = BertModel(BertConfig(**TINY, use_bias=False)).eval()
+    model.save_pretrained(tmp_path)
+    transformers.logging.set_verbosity_error()
+    theirs = transformers.BertModel.from_pretrained(tmp_path).eval()   # missing biases start at zero there
+    ids = torch.randint(0, 50, (2, 8))
+    with torch.no_grad():
+        torch.testing.assert_close(theirs(ids).last_hidden_state, model(ids).last_hidden_state, atol=1e-5, rtol=0)

@@ -38,10 +38,10 @@ def test_the_cli_and_the_python_api_have_the_same_defaults(command):
     args = build_parser().parse_args([command, *argv])
     assert options_from_args(cls, args) == cls(**given)
     by_dest = {a.dest: a for a in subparsers()[command]._actions}
-    for f in dataclasses.fields(cls):  # one flag per field, with the field's own default
+    for f in dataclasses.fields(cls):  # one flag per field; an untyped flag leaves the field's own default
         assert f.name in by_dest, f.name
         if f.name not in given:
-            assert getattr(args, f.name) == getattr(cls(**given), f.name), f.name
+            assert not hasattr(args, f.name), f.name
 
 
 @pytest.mark.parametrize("command", sorted(subparsers()))

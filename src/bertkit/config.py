@@ -90,6 +90,10 @@ class _JsonConfig:
         return dataclasses.replace(self, **changes)
 
 
+# A pre-LN BERT's config.json says this, not "bert", so that transformers' AutoModel refuses it.
+PRE_LN_MODEL_TYPE = "bertkit-bert-pre-ln"
+
+
 @dataclass
 class BertConfig(_JsonConfig):
     """BERT hyper-parameters (Hugging Face `BertConfig` names) plus bertkit's ALBERT and positional options."""
@@ -113,9 +117,18 @@ class BertConfig(_JsonConfig):
     # ALBERT: factorised embeddings (E < H, projected up) and one layer's weights reused N times.
     embedding_size: int | None = None
     share_layers: bool = False
+    # Pretraining-recipe options (Cramming, Geiping & Goldstein 2022). transformers' BERT is post-LN, so a
+    # pre-LN config names another model_type (see to_dict); a bias-free model loads there as it is, its
+    # missing biases initialised to zero.
+    normalize_before: bool = False      # pre-LN blocks: x + f(LN(x)), one LayerNorm after the last block
+    use_bias: bool = True               # biases of the attention and feed-forward Linear layers
     # Task heads (Hugging Face names): label names in id order, and the classifier's dropout.
     id2label: dict[int, str] | None = None
     classifier_dropout: float | None = None
+    # Classification as a cloze (BertForPromptClassification): {"template": "[MASK][MASK]新闻：{text}",
+    # "label_words": [a word per label, in id order], "label_word_ids": [[token id per [MASK]], ...],
+    # "mask_token_id": id}. The weights are BertForMaskedLM's; this says how to read a class off them.
+    prompt: dict[str, Any] | None = None
     # Keys of a config.json that bertkit does not use; kept so a save writes them back.
     extra: dict[str, Any] = field(default_factory=dict, repr=False)
 
@@ -153,6 +166,23 @@ class BertConfig(_JsonConfig):
             self.id2label = {int(k): str(v) for k, v in self.id2label.items()}
             if sorted(self.id2label) != list(range(len(self.id2label))):
                 raise ConfigError(f"id2label keys must be 0..n-1, got {sorted(self.id2label)}")
+        if self.prompt is not None:
+            self._validate_prompt()
+
+    def _validate_prompt(self) -> None:
+        prompt = self.prompt
+        keys = {"template", "label_words", "label_word_ids", "mask_token_id"}
+        if not isinstance(prompt, dict) or set(prompt) != keys:
+            raise ConfigError(f"prompt must be a dict with the keys {', '.join(sorted(keys))}")
+        ids = prompt["label_word_ids"]
+        if not ids or not all(isinstance(row, list) and len(row) == len(ids[0]) > 0 for row in ids):
+            raise ConfigError("prompt label_word_ids must be one non-empty list of token ids per label, all as "
+                              "long as the template has [MASK]s")
+        if len(ids) != len(prompt["label_words"]) or (self.id2label and len(ids) != len(self.id2label)):
+            raise ConfigError(f"prompt has {len(ids)} label words for {self.num_labels} labels")
+        for token in [t for row in ids for t in row] + [prompt["mask_token_id"]]:
+            if not isinstance(token, int) or not 0 <= token < self.vocab_size:
+                raise ConfigError(f"prompt token id {token!r} is outside the vocabulary (size {self.vocab_size})")
 
     @property
     def head_dim(self) -> int:
@@ -172,6 +202,9 @@ class BertConfig(_JsonConfig):
     def from_dict(cls, data: dict[str, Any]) -> BertConfig:
         """Build from a Hugging Face config dict; unknown keys are kept in `extra` and warned about."""
         data = dict(data)
+        if data.get("model_type") == PRE_LN_MODEL_TYPE:
+            data["model_type"] = "bert"
+            data.setdefault("normalize_before", True)
         names = {f.name for f in dataclasses.fields(cls)} - {"extra"}
         known = {k: data.pop(k) for k in list(data) if k in names}
         if "id2label" not in known and "num_labels" in data:
@@ -190,15 +223,19 @@ class BertConfig(_JsonConfig):
     def to_dict(self) -> dict[str, Any]:
         out = dict(self.extra)
         out.update({f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "extra"})
-        for optional in ("embedding_size", "id2label", "classifier_dropout"):
+        for optional in ("embedding_size", "id2label", "classifier_dropout", "prompt"):
             if out[optional] is None:
                 del out[optional]
-        if not self.share_layers:
-            del out["share_layers"]
+        for option, default in (("share_layers", False), ("normalize_before", False), ("use_bias", True)):
+            if out[option] == default:
+                del out[option]
         if self.id2label:
             out["id2label"] = {str(k): v for k, v in self.id2label.items()}
             out["label2id"] = self.label2id
         out.setdefault("model_type", "bert")
+        if self.normalize_before:
+            # transformers' BERT is post-LN: it would load these weights and compute another function
+            out["model_type"] = PRE_LN_MODEL_TYPE
         return out
 
 

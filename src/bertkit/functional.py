@@ -131,3 +131,11 @@ def gelu_pytorch_tanh(x: Tensor) -> Tensor:
 
 
 ACT2FN = {"gelu": gelu, "gelu_new": gelu_new, "gelu_pytorch_tanh": gelu_pytorch_tanh, "relu": F.relu}
+
+
+def cloze_scores(vocab_logits: Tensor, label_word_ids: Tensor) -> Tensor:
+    """s_c = Σ_j log_softmax(vocab_logits[:, j])[label_word_ids[c, j]]: the log-probability that the K [MASK]s
+    of a cloze read label word c. (B, K, V), (L, K) -> (B, L)."""
+    log_probs = F.log_softmax(vocab_logits.float(), dim=-1)                       # (B, K, V)
+    index = label_word_ids.t().unsqueeze(0).expand(log_probs.size(0), -1, -1)     # (B, K, L)
+    return log_probs.gather(-1, index).sum(1)                                     # (B, L)

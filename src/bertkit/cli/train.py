@@ -38,8 +38,9 @@ def _cmd_pretrain(args: argparse.Namespace) -> int:
         missing = missing_flags(PretrainOptions, args)
         if missing:
             raise UserError(f"give {', '.join(missing)} (or --resume OUT)")
-        state = pretrain(options_from_args(PretrainOptions, args))
-        out = args.out
+        options = options_from_args(PretrainOptions, args)
+        state = pretrain(options)
+        out = options.out
     if process_rank() == 0:
         last = state.log_history[-1] if state.log_history else {}
         evals = ", ".join(f"{k[5:]} {v:.4f}" for k, v in last.items() if k.startswith("eval_"))
@@ -86,12 +87,13 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     """
     from bertkit.demo import run_demo, table
 
-    report = run_demo(options_from_args(DemoOptions, args), say=lambda line: print(line, flush=True))
+    options = options_from_args(DemoOptions, args)
+    report = run_demo(options, say=lambda line: print(line, flush=True))
     print()
     print(table(report["rows"]))
     rows = {r["model"]: r for r in report["rows"]}
     margin = rows["bertkit-pretrained"]["test_accuracy"] - rows["random-init"]["test_accuracy"]
     print(f"\npretraining vs random initialisation: {margin * 100:+.2f} points of test accuracy")
-    print(f"report: {Path(args.out) / 'report.md'} (also report.json, pictures, checkpoints) "
+    print(f"report: {Path(options.out) / 'report.md'} (also report.json, pictures, checkpoints) "
           f"- {report['total_seconds'] / 60:.1f} minutes")
     return 0

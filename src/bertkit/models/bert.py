@@ -70,9 +70,9 @@ class BertSelfAttention(nn.Module):
         super().__init__()
         self.num_heads = config.num_attention_heads
         self.head_dim = config.head_dim
-        self.query = nn.Linear(config.hidden_size, config.hidden_size)
-        self.key = nn.Linear(config.hidden_size, config.hidden_size)
-        self.value = nn.Linear(config.hidden_size, config.hidden_size)
+        self.query = nn.Linear(config.hidden_size, config.hidden_size, bias=config.use_bias)
+        self.key = nn.Linear(config.hidden_size, config.hidden_size, bias=config.use_bias)
+        self.value = nn.Linear(config.hidden_size, config.hidden_size, bias=config.use_bias)
         self.dropout_prob = config.attention_probs_dropout_prob
 
     def forward(self, x: Tensor, bias: Tensor | None, output_attentions: bool) -> tuple[Tensor, Tensor | None]:
@@ -80,7 +80,7 @@ class BertSelfAttention(nn.Module):
         # Q, K and V in one (C -> 3C) matmul: the same maths as three Linears, but one larger GEMM is
         # faster on CPU. The parameters stay three Linears, so the names match Hugging Face's.
         weight = torch.cat((self.query.weight, self.key.weight, self.value.weight))
-        bias_qkv = torch.cat((self.query.bias, self.key.bias, self.value.bias))
+        bias_qkv = torch.cat((self.query.bias, self.key.bias, self.value.bias)) if self.query.bias is not None else None
         qkv = F.linear(x, weight, bias_qkv).view(B, T, 3, self.num_heads, self.head_dim)
         q, k, v = qkv.permute(2, 0, 3, 1, 4)                                              # 3 x (B, H, T, D)
         if output_attentions:  # the explicit maths, which can hand back the probabilities
@@ -91,16 +91,19 @@ class BertSelfAttention(nn.Module):
 
 
 class BertSelfOutput(nn.Module):
-    """Output projection W_O, dropout, residual add, LayerNorm."""
+    """Output projection W_O, dropout, residual add, LayerNorm (post-LN); pre-LN blocks normalise the
+    sublayer's input instead (BertLayer), and here only add the residual."""
 
     def __init__(self, config: BertConfig) -> None:
         super().__init__()
-        self.dense = nn.Linear(config.hidden_size, config.hidden_size)
+        self.dense = nn.Linear(config.hidden_size, config.hidden_size, bias=config.use_bias)
         self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
         self.dropout = Dropout(config.hidden_dropout_prob)
+        self.normalize_before = config.normalize_before
 
     def forward(self, hidden: Tensor, residual: Tensor) -> Tensor:
-        return self.LayerNorm(self.dropout(self.dense(hidden)) + residual)
+        out = self.dropout(self.dense(hidden)) + residual
+        return out if self.normalize_before else self.LayerNorm(out)
 
 
 class BertAttention(nn.Module):
@@ -110,7 +113,8 @@ class BertAttention(nn.Module):
         self.output = BertSelfOutput(config)
 
     def forward(self, x: Tensor, bias: Tensor | None, output_attentions: bool) -> tuple[Tensor, Tensor | None]:
-        context, probs = self.self(x, bias, output_attentions)
+        h = self.output.LayerNorm(x) if self.output.normalize_before else x
+        context, probs = self.self(h, bias, output_attentions)
         return self.output(context, x), probs
 
 
@@ -119,7 +123,7 @@ class BertIntermediate(nn.Module):
 
     def __init__(self, config: BertConfig) -> None:
         super().__init__()
-        self.dense = nn.Linear(config.hidden_size, config.intermediate_size)
+        self.dense = nn.Linear(config.hidden_size, config.intermediate_size, bias=config.use_bias)
         self.act = ACT2FN[config.hidden_act]
 
     def forward(self, x: Tensor) -> Tensor:
@@ -131,11 +135,12 @@ class BertOutput(BertSelfOutput):
 
     def __init__(self, config: BertConfig) -> None:
         super().__init__(config)
-        self.dense = nn.Linear(config.intermediate_size, config.hidden_size)
+        self.dense = nn.Linear(config.intermediate_size, config.hidden_size, bias=config.use_bias)
 
 
 class BertLayer(nn.Module):
-    """One post-LN encoder block: x = LN(x + Attn(x)); x = LN(x + FFN(x))."""
+    """One encoder block. Post-LN (BERT): x = LN(x + Attn(x)); x = LN(x + FFN(x)).
+    Pre-LN (`normalize_before`): x = x + Attn(LN(x)); x = x + FFN(LN(x)), with the same two LayerNorms."""
 
     def __init__(self, config: BertConfig) -> None:
         super().__init__()
@@ -145,7 +150,8 @@ class BertLayer(nn.Module):
 
     def forward(self, x: Tensor, bias: Tensor | None, output_attentions: bool) -> tuple[Tensor, Tensor | None]:
         x, probs = self.attention(x, bias, output_attentions)
-        return self.output(self.intermediate(x), x), probs
+        h = self.output.LayerNorm(x) if self.output.normalize_before else x
+        return self.output(self.intermediate(h), x), probs
 
 
 class BertEncoder(nn.Module):
@@ -157,6 +163,8 @@ class BertEncoder(nn.Module):
         if config.embedding_size and config.embedding_size != config.hidden_size:
             self.embedding_hidden_mapping_in = nn.Linear(config.embedding_size, config.hidden_size)  # E -> C
         self.layer = nn.ModuleList(BertLayer(config) for _ in range(1 if config.share_layers else self.num_layers))
+        if config.normalize_before:  # pre-LN blocks leave the residual sum unnormalised: normalise it once
+            self.final_layer_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
 
     def forward(self, x: Tensor, bias: Tensor | None, output_attentions: bool = False,
                 output_hidden_states: bool = False) -> tuple[Tensor, tuple | None, tuple | None]:
@@ -169,6 +177,10 @@ class BertEncoder(nn.Module):
                 hidden_states += (x,)
             if output_attentions:
                 attentions += (probs,)
+        if hasattr(self, "final_layer_norm"):
+            x = self.final_layer_norm(x)
+            if output_hidden_states:  # the last hidden state is the normalised one, as in pre-LN GPT-2
+                hidden_states = hidden_states[:-1] + (x,)
         return x, hidden_states, attentions
 
 
@@ -191,6 +203,8 @@ class BertPreTrainedModel(nn.Module):
     head_prefixes: tuple[str, ...] = ()
     # Prefixes of other BERT models' heads (e.g. NSP weights in a pretraining checkpoint): ignored on load.
     other_head_prefixes: tuple[str, ...] = ()
+    # The transformers class that loads the saved weights, when it is not the class of the same name.
+    saved_architecture: str | None = None
 
     def __init__(self, config: BertConfig) -> None:
         super().__init__()
@@ -253,7 +267,8 @@ class BertPreTrainedModel(nn.Module):
         """Write config.json + model.safetensors (atomically), loadable by transformers' from_pretrained."""
         path = Path(path)
         path.mkdir(parents=True, exist_ok=True)
-        self.config.extra["architectures"] = [type(self).__name__]  # tells loaders which head the weights are for
+        # tells loaders which head the weights are for
+        self.config.extra["architectures"] = [self.saved_architecture or type(self).__name__]
         self.config.save_pretrained(path)
         checkpoint.save_weights(self.state_dict(), path / checkpoint.SAFETENSORS_NAME)
         return path

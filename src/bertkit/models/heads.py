@@ -4,8 +4,10 @@
 - BertForMaskedLM: masked LM alone (RoBERTa's objective).
 - BertForSequenceClassification: a Linear on the pooled [CLS] vector (single sentences and pairs).
 - BertForTokenClassification: a Linear on every token's vector (NER).
+- BertForPromptClassification: the masked-LM head read as a classifier through a cloze template (PET, LM-BFF).
 
-Dimension letters: B batch, T sequence, C hidden, E embedding size, V vocabulary, N predicted positions.
+Dimension letters: B batch, T sequence, C hidden, E embedding size, V vocabulary, N predicted positions,
+K [MASK]s of a cloze template, L labels.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from bertkit.config import BertConfig
-from bertkit.functional import ACT2FN
+from bertkit.functional import ACT2FN, cloze_scores
 from bertkit.models.bert import BertModel, BertPreTrainedModel
 from bertkit.models.dropout import Dropout
 
@@ -189,7 +191,7 @@ class BertForMaskedLM(BertPreTrainedModel):
 class BertForSequenceClassification(BertPreTrainedModel):
     """dropout + Linear on the pooled [CLS] vector; cross-entropy, or MSE when num_labels == 1 (regression)."""
 
-    head_prefixes = ("classifier.",)
+    head_prefixes = ("classifier.", "bert.pooler.")  # a masked-LM checkpoint (RoBERTa's objective) has no pooler
     other_head_prefixes = ("cls.",)
 
     def __init__(self, config: BertConfig) -> None:
@@ -246,6 +248,52 @@ class BertForTokenClassification(BertPreTrainedModel):
         return ClassifierOutput(loss, logits, out.hidden_states, out.attentions)
 
 
+class BertForPromptClassification(BertPreTrainedModel):
+    """Classification as a cloze: BertForMaskedLM (same modules and weights; saved as one, for transformers) whose
+    forward reads a class off the masked-LM head. With the template "[MASK][MASK]新闻：{text}" (`config.prompt`)
+    and label word w_c = (w_c1, w_c2) of class c, the score of c is s_c = Σ_j log p(w_cj | [MASK] j) and
+    p(c | x) = softmax_c(s_c) (PET's multi-token verbaliser, Schick & Schütze 2021). Fine-tuning goes through
+    the masked-LM head, so no parameter starts from scratch (LM-BFF, Gao et al. 2021)."""
+
+    head_prefixes = ("cls.predictions.",)
+    other_head_prefixes = ("cls.seq_relationship.", "bert.pooler.", "classifier.")
+    saved_architecture = "BertForMaskedLM"  # the same weights; config.prompt says how to classify with them
+
+    def __init__(self, config: BertConfig) -> None:
+        super().__init__(config)
+        if config.prompt is None:
+            raise ValueError("BertForPromptClassification needs config.prompt (template and label words); "
+                             "see bertkit.data.prompts.PromptTemplate.config")
+        self.num_labels = len(config.prompt["label_word_ids"])
+        self.mask_token_id = int(config.prompt["mask_token_id"])
+        self.bert = BertModel(config, add_pooling_layer=False)
+        self.cls = BertOnlyMLMHead(config)
+        self.register_buffer("label_word_ids", torch.tensor(config.prompt["label_word_ids"]), persistent=False)
+        self.init_weights()
+
+    def tie_weights(self) -> None:
+        self.cls.predictions.decoder.weight = self.bert.embeddings.word_embeddings.weight
+
+    def forward(self, input_ids: Tensor, attention_mask: Tensor | None = None, token_type_ids: Tensor | None = None,
+                position_ids: Tensor | None = None, labels: Tensor | None = None, output_attentions: bool = False,
+                output_hidden_states: bool = False) -> ClassifierOutput:
+        """input_ids (B, T) hold the template's K [MASK]s; logits (B, L) are the class scores s_c."""
+        masks = input_ids == self.mask_token_id                                   # (B, T)
+        K = self.label_word_ids.size(1)
+        if not torch.compiler.is_compiling() and not bool((masks.sum(1) == K).all()):
+            raise ValueError(f"every input must hold the template's {K} [MASK] tokens (id {self.mask_token_id}); "
+                             "encode texts with the model's prompt template")
+        out = self.bert(input_ids, attention_mask, token_type_ids, position_ids, output_attentions,
+                        output_hidden_states)
+        hidden = out.last_hidden_state[masks].view(input_ids.size(0), K, -1)      # (B, K, C), masks in order
+        logits = cloze_scores(self.cls.predictions(hidden), self.label_word_ids)  # (B, L)
+        loss = None
+        if labels is not None:
+            _check_labels(labels, self.num_labels)
+            loss = F.cross_entropy(logits, labels.view(-1))
+        return ClassifierOutput(loss, logits, out.hidden_states, out.attentions)
+
+
 def _check_labels(labels: Tensor, num_labels: int) -> None:
     """A label id outside the head is a data error; say so instead of failing inside cross_entropy."""
     if labels.numel() and (int(labels.min()) < 0 or int(labels.max()) >= num_labels):
@@ -254,11 +302,15 @@ def _check_labels(labels: Tensor, num_labels: int) -> None:
 
 
 MODEL_CLASSES = {cls.__name__: cls for cls in (BertModel, BertForPreTraining, BertForMaskedLM,
-                                                BertForSequenceClassification, BertForTokenClassification)}
+                                                BertForSequenceClassification, BertForTokenClassification,
+                                                BertForPromptClassification)}
 
 
 def model_class_for(config: BertConfig) -> type[BertPreTrainedModel]:
-    """The class a checkpoint was saved from (config.json's `architectures`), BertModel when unknown."""
+    """The class a checkpoint was saved from (config.json's `architectures`), BertModel when unknown; a
+    config with a cloze prompt is a BertForPromptClassification (saved as BertForMaskedLM, for transformers)."""
+    if config.prompt is not None:
+        return BertForPromptClassification
     for name in config.extra.get("architectures") or []:
         if name in MODEL_CLASSES:
             return MODEL_CLASSES[name]

@@ -19,9 +19,11 @@ import torch
 
 from bertkit.atomic import atomic_write_text
 from bertkit.config import BertConfig
+from bertkit.data.prompts import PromptTemplate
 from bertkit.data.sources import resolve_model
+from bertkit.data.tasks import DATASET_LABEL_WORDS, label_budget
 from bertkit.inference import EncodedText, run_sorted
-from bertkit.models.heads import IGNORE_INDEX
+from bertkit.models.heads import IGNORE_INDEX, BertForPromptClassification
 from bertkit.options import FinetuneOptions
 from bertkit.task_kinds import TaskKind, get_task, label_names
 from bertkit.training import metrics
@@ -33,6 +35,21 @@ RESULTS_NAME = "finetune_results.json"
 
 
 # ---- data ----------------------------------------------------------------------------------------
+
+def prompt_label_words(options: FinetuneOptions, names: Sequence[str]) -> list[str]:
+    """The label word of each label (in `names` order): --label-words LABEL=WORD ..., or a named dataset's own."""
+    words = dict(DATASET_LABEL_WORDS.get(options.train, {}))
+    for item in options.label_words or []:
+        label, sep, word = item.partition("=")
+        if not sep or not label or not word:
+            raise ValueError(f"--label-words takes LABEL=WORD items, got {item!r}")
+        words[label] = word
+    missing = [name for name in names if name not in words]
+    if missing:
+        raise ValueError(f"the prompt needs a label word for every label; none for {', '.join(missing)} "
+                         "(give --label-words LABEL=WORD ...)")
+    return [words[name] for name in names]
+
 
 def load_task_data(task: TaskKind, train: str, dev: str | None, test: str | None) -> dict[str, list]:
     """Splits from a named dataset, or from users' files (TSV/CSV/JSONL for classes, CoNLL for NER)."""
@@ -181,8 +198,11 @@ def finetune(options: FinetuneOptions) -> dict[str, Any]:
     splits = load_task_data(task, options.train, options.dev, options.test)
     train = splits["train"]
     if options.max_train_examples and len(train) > options.max_train_examples:
-        rng = np.random.default_rng(options.seed)
-        train = [train[i] for i in sorted(rng.choice(len(train), options.max_train_examples, replace=False))]
+        if task.token_level:
+            rng = np.random.default_rng(options.seed)
+            train = [train[i] for i in sorted(rng.choice(len(train), options.max_train_examples, replace=False))]
+        else:  # every class represented alike, and the 50 of a seed are the first 50 of its 200
+            train = label_budget(train, options.max_train_examples, options.seed)
     names = label_names(task, train)
     id2label = dict(enumerate(names))
     label2id = {v: k for k, v in id2label.items()}
@@ -190,15 +210,18 @@ def finetune(options: FinetuneOptions) -> dict[str, Any]:
         if split in splits:
             check_labels(splits[split], label2id, task, split)
 
-    cls = task.model_class
+    cls, head, template = task.model_class, {"id2label": id2label}, None
+    if options.prompt is not None:
+        cls, template = BertForPromptClassification, PromptTemplate(options.prompt)
+        head["prompt"] = template.config(tokenizer, prompt_label_words(options, names))
     torch.manual_seed(options.seed)
     if options.random_init:
-        config = BertConfig.from_pretrained(model_dir).replace(id2label=id2label)
+        config = BertConfig.from_pretrained(model_dir).replace(**head)
         model = cls(config)
     else:
         with warnings.catch_warnings():  # the fresh head is the point here, not news
             warnings.filterwarnings("ignore", message=".*initialised fresh.*")
-            model = cls.from_pretrained(model_dir, id2label=id2label)
+            model = cls.from_pretrained(model_dir, **head)
     if options.max_length > model.config.max_position_embeddings:
         raise ValueError(f"max_length {options.max_length} exceeds the model's {model.config.max_position_embeddings} "
                          "positions")
@@ -206,6 +229,10 @@ def finetune(options: FinetuneOptions) -> dict[str, Any]:
     def featurize(examples):
         if task.token_level:
             return ner_features(examples, tokenizer, label2id, options.max_length, options.label_all_subtokens)
+        if template is not None:
+            ids, _ = template.encode(tokenizer, [e.text for e in examples], options.max_length)
+            return [{"input_ids": row, "token_type_ids": [0] * len(row), "label": label2id[e.label]}
+                    for row, e in zip(ids, examples)]
         return classification_features(examples, tokenizer, label2id, options.max_length)
 
     train_features, dev_features = featurize(train), featurize(splits["dev"])
@@ -223,23 +250,28 @@ def finetune(options: FinetuneOptions) -> dict[str, Any]:
             probes = [collator(train_features[i * B:(i + 1) * B]) for i in range(3)]
         max_steps = min(max_steps, steps_in_budget(model, probes, options.minutes * 60, options.bf16, reserve=0.15))
     best_metric = task.metric
+    select = options.select_best
     args = TrainingArguments(
         output_dir=options.out, max_steps=max_steps, **wall_clock_budget(options.minutes),
         batch_size=min(options.batch_size, len(train_features)), learning_rate=options.learning_rate,
         warmup_ratio=options.warmup_ratio, weight_decay=options.weight_decay, bf16=options.bf16,
         log_every=options.log_every or max(1, min(50, max_steps // 20)),
         eval_every=options.eval_every or max(1, min(max_steps, steps_per_epoch // 2)),
-        metric_for_best=best_metric, early_stopping_patience=options.early_stopping_patience,
+        metric_for_best=best_metric if select else None,
+        early_stopping_patience=options.early_stopping_patience if select else None,
         save_total_limit=1, seed=options.seed, group_by_length=options.group_by_length, progress=options.progress)
     trainer = Trainer(model, args, train_features, collator,
-                      eval_fn=lambda m: evaluate_features(m, task, dev_features, tokenizer.pad_token_id, id2label,
-                                                          dev_tags),
+                      eval_fn=(lambda m: evaluate_features(m, task, dev_features, tokenizer.pad_token_id, id2label,
+                                                           dev_tags)) if select else None,
                       tokenizer=tokenizer)
     state = trainer.train()
     train_seconds = time.perf_counter() - started
 
-    best_dir = Path(options.out) / "best"
-    best = cls.from_pretrained(best_dir)
+    best_dir = Path(options.out) / "best" if select else Path(options.out)
+    best = cls.from_pretrained(best_dir) if select else trainer.model.eval()
+    if not select:
+        state.best_metric = evaluate_features(best, task, dev_features, tokenizer.pad_token_id, id2label,
+                                              dev_tags)[best_metric]
     results: dict[str, Any] = {"task": options.task, "model": options.model, "random_init": options.random_init,
                                "labels": names, "steps": state.step, "stop_reason": state.stop_reason,
                                "train_seconds": train_seconds, "best_step": state.best_step,

@@ -16,8 +16,10 @@ import torch
 from bertkit.config import PRESETS, BertConfig
 from bertkit.data.pretraining import (
     IGNORE_INDEX,
+    Instance,
     MaskingSpec,
     PretrainingCollator,
+    Segment,
     create_instances,
     tokenize_documents,
 )
@@ -76,25 +78,52 @@ def split_documents(documents: list, fraction: float, seed: int) -> tuple[list, 
     return ([d for i, d in enumerate(documents) if i not in held], [d for i, d in enumerate(documents) if i in held])
 
 
-def pretraining_eval(instances: list, collator: PretrainingCollator, batch_size: int = 64):
-    """An eval_fn: masked-LM accuracy, loss and perplexity, and NSP/SOP accuracy on held-out instances."""
-    batches = [collator(instances[i:i + batch_size], list(range(i, i + batch_size)))
-               for i in range(0, len(instances), batch_size)]
+# The held-out probe is the same whatever the run's recipe: BERT's masking (15%, 80/10/10) of single
+# segments at the run's sequence length, so accuracies of runs with other masking rates compare.
+PROBE_MLM_PROBABILITY = 0.15
+
+
+def heldout_instances(documents: list[list[Segment]], tokenizer, max_seq_length: int, objective: str,
+                      seed: int, limit: int) -> tuple[list[Instance], list[Instance]]:
+    """The held-out probe: up to `limit` single segments masked as BERT masks, for masked-LM accuracy, and
+    (for "mlm+nsp" / "mlm+sop") up to `limit` segment pairs of that task, for NSP / SOP accuracy."""
+    spec = MaskingSpec(mask_token_id=tokenizer.mask_token_id, vocab_size=len(tokenizer),
+                       special_ids=frozenset(tokenizer.all_special_ids), mlm_probability=PROBE_MLM_PROBABILITY,
+                       max_predictions_per_seq=math.ceil(PROBE_MLM_PROBABILITY * max_seq_length))
+    build = dict(max_seq_length=max_seq_length, cls_id=tokenizer.cls_token_id, sep_id=tokenizer.sep_token_id,
+                 short_seq_prob=0.0, masking=spec, seed=seed)
+    singles = create_instances(documents, objective="mlm", **build)[:limit]
+    pairs = create_instances(documents, objective=objective, **build)[:limit] if objective != "mlm" else []
+    return singles, pairs
+
+
+def pretraining_eval(instances: list, collator: PretrainingCollator, pairs: list | None = None,
+                     batch_size: int = 64):
+    """An eval_fn: masked-LM accuracy, loss and perplexity on held-out `instances`, and NSP/SOP accuracy on
+    held-out `pairs` (instances with a sentence label). Both are masked already: `collator` must be static."""
+    def batches(items: list) -> list[dict]:
+        return [collator(items[i:i + batch_size], list(range(i, i + batch_size)))
+                for i in range(0, len(items), batch_size)]
+
+    mlm_batches, pair_batches = batches(instances), batches(pairs or [])
 
     @torch.no_grad()
     def evaluate(model) -> dict[str, float]:
         device = next(model.parameters()).device
         correct = total = nsp_correct = nsp_total = 0
         loss_sum = 0.0
-        for batch in batches:
-            batch = {k: v.to(device) for k, v in batch.items()}
+        for batch in mlm_batches:
+            batch = {k: v.to(device) for k, v in batch.items() if k != "next_sentence_label"}
             out = model(**batch)
             logits = out.prediction_logits if hasattr(out, "prediction_logits") else out.logits
             targets = batch["labels"][batch["labels"] != IGNORE_INDEX]
             correct += int((logits.argmax(-1) == targets).sum())
             total += targets.numel()
             loss_sum += float(out.loss_sums["mlm"])
-            if "next_sentence_label" in batch:
+        if hasattr(model, "cls") and hasattr(model.cls, "seq_relationship"):
+            for batch in pair_batches:
+                batch = {k: v.to(device) for k, v in batch.items() if k != "labels"}
+                out = model(**batch)
                 nsp_correct += int((out.seq_relationship_logits.argmax(-1) == batch["next_sentence_label"]).sum())
                 nsp_total += batch["next_sentence_label"].numel()
         mlm_loss = loss_sum / max(total, 1)
@@ -115,22 +144,30 @@ def pretrain(options: PretrainOptions, resume: bool = False):
     tokenizer = BertTokenizer.from_pretrained(options.vocab)
     documents = load_corpus(options.corpus)
     train_docs, eval_docs = split_documents(documents, options.eval_fraction, options.seed)
+    max_predictions = options.max_predictions_per_seq or math.ceil(options.mlm_probability * options.max_seq_length)
     spec = MaskingSpec(mask_token_id=tokenizer.mask_token_id, vocab_size=len(tokenizer),
-                       special_ids=frozenset(tokenizer.all_special_ids),
-                       max_predictions_per_seq=options.max_predictions_per_seq, whole_word=options.wwm)
+                       special_ids=frozenset(tokenizer.all_special_ids), mlm_probability=options.mlm_probability,
+                       max_predictions_per_seq=max_predictions, whole_word=options.wwm)
     static = options.masking == "static"
     build = dict(max_seq_length=options.max_seq_length, cls_id=tokenizer.cls_token_id, sep_id=tokenizer.sep_token_id,
                  objective=options.objective, short_seq_prob=options.short_seq_prob)
     train_instances = create_instances(tokenize_documents(train_docs, tokenizer, options.wwm), **build,
                                        dupe_factor=options.dupe_factor if static else 1,
                                        masking=spec if static else None, seed=options.seed)
-    eval_instances = []
+    eval_singles, eval_pairs = [], []
     if eval_docs:
-        eval_instances = create_instances(tokenize_documents(eval_docs, tokenizer, options.wwm), **build,
-                                          masking=spec, seed=options.seed + 1)[: options.max_eval_instances]
+        eval_singles, eval_pairs = heldout_instances(tokenize_documents(eval_docs, tokenizer), tokenizer,
+                                                     options.max_seq_length, options.objective, options.seed + 1,
+                                                     options.max_eval_instances)
 
     config = model_config(options.config, len(tokenizer), options.albert, options.max_seq_length,
                           tokenizer.pad_token_id)
+    if options.normalize_before:
+        config = config.replace(normalize_before=True)
+    if not options.use_bias:
+        config = config.replace(use_bias=False)
+    if options.dropout is not None:
+        config = config.replace(hidden_dropout_prob=options.dropout, attention_probs_dropout_prob=options.dropout)
     torch.manual_seed(options.seed)
     model = (BertForMaskedLM if options.objective == "mlm" else BertForPreTraining)(config)
     collator = PretrainingCollator(tokenizer.pad_token_id, spec, dynamic=not static)
@@ -152,12 +189,13 @@ def pretrain(options: PretrainOptions, resume: bool = False):
         **wall_clock_budget(options.minutes),
         batch_size=options.batch_size,
         gradient_accumulation_steps=options.gradient_accumulation_steps, learning_rate=options.learning_rate,
-        weight_decay=options.weight_decay, warmup_ratio=options.warmup_ratio, lr_schedule="linear",
+        weight_decay=options.weight_decay, warmup_ratio=options.warmup_ratio, lr_schedule=options.lr_schedule,
         bf16=options.bf16, compile=options.compile, log_every=options.log_every,
         eval_every=options.eval_every or max(1, options.max_steps // 5), save_every=options.save_every,
         save_total_limit=2, seed=options.seed, progress=options.progress)
     trainer = Trainer(model, args, train_instances, collator,
-                      eval_fn=pretraining_eval(eval_instances, collator) if eval_instances else None,
+                      eval_fn=pretraining_eval(eval_singles, PretrainingCollator(tokenizer.pad_token_id, spec),
+                                               eval_pairs) if eval_singles else None,
                       count_items=model.count_loss_items, tokenizer=tokenizer)
     return trainer.train(resume=resume)
 

@@ -1,0 +1,80 @@
+"""Cloze prompts: a task's text inside a template whose [MASK]s the masked-LM head fills with a label word.
+
+    template = PromptTemplate("[MASK][MASK]新闻：{text}")     # a headline becomes "[MASK][MASK]新闻：<headline>"
+    ids, _ = template.encode(tokenizer, ["恒生AH溢指收平"], max_length=64)
+    words = template.label_word_ids(tokenizer, ["体育", "财经"])  # [[体, 育], [财, 经]] as token ids
+
+A pretrained BERT has learned to fill blanks; asking it "which word goes in [MASK][MASK]新闻" turns
+classification into the task it was pretrained on (PET, Schick & Schütze 2021; LM-BFF, Gao et al. 2021),
+so it needs fewer labelled examples than a new classifier on the [CLS] vector.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+TEXT_SLOT = "{text}"
+
+
+class PromptError(ValueError):
+    """A template or label words that cannot make a cloze for this tokenizer."""
+
+
+@dataclass(frozen=True)
+class PromptTemplate:
+    """A template with one `{text}` slot and one or more [MASK] tokens, e.g. "[MASK][MASK]新闻：{text}"."""
+
+    template: str
+
+    def __post_init__(self) -> None:
+        if self.template.count(TEXT_SLOT) != 1:
+            raise PromptError(f"a prompt template needs exactly one {TEXT_SLOT} slot, got {self.template!r}")
+        if "[MASK]" not in self.template:
+            raise PromptError(f"a prompt template needs at least one [MASK] for the label word, got {self.template!r}")
+
+    def _parts(self, tokenizer) -> tuple[list[int], list[int]]:
+        prefix, suffix = self.template.split(TEXT_SLOT)
+        ids = tokenizer([prefix, suffix], add_special_tokens=False, return_token_type_ids=False,
+                        return_attention_mask=False, verbose=False)["input_ids"]
+        return ids[0], ids[1]
+
+    def num_masks(self, tokenizer) -> int:
+        prefix, suffix = self._parts(tokenizer)
+        return (prefix + suffix).count(tokenizer.mask_token_id)
+
+    def encode(self, tokenizer, texts: Sequence[str], max_length: int) -> tuple[list[list[int]], list[int]]:
+        """[CLS] prefix text suffix [SEP] per text, and the indices of the texts that were cut to fit `max_length`:
+        a long text is cut, never the template (its [MASK]s stay)."""
+        prefix, suffix = self._parts(tokenizer)
+        room = max_length - len(prefix) - len(suffix) - 2
+        if room < 1:
+            raise PromptError(f"max_length {max_length} leaves no room for text in the template {self.template!r} "
+                              f"({len(prefix) + len(suffix)} tokens)")
+        bodies = tokenizer(list(texts), add_special_tokens=False, return_token_type_ids=False,
+                           return_attention_mask=False, verbose=False)["input_ids"] if texts else []
+        if any(tokenizer.mask_token_id in body for body in bodies):
+            raise PromptError("a text contains the [MASK] token itself; the prompt's [MASK]s would be ambiguous")
+        rows = [[tokenizer.cls_token_id] + prefix + body[:room] + suffix + [tokenizer.sep_token_id] for body in bodies]
+        return rows, [i for i, body in enumerate(bodies) if len(body) > room]
+
+    def label_word_ids(self, tokenizer, label_words: Sequence[str]) -> list[list[int]]:
+        """Each label word as token ids, one per [MASK] of the template; clear errors where that cannot be."""
+        masks = self.num_masks(tokenizer)
+        rows = tokenizer(list(label_words), add_special_tokens=False, return_token_type_ids=False,
+                         return_attention_mask=False, verbose=False)["input_ids"]
+        for word, ids in zip(label_words, rows):
+            if tokenizer.unk_token_id in ids:
+                raise PromptError(f"label word {word!r} has a character the vocabulary lacks ({ids})")
+            if len(ids) != masks:
+                raise PromptError(f"label word {word!r} is {len(ids)} tokens, but the template has {masks} [MASK]s; "
+                                  "every label word must fill them exactly")
+        if len({tuple(ids) for ids in rows}) != len(rows):
+            raise PromptError(f"two labels share a label word: {list(label_words)}")
+        return [list(ids) for ids in rows]
+
+    def config(self, tokenizer, label_words: Sequence[str]) -> dict:
+        """The `prompt` entry of a BertConfig: what BertForPromptClassification and inference read."""
+        return {"template": self.template, "label_words": list(label_words),
+                "label_word_ids": self.label_word_ids(tokenizer, label_words),
+                "mask_token_id": tokenizer.mask_token_id}
