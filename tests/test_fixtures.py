@@ -16,7 +16,7 @@ FIXTURES = Path(__file__).parent / "fixtures" / "checkpoints"
 def _load(name: str, directory: Path):
     from bertkit.models import heads
     from bertkit.models.bert import BertModel
-    from bertkit.models.gpt import GPTForCausalLM
+    from bertkit.models.gpt import GPT2LMHeadModel
     from bertkit.models.seq2seq import load_seq2seq
 
     family = name.split("-")[0]
@@ -24,8 +24,8 @@ def _load(name: str, directory: Path):
         return BertModel.from_pretrained(directory)
     if family.startswith("Bert"):
         return getattr(heads, family).from_pretrained(directory)
-    if family == "GPTForCausalLM":
-        return GPTForCausalLM.from_pretrained(directory)
+    if family == "GPTForCausalLM":  # bertkit's earlier GPT: its names are mapped onto GPT-2's on load
+        return GPT2LMHeadModel.from_pretrained(directory)
     return load_seq2seq(directory)
 
 

@@ -18,6 +18,9 @@ _EXPORTS = {
     "BertForSequenceClassification": "bertkit.models.heads",
     "BertForTokenClassification": "bertkit.models.heads",
     "BertTokenizer": "bertkit.tokenizer",
+    "GPT2Config": "bertkit.config",
+    "GPT2Model": "bertkit.models.gpt",
+    "GPT2LMHeadModel": "bertkit.models.gpt",
     "NumpyBert": "bertkit.reference",
 }
 

@@ -61,7 +61,7 @@ class NumpyBert:
         self.config = config
         has_pooler = any(k.endswith("pooler.dense.weight") for k in weights)  # token-tagging models have none
         expected = _expected_shapes(config, has_pooler)
-        weights, _, _ = checkpoint.prepare_state_dict(weights, expected, source="weights")
+        weights, _, _ = checkpoint.prepare_state_dict(weights, expected, prefix="bert", source="weights")
         self.w = {k: np.asarray(v, dtype=np.float32) for k, v in weights.items()}
         self.act = ACTIVATIONS[config.hidden_act]
 

@@ -170,11 +170,11 @@ def _add_generate(sub: argparse._SubParsersAction) -> None:
 def _cmd_generate(args: argparse.Namespace) -> int:
     import torch
 
-    from bertkit.models.gpt import GPTForCausalLM
+    from bertkit.models.gpt import GPT2LMHeadModel
     from bertkit.pipelines.lm import generate_text
     from bertkit.tokenizer import BertTokenizer
 
-    model, tokenizer = GPTForCausalLM.from_pretrained(args.model), BertTokenizer.from_pretrained(args.model)
+    model, tokenizer = GPT2LMHeadModel.from_pretrained(args.model), BertTokenizer.from_pretrained(args.model)
     sample = not args.greedy and args.beams == 1
     options = dict(do_sample=True, temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
                    generator=torch.Generator().manual_seed(args.seed)) if sample else dict(num_beams=args.beams)
