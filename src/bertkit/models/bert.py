@@ -10,7 +10,6 @@ Dimension letters: B batch, T sequence, C hidden, H heads, D head size (C = H·D
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 from bertkit.config import BertConfig
@@ -53,12 +52,10 @@ class BertEmbeddings(nn.Module):
 class BertSelfAttention(nn.Module):
     """Multi-head self-attention: project to Q, K, V, split into heads, attend, merge heads.
 
-    The projections are three Linears, because their names are the checkpoint format, but Q, K and V are
-    computed in one (C -> 3C) matmul over the stacked weights. With autograd on, the stack is built per call
-    (the gradients flow back through it); without, it is kept and rebuilt only when a weight has changed
-    (an optimizer step or a load bumps its version counter) or been replaced. Measured in
-    benchmarks/bench_qkv.py: the per-call stack costs up to 2.9x the whole attention of a one-sentence
-    inference; keeping it costs a copy of the Q/K/V weights, dropped when the model goes back to training.
+    Three projections, three matmuls. Stacking the weights into one (C -> 3C) matmul costs a copy of them
+    per call, which is as slow as the attention itself for a short input, and one large matmul is no faster
+    than three here (benchmarks/bench_qkv.py). Keeping the stack between calls would need to know when a
+    weight changes, and torch's fused AdamW and writes through `.data` change weights without telling.
     """
 
     def __init__(self, config: BertConfig) -> None:
@@ -69,28 +66,11 @@ class BertSelfAttention(nn.Module):
         self.key = nn.Linear(config.hidden_size, config.hidden_size)
         self.value = nn.Linear(config.hidden_size, config.hidden_size)
         self.dropout_prob = config.attention_probs_dropout_prob
-        self._stacked: tuple[tuple, Tensor, Tensor | None] | None = None  # (version key, weight, bias)
-
-    def stacked_qkv(self) -> tuple[Tensor, Tensor | None]:
-        """The (3C, C) weight and (3C,) bias of Q, K and V together."""
-        linears = (self.query, self.key, self.value)
-        weights, biases = [m.weight for m in linears], [m.bias for m in linears]
-        biases = None if biases[0] is None else biases
-        if (torch.is_grad_enabled() and weights[0].requires_grad) or torch.compiler.is_compiling():
-            return torch.cat(weights), (None if biases is None else torch.cat(biases))
-        version = tuple((p.data_ptr(), p._version) for p in weights + (biases or []))
-        if self._stacked is None or self._stacked[0] != version:
-            self._stacked = (version, torch.cat(weights), None if biases is None else torch.cat(biases))
-        return self._stacked[1], self._stacked[2]
-
-    def train(self, mode: bool = True) -> BertSelfAttention:
-        self._stacked = None  # training changes the weights every step: do not hold a stale copy
-        return super().train(mode)
 
     def forward(self, x: Tensor, bias: Tensor | None, output_attentions: bool) -> tuple[Tensor, Tensor | None]:
         B, T, C = x.shape
-        qkv = F.linear(x, *self.stacked_qkv()).view(B, T, 3, self.num_heads, self.head_dim)
-        q, k, v = qkv.permute(2, 0, 3, 1, 4)                                              # 3 x (B, H, T, D)
+        q, k, v = (linear(x).view(B, T, self.num_heads, self.head_dim).transpose(1, 2)   # 3 x (B, H, T, D)
+                   for linear in (self.query, self.key, self.value))
         if output_attentions:  # the explicit maths, which can hand back the probabilities
             context, probs = attention(q, k, v, bias, dropout=self.dropout_prob, training=self.training)
         else:  # the same result by the faster path for these tensors (the fused kernel in float32)

@@ -15,7 +15,7 @@ A family subclasses `PreTrainedModel` and declares:
 Loading goes through checkpoint.py, the one place where weight-name quirks live; it is strict (every
 missing, unexpected or mis-shaped tensor is named in one error). Input checks that read tensor values back
 (ids inside the vocabulary, labels inside the head) are free on CPU but stall a GPU and break a compiled
-graph, so they run only where they cost nothing and `validate_inputs` is on; shape checks always run.
+graph, so they run only where they cost nothing and `model.validate_inputs` is on; shape checks always run.
 
 Dimension letters: B batch, S key positions.
 """
@@ -41,8 +41,7 @@ class PreTrainedModel(nn.Module):
     base_model_prefix: str = ""
     head_prefixes: tuple[str, ...] = ()
     other_head_prefixes: tuple[str, ...] = ()
-    # Value checks on inputs (read back from the tensors); set False on a model, or the class, to skip them.
-    validate_inputs: bool = True
+    _validate_inputs = True
 
     def __init__(self, config: Any) -> None:
         super().__init__()
@@ -87,9 +86,20 @@ class PreTrainedModel(nn.Module):
 
     # ---- input checks ------------------------------------------------------------------------------
 
+    @property
+    def validate_inputs(self) -> bool:
+        """The switch for input checks that read tensor values back (on by default; shape checks always run)."""
+        return self._validate_inputs
+
+    @validate_inputs.setter
+    def validate_inputs(self, on: bool) -> None:
+        for module in self.modules():  # a task model's bare model follows its switch
+            if isinstance(module, PreTrainedModel):
+                module._validate_inputs = bool(on)
+
     def checks_values(self, tensor: Tensor) -> bool:
         """Whether to read `tensor`'s values back for an input check: on, on CPU, and not while compiling."""
-        return self.validate_inputs and tensor.device.type == "cpu" and not torch.compiler.is_compiling()
+        return self._validate_inputs and tensor.device.type == "cpu" and not torch.compiler.is_compiling()
 
     def padding_bias(self, attention_mask: Tensor | None, dtype: torch.dtype) -> Tensor | None:
         """The (B, 1, 1, S) additive bias of a 1/0 padding mask; None when nothing is padded.
