@@ -2,6 +2,7 @@
 
 import json
 
+import numpy as np
 import pytest
 import torch
 import transformers
@@ -56,7 +57,7 @@ def _assert_logits_agree(ours, theirs, vocab_size: int) -> None:
             a = ours(ids, attention_mask=mask).logits
             b = theirs(ids, attention_mask=mask).logits
         keep = torch.ones_like(ids, dtype=torch.bool) if mask is None else mask.bool()  # padding rows are noise
-        torch.testing.assert_close(a[keep], b[keep], atol=1e-5, rtol=1e-5, msg=lambda m: f"{what}: {m}")
+        torch.testing.assert_close(a[keep], b[keep], atol=1e-5, rtol=1e-5, msg=lambda m, what=what: f"{what}: {m}")
 
 
 @pytest.mark.parametrize("name", CONFIGS)
@@ -166,3 +167,40 @@ def test_cli_generate_on_a_transformers_directory_reproduces_its_greedy_tokens(t
     assert capsys.readouterr().out.strip() == expected_text  # distinct whole words: same text, same tokens
     ours = GPT2LMHeadModel.from_pretrained(tmp_path)
     assert generate_text(ours, tokenizer, prompt, 20) == expected_text
+
+
+# ---- the NumPy reference ---------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("options", [dict(), dict(tie_word_embeddings=False, activation_function="relu"),
+                                     dict(normalize_before=False, position_embedding_type="sinusoidal"),
+                                     dict(scale_attn_weights=False, scale_attn_by_inverse_layer_idx=True)])
+def test_numpy_gpt2_matches_the_torch_model(tmp_path, options):
+    from bertkit.reference import NumpyGPT2
+
+    torch.manual_seed(0)
+    ours = _randomise(GPT2LMHeadModel(GPT2Config(**_config("wider-gelu-inner", **options))))
+    ours.save_pretrained(tmp_path)
+    reference = NumpyGPT2.from_pretrained(tmp_path)
+    ids, masks = _batches(ours.config.vocab_size)
+    for mask in masks.values():
+        with torch.no_grad():
+            want = ours(ids, attention_mask=mask).logits
+        got = torch.from_numpy(reference(ids.numpy(), None if mask is None else mask.numpy()))
+        keep = torch.ones_like(ids, dtype=torch.bool) if mask is None else mask.bool()
+        torch.testing.assert_close(got[keep], want[keep], atol=1e-5, rtol=1e-5)
+
+
+def test_numpy_gpt2_reads_the_earlier_gpt_format():
+    """bertkit's earlier GPT checkpoints load into the NumPy reference through the same renaming."""
+    from pathlib import Path
+
+    from safetensors.numpy import load_file
+
+    from bertkit.reference import NumpyGPT2
+
+    for name in ("GPTForCausalLM", "GPTForCausalLM-post-ln-sinusoidal-untied"):
+        directory = Path(__file__).parent / "fixtures" / "checkpoints" / name
+        recorded = load_file(str(directory / "expected.safetensors"))
+        got = NumpyGPT2.from_pretrained(directory)(recorded["input.input_ids"], recorded["input.attention_mask"])
+        keep = recorded["input.attention_mask"].astype(bool)
+        np.testing.assert_allclose(got[keep], recorded["output.logits"][keep], atol=1e-5, rtol=1e-5)

@@ -22,6 +22,7 @@ _EXPORTS = {
     "GPT2Model": "bertkit.models.gpt",
     "GPT2LMHeadModel": "bertkit.models.gpt",
     "NumpyBert": "bertkit.reference",
+    "NumpyGPT2": "bertkit.reference",
 }
 
 __all__ = sorted(_EXPORTS) + ["__version__"]
