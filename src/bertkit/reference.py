@@ -71,23 +71,34 @@ def sinusoidal_positions(max_len: int, dim: int) -> np.ndarray:
     return pe.astype(np.float32)
 
 
-class NumpyBert:
-    """BERT forward in NumPy: `NumpyBert(config, weights)(input_ids, attention_mask, token_type_ids)`."""
+class _NumpyModel:
+    """Loading for the NumPy models: a model directory's weights, through checkpoint.py's quirks and checks."""
 
-    def __init__(self, config: BertConfig, weights: dict[str, np.ndarray]) -> None:
+    config_class: type
+
+    def __init__(self, config, weights: dict[str, np.ndarray], expected: dict[str, tuple], prefix: str,
+                 tied: dict[str, str] | None = None) -> None:
         self.config = config
-        has_pooler = any(k.endswith("pooler.dense.weight") for k in weights)  # token-tagging models have none
-        expected = _expected_shapes(config, has_pooler)
-        weights, _, _ = checkpoint.prepare_state_dict(weights, expected, prefix="bert", source="weights")
+        weights, _, _ = checkpoint.prepare_state_dict(weights, expected, prefix=prefix, tied=tied, source="weights")
         self.w = {k: np.asarray(v, dtype=np.float32) for k, v in weights.items()}
-        self.act = ACTIVATIONS[config.hidden_act]
 
     @classmethod
-    def from_pretrained(cls, path: str | os.PathLike) -> NumpyBert:
-        """Load a Hugging Face model directory; task checkpoints' `bert.` weights are used, heads ignored."""
+    def from_pretrained(cls, path: str | os.PathLike):
+        """Load a model directory (transformers' or bertkit's); a task checkpoint's heads are ignored."""
         path = Path(path)
-        config = BertConfig.from_pretrained(path)
+        config = cls.config_class.from_pretrained(path)
         return cls(config, checkpoint.read_weights(checkpoint.find_weights_file(path), framework="np"))
+
+
+class NumpyBert(_NumpyModel):
+    """BERT forward in NumPy: `NumpyBert(config, weights)(input_ids, attention_mask, token_type_ids)`."""
+
+    config_class = BertConfig
+
+    def __init__(self, config: BertConfig, weights: dict[str, np.ndarray]) -> None:
+        has_pooler = any(k.endswith("pooler.dense.weight") for k in weights)  # token-tagging models have none
+        super().__init__(config, weights, _expected_shapes(config, has_pooler), prefix="bert")
+        self.act = ACTIVATIONS[config.hidden_act]
 
     def __call__(self, input_ids, attention_mask=None, token_type_ids=None) -> tuple[np.ndarray, np.ndarray]:
         """input_ids (B, T) -> (sequence_output (B, T, C), pooled_output (B, C))."""
@@ -162,23 +173,15 @@ def _expected_shapes(cfg: BertConfig, pooler: bool = True) -> dict[str, tuple]:
     return shapes
 
 
-class NumpyGPT2:
+class NumpyGPT2(_NumpyModel):
     """GPT-2 forward in NumPy: `NumpyGPT2(config, weights)(input_ids, attention_mask)` -> logits (B, T, V)."""
 
-    def __init__(self, config: GPT2Config, weights: dict[str, np.ndarray]) -> None:
-        self.config = config
-        tied = {"lm_head.weight": "transformer.wte.weight"} if config.tie_word_embeddings else {}
-        weights, _, _ = checkpoint.prepare_state_dict(weights, _gpt2_shapes(config), prefix="transformer", tied=tied,
-                                                      source="weights")
-        self.w = {k: np.asarray(v, dtype=np.float32) for k, v in weights.items()}
-        self.act = ACTIVATIONS[config.activation_function]
+    config_class = GPT2Config
 
-    @classmethod
-    def from_pretrained(cls, path: str | os.PathLike) -> NumpyGPT2:
-        """Load a GPT-2 model directory (transformers' or bertkit's)."""
-        path = Path(path)
-        config = GPT2Config.from_pretrained(path)
-        return cls(config, checkpoint.read_weights(checkpoint.find_weights_file(path), framework="np"))
+    def __init__(self, config: GPT2Config, weights: dict[str, np.ndarray]) -> None:
+        tied = {"lm_head.weight": "transformer.wte.weight"} if config.tie_word_embeddings else {}
+        super().__init__(config, weights, _gpt2_shapes(config), prefix="transformer", tied=tied)
+        self.act = ACTIVATIONS[config.activation_function]
 
     def __call__(self, input_ids, attention_mask=None) -> np.ndarray:
         cfg, w = self.config, self.w

@@ -158,18 +158,32 @@ class BertForMaskedLM(BertPreTrainedModel):
 
 
 class _BertWithClassifier(BertPreTrainedModel):
-    """dropout + Linear(hidden -> num_labels) on the encoder's output; subclasses choose which vectors."""
+    """dropout + Linear(hidden -> num_labels) on the encoder's pooled vector or on every token's vector."""
 
     head_prefixes = ("classifier.",)
+    pooled = True  # classify the pooled [CLS] vector (B, C), else each token's (B, T, C)
 
-    def __init__(self, config: BertConfig, add_pooling_layer: bool) -> None:
+    def __init__(self, config: BertConfig) -> None:
         super().__init__(config)
         self.num_labels = config.num_labels
-        self.bert = BertModel(config, add_pooling_layer=add_pooling_layer)
+        self.bert = BertModel(config, add_pooling_layer=self.pooled)
         dropout = config.classifier_dropout if config.classifier_dropout is not None else config.hidden_dropout_prob
         self.dropout = Dropout(dropout)
         self.classifier = nn.Linear(config.hidden_size, self.num_labels)
         self.init_weights()
+
+    def forward(self, input_ids: Tensor, attention_mask: Tensor | None = None, token_type_ids: Tensor | None = None,
+                position_ids: Tensor | None = None, labels: Tensor | None = None, output_attentions: bool = False,
+                output_hidden_states: bool = False) -> ClassifierOutput:
+        out = self.bert(input_ids, attention_mask, token_type_ids, position_ids, output_attentions,
+                        output_hidden_states)
+        features = out.pooler_output if self.pooled else out.last_hidden_state
+        logits = self.classifier(self.dropout(features))                 # (B, num_labels) or (B, T, num_labels)
+        loss = self.loss(logits, labels) if labels is not None else None
+        return ClassifierOutput(loss, logits, out.hidden_states, out.attentions)
+
+    def loss(self, logits: Tensor, labels: Tensor) -> Tensor:
+        raise NotImplementedError
 
 
 class BertForSequenceClassification(_BertWithClassifier):
@@ -177,47 +191,26 @@ class BertForSequenceClassification(_BertWithClassifier):
 
     other_head_prefixes = ("cls.",)
 
-    def __init__(self, config: BertConfig) -> None:
-        super().__init__(config, add_pooling_layer=True)
-
-    def forward(self, input_ids: Tensor, attention_mask: Tensor | None = None, token_type_ids: Tensor | None = None,
-                position_ids: Tensor | None = None, labels: Tensor | None = None, output_attentions: bool = False,
-                output_hidden_states: bool = False) -> ClassifierOutput:
-        out = self.bert(input_ids, attention_mask, token_type_ids, position_ids, output_attentions,
-                        output_hidden_states)
-        logits = self.classifier(self.dropout(out.pooler_output))                  # (B, num_labels)
-        loss = None
-        if labels is not None:
-            if self.num_labels == 1:
-                loss = F.mse_loss(logits.squeeze(-1).float(), labels.float())
-            else:
-                if self.checks_values(labels):
-                    check_labels(labels, self.num_labels)
-                loss = F.cross_entropy(logits.float(), labels.view(-1))
-        return ClassifierOutput(loss, logits, out.hidden_states, out.attentions)
+    def loss(self, logits: Tensor, labels: Tensor) -> Tensor:
+        """labels (B,): class ids, or target values when num_labels == 1."""
+        if self.num_labels == 1:
+            return F.mse_loss(logits.squeeze(-1).float(), labels.float())
+        if self.checks_values(labels):
+            check_labels(labels, self.num_labels)
+        return F.cross_entropy(logits.float(), labels.view(-1))
 
 
 class BertForTokenClassification(_BertWithClassifier):
     """dropout + Linear on every token's vector (NER); positions labelled -100 are not scored."""
 
+    pooled = False
     other_head_prefixes = ("cls.", "bert.pooler.")
 
-    def __init__(self, config: BertConfig) -> None:
-        super().__init__(config, add_pooling_layer=False)
-
-    def forward(self, input_ids: Tensor, attention_mask: Tensor | None = None, token_type_ids: Tensor | None = None,
-                position_ids: Tensor | None = None, labels: Tensor | None = None, output_attentions: bool = False,
-                output_hidden_states: bool = False) -> ClassifierOutput:
-        out = self.bert(input_ids, attention_mask, token_type_ids, position_ids, output_attentions,
-                        output_hidden_states)
-        logits = self.classifier(self.dropout(out.last_hidden_state))             # (B, T, num_labels)
-        loss = None
-        if labels is not None:
-            if self.checks_values(labels):
-                check_labels(labels[labels != IGNORE_INDEX], self.num_labels)
-            loss = F.cross_entropy(logits.float().view(-1, self.num_labels), labels.view(-1),
-                                   ignore_index=IGNORE_INDEX)
-        return ClassifierOutput(loss, logits, out.hidden_states, out.attentions)
+    def loss(self, logits: Tensor, labels: Tensor) -> Tensor:
+        """labels (B, T): tag ids, -100 on positions not scored."""
+        if self.checks_values(labels):
+            check_labels(labels[labels != IGNORE_INDEX], self.num_labels)
+        return F.cross_entropy(logits.float().view(-1, self.num_labels), labels.view(-1), ignore_index=IGNORE_INDEX)
 
 
 MODEL_CLASSES = {cls.__name__: cls for cls in (BertModel, BertForPreTraining, BertForMaskedLM,
