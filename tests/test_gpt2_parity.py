@@ -35,8 +35,9 @@ def _randomise(model: torch.nn.Module, seed: int = 0) -> torch.nn.Module:
     far enough apart that greedy choices are not near-ties."""
     g = torch.Generator().manual_seed(seed)
     with torch.no_grad():
-        for p in model.parameters():
-            p.copy_(torch.randn(p.shape, generator=g) * (0.3 if p.dim() > 1 else 0.1) + (p.dim() == 1) * 0.5)
+        for name, p in model.named_parameters():
+            gain = name.endswith("weight") and p.dim() == 1                      # a LayerNorm's
+            p.copy_(torch.randn(p.shape, generator=g) * 0.3 + gain)
     return model.eval()
 
 
@@ -117,7 +118,7 @@ def test_bare_model_and_lm_checkpoints_load_into_each_other(tmp_path):
 @pytest.mark.parametrize("name", ["tiny", "untied-relu-layer-scaled"])
 def test_greedy_generation_picks_transformers_tokens(tmp_path, name):
     torch.manual_seed(0)
-    theirs = _randomise(transformers.GPT2LMHeadModel(transformers.GPT2Config(**_config(name))), seed=3)
+    theirs = _randomise(transformers.GPT2LMHeadModel(transformers.GPT2Config(**_config(name))), seed=5)
     theirs.save_pretrained(tmp_path)
     ours = GPT2LMHeadModel.from_pretrained(tmp_path)
     prompt = torch.randint(3, ours.config.vocab_size, (2, 4), generator=torch.Generator().manual_seed(2))
@@ -125,9 +126,29 @@ def test_greedy_generation_picks_transformers_tokens(tmp_path, name):
     for eos in (None, 2):
         expected = theirs.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=length,
                                    do_sample=False, num_beams=1, eos_token_id=eos, pad_token_id=0)
+        assert len(set(expected[:, 4:].flatten().tolist())) > 3    # not one token repeated
         for use_cache in (True, False):
             got = ours.generate(prompt, max_new_tokens=length, eos_token_id=eos, pad_token_id=0, use_cache=use_cache)
             assert got.tolist() == expected.tolist()
+
+
+def test_without_a_padding_token_finished_rows_repeat_eos_as_in_transformers(tmp_path):
+    torch.manual_seed(0)
+    theirs = _randomise(transformers.GPT2LMHeadModel(transformers.GPT2Config(**CONFIGS["tiny"])), seed=5)
+    prompts = torch.arange(3, 3 + 40).view(10, 4) % 50
+    free = theirs.generate(prompts, attention_mask=torch.ones_like(prompts), max_new_tokens=12, do_sample=False,
+                           eos_token_id=None, pad_token_id=0)
+    eos = int(free[:, 4:].flatten().mode().values)     # a token some rows produce: it will end them early
+    theirs.config.bos_token_id = theirs.config.eos_token_id = eos
+    theirs.config.pad_token_id = None                  # GPT-2's way: no padding token
+    theirs.save_pretrained(tmp_path)
+    ours = GPT2LMHeadModel.from_pretrained(tmp_path)
+    assert ours.config.pad_token_id is None and ours.config.eos_token_id == eos
+    got = ours.generate(prompts, max_new_tokens=12)
+    expected = theirs.generate(prompts, attention_mask=torch.ones_like(prompts), max_new_tokens=12, do_sample=False,
+                               eos_token_id=eos, pad_token_id=eos)
+    assert got.tolist() == expected.tolist()
+    assert any(row[-2:] == [eos, eos] for row in got.tolist())   # a row finished early and was padded with eos
 
 
 def test_post_ln_and_sinusoidal_models_are_saved_as_not_loadable_by_transformers(tmp_path):
@@ -153,7 +174,7 @@ def test_cli_generate_on_a_transformers_directory_reproduces_its_greedy_tokens(t
     torch.manual_seed(0)
     config = transformers.GPT2Config(**dict(CONFIGS["wider-gelu-inner"], bos_token_id=2, eos_token_id=3,
                                             pad_token_id=0))
-    theirs = _randomise(transformers.GPT2LMHeadModel(config), seed=5)
+    theirs = _randomise(transformers.GPT2LMHeadModel(config), seed=8)
     theirs.save_pretrained(tmp_path)
     tokenizer = _word_vocab(tmp_path, config.vocab_size)
     prompt = "waa wbc wcd"
@@ -161,7 +182,7 @@ def test_cli_generate_on_a_transformers_directory_reproduces_its_greedy_tokens(t
     expected = theirs.generate(torch.tensor([ids]), attention_mask=torch.ones(1, len(ids), dtype=torch.long),
                                max_new_tokens=20, do_sample=False, eos_token_id=tokenizer.sep_token_id,
                                pad_token_id=tokenizer.pad_token_id)[0].tolist()
-    assert len(expected) > len(ids) + 5                      # a real continuation, not an immediate [SEP]
+    assert len(set(expected[len(ids):])) > 4                 # a real continuation, not one token repeated
     expected_text = tokenizer.decode(expected, skip_special_tokens=True)
     assert main(["generate", "--model", str(tmp_path), "--greedy", "--max-new-tokens", "20", prompt]) == 0
     assert capsys.readouterr().out.strip() == expected_text  # distinct whole words: same text, same tokens

@@ -61,7 +61,7 @@ class BertSelfAttention(nn.Module):
     def __init__(self, config: BertConfig) -> None:
         super().__init__()
         self.num_heads = config.num_attention_heads
-        self.head_dim = config.head_dim
+        self.head_dim = config.hidden_size // config.num_attention_heads
         self.query = nn.Linear(config.hidden_size, config.hidden_size)
         self.key = nn.Linear(config.hidden_size, config.hidden_size)
         self.value = nn.Linear(config.hidden_size, config.hidden_size)
