@@ -1,10 +1,11 @@
 """BERT's Q/K/V projection: three ways to compute it from the three `query`/`key`/`value` Linears.
 
 - cat:    concatenate the three weights and biases (C -> 3C) on every call, one GEMM;
-- three:  three F.linear calls, no copy of the weights;
+- three:  three F.linear calls, no copy of the weights (what BertSelfAttention does);
 - cached: the concatenated weight kept between calls and rebuilt only when a parameter's `_version`
-          counter moves (an optimizer step or a load bumps it); only without autograd, where no gradient
-          has to flow back through the concatenation.
+          counter moves; only without autograd, where no gradient has to flow back through it. Not
+          adopted: torch's fused AdamW and writes through `.data` change a weight without moving its
+          counter, so the kept copy would go stale, and `three` is as fast.
 
 For BertSelfAttention at m3e-small's width (512, 8 heads) and the tiny preset's (128, 2 heads), batches of
 32x64 and 1x16 tokens, it times the projection plus attention in eval (no_grad) forward and in training
