@@ -9,9 +9,9 @@ import math
 import pytest
 import torch
 
-from bertkit.config import GPTConfig, Seq2SeqConfig
+from bertkit.config import GPT2Config, Seq2SeqConfig
 from bertkit.generation import DecodingState, beam_search, greedy_search, sample, top_k_top_p_filter
-from bertkit.models.gpt import GPTForCausalLM
+from bertkit.models.gpt import GPT2LMHeadModel
 from bertkit.models.seq2seq import build_seq2seq
 from bertkit.models.transformer import KVCache
 
@@ -131,7 +131,8 @@ def tiny_seq2seq(architecture="transformer", **kw):
 
 def tiny_gpt(**kw):
     torch.manual_seed(0)
-    return GPTForCausalLM(GPTConfig(vocab_size=40, n_embd=16, n_layer=2, n_head=4, n_positions=32, **kw)).eval()
+    return GPT2LMHeadModel(GPT2Config(vocab_size=40, n_embd=16, n_layer=2, n_head=4, n_positions=32, pad_token_id=0,
+                                       bos_token_id=2, eos_token_id=3, **kw)).eval()
 
 
 def source_batch():

@@ -5,8 +5,8 @@ import torch
 import torch.nn.functional as F
 from safetensors import safe_open
 
-from bertkit.config import ConfigError, GPTConfig
-from bertkit.models.gpt import GPTForCausalLM
+from bertkit.config import ConfigError, GPT2Config
+from bertkit.models.gpt import GPT2LMHeadModel
 
 VARIANTS = {
     "gpt2": dict(),
@@ -15,12 +15,13 @@ VARIANTS = {
 }
 
 
-def tiny(name: str = "gpt2", **overrides) -> GPTForCausalLM:
+def tiny(name: str = "gpt2", **overrides) -> GPT2LMHeadModel:
     torch.manual_seed(0)
-    kw = dict(vocab_size=40, n_embd=16, n_layer=2, n_head=4, n_positions=32)
+    kw = dict(vocab_size=40, n_embd=16, n_layer=2, n_head=4, n_positions=32, pad_token_id=0, bos_token_id=2,
+              eos_token_id=3)
     kw.update(VARIANTS[name])
     kw.update(overrides)
-    return GPTForCausalLM(GPTConfig(**kw)).eval()
+    return GPT2LMHeadModel(GPT2Config(**kw)).eval()
 
 
 @pytest.mark.parametrize("name", VARIANTS)
@@ -39,8 +40,8 @@ def test_position_t_is_independent_of_inputs_after_t(name):
 def test_gradient_of_position_t_reaches_only_inputs_up_to_t():
     model = tiny()
     ids = torch.randint(0, 40, (1, 8))
-    inputs = model.embed_tokens(ids).detach().requires_grad_()
-    model.embed_tokens.forward = lambda _: inputs                 # feed the leaf tensor in place of the lookup
+    inputs = model.transformer.wte(ids).detach().requires_grad_()
+    model.transformer.wte.forward = lambda _: inputs                 # feed the leaf tensor in place of the lookup
     t = 4
     model(ids).logits[0, t].sum().backward()
     grad = inputs.grad[0].abs().sum(-1)
@@ -75,20 +76,20 @@ def test_save_and_load_round_trip(tmp_path, name):
         for p in model.parameters():
             p.add_(torch.randn_like(p) * 0.01)
     model.save_pretrained(tmp_path)
-    loaded = GPTForCausalLM.from_pretrained(tmp_path)
+    loaded = GPT2LMHeadModel.from_pretrained(tmp_path)
     assert loaded.config == model.config
     ids = torch.randint(0, 40, (2, 9))
     torch.testing.assert_close(loaded(ids).logits, model(ids).logits, atol=1e-5, rtol=1e-5)
     with safe_open(str(tmp_path / "model.safetensors"), "pt") as f:
         assert set(f.keys()) == set(model.state_dict()) - set(model.tied_weights())
-    assert (loaded.lm_head.weight is loaded.embed_tokens.weight) == model.config.tie_word_embeddings
+    assert (loaded.lm_head.weight is loaded.transformer.wte.weight) == model.config.tie_word_embeddings
 
 
 def test_config_and_input_errors():
     with pytest.raises(ConfigError, match="divisible"):
-        GPTConfig(n_embd=30, n_head=4)
+        GPT2Config(n_embd=30, n_head=4)
     with pytest.raises(ConfigError, match="position_embedding_type"):
-        GPTConfig(position_embedding_type="rotary")
+        GPT2Config(position_embedding_type="rotary")
     model = tiny()
     with pytest.raises(ValueError, match="positions"):
         model(torch.zeros(1, 33, dtype=torch.long))

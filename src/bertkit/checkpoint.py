@@ -4,10 +4,15 @@ A checkpoint is `config.json` + `model.safetensors` (or the older `pytorch_model
 parameter names equal Hugging Face's, so loading is "same keys, check count and shapes", after these
 quirks are ironed out:
 
-- task checkpoints put the encoder under `bert.` (`bert.encoder.layer.0...`) and add head weights;
+- task checkpoints put the bare model under its prefix (`bert.encoder.layer.0...`, `transformer.h.0...`)
+  and add head weights; a bare model's checkpoint has neither;
 - old TensorFlow-converted checkpoints name LayerNorm parameters `gamma` / `beta`;
-- some checkpoints carry `position_ids` / `token_type_ids` buffers, which are not parameters;
-- the MLM decoder is tied to the word embeddings, so a checkpoint may store it once or not at all.
+- some checkpoints carry buffers that are not parameters: BERT's `position_ids` / `token_type_ids`,
+  GPT-2's causal masks `attn.bias` / `attn.masked_bias`;
+- tied parameters (an MLM decoder or LM head that is the word embedding) may be stored once or not at all;
+  the model names its ties (`tied_weights()`);
+- bertkit's earlier GPT (model_type "bertkit-gpt") used BART-style names and torch's Linear layout; it is
+  renamed and reshaped into GPT-2's.
 
 Nothing here imports torch at module level: the NumPy reference reads checkpoints without it.
 """
@@ -16,9 +21,12 @@ from __future__ import annotations
 
 import math
 import os
+import re
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from bertkit.atomic import atomic_write
 
@@ -26,13 +34,8 @@ SAFETENSORS_NAME = "model.safetensors"
 PYTORCH_NAME = "pytorch_model.bin"
 TOKENIZER_FILES = ("vocab.txt", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")
 
-# Parameters that are the same tensor as another one: (tied name, source name).
-TIED_WEIGHTS = (
-    ("cls.predictions.decoder.weight", "bert.embeddings.word_embeddings.weight"),
-    ("cls.predictions.decoder.bias", "cls.predictions.bias"),
-)
 # Buffers some checkpoints store; they are recomputed, never loaded.
-_IGNORED_SUFFIXES = ("embeddings.position_ids", "embeddings.token_type_ids")
+_IGNORED_SUFFIXES = ("embeddings.position_ids", "embeddings.token_type_ids", ".attn.bias", ".attn.masked_bias")
 
 
 class CheckpointError(ValueError):
@@ -99,12 +102,15 @@ def normalize_keys(state: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-def adapt_prefix(state: Mapping[str, Any], expected: Iterable[str], prefix: str = "bert.") -> tuple[dict, list]:
-    """Move the checkpoint's keys to the model's side of the `bert.` prefix.
+def adapt_prefix(state: Mapping[str, Any], expected: Iterable[str], prefix: str) -> tuple[dict, list]:
+    """Move the checkpoint's keys to the model's side of the base-model prefix (`bert`, `transformer`).
 
-    Returns (state, dropped): a task checkpoint loaded into a bare encoder keeps the `bert.` weights and
-    drops its head (listed in `dropped`); an encoder checkpoint loaded into a task model gets the prefix.
+    Returns (state, dropped): a task checkpoint loaded into a bare model keeps the prefixed weights and
+    drops its head (listed in `dropped`); a bare model's checkpoint loaded into a task model gets the prefix.
     """
+    if not prefix:
+        return dict(state), []
+    prefix = prefix.rstrip(".") + "."
     expected = set(expected)
     model_prefixed = any(k.startswith(prefix) for k in expected)
     ckpt_prefixed = any(k.startswith(prefix) for k in state)
@@ -116,15 +122,55 @@ def adapt_prefix(state: Mapping[str, Any], expected: Iterable[str], prefix: str 
     return dict(state), []
 
 
-def fill_tied(state: dict[str, Any], expected: Iterable[str]) -> dict[str, Any]:
-    """Supply a tied parameter the checkpoint stored only once (e.g. the decoder = word embeddings)."""
-    expected = set(expected)
-    for tied, source in TIED_WEIGHTS:
-        if tied in expected and tied not in state and source in state:
-            state[tied] = state[source]
-        if source in expected and source not in state and tied in state:
-            state[source] = state[tied]
+def fill_tied(state: dict[str, Any], tied: Mapping[str, str]) -> dict[str, Any]:
+    """Keep one name per tied tensor, the model's source name: {tied: source} as the model's `tied_weights()`.
+
+    A checkpoint may store a tied tensor under both names, under the source's only, or (older files) under the
+    tied name only; the tied name is not loaded, since the model's tied parameter *is* its source.
+    """
+    for name, source in tied.items():
+        tensor = state.pop(name, None)
+        if tensor is not None and source not in state:
+            state[source] = tensor
     return state
+
+
+def legacy_gpt_names(state: Mapping[str, Any]) -> dict[str, Any]:
+    """bertkit's earlier GPT checkpoint -> GPT-2's names and layout (transformers' Conv1D: weights (in, out)).
+
+    `embed_tokens`/`embed_positions` -> `transformer.wte`/`wpe`, `layers.N` -> `transformer.h.N` with
+    `self_attn.{q,k,v}_proj` stacked into `attn.c_attn` (C, 3C), `self_attn.out_proj` -> `attn.c_proj`,
+    `fc1`/`fc2` -> `mlp.c_fc`/`mlp.c_proj`, `self_attn_layer_norm`/`final_layer_norm` -> `ln_1`/`ln_2` (the
+    same places in pre-LN and post-LN blocks), `layer_norm` -> `transformer.ln_f`.
+    """
+    renamed = {"embed_tokens": "transformer.wte", "embed_positions": "transformer.wpe",
+               "layer_norm": "transformer.ln_f", "self_attn.out_proj": "attn.c_proj", "fc1": "mlp.c_fc",
+               "fc2": "mlp.c_proj", "self_attn_layer_norm": "ln_1", "final_layer_norm": "ln_2"}
+    projections = ("attn.c_proj", "mlp.c_fc", "mlp.c_proj")  # torch Linear (out, in) -> Conv1D (in, out)
+    out: dict[str, Any] = {}
+    qkv: dict[str, dict[str, Any]] = {}
+    for name, tensor in state.items():
+        module, _, kind = name.rpartition(".")
+        layer = re.fullmatch(r"layers\.(\d+)\.(.+)", module)
+        prefix, module = (f"transformer.h.{layer[1]}.", layer[2]) if layer else ("", module)
+        if module in ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"):
+            qkv.setdefault(f"{prefix}attn.c_attn.{kind}", {})[module[-6]] = tensor
+            continue
+        module = renamed.get(module, module)
+        out[f"{prefix}{module}.{kind}"] = tensor.T if module in projections and kind == "weight" else tensor
+    for name, parts in qkv.items():
+        if len(parts) == 3:  # else a tensor is missing, and the strict check names the others as unexpected
+            q, k, v = parts["q"], parts["k"], parts["v"]
+            out[name] = _concat([q.T, k.T, v.T], axis=1) if name.endswith("weight") else _concat([q, k, v], axis=0)
+    return out
+
+
+def _concat(tensors: list[Any], axis: int) -> Any:
+    if isinstance(tensors[0], np.ndarray):
+        return np.concatenate(tensors, axis=axis)
+    import torch
+
+    return torch.cat(tensors, dim=axis)
 
 
 def match_state_dict(expected_shapes: Mapping[str, tuple], state: Mapping[str, Any],
@@ -155,14 +201,20 @@ def match_state_dict(expected_shapes: Mapping[str, tuple], state: Mapping[str, A
     return fresh
 
 
-def prepare_state_dict(state: Mapping[str, Any], expected_shapes: Mapping[str, tuple],
-                       new_head_prefixes: Iterable[str] = (), source: str = "checkpoint",
+def prepare_state_dict(state: Mapping[str, Any], expected_shapes: Mapping[str, tuple], *, prefix: str = "",
+                       tied: Mapping[str, str] | None = None, new_head_prefixes: Iterable[str] = (),
                        other_head_prefixes: Iterable[str] = (),
-                       prefix: str = "bert.") -> tuple[dict[str, Any], list[str], list[str]]:
-    """All the quirks in order: normalise, adapt prefix, fill ties, check. Returns (state, fresh, dropped)."""
+                       source: str = "checkpoint") -> tuple[dict[str, Any], list[str], list[str]]:
+    """All the quirks in order: normalise, rename legacy names, adapt the prefix, fill ties, check.
+
+    `expected_shapes` are the model's own names (tied ones left out), `prefix` its base-model prefix, `tied`
+    its `tied_weights()`. Returns (state to load, expected names left fresh, checkpoint names not used).
+    """
     state = normalize_keys(state)
+    if "embed_tokens.weight" in state and "embed_tokens.weight" not in expected_shapes:
+        state = legacy_gpt_names(state)
     state, dropped = adapt_prefix(state, expected_shapes, prefix)
-    state = fill_tied(state, expected_shapes)
+    state = fill_tied(state, tied or {})
     fresh = match_state_dict(expected_shapes, state, new_head_prefixes, source, other_head_prefixes)
     dropped += sorted(k for k in state if k not in expected_shapes)
     return {k: v for k, v in state.items() if k in expected_shapes}, fresh, dropped
@@ -171,20 +223,21 @@ def prepare_state_dict(state: Mapping[str, Any], expected_shapes: Mapping[str, t
 # ---- writing -------------------------------------------------------------------------------------
 
 def save_weights(state: Mapping[str, Any], path: str | os.PathLike) -> Path:
-    """Write {name: torch.Tensor} as safetensors, atomically, storing each tied tensor once."""
+    """Write {name: torch.Tensor} as safetensors, atomically; a tensor under two names is stored under the first.
+
+    Models leave their tied names out (`PreTrainedModel.save_pretrained`); this keeps any other shared
+    tensor, which safetensors cannot store twice, once.
+    """
     from safetensors.torch import save_file
 
-    tied_names = {tied for tied, _ in TIED_WEIGHTS}
-    seen: dict[tuple, str] = {}
+    seen: set[tuple] = set()
     out = {}
-    # Sources first, so of two names for one tensor the source's survives (as Hugging Face saves it).
-    for name in sorted(state, key=lambda k: k in tied_names):
-        tensor = state[name].detach()
+    for name, tensor in state.items():
+        tensor = tensor.detach()
         ident = (tensor.untyped_storage().data_ptr(), tensor.storage_offset(), tuple(tensor.shape))
-        if ident in seen and name in tied_names:
-            continue
-        seen.setdefault(ident, name)
-        out[name] = tensor.contiguous().cpu()
+        if ident not in seen:
+            seen.add(ident)
+            out[name] = tensor.contiguous().cpu()
     return atomic_write(path, lambda p: save_file(out, str(p), metadata={"format": "pt"}))
 
 

@@ -35,6 +35,8 @@ class _JsonConfig:
     """config.json reading and writing for the dataclass configs below; `model_type` names the class."""
 
     model_type = ""
+    other_model_types: tuple[str, ...] = ()      # also read: earlier bertkit formats of the same model
+    ignored_keys: frozenset[str] = frozenset()   # keys of this family's config.json read silently, unused
 
     def to_dict(self) -> dict[str, Any]:
         return {"model_type": self.model_type, **dataclasses.asdict(self)}
@@ -44,10 +46,10 @@ class _JsonConfig:
         """Build from a config dict; a different model_type is an error, unknown keys a warning."""
         data = dict(data)
         model_type = data.pop("model_type", cls.model_type)
-        if model_type != cls.model_type:
+        if model_type != cls.model_type and model_type not in cls.other_model_types:
             raise ConfigError(f"config is for model_type {model_type!r}, not {cls.model_type!r}")
         names = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(k for k in data if k not in names and k not in _HF_BOOKKEEPING)
+        unknown = sorted(k for k in data if k not in names and k not in _HF_BOOKKEEPING and k not in cls.ignored_keys)
         if unknown:
             warnings.warn(f"config keys not used by bertkit (ignored): {', '.join(unknown)}", stacklevel=2)
         try:
@@ -77,14 +79,15 @@ class _JsonConfig:
             raise ConfigError(f"{path} must hold a JSON object, got {type(data).__name__}")
         return cls.from_dict(data)
 
-    def to_json_string(self) -> str:
-        return json.dumps(self.to_dict(), indent=2, sort_keys=True, ensure_ascii=False) + "\n"
+    def to_json_string(self, **additions: Any) -> str:
+        """The config as JSON, with `additions` (e.g. `architectures`) written over it; the config is unchanged."""
+        return json.dumps({**self.to_dict(), **additions}, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
 
-    def save_pretrained(self, directory: str | os.PathLike) -> Path:
-        """Write `config.json` into `directory` atomically."""
+    def save_pretrained(self, directory: str | os.PathLike, **additions: Any) -> Path:
+        """Write `config.json` into `directory` atomically; `additions` go into the file only."""
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
-        return atomic_write_text(directory / CONFIG_NAME, self.to_json_string())
+        return atomic_write_text(directory / CONFIG_NAME, self.to_json_string(**additions))
 
     def replace(self, **changes: Any):
         return dataclasses.replace(self, **changes)
@@ -278,7 +281,7 @@ GPT_PRESETS: dict[str, dict[str, int]] = {
 }
 
 
-# ==== Seq2SeqConfig and GPTConfig: the encoder–decoder models and the decoder-only LM ==================
+# ==== Seq2SeqConfig and GPT2Config: the encoder–decoder models and the decoder-only LM =================
 # Names follow Hugging Face's Marian/BART (seq2seq) and GPT-2 (GPT) configs where they have one.
 
 SEQ2SEQ_ARCHITECTURES = ("transformer", "rnn")
@@ -367,13 +370,23 @@ class Seq2SeqConfig(_JsonConfig):
 
 
 @dataclass
-class GPTConfig(_JsonConfig):
-    """A decoder-only causal LM (Radford et al.); GPT-2's field names, pre-LN by default as GPT-2."""
+class GPT2Config(_JsonConfig):
+    """GPT-2 (Radford et al., 2019), as transformers' GPT2Config: the same field names and defaults (gpt2-small).
 
-    model_type = "bertkit-gpt"
+    bertkit adds two options transformers' GPT-2 does not have: GPT-1's post-LN blocks without a final
+    LayerNorm (`normalize_before=False`) and fixed sinusoidal positions (`position_embedding_type`). A model
+    with either is saved as model_type "bertkit-gpt2", which transformers' Auto classes refuse by name and its
+    GPT2LMHeadModel warns about (its weights would not fit). Untied output weights, ReLU or GELU and `n_inner`
+    are transformers' options too. Checkpoints of bertkit's earlier GPT (model_type "bertkit-gpt") still load.
+    """
 
-    vocab_size: int = 21128
-    n_positions: int = 512
+    model_type = "gpt2"
+    other_model_types = ("bertkit-gpt2", "bertkit-gpt")
+    ignored_keys = frozenset({"n_ctx", "summary_type", "summary_use_proj", "summary_activation",
+                              "summary_proj_to_labels", "summary_first_dropout", "task_specific_params"})
+
+    vocab_size: int = 50257
+    n_positions: int = 1024
     n_embd: int = 768
     n_layer: int = 12
     n_head: int = 12
@@ -384,12 +397,17 @@ class GPTConfig(_JsonConfig):
     attn_pdrop: float = 0.1
     layer_norm_epsilon: float = 1e-5
     initializer_range: float = 0.02
-    position_embedding_type: str = "absolute"   # learned, or "sinusoidal"
-    normalize_before: bool = True               # GPT-2's pre-LN; False = GPT-1's post-LN
+    scale_attn_weights: bool = True             # scores / √head_dim, as every Transformer
+    scale_attn_by_inverse_layer_idx: bool = False  # and / (layer index + 1)
+    reorder_and_upcast_attn: bool = False       # transformers' mixed-precision detail; the same maths
+    add_cross_attention: bool = False           # not supported: GPT-2 as a decoder of an encoder
     tie_word_embeddings: bool = True
-    pad_token_id: int = 0
-    bos_token_id: int = 2
-    eos_token_id: int = 3
+    bos_token_id: int | None = 50256
+    eos_token_id: int | None = 50256
+    pad_token_id: int | None = None
+    # bertkit's options, outside transformers' GPT-2 (see the class docstring)
+    normalize_before: bool = True               # GPT-2's pre-LN + final LayerNorm; False = GPT-1's post-LN
+    position_embedding_type: str = "absolute"   # learned, or "sinusoidal"
 
     def __post_init__(self) -> None:
         self.validate()
@@ -397,6 +415,11 @@ class GPTConfig(_JsonConfig):
     @property
     def inner_size(self) -> int:
         return self.n_inner or 4 * self.n_embd
+
+    @property
+    def loads_in_transformers(self) -> bool:
+        """Whether transformers' GPT2LMHeadModel computes what this model computes."""
+        return self.normalize_before and self.position_embedding_type == "absolute"
 
     def validate(self) -> None:
         """Raise ConfigError naming the first value no model can be built from."""
@@ -409,5 +432,13 @@ class GPTConfig(_JsonConfig):
         if self.position_embedding_type not in POSITION_EMBEDDING_TYPES:
             raise ConfigError(f"position_embedding_type {self.position_embedding_type!r} is not one of "
                               f"{', '.join(POSITION_EMBEDDING_TYPES)}")
+        if self.add_cross_attention:
+            raise ConfigError("add_cross_attention: bertkit's GPT-2 has no cross-attention (use Seq2SeqTransformer)")
         _check_probabilities(self, ("resid_pdrop", "embd_pdrop", "attn_pdrop"))
         _check_token_ids(self, ("pad_token_id", "bos_token_id", "eos_token_id"), self.vocab_size)
+
+    def to_dict(self) -> dict[str, Any]:
+        out = super().to_dict()
+        if not self.loads_in_transformers:
+            out["model_type"] = "bertkit-gpt2"
+        return out

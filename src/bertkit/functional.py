@@ -11,6 +11,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+IGNORE_INDEX = -100  # the label of a position that is not predicted (transformers' and cross_entropy's convention)
+
 
 def sinusoidal_positions(max_len: int, dim: int) -> Tensor:
     """PE[pos, 2i] = sin(pos / 10000^(2i/d)), PE[pos, 2i+1] = cos(pos / 10000^(2i/d)) (Vaswani et al., 3.5)."""

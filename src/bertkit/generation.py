@@ -178,6 +178,8 @@ class GenerationMixin:
         config = self.config
         eos = config.eos_token_id if eos_token_id == -1 else eos_token_id
         pad = config.pad_token_id if pad_token_id is None else pad_token_id
+        if pad is None:  # GPT-2 has no padding token: rows that have finished repeat eos, as in transformers
+            pad = eos if eos is not None else 0
         state = self.start_decoding(input_ids, attention_mask, use_cache)
         limit = state.max_new_tokens
         if max_new_tokens is None:

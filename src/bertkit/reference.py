@@ -1,4 +1,4 @@
-"""NumpyBert: the BERT forward pass in plain NumPy, over the same weight names as the PyTorch model.
+"""NumpyBert and NumpyGPT2: the forward passes in plain NumPy, over the same weight names as the PyTorch models.
 
 A second, independent implementation to check the first against: every step is a line of NumPy that
 can be read next to its formula. It needs no torch (safetensors files are read with numpy; a
@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from bertkit import checkpoint
-from bertkit.config import BertConfig
+from bertkit.config import BertConfig, GPT2Config
 
 
 def layer_norm(x: np.ndarray, weight: np.ndarray, bias: np.ndarray, eps: float) -> np.ndarray:
@@ -45,6 +45,23 @@ ACTIVATIONS = {
 ACTIVATIONS["gelu_pytorch_tanh"] = ACTIVATIONS["gelu_new"]
 
 
+def multi_head_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, bias, num_heads: int) -> np.ndarray:
+    """Concat_h softmax(Q_h K_hᵀ / √D + bias) V_h for q, k, v (B, T, C) split into heads of D = C / H."""
+    B, T, C = q.shape
+    D = C // num_heads
+
+    def heads(t):  # (B, T, C) -> (B, H, T, D)
+        return t.reshape(B, T, num_heads, D).transpose(0, 2, 1, 3)
+
+    scores = heads(q) @ heads(k).transpose(0, 1, 3, 2) / np.float32(math.sqrt(D)) + bias    # (B, H, T, T)
+    return (softmax(scores) @ heads(v)).transpose(0, 2, 1, 3).reshape(B, T, C)             # concat heads
+
+
+def padding_bias(attention_mask) -> np.ndarray:
+    """(B, T) 1/0 mask -> (B, 1, 1, T) additive bias: 0 on tokens, the most negative float32 on padding."""
+    return np.where(np.asarray(attention_mask)[:, None, None, :] > 0, 0.0, np.finfo(np.float32).min).astype(np.float32)
+
+
 def sinusoidal_positions(max_len: int, dim: int) -> np.ndarray:
     """PE[pos, 2i] = sin(pos / 10000^(2i/d)), PE[pos, 2i+1] = cos(pos / 10000^(2i/d))."""
     angle = np.arange(max_len)[:, None] / np.power(10000.0, np.arange(0, dim, 2) / dim)
@@ -54,23 +71,34 @@ def sinusoidal_positions(max_len: int, dim: int) -> np.ndarray:
     return pe.astype(np.float32)
 
 
-class NumpyBert:
-    """BERT forward in NumPy: `NumpyBert(config, weights)(input_ids, attention_mask, token_type_ids)`."""
+class _NumpyModel:
+    """Loading for the NumPy models: a model directory's weights, through checkpoint.py's quirks and checks."""
 
-    def __init__(self, config: BertConfig, weights: dict[str, np.ndarray]) -> None:
+    config_class: type
+
+    def __init__(self, config, weights: dict[str, np.ndarray], expected: dict[str, tuple], prefix: str,
+                 tied: dict[str, str] | None = None) -> None:
         self.config = config
-        has_pooler = any(k.endswith("pooler.dense.weight") for k in weights)  # token-tagging models have none
-        expected = _expected_shapes(config, has_pooler)
-        weights, _, _ = checkpoint.prepare_state_dict(weights, expected, source="weights")
+        weights, _, _ = checkpoint.prepare_state_dict(weights, expected, prefix=prefix, tied=tied, source="weights")
         self.w = {k: np.asarray(v, dtype=np.float32) for k, v in weights.items()}
-        self.act = ACTIVATIONS[config.hidden_act]
 
     @classmethod
-    def from_pretrained(cls, path: str | os.PathLike) -> NumpyBert:
-        """Load a Hugging Face model directory; task checkpoints' `bert.` weights are used, heads ignored."""
+    def from_pretrained(cls, path: str | os.PathLike):
+        """Load a model directory (transformers' or bertkit's); a task checkpoint's heads are ignored."""
         path = Path(path)
-        config = BertConfig.from_pretrained(path)
+        config = cls.config_class.from_pretrained(path)
         return cls(config, checkpoint.read_weights(checkpoint.find_weights_file(path), framework="np"))
+
+
+class NumpyBert(_NumpyModel):
+    """BERT forward in NumPy: `NumpyBert(config, weights)(input_ids, attention_mask, token_type_ids)`."""
+
+    config_class = BertConfig
+
+    def __init__(self, config: BertConfig, weights: dict[str, np.ndarray]) -> None:
+        has_pooler = any(k.endswith("pooler.dense.weight") for k in weights)  # token-tagging models have none
+        super().__init__(config, weights, _expected_shapes(config, has_pooler), prefix="bert")
+        self.act = ACTIVATIONS[config.hidden_act]
 
     def __call__(self, input_ids, attention_mask=None, token_type_ids=None) -> tuple[np.ndarray, np.ndarray]:
         """input_ids (B, T) -> (sequence_output (B, T, C), pooled_output (B, C))."""
@@ -95,10 +123,7 @@ class NumpyBert:
             x = self._linear(x, "encoder.embedding_hidden_mapping_in")
 
         # Padding gets a large negative score before the softmax, so it receives ~zero attention.
-        bias = 0.0
-        if attention_mask is not None:
-            bias = np.where(np.asarray(attention_mask)[:, None, None, :] > 0, 0.0,
-                            np.finfo(np.float32).min).astype(np.float32)                  # (B, 1, 1, T)
+        bias = 0.0 if attention_mask is None else padding_bias(attention_mask)              # (B, 1, 1, T)
         for i in range(cfg.num_hidden_layers):
             x = self._layer(x, bias, f"encoder.layer.{0 if cfg.share_layers else i}.")
         if cfg.normalize_before:
@@ -119,17 +144,10 @@ class NumpyBert:
         """One block, post-LN: x = LN(x + MultiHead(x)); x = LN(x + FFN(x)); or pre-LN: x = x + MultiHead(LN(x));
         x = x + FFN(LN(x))."""
         cfg = self.config
-        B, T, C = x.shape
-        H, D = cfg.num_attention_heads, cfg.head_dim
         pre = cfg.normalize_before
-
-        def heads(t):  # (B, T, C) -> (B, H, T, D)
-            return t.reshape(B, T, H, D).transpose(0, 2, 1, 3)
-
         h = self._norm(x, f"{p}attention.output.LayerNorm") if pre else x
-        q, k, v = (heads(self._linear(h, f"{p}attention.self.{n}")) for n in ("query", "key", "value"))
-        scores = q @ k.transpose(0, 1, 3, 2) / np.float32(math.sqrt(D)) + bias    # (B, H, T, T)
-        context = (softmax(scores) @ v).transpose(0, 2, 1, 3).reshape(B, T, C)     # concat heads
+        q, k, v = (self._linear(h, f"{p}attention.self.{n}") for n in ("query", "key", "value"))
+        context = multi_head_attention(q, k, v, bias, cfg.num_attention_heads)
         x = self._linear(context, f"{p}attention.output.dense") + x
         x = x if pre else self._norm(x, f"{p}attention.output.LayerNorm")
         h = self._norm(x, f"{p}output.LayerNorm") if pre else x
@@ -165,4 +183,86 @@ def _expected_shapes(cfg: BertConfig, pooler: bool = True) -> dict[str, tuple]:
             shapes[f"{p}{n}.weight"], shapes[f"{p}{n}.bias"] = (C,), (C,)
     if cfg.normalize_before:
         shapes["encoder.final_layer_norm.weight"], shapes["encoder.final_layer_norm.bias"] = (C,), (C,)
+    return shapes
+
+
+class NumpyGPT2(_NumpyModel):
+    """GPT-2 forward in NumPy: `NumpyGPT2(config, weights)(input_ids, attention_mask)` -> logits (B, T, V)."""
+
+    config_class = GPT2Config
+
+    def __init__(self, config: GPT2Config, weights: dict[str, np.ndarray]) -> None:
+        tied = {"lm_head.weight": "transformer.wte.weight"} if config.tie_word_embeddings else {}
+        super().__init__(config, weights, _gpt2_shapes(config), prefix="transformer", tied=tied)
+        self.act = ACTIVATIONS[config.activation_function]
+
+    def __call__(self, input_ids, attention_mask=None) -> np.ndarray:
+        cfg, w = self.config, self.w
+        ids = np.asarray(input_ids)
+        if ids.ndim != 2 or ids.size == 0 or ids.shape[1] > cfg.n_positions:
+            raise ValueError(f"input_ids must be a non-empty (batch, seq) array of at most {cfg.n_positions} "
+                             f"positions, got shape {ids.shape}")
+        if ids.min() < 0 or ids.max() >= cfg.vocab_size:
+            raise ValueError(f"input_ids must be in [0, {cfg.vocab_size})")
+        T = ids.shape[1]
+        pos = (sinusoidal_positions(cfg.n_positions, cfg.n_embd) if cfg.position_embedding_type == "sinusoidal"
+               else w["transformer.wpe.weight"])
+        x = w["transformer.wte.weight"][ids] + pos[:T]
+
+        # Position t attends to positions <= t, and never to padding.
+        bias = np.triu(np.full((T, T), np.finfo(np.float32).min, dtype=np.float32), k=1)       # (T, T)
+        if attention_mask is not None:
+            bias = np.minimum(bias, padding_bias(attention_mask))                                # (B, 1, T, T)
+        for i in range(cfg.n_layer):
+            x = self._block(x, bias, i)
+        if cfg.normalize_before:
+            x = self._norm(x, "transformer.ln_f")
+        return x @ w["lm_head.weight" if "lm_head.weight" in w else "transformer.wte.weight"].T
+
+    def _conv1d(self, x: np.ndarray, name: str) -> np.ndarray:
+        # GPT-2 stores its projections (in, out): y = x W + b
+        return x @ self.w[f"{name}.weight"] + self.w[f"{name}.bias"]
+
+    def _norm(self, x: np.ndarray, name: str) -> np.ndarray:
+        return layer_norm(x, self.w[f"{name}.weight"], self.w[f"{name}.bias"], self.config.layer_norm_epsilon)
+
+    def _attention(self, x: np.ndarray, bias: np.ndarray, i: int) -> np.ndarray:
+        cfg, p = self.config, f"transformer.h.{i}.attn."
+        q, k, v = np.split(self._conv1d(x, f"{p}c_attn"), 3, axis=-1)
+        scale = 1.0 if cfg.scale_attn_weights else math.sqrt(cfg.n_embd // cfg.n_head)  # undo the 1/√D
+        if cfg.scale_attn_by_inverse_layer_idx:
+            scale /= i + 1
+        return self._conv1d(multi_head_attention(q * np.float32(scale), k, v, bias, cfg.n_head), f"{p}c_proj")
+
+    def _block(self, x: np.ndarray, bias: np.ndarray, i: int) -> np.ndarray:
+        """GPT-2's pre-LN block, x += Attn(LN_1(x)); x += MLP(LN_2(x)), or GPT-1's post-LN one."""
+        p = f"transformer.h.{i}."
+
+        def mlp(h):
+            return self._conv1d(self.act(self._conv1d(h, f"{p}mlp.c_fc")), f"{p}mlp.c_proj")
+
+        if self.config.normalize_before:
+            x = x + self._attention(self._norm(x, f"{p}ln_1"), bias, i)
+            return x + mlp(self._norm(x, f"{p}ln_2"))
+        x = self._norm(x + self._attention(x, bias, i), f"{p}ln_1")
+        return self._norm(x + mlp(x), f"{p}ln_2")
+
+
+def _gpt2_shapes(cfg: GPT2Config) -> dict[str, tuple]:
+    """The parameter names and shapes of a GPT2LMHeadModel with this config (tied head left out), without torch."""
+    C, F, V = cfg.n_embd, cfg.inner_size, cfg.vocab_size
+    shapes = {"transformer.wte.weight": (V, C)}
+    if cfg.position_embedding_type == "absolute":
+        shapes["transformer.wpe.weight"] = (cfg.n_positions, C)
+    if cfg.normalize_before:
+        shapes["transformer.ln_f.weight"], shapes["transformer.ln_f.bias"] = (C,), (C,)
+    if not cfg.tie_word_embeddings:
+        shapes["lm_head.weight"] = (V, C)
+    for i in range(cfg.n_layer):
+        p = f"transformer.h.{i}."
+        for name, (n_in, n_out) in (("attn.c_attn", (C, 3 * C)), ("attn.c_proj", (C, C)), ("mlp.c_fc", (C, F)),
+                                    ("mlp.c_proj", (F, C))):
+            shapes[f"{p}{name}.weight"], shapes[f"{p}{name}.bias"] = (n_in, n_out), (n_out,)
+        for name in ("ln_1", "ln_2"):
+            shapes[f"{p}{name}.weight"], shapes[f"{p}{name}.bias"] = (C,), (C,)
     return shapes

@@ -131,12 +131,12 @@ def _cmd_generate(args: argparse.Namespace) -> int:
     import torch
 
     from bertkit.data.sources import resolve_model
-    from bertkit.models.gpt import GPTForCausalLM
+    from bertkit.models.gpt import GPT2LMHeadModel
     from bertkit.pipelines.lm import generate_text
     from bertkit.tokenizer import BertTokenizer
 
     model_dir = resolve_model(args.model)
-    model, tokenizer = GPTForCausalLM.from_pretrained(model_dir), BertTokenizer.from_pretrained(model_dir)
+    model, tokenizer = GPT2LMHeadModel.from_pretrained(model_dir), BertTokenizer.from_pretrained(model_dir)
     sample = not args.greedy and args.beams == 1
     options = dict(do_sample=True, temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
                    generator=torch.Generator().manual_seed(args.seed)) if sample else dict(num_beams=args.beams)

@@ -20,7 +20,8 @@ from dataclasses import dataclass
 
 import torch
 
-IGNORE_INDEX = -100
+from bertkit.functional import IGNORE_INDEX
+
 OBJECTIVES = ("mlm+nsp", "mlm+sop", "mlm")
 
 

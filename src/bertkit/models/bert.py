@@ -9,28 +9,14 @@ Dimension letters: B batch, T sequence, C hidden, H heads, D head size (C = H·D
 
 from __future__ import annotations
 
-import os
-from dataclasses import dataclass
-from pathlib import Path
-
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
-from bertkit import checkpoint
 from bertkit.config import BertConfig
-from bertkit.functional import ACT2FN, attention, efficient_attention, padding_mask_bias, sinusoidal_positions
+from bertkit.functional import ACT2FN, attention, efficient_attention, sinusoidal_positions
 from bertkit.models.dropout import Dropout
-
-
-@dataclass
-class BertModelOutput:
-    """What `BertModel` returns; field names as transformers' BaseModelOutputWithPooling."""
-
-    last_hidden_state: Tensor                      # (B, T, C)
-    pooler_output: Tensor | None = None            # (B, C)
-    hidden_states: tuple[Tensor, ...] | None = None  # embeddings + each layer, (B, T, C) each
-    attentions: tuple[Tensor, ...] | None = None   # each layer, (B, H, T, T)
+from bertkit.models.outputs import BertModelOutput
+from bertkit.models.pretrained import PreTrainedModel, check_ids
 
 
 class BertEmbeddings(nn.Module):
@@ -64,12 +50,18 @@ class BertEmbeddings(nn.Module):
 
 
 class BertSelfAttention(nn.Module):
-    """Multi-head self-attention: project to Q, K, V, split into heads, attend, merge heads."""
+    """Multi-head self-attention: project to Q, K, V, split into heads, attend, merge heads.
+
+    Three projections, three matmuls. Stacking the weights into one (C -> 3C) matmul costs a copy of them
+    per call, which is as slow as the attention itself for a short input, and one large matmul is no faster
+    than three here (benchmarks/bench_qkv.py). Keeping the stack between calls would need to know when a
+    weight changes, and torch's fused AdamW and writes through `.data` change weights without telling.
+    """
 
     def __init__(self, config: BertConfig) -> None:
         super().__init__()
         self.num_heads = config.num_attention_heads
-        self.head_dim = config.head_dim
+        self.head_dim = config.hidden_size // config.num_attention_heads
         self.query = nn.Linear(config.hidden_size, config.hidden_size, bias=config.use_bias)
         self.key = nn.Linear(config.hidden_size, config.hidden_size, bias=config.use_bias)
         self.value = nn.Linear(config.hidden_size, config.hidden_size, bias=config.use_bias)
@@ -77,12 +69,8 @@ class BertSelfAttention(nn.Module):
 
     def forward(self, x: Tensor, bias: Tensor | None, output_attentions: bool) -> tuple[Tensor, Tensor | None]:
         B, T, C = x.shape
-        # Q, K and V in one (C -> 3C) matmul: the same maths as three Linears, but one larger GEMM is
-        # faster on CPU. The parameters stay three Linears, so the names match Hugging Face's.
-        weight = torch.cat((self.query.weight, self.key.weight, self.value.weight))
-        bias_qkv = torch.cat((self.query.bias, self.key.bias, self.value.bias)) if self.query.bias is not None else None
-        qkv = F.linear(x, weight, bias_qkv).view(B, T, 3, self.num_heads, self.head_dim)
-        q, k, v = qkv.permute(2, 0, 3, 1, 4)                                              # 3 x (B, H, T, D)
+        q, k, v = (linear(x).view(B, T, self.num_heads, self.head_dim).transpose(1, 2)   # 3 x (B, H, T, D)
+                   for linear in (self.query, self.key, self.value))
         if output_attentions:  # the explicit maths, which can hand back the probabilities
             context, probs = attention(q, k, v, bias, dropout=self.dropout_prob, training=self.training)
         else:  # the same result by the faster path for these tensors (the fused kernel in float32)
@@ -196,85 +184,11 @@ class BertPooler(nn.Module):
         return self.activation(self.dense(hidden[:, 0]))
 
 
-class BertPreTrainedModel(nn.Module):
-    """Weight initialisation and Hugging Face-format loading/saving, shared by BertModel and the task models."""
+class BertPreTrainedModel(PreTrainedModel):
+    """The BERT family: BertConfig, Hugging Face's initialisation, task models hold the encoder as `bert`."""
 
-    # Parameter-name prefixes of this model's head: a checkpoint without them loads, the head starts fresh.
-    head_prefixes: tuple[str, ...] = ()
-    # Prefixes of other BERT models' heads (e.g. NSP weights in a pretraining checkpoint): ignored on load.
-    other_head_prefixes: tuple[str, ...] = ()
-    # The transformers class that loads the saved weights, when it is not the class of the same name.
-    saved_architecture: str | None = None
-
-    def __init__(self, config: BertConfig) -> None:
-        super().__init__()
-        if not isinstance(config, BertConfig):
-            raise TypeError(f"config must be a BertConfig, got {type(config).__name__}")
-        self.config = config
-
-    def init_weights(self) -> None:
-        """BERT's initialisation: N(0, initializer_range) weights, zero biases, LayerNorm gain 1 and bias 0."""
-        self.apply(self._init_module)
-        self.tie_weights()
-
-    def _init_module(self, module: nn.Module) -> None:
-        std = self.config.initializer_range
-        if isinstance(module, nn.Linear):
-            nn.init.normal_(module.weight, std=std)
-            if module.bias is not None:
-                nn.init.zeros_(module.bias)
-        elif isinstance(module, nn.Embedding):
-            nn.init.normal_(module.weight, std=std)
-            if module.padding_idx is not None:
-                with torch.no_grad():
-                    module.weight[module.padding_idx].zero_()
-        elif isinstance(module, nn.LayerNorm):
-            nn.init.ones_(module.weight)
-            nn.init.zeros_(module.bias)
-
-    def tie_weights(self) -> None:
-        """Task models with an MLM decoder point it at the word embeddings; nothing to tie here."""
-
-    @classmethod
-    def from_pretrained(cls, path: str | os.PathLike, config: BertConfig | None = None, **config_changes):
-        """Load a Hugging Face model directory (config.json + model.safetensors | pytorch_model.bin), strictly.
-
-        Loading a bare encoder or pretraining checkpoint into a task model initialises the task head fresh
-        and warns; every other missing, unexpected or mis-shaped tensor is an error.
-        """
-        path = Path(path)
-        config = config or BertConfig.from_pretrained(path)
-        if config_changes:
-            config = config.replace(**config_changes)
-        model = cls(config)
-        weights_file = checkpoint.find_weights_file(path)
-        state = checkpoint.read_weights(weights_file)
-        expected = {k: tuple(v.shape) for k, v in model.state_dict().items()}
-        state, fresh, dropped = checkpoint.prepare_state_dict(
-            state, expected, new_head_prefixes=model.head_prefixes, source=str(weights_file),
-            other_head_prefixes=model.other_head_prefixes)
-        if fresh:
-            import warnings
-
-            warnings.warn(f"{cls.__name__}: {path} has no weights for {', '.join(sorted(fresh))}; "
-                          "initialised fresh (train this head before use)", stacklevel=2)
-        model.load_state_dict(state, strict=not fresh)
-        model.tie_weights()
-        model.loaded_but_unused = dropped  # e.g. a pretraining head ignored by a bare encoder
-        return model.eval()
-
-    def save_pretrained(self, path: str | os.PathLike) -> Path:
-        """Write config.json + model.safetensors (atomically), loadable by transformers' from_pretrained."""
-        path = Path(path)
-        path.mkdir(parents=True, exist_ok=True)
-        # tells loaders which head the weights are for
-        self.config.extra["architectures"] = [self.saved_architecture or type(self).__name__]
-        self.config.save_pretrained(path)
-        checkpoint.save_weights(self.state_dict(), path / checkpoint.SAFETENSORS_NAME)
-        return path
-
-    def num_parameters(self) -> int:
-        return sum(p.numel() for p in self.parameters())
+    config_class = BertConfig
+    base_model_prefix = "bert"
 
 
 class BertModel(BertPreTrainedModel):
@@ -297,10 +211,7 @@ class BertModel(BertPreTrainedModel):
         if token_type_ids is None:
             token_type_ids = torch.zeros_like(input_ids)
         x = self.embeddings(input_ids, token_type_ids, position_ids)
-        # No padding, no mask: the fused attention kernel runs fastest with attn_mask=None.
-        bias = None
-        if attention_mask is not None and not bool(attention_mask.all()):
-            bias = padding_mask_bias(attention_mask, x.dtype)
+        bias = self.padding_bias(attention_mask, x.dtype)
         x, hidden_states, attentions = self.encoder(x, bias, output_attentions, output_hidden_states)
         pooled = self.pooler(x) if self.pooler is not None else None
         return BertModelOutput(x, pooled, hidden_states, attentions)
@@ -308,24 +219,11 @@ class BertModel(BertPreTrainedModel):
     def _check_inputs(self, input_ids: Tensor, attention_mask: Tensor | None, token_type_ids: Tensor | None) -> None:
         """Clear errors for inputs that would otherwise fail deep inside an embedding lookup, or silently."""
         cfg = self.config
-        if not isinstance(input_ids, Tensor) or input_ids.dim() != 2:
-            shape = tuple(input_ids.shape) if isinstance(input_ids, Tensor) else type(input_ids).__name__
-            raise ValueError(f"input_ids must be a (batch, seq) tensor of token ids, got {shape}")
-        if input_ids.dtype not in (torch.long, torch.int32):
-            raise ValueError(f"input_ids must hold integer ids, got dtype {input_ids.dtype}")
-        if input_ids.numel() == 0:
-            raise ValueError(f"empty batch: input_ids has shape {tuple(input_ids.shape)}")
-        if input_ids.size(1) > cfg.max_position_embeddings:
-            raise ValueError(f"sequence length {input_ids.size(1)} is longer than the model's "
-                             f"{cfg.max_position_embeddings} positions; truncate the input (tokenizer truncation=True)")
-        if torch.compiler.is_compiling():  # value checks read tensors back (a graph break); shapes suffice
-            return
-        if int(input_ids.min()) < 0 or int(input_ids.max()) >= cfg.vocab_size:
-            raise ValueError(f"input_ids must be in [0, {cfg.vocab_size}), got values in "
-                             f"[{int(input_ids.min())}, {int(input_ids.max())}]; does the tokenizer match the model?")
+        values = isinstance(input_ids, Tensor) and self.checks_values(input_ids)
+        check_ids("input_ids", input_ids, cfg.vocab_size, cfg.max_position_embeddings, values)
         for name, t in (("attention_mask", attention_mask), ("token_type_ids", token_type_ids)):
             if t is not None and tuple(t.shape) != tuple(input_ids.shape):
                 raise ValueError(f"{name} has shape {tuple(t.shape)}, input_ids {tuple(input_ids.shape)}")
-        if token_type_ids is not None and (int(token_type_ids.min()) < 0
-                                           or int(token_type_ids.max()) >= cfg.type_vocab_size):
+        if values and token_type_ids is not None and (int(token_type_ids.min()) < 0
+                                                      or int(token_type_ids.max()) >= cfg.type_vocab_size):
             raise ValueError(f"token_type_ids must be in [0, {cfg.type_vocab_size})")

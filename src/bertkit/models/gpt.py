@@ -1,143 +1,229 @@
-"""GPT (Radford et al., 2018/2019): a decoder-only, left-to-right language model.
+"""GPT-2 (Radford et al., 2019): a decoder-only, left-to-right language model, with GPT-2's names and layout.
 
-The encoder–decoder's decoder without cross-attention: token + position embeddings, N causal
-self-attention blocks (pre-LN with a final LayerNorm as GPT-2, or post-LN as GPT-1), and an output
-projection tied to the token embedding. Position t sees positions ≤ t only, so one forward pass
-trains every next-token prediction of a sequence at once.
+Token + position embeddings, N causal self-attention blocks (pre-LN with a final LayerNorm as GPT-2, or
+post-LN as GPT-1), and an output projection tied to the token embedding. Position t sees positions ≤ t
+only, so one forward pass trains every next-token prediction of a sequence at once.
 
-Dimension letters: B batch, T length, C n_embd, V vocabulary.
+Module and weight names are transformers' GPT2LMHeadModel's (`transformer.wte`, `transformer.h.N.attn.c_attn`,
+`transformer.ln_f`, `lm_head`), and so is the layout: GPT-2's projections are `Conv1D`s, Linears that store
+their weight as (in, out). So a directory written by either library loads in the other.
+
+Dimension letters: B batch, T new positions, S key positions (cached + new), C n_embd, H heads, D head size,
+V vocabulary.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
-from bertkit.config import GPTConfig
-from bertkit.functional import causal_mask_bias, padding_mask_bias, sinusoidal_positions
+from bertkit.config import GPT2Config
+from bertkit.functional import ACT2FN, attention, causal_mask_bias, efficient_attention, sinusoidal_positions
 from bertkit.generation import DecodingState, GenerationMixin
 from bertkit.models.dropout import Dropout
-from bertkit.models.transformer import KVCache, PretrainedMixin, TransformerLayer, check_ids, sequence_loss
+from bertkit.models.losses import sequence_loss
+from bertkit.models.outputs import BaseModelOutputWithPast, CausalLMOutput
+from bertkit.models.pretrained import PreTrainedModel, check_ids
+from bertkit.models.transformer import KVCache, extend_self_attention_cache
 
 
-@dataclass
-class CausalLMOutput:
-    """What GPTForCausalLM returns; names as transformers' CausalLMOutputWithPast."""
+class Conv1D(nn.Module):
+    """GPT-2's Linear: y = x W + b with W stored (in, out), the transpose of torch's Linear (out, in)."""
 
-    loss: Tensor | None
-    logits: Tensor                                   # (B, T, V)
-    past_key_values: KVCache | None = None
-    attentions: tuple[Tensor, ...] | None = None     # each layer, (B, H, T, S)
-
-
-class GPTForCausalLM(PretrainedMixin, GenerationMixin, nn.Module):
-    """Decoder-only Transformer LM: ids (B, T) -> next-token logits (B, T, V)."""
-
-    config_class = GPTConfig
-
-    def __init__(self, config: GPTConfig) -> None:
+    def __init__(self, out_features: int, in_features: int) -> None:  # transformers' argument order
         super().__init__()
-        if not isinstance(config, GPTConfig):
-            raise TypeError(f"config must be a GPTConfig, got {type(config).__name__}")
-        self.config = config
+        self.weight = nn.Parameter(torch.empty(in_features, out_features))
+        self.bias = nn.Parameter(torch.zeros(out_features))
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.linear(x, self.weight.t(), self.bias)
+
+
+class GPT2Attention(nn.Module):
+    """Causal multi-head self-attention: Q, K, V from one (C -> 3C) projection `c_attn`, output `c_proj`."""
+
+    def __init__(self, config: GPT2Config, layer_idx: int) -> None:
+        super().__init__()
         C = config.n_embd
-        self.embed_tokens = nn.Embedding(config.vocab_size, C)
+        self.num_heads, self.head_dim = config.n_head, C // config.n_head
+        self.c_attn = Conv1D(3 * C, C)
+        self.c_proj = Conv1D(C, C)
+        self.attn_dropout = config.attn_pdrop
+        self.resid_dropout = Dropout(config.resid_pdrop)
+        # The attention maths divides scores by √D; GPT-2's options change that scale, applied to Q instead.
+        self.query_scale = 1.0 if config.scale_attn_weights else math.sqrt(self.head_dim)
+        if config.scale_attn_by_inverse_layer_idx:
+            self.query_scale /= layer_idx + 1
+
+    def forward(self, x: Tensor, bias: Tensor | None, cache: dict | None = None,
+                output_attentions: bool = False) -> tuple[Tensor, Tensor | None]:
+        B, T, C = x.shape
+        q, k, v = self.c_attn(x).view(B, T, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4)  # (B, H, T, D)
+        if self.query_scale != 1.0:
+            q = q * self.query_scale
+        k, v = extend_self_attention_cache(cache, k, v)                                       # (B, H, S, D)
+        if output_attentions:
+            context, probs = attention(q, k, v, bias, dropout=self.attn_dropout, training=self.training)
+        else:
+            context, probs = efficient_attention(q, k, v, bias, dropout=self.attn_dropout, training=self.training), None
+        return self.resid_dropout(self.c_proj(context.transpose(1, 2).reshape(B, T, C))), probs
+
+
+class GPT2MLP(nn.Module):
+    """The feed-forward: Conv1D C -> inner, activation, Conv1D inner -> C, dropout."""
+
+    def __init__(self, config: GPT2Config) -> None:
+        super().__init__()
+        self.c_fc = Conv1D(config.inner_size, config.n_embd)
+        self.c_proj = Conv1D(config.n_embd, config.inner_size)
+        self.act = ACT2FN[config.activation_function]
+        self.dropout = Dropout(config.resid_pdrop)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.dropout(self.c_proj(self.act(self.c_fc(x))))
+
+
+class GPT2Block(nn.Module):
+    """GPT-2's pre-LN block, x += Attn(LN_1(x)); x += MLP(LN_2(x)), or GPT-1's post-LN one,
+    x = LN_1(x + Attn(x)); x = LN_2(x + MLP(x))."""
+
+    def __init__(self, config: GPT2Config, layer_idx: int) -> None:
+        super().__init__()
+        self.normalize_before = config.normalize_before
+        self.ln_1 = nn.LayerNorm(config.n_embd, eps=config.layer_norm_epsilon)
+        self.attn = GPT2Attention(config, layer_idx)
+        self.ln_2 = nn.LayerNorm(config.n_embd, eps=config.layer_norm_epsilon)
+        self.mlp = GPT2MLP(config)
+
+    def forward(self, x: Tensor, bias: Tensor | None, cache: dict | None = None,
+                output_attentions: bool = False) -> tuple[Tensor, Tensor | None]:
+        if self.normalize_before:
+            attended, probs = self.attn(self.ln_1(x), bias, cache, output_attentions)
+            x = x + attended
+            return x + self.mlp(self.ln_2(x)), probs
+        attended, probs = self.attn(x, bias, cache, output_attentions)
+        x = self.ln_1(x + attended)
+        return self.ln_2(x + self.mlp(x)), probs
+
+
+class GPT2PreTrainedModel(PreTrainedModel):
+    """The GPT-2 family: GPT2Config, GPT-2's initialisation, task models hold the decoder as `transformer`."""
+
+    config_class = GPT2Config
+    base_model_prefix = "transformer"
+
+    def _init_weights(self, module: nn.Module) -> None:
+        """N(0, 0.02) everywhere, the projections into the residual stream scaled by 1/√(2N) (GPT-2, 2.3)."""
+        std = self.config.initializer_range
+        if isinstance(module, Conv1D):
+            nn.init.normal_(module.weight, std=std)
+            nn.init.zeros_(module.bias)
+        elif isinstance(module, (GPT2Attention, GPT2MLP)):
+            # each block adds two outputs to the residual sum; keep its variance from growing with depth
+            nn.init.normal_(module.c_proj.weight, std=std / math.sqrt(2 * self.config.n_layer))
+        else:
+            super()._init_weights(module)
+
+
+class GPT2Model(GPT2PreTrainedModel):
+    """The decoder: ids (B, T) -> hidden states (B, T, C), continuing from a KV cache if given one."""
+
+    def __init__(self, config: GPT2Config) -> None:
+        super().__init__(config)
+        C = config.n_embd
+        self.wte = nn.Embedding(config.vocab_size, C)
         if config.position_embedding_type == "sinusoidal":
+            # fixed, not learned: a buffer, so it is neither trained nor saved
             self.register_buffer("sinusoidal_table", sinusoidal_positions(config.n_positions, C), persistent=False)
         else:
-            self.embed_positions = nn.Embedding(config.n_positions, C)
-        self.dropout = Dropout(config.embd_pdrop)
-        self.layers = nn.ModuleList(
-            TransformerLayer(C, config.n_head, config.inner_size, dropout=config.resid_pdrop,
-                             attention_dropout=config.attn_pdrop, activation=config.activation_function,
-                             layer_norm_eps=config.layer_norm_epsilon, normalize_before=config.normalize_before)
-            for _ in range(config.n_layer))
-        self.layer_norm = nn.LayerNorm(C, eps=config.layer_norm_epsilon) if config.normalize_before else None
-        self.lm_head = nn.Linear(C, config.vocab_size, bias=False)
+            self.wpe = nn.Embedding(config.n_positions, C)
+        self.drop = Dropout(config.embd_pdrop)
+        self.h = nn.ModuleList(GPT2Block(config, i) for i in range(config.n_layer))
+        self.ln_f = nn.LayerNorm(C, eps=config.layer_norm_epsilon) if config.normalize_before else None
         self.init_weights()
-        if config.tie_word_embeddings:
-            self.lm_head.weight = self.embed_tokens.weight
 
-    def init_weights(self) -> None:
-        """GPT-2's: N(0, 0.02) everywhere, the projections into the residual stream scaled by 1/√(2N)."""
-        std = self.config.initializer_range
-        for name, module in self.named_modules():
-            if isinstance(module, (nn.Linear, nn.Embedding)):
-                # each block adds two outputs to the residual sum; keep its variance from growing with depth
-                residual = name.endswith(("fc2", "out_proj"))
-                nn.init.normal_(module.weight, std=std / math.sqrt(2 * self.config.n_layer) if residual else std)
-                if getattr(module, "bias", None) is not None:
-                    nn.init.zeros_(module.bias)
-            elif isinstance(module, nn.LayerNorm):
-                nn.init.ones_(module.weight)
-                nn.init.zeros_(module.bias)
+    def forward(self, input_ids: Tensor, attention_mask: Tensor | None = None,
+                past_key_values: KVCache | None = None, use_cache: bool = False,
+                output_attentions: bool = False) -> BaseModelOutputWithPast:
+        """input_ids (B, T) follow the `past_key_values` positions; `attention_mask` (B, S) over cached + new
+        positions marks padding keys (1 = token, 0 = padding), e.g. of right-padded batches."""
+        cfg = self.config
+        check_ids("input_ids", input_ids, cfg.vocab_size, values=self.checks_values(input_ids))
+        past = len(past_key_values) if past_key_values is not None else 0
+        B, T = input_ids.shape
+        if past + T > cfg.n_positions:
+            raise ValueError(f"{past + T} positions is more than the model's {cfg.n_positions}; truncate the input")
+        if attention_mask is not None and tuple(attention_mask.shape) != (B, past + T):
+            raise ValueError(f"attention_mask must be (batch, past + new) = {(B, past + T)}, "
+                             f"got {tuple(attention_mask.shape)}")
+        if past_key_values is None and use_cache:
+            past_key_values = KVCache(cfg.n_layer)
+        x = self.drop(self.wte(input_ids) + self.positions(past, T))
+        bias = None if T == 1 else causal_mask_bias(T, x.dtype, x.device, key_length=past + T)    # (T, S)
+        padding = self.padding_bias(attention_mask, x.dtype)                                      # (B, 1, 1, S)
+        if padding is not None:
+            bias = padding if bias is None else torch.minimum(bias, padding)                      # (B, 1, T, S)
+        attentions = []
+        for i, block in enumerate(self.h):
+            x, probs = block(x, bias, past_key_values.layers[i] if past_key_values is not None else None,
+                             output_attentions)
+            attentions.append(probs)
+        if self.ln_f is not None:
+            x = self.ln_f(x)
+        return BaseModelOutputWithPast(x, past_key_values, tuple(attentions) if output_attentions else None)
+
+    def positions(self, past: int, length: int) -> Tensor:
+        """Position vectors (T, C) of positions past .. past + length - 1."""
+        if hasattr(self, "sinusoidal_table"):
+            return self.sinusoidal_table[past: past + length]
+        return self.wpe.weight[past: past + length]
+
+
+class GPT2LMHeadModel(GenerationMixin, GPT2PreTrainedModel):
+    """GPT-2 language model: ids (B, T) -> next-token logits (B, T, V); `generate()` continues a prompt."""
+
+    head_prefixes = ("lm_head.",)  # a bare GPT2Model checkpoint: an untied head starts fresh
+
+    def __init__(self, config: GPT2Config) -> None:
+        super().__init__(config)
+        self.transformer = GPT2Model(config)
+        self.lm_head = nn.Linear(config.n_embd, config.vocab_size, bias=False)
+        self.init_weights()
 
     def tied_weights(self) -> dict[str, str]:
-        return {"lm_head.weight": "embed_tokens.weight"} if self.config.tie_word_embeddings else {}
+        return {"lm_head.weight": "transformer.wte.weight"} if self.config.tie_word_embeddings else {}
 
     def forward(self, input_ids: Tensor, attention_mask: Tensor | None = None, labels: Tensor | None = None,
                 past_key_values: KVCache | None = None, use_cache: bool = False,
                 output_attentions: bool = False) -> CausalLMOutput:
-        """Logits for every position; with `labels` (usually = input_ids; -100 ignored) the next-token loss.
-
-        `past_key_values` continues from cached positions; `attention_mask` (B, S over cached + new) masks
-        padding keys of right-padded batches.
-        """
-        cfg = self.config
-        past = len(past_key_values) if past_key_values is not None else 0
-        check_ids("input_ids", input_ids, cfg.vocab_size)
-        B, T = input_ids.shape
-        if past + T > cfg.n_positions:
-            raise ValueError(f"{past + T} positions is more than the model's {cfg.n_positions}; truncate the input")
-        if past_key_values is None and use_cache:
-            past_key_values = KVCache(cfg.n_layer)
-        x = self.embed_tokens(input_ids) + self._positions(past, T)
-        x = self.dropout(x)
-        bias = None if T == 1 else causal_mask_bias(T, x.dtype, x.device, key_length=past + T)    # (T, S)
-        if attention_mask is not None and not bool(attention_mask.all()):
-            if tuple(attention_mask.shape) != (B, past + T):
-                raise ValueError(f"attention_mask must be (batch, past + new) = {(B, past + T)}, "
-                                 f"got {tuple(attention_mask.shape)}")
-            padding = padding_mask_bias(attention_mask, x.dtype)                                # (B, 1, 1, S)
-            bias = padding if bias is None else torch.minimum(bias, padding)           # (B, 1, T, S)
-        attentions = []
-        for i, layer in enumerate(self.layers):
-            x, probs, _ = layer(x, bias, cache=past_key_values.layers[i] if past_key_values is not None else None,
-                                output_attentions=output_attentions)
-            attentions.append(probs)
-        if self.layer_norm is not None:
-            x = self.layer_norm(x)
-        logits = self.lm_head(x)
+        """Logits for every position; with `labels` (usually = input_ids; -100 ignored) the next-token loss."""
+        out = self.transformer(input_ids, attention_mask, past_key_values, use_cache, output_attentions)
+        logits = self.lm_head(out.last_hidden_state)
         loss = None
         if labels is not None:  # position t predicts token t + 1
-            loss = sequence_loss(logits[:, :-1], labels[:, 1:], 0.0)
-        return CausalLMOutput(loss, logits, past_key_values, tuple(attentions) if output_attentions else None)
-
-    def _positions(self, past: int, length: int) -> Tensor:
-        if hasattr(self, "sinusoidal_table"):
-            return self.sinusoidal_table[past: past + length]
-        return self.embed_positions.weight[past: past + length]
+            loss = sequence_loss(logits[:, :-1], labels[:, 1:], check=self.checks_values(labels))
+        return CausalLMOutput(loss, logits, out.past_key_values, out.attentions)
 
     def start_decoding(self, input_ids: Tensor | None = None, attention_mask: Tensor | None = None,
                        use_cache: bool = True) -> DecodingState:
         """Continue `input_ids` (B, T0), prompts of equal length; no prompt = start from bos."""
         if input_ids is None:
             input_ids = torch.full((1, 1), self.config.bos_token_id, dtype=torch.long,
-                                   device=self.embed_tokens.weight.device)
+                                   device=self.transformer.wte.weight.device)
         if attention_mask is not None and not bool(attention_mask.all()):
             raise ValueError("generate() continues prompts of equal length; give one prompt, or prompts "
                              "without padding")
         check_ids("input_ids", input_ids, self.config.vocab_size, self.config.n_positions)
-        return GPTDecoding(self, input_ids, use_cache)
+        return GPT2Decoding(self, input_ids, use_cache)
 
 
-class GPTDecoding(DecodingState):
-    """Decoding state of a GPT: the KV cache of everything fed so far (or, without one, the tokens)."""
+class GPT2Decoding(DecodingState):
+    """Decoding state of a GPT-2: the KV cache of everything fed so far (or, without one, the tokens)."""
 
-    def __init__(self, model: GPTForCausalLM, prompt: Tensor, use_cache: bool) -> None:
+    def __init__(self, model: GPT2LMHeadModel, prompt: Tensor, use_cache: bool) -> None:
         self.model, self.start = model, prompt
         self.cache = KVCache(model.config.n_layer) if use_cache else None
         self.prefix: Tensor | None = None

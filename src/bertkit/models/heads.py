@@ -12,8 +12,6 @@ K [MASK]s of a cloze template, L labels.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -22,35 +20,13 @@ from bertkit.config import BertConfig
 from bertkit.functional import ACT2FN, cloze_scores
 from bertkit.models.bert import BertModel, BertPreTrainedModel
 from bertkit.models.dropout import Dropout
+from bertkit.models.losses import IGNORE_INDEX, mean_or_zero
+from bertkit.models.outputs import BertForPreTrainingOutput, ClassifierOutput, MaskedLMOutput
+from bertkit.models.pretrained import check_labels
 
-IGNORE_INDEX = -100  # label of a position that is not predicted (transformers' convention)
-
-
-@dataclass
-class BertForPreTrainingOutput:
-    loss: Tensor | None = None
-    prediction_logits: Tensor | None = None        # (B, T, V); with labels only the N predicted rows, (N, V)
-    seq_relationship_logits: Tensor | None = None  # (B, 2)
-    hidden_states: tuple[Tensor, ...] | None = None
-    attentions: tuple[Tensor, ...] | None = None
-    loss_sums: dict[str, Tensor] | None = None     # summed per-item losses, for exact averaging across batches
-
-
-@dataclass
-class MaskedLMOutput:
-    loss: Tensor | None = None
-    logits: Tensor | None = None                   # (B, T, V); with labels only the N predicted rows, (N, V)
-    hidden_states: tuple[Tensor, ...] | None = None
-    attentions: tuple[Tensor, ...] | None = None
-    loss_sums: dict[str, Tensor] | None = None
-
-
-@dataclass
-class ClassifierOutput:
-    loss: Tensor | None = None
-    logits: Tensor | None = None                   # (B, num_labels) or, per token, (B, T, num_labels)
-    hidden_states: tuple[Tensor, ...] | None = None
-    attentions: tuple[Tensor, ...] | None = None
+# The MLM decoder is the word-embedding matrix, and its bias the head's `bias` (Hugging Face's layout).
+MLM_TIED_WEIGHTS = {"cls.predictions.decoder.weight": "bert.embeddings.word_embeddings.weight",
+                    "cls.predictions.decoder.bias": "cls.predictions.bias"}
 
 
 class BertPredictionHeadTransform(nn.Module):
@@ -109,11 +85,6 @@ def masked_lm_scores(head: BertLMPredictionHead, sequence_output: Tensor,
     return logits, F.cross_entropy(logits.float(), labels[predicted], reduction="sum")
 
 
-def _mean(total: Tensor, count: int) -> Tensor:
-    # an empty selection contributes 0, not nan
-    return total / count if count else total * 0.0
-
-
 class BertForPreTraining(BertPreTrainedModel):
     """BERT with its two pretraining heads: masked LM (tied decoder) and next-sentence prediction."""
 
@@ -126,8 +97,8 @@ class BertForPreTraining(BertPreTrainedModel):
         self.cls = BertPreTrainingHeads(config)
         self.init_weights()
 
-    def tie_weights(self) -> None:
-        self.cls.predictions.decoder.weight = self.bert.embeddings.word_embeddings.weight
+    def tied_weights(self) -> dict[str, str]:
+        return dict(MLM_TIED_WEIGHTS)
 
     def forward(self, input_ids: Tensor, attention_mask: Tensor | None = None, token_type_ids: Tensor | None = None,
                 position_ids: Tensor | None = None, labels: Tensor | None = None,
@@ -141,10 +112,10 @@ class BertForPreTraining(BertPreTrainedModel):
         loss, sums = None, {}
         if labels is not None:
             sums["mlm"] = mlm_sum
-            loss = _mean(mlm_sum, logits.size(0))
+            loss = mean_or_zero(mlm_sum, logits.size(0))
         if next_sentence_label is not None:
             sums["nsp"] = F.cross_entropy(nsp_logits.float(), next_sentence_label.view(-1), reduction="sum")
-            nsp = _mean(sums["nsp"], next_sentence_label.numel())
+            nsp = mean_or_zero(sums["nsp"], next_sentence_label.numel())
             loss = nsp if loss is None else loss + nsp
         return BertForPreTrainingOutput(loss, logits, nsp_logits, out.hidden_states, out.attentions, sums or None)
 
@@ -171,8 +142,8 @@ class BertForMaskedLM(BertPreTrainedModel):
         self.cls = BertOnlyMLMHead(config)
         self.init_weights()
 
-    def tie_weights(self) -> None:
-        self.cls.predictions.decoder.weight = self.bert.embeddings.word_embeddings.weight
+    def tied_weights(self) -> dict[str, str]:
+        return dict(MLM_TIED_WEIGHTS)
 
     def forward(self, input_ids: Tensor, attention_mask: Tensor | None = None, token_type_ids: Tensor | None = None,
                 position_ids: Tensor | None = None, labels: Tensor | None = None, output_attentions: bool = False,
@@ -182,70 +153,67 @@ class BertForMaskedLM(BertPreTrainedModel):
         logits, mlm_sum = masked_lm_scores(self.cls.predictions, out.last_hidden_state, labels)
         if labels is None:
             return MaskedLMOutput(None, logits, out.hidden_states, out.attentions)
-        return MaskedLMOutput(_mean(mlm_sum, logits.size(0)), logits, out.hidden_states, out.attentions,
+        return MaskedLMOutput(mean_or_zero(mlm_sum, logits.size(0)), logits, out.hidden_states, out.attentions,
                               {"mlm": mlm_sum})
 
     count_loss_items = staticmethod(BertForPreTraining.count_loss_items)
 
 
-class BertForSequenceClassification(BertPreTrainedModel):
+class _BertWithClassifier(BertPreTrainedModel):
+    """dropout + Linear(hidden -> num_labels) on the encoder's pooled vector or on every token's vector."""
+
+    head_prefixes = ("classifier.",)
+    pooled = True  # classify the pooled [CLS] vector (B, C), else each token's (B, T, C)
+
+    def __init__(self, config: BertConfig) -> None:
+        super().__init__(config)
+        self.num_labels = config.num_labels
+        self.bert = BertModel(config, add_pooling_layer=self.pooled)
+        dropout = config.classifier_dropout if config.classifier_dropout is not None else config.hidden_dropout_prob
+        self.dropout = Dropout(dropout)
+        self.classifier = nn.Linear(config.hidden_size, self.num_labels)
+        self.init_weights()
+
+    def forward(self, input_ids: Tensor, attention_mask: Tensor | None = None, token_type_ids: Tensor | None = None,
+                position_ids: Tensor | None = None, labels: Tensor | None = None, output_attentions: bool = False,
+                output_hidden_states: bool = False) -> ClassifierOutput:
+        out = self.bert(input_ids, attention_mask, token_type_ids, position_ids, output_attentions,
+                        output_hidden_states)
+        features = out.pooler_output if self.pooled else out.last_hidden_state
+        logits = self.classifier(self.dropout(features))                 # (B, num_labels) or (B, T, num_labels)
+        loss = self.loss(logits, labels) if labels is not None else None
+        return ClassifierOutput(loss, logits, out.hidden_states, out.attentions)
+
+    def loss(self, logits: Tensor, labels: Tensor) -> Tensor:
+        raise NotImplementedError
+
+
+class BertForSequenceClassification(_BertWithClassifier):
     """dropout + Linear on the pooled [CLS] vector; cross-entropy, or MSE when num_labels == 1 (regression)."""
 
     head_prefixes = ("classifier.", "bert.pooler.")  # a masked-LM checkpoint (RoBERTa's objective) has no pooler
     other_head_prefixes = ("cls.",)
 
-    def __init__(self, config: BertConfig) -> None:
-        super().__init__(config)
-        self.num_labels = config.num_labels
-        self.bert = BertModel(config)
-        dropout = config.classifier_dropout if config.classifier_dropout is not None else config.hidden_dropout_prob
-        self.dropout = Dropout(dropout)
-        self.classifier = nn.Linear(config.hidden_size, self.num_labels)
-        self.init_weights()
-
-    def forward(self, input_ids: Tensor, attention_mask: Tensor | None = None, token_type_ids: Tensor | None = None,
-                position_ids: Tensor | None = None, labels: Tensor | None = None, output_attentions: bool = False,
-                output_hidden_states: bool = False) -> ClassifierOutput:
-        out = self.bert(input_ids, attention_mask, token_type_ids, position_ids, output_attentions,
-                        output_hidden_states)
-        logits = self.classifier(self.dropout(out.pooler_output))                  # (B, num_labels)
-        loss = None
-        if labels is not None:
-            if self.num_labels == 1:
-                loss = F.mse_loss(logits.squeeze(-1).float(), labels.float())
-            else:
-                _check_labels(labels, self.num_labels)
-                loss = F.cross_entropy(logits.float(), labels.view(-1))
-        return ClassifierOutput(loss, logits, out.hidden_states, out.attentions)
+    def loss(self, logits: Tensor, labels: Tensor) -> Tensor:
+        """labels (B,): class ids, or target values when num_labels == 1."""
+        if self.num_labels == 1:
+            return F.mse_loss(logits.squeeze(-1).float(), labels.float())
+        if self.checks_values(labels):
+            check_labels(labels, self.num_labels)
+        return F.cross_entropy(logits.float(), labels.view(-1))
 
 
-class BertForTokenClassification(BertPreTrainedModel):
+class BertForTokenClassification(_BertWithClassifier):
     """dropout + Linear on every token's vector (NER); positions labelled -100 are not scored."""
 
-    head_prefixes = ("classifier.",)
+    pooled = False
     other_head_prefixes = ("cls.", "bert.pooler.")
 
-    def __init__(self, config: BertConfig) -> None:
-        super().__init__(config)
-        self.num_labels = config.num_labels
-        self.bert = BertModel(config, add_pooling_layer=False)
-        dropout = config.classifier_dropout if config.classifier_dropout is not None else config.hidden_dropout_prob
-        self.dropout = Dropout(dropout)
-        self.classifier = nn.Linear(config.hidden_size, self.num_labels)
-        self.init_weights()
-
-    def forward(self, input_ids: Tensor, attention_mask: Tensor | None = None, token_type_ids: Tensor | None = None,
-                position_ids: Tensor | None = None, labels: Tensor | None = None, output_attentions: bool = False,
-                output_hidden_states: bool = False) -> ClassifierOutput:
-        out = self.bert(input_ids, attention_mask, token_type_ids, position_ids, output_attentions,
-                        output_hidden_states)
-        logits = self.classifier(self.dropout(out.last_hidden_state))             # (B, T, num_labels)
-        loss = None
-        if labels is not None:
-            _check_labels(labels[labels != IGNORE_INDEX], self.num_labels)
-            loss = F.cross_entropy(logits.float().view(-1, self.num_labels), labels.view(-1),
-                                   ignore_index=IGNORE_INDEX)
-        return ClassifierOutput(loss, logits, out.hidden_states, out.attentions)
+    def loss(self, logits: Tensor, labels: Tensor) -> Tensor:
+        """labels (B, T): tag ids, -100 on positions not scored."""
+        if self.checks_values(labels):
+            check_labels(labels[labels != IGNORE_INDEX], self.num_labels)
+        return F.cross_entropy(logits.float().view(-1, self.num_labels), labels.view(-1), ignore_index=IGNORE_INDEX)
 
 
 class BertForPromptClassification(BertPreTrainedModel):
@@ -271,8 +239,8 @@ class BertForPromptClassification(BertPreTrainedModel):
         self.register_buffer("label_word_ids", torch.tensor(config.prompt["label_word_ids"]), persistent=False)
         self.init_weights()
 
-    def tie_weights(self) -> None:
-        self.cls.predictions.decoder.weight = self.bert.embeddings.word_embeddings.weight
+    def tied_weights(self) -> dict[str, str]:
+        return dict(MLM_TIED_WEIGHTS)
 
     def forward(self, input_ids: Tensor, attention_mask: Tensor | None = None, token_type_ids: Tensor | None = None,
                 position_ids: Tensor | None = None, labels: Tensor | None = None, output_attentions: bool = False,
@@ -280,7 +248,7 @@ class BertForPromptClassification(BertPreTrainedModel):
         """input_ids (B, T) hold the template's K [MASK]s; logits (B, L) are the class scores s_c."""
         masks = input_ids == self.mask_token_id                                   # (B, T)
         K = self.label_word_ids.size(1)
-        if not torch.compiler.is_compiling() and not bool((masks.sum(1) == K).all()):
+        if self.checks_values(input_ids) and not bool((masks.sum(1) == K).all()):
             raise ValueError(f"every input must hold the template's {K} [MASK] tokens (id {self.mask_token_id}); "
                              "encode texts with the model's prompt template")
         out = self.bert(input_ids, attention_mask, token_type_ids, position_ids, output_attentions,
@@ -289,16 +257,10 @@ class BertForPromptClassification(BertPreTrainedModel):
         logits = cloze_scores(self.cls.predictions(hidden), self.label_word_ids)  # (B, L)
         loss = None
         if labels is not None:
-            _check_labels(labels, self.num_labels)
+            if self.checks_values(labels):
+                check_labels(labels, self.num_labels)
             loss = F.cross_entropy(logits, labels.view(-1))
         return ClassifierOutput(loss, logits, out.hidden_states, out.attentions)
-
-
-def _check_labels(labels: Tensor, num_labels: int) -> None:
-    """A label id outside the head is a data error; say so instead of failing inside cross_entropy."""
-    if labels.numel() and (int(labels.min()) < 0 or int(labels.max()) >= num_labels):
-        raise ValueError(f"label ids must be in [0, {num_labels}) for this model's {num_labels} labels, got "
-                         f"values in [{int(labels.min())}, {int(labels.max())}]")
 
 
 MODEL_CLASSES = {cls.__name__: cls for cls in (BertModel, BertForPreTraining, BertForMaskedLM,

@@ -19,9 +19,11 @@ from torch import Tensor, nn
 
 from bertkit.config import Seq2SeqConfig
 from bertkit.functional import dropout
-from bertkit.generation import DecodingState, GenerationMixin
+from bertkit.generation import DecodingState
 from bertkit.models.dropout import Dropout
-from bertkit.models.transformer import PretrainedMixin, Seq2SeqLMOutput, check_ids, sequence_loss, shift_tokens_right
+from bertkit.models.encoder_decoder import Seq2SeqPreTrainedModel
+from bertkit.models.outputs import Seq2SeqLMOutput
+from bertkit.models.pretrained import check_ids, zero_padding_row
 
 # mode -> number of gate blocks stacked in W_ih / W_hh
 GATES = {"RNN_TANH": 1, "RNN_RELU": 1, "LSTM": 4, "GRU": 3}
@@ -274,18 +276,17 @@ class BahdanauAttention(nn.Module):
         return torch.bmm(weights[:, None], memory).squeeze(1), weights
 
 
-class RNNSeq2Seq(PretrainedMixin, GenerationMixin, nn.Module):
+class RNNSeq2Seq(Seq2SeqPreTrainedModel):
     """Bidirectional RNN encoder, RNN decoder; with attention (Bahdanau) a new context per step, without it
     one fixed summary of the source fed to every step (Cho et al., 2014). Same interface as Seq2SeqTransformer.
     """
 
-    config_class = Seq2SeqConfig
+    architecture = "rnn"
+    source_embedding_weight = "source_embeddings.weight"
+    target_embedding_weight = "target_embeddings.weight"
 
     def __init__(self, config: Seq2SeqConfig) -> None:
-        super().__init__()
-        if not isinstance(config, Seq2SeqConfig) or config.architecture != "rnn":
-            raise TypeError("RNNSeq2Seq needs a Seq2SeqConfig with architecture 'rnn'")
-        self.config = config
+        super().__init__(config)
         H, mode = config.d_model, config.rnn_cell
         source = nn.Embedding(config.vocab_size, H, padding_idx=config.pad_token_id)
         self.source_embeddings = source
@@ -299,24 +300,17 @@ class RNNSeq2Seq(PretrainedMixin, GenerationMixin, nn.Module):
         self.pre_output = nn.Linear(H + 2 * H + H, H)  # [s_t; c_t; embedding of y_{t-1}] -> the output layer's input
         self.lm_head = nn.Linear(H, config.target_vocab_size, bias=False)
         self.dropout = Dropout(config.dropout)
-        for embedding in (self.source_embeddings, self.target_embeddings):
-            nn.init.normal_(embedding.weight, std=H ** -0.5)
-            with torch.no_grad():
-                embedding.weight[config.pad_token_id].zero_()
-        if config.tie_word_embeddings:
-            self.lm_head.weight = self.target_embeddings.weight
+        self.init_weights()
 
-    def tied_weights(self) -> dict[str, str]:
-        tied = {}
-        if self.config.share_encoder_decoder_embeddings:
-            tied["target_embeddings.weight"] = "source_embeddings.weight"
-        if self.config.tie_word_embeddings:
-            tied["lm_head.weight"] = "target_embeddings.weight"
-        return tied
+    def _init_weights(self, module: nn.Module) -> None:
+        """N(0, H^-1/2) embeddings with a zero padding row; the recurrent layers and Linears keep torch's init."""
+        if isinstance(module, nn.Embedding):
+            nn.init.normal_(module.weight, std=module.embedding_dim ** -0.5)
+            zero_padding_row(module)
 
     def encode(self, input_ids: Tensor, attention_mask: Tensor | None = None) -> dict[str, Tensor | None]:
         """Source ids (B, S) -> the decoder's starting point: memory, keys, mask, fixed context, first state."""
-        check_ids("input_ids", input_ids, self.config.vocab_size)
+        check_ids("input_ids", input_ids, self.config.vocab_size, values=self.checks_values(input_ids))
         mask = attention_mask.to(torch.bool) if attention_mask is not None else torch.ones_like(input_ids, dtype=bool)
         memory, final = self.encoder(self.dropout(self.source_embeddings(input_ids)), mask=mask)   # (B, S, 2H)
         h_n = final[0] if isinstance(final, tuple) else final                                  # (L·2, B, H)
@@ -352,25 +346,17 @@ class RNNSeq2Seq(PretrainedMixin, GenerationMixin, nn.Module):
     def forward(self, input_ids: Tensor, attention_mask: Tensor | None = None,
                 decoder_input_ids: Tensor | None = None, labels: Tensor | None = None) -> Seq2SeqLMOutput:
         """Teacher-forced logits (B, T, V); with `labels` (-100 = ignored) also the label-smoothed loss."""
-        cfg = self.config
-        if decoder_input_ids is None:
-            if labels is None:
-                raise ValueError("give decoder_input_ids or labels (decoder inputs are labels shifted right)")
-            decoder_input_ids = shift_tokens_right(labels, cfg.pad_token_id, cfg.bos_token_id)
-        check_ids("decoder_input_ids", decoder_input_ids, cfg.target_vocab_size)
+        decoder_input_ids = self.decoder_inputs(decoder_input_ids, labels)
         enc = self.encode(input_ids, attention_mask)
         embedded = self.dropout(self.target_embeddings(decoder_input_ids))                  # (B, T, H)
         features = torch.stack([self.decode_step(embedded[:, t], enc) for t in range(embedded.size(1))], dim=1)
         logits = self.output_logits(features)
-        loss = sequence_loss(logits, labels, cfg.label_smoothing) if labels is not None else None
-        return Seq2SeqLMOutput(loss, logits, enc["memory"])
+        return Seq2SeqLMOutput(self.loss(logits, labels), logits, enc["memory"])
 
     def start_decoding(self, input_ids: Tensor | None, attention_mask: Tensor | None = None,
                        use_cache: bool = True) -> DecodingState:
         """Encode the source once; the decoder starts from bos. An RNN's state is its own cache."""
-        if input_ids is None:
-            raise ValueError("an encoder–decoder model needs input_ids (the source) to generate from")
-        state = RNNDecoding(self, self.encode(input_ids, attention_mask))
+        state = RNNDecoding(self, self.encode(self.require_source(input_ids), attention_mask))
         state.default_max_new_tokens = 2 * int(state.enc["mask"].sum(1).max()) + 10
         return state
 

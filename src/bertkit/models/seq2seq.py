@@ -19,19 +19,13 @@ import torch
 from torch import Tensor, nn
 
 from bertkit.config import Seq2SeqConfig
-from bertkit.functional import causal_mask_bias, padding_mask_bias, sinusoidal_positions
-from bertkit.generation import DecodingState, GenerationMixin
+from bertkit.functional import causal_mask_bias, sinusoidal_positions
+from bertkit.generation import DecodingState
 from bertkit.models.dropout import Dropout
-from bertkit.models.transformer import (
-    KVCache,
-    PretrainedMixin,
-    Seq2SeqLMOutput,
-    TransformerLayer,
-    check_ids,
-    init_transformer_weights,
-    sequence_loss,
-    shift_tokens_right,
-)
+from bertkit.models.encoder_decoder import Seq2SeqPreTrainedModel
+from bertkit.models.outputs import Seq2SeqLMOutput
+from bertkit.models.pretrained import check_ids, zero_padding_row
+from bertkit.models.transformer import KVCache, TransformerLayer
 
 
 class ScaledSinusoidalEmbedding(nn.Module):
@@ -90,44 +84,45 @@ class TransformerStack(nn.Module):
         return x, tuple(self_probs), (tuple(cross_probs) if memory is not None else None)
 
 
-class Seq2SeqTransformer(PretrainedMixin, GenerationMixin, nn.Module):
+class Seq2SeqTransformer(Seq2SeqPreTrainedModel):
     """Encoder–decoder Transformer for translation: (source ids, target ids) -> next-target-token logits."""
 
-    config_class = Seq2SeqConfig
+    architecture = "transformer"
+    source_embedding_weight = "encoder.embed.embed_tokens.weight"
+    target_embedding_weight = "decoder.embed.embed_tokens.weight"
 
     def __init__(self, config: Seq2SeqConfig) -> None:
-        super().__init__()
-        if not isinstance(config, Seq2SeqConfig) or config.architecture != "transformer":
-            raise TypeError("Seq2SeqTransformer needs a Seq2SeqConfig with architecture 'transformer'")
-        self.config = config
+        super().__init__(config)
         source = nn.Embedding(config.vocab_size, config.d_model, padding_idx=config.pad_token_id)
         target = source if config.share_encoder_decoder_embeddings else nn.Embedding(
             config.target_vocab_size, config.d_model, padding_idx=config.pad_token_id)
         self.encoder = TransformerStack(config, source, config.encoder_layers, decoder=False)
         self.decoder = TransformerStack(config, target, config.decoder_layers, decoder=True)
         self.lm_head = nn.Linear(config.d_model, config.target_vocab_size, bias=False)
-        init_transformer_weights(self)
-        if config.tie_word_embeddings:
-            self.lm_head.weight = target.weight
+        self.init_weights()
 
-    def tied_weights(self) -> dict[str, str]:
-        tied = {}
-        if self.config.share_encoder_decoder_embeddings:
-            tied["decoder.embed.embed_tokens.weight"] = "encoder.embed.embed_tokens.weight"
-        if self.config.tie_word_embeddings:
-            tied["lm_head.weight"] = "decoder.embed.embed_tokens.weight"
-        return tied
+    def _init_weights(self, module: nn.Module) -> None:
+        """Xavier-uniform Linear weights (as the Annotated Transformer), N(0, C^-1/2) embeddings (so embeddings
+        × √C have unit variance), zero biases, LayerNorm 1 and 0, padding rows zero."""
+        if isinstance(module, nn.Linear):
+            nn.init.xavier_uniform_(module.weight)
+            if module.bias is not None:
+                nn.init.zeros_(module.bias)
+        elif isinstance(module, nn.Embedding):
+            nn.init.normal_(module.weight, std=module.embedding_dim ** -0.5)
+            zero_padding_row(module)
+        else:
+            super()._init_weights(module)
 
     def encode(self, input_ids: Tensor, attention_mask: Tensor | None = None,
                output_attentions: bool = False) -> tuple[Tensor, Tensor | None, tuple | None]:
         """Source ids (B, S) -> (memory (B, S, C), its padding bias (B, 1, 1, S) or None, attentions)."""
-        check_ids("input_ids", input_ids, self.config.vocab_size, self.config.max_position_embeddings)
+        check_ids("input_ids", input_ids, self.config.vocab_size, self.config.max_position_embeddings,
+                  self.checks_values(input_ids))
         if attention_mask is not None and tuple(attention_mask.shape) != tuple(input_ids.shape):
             raise ValueError(f"attention_mask has shape {tuple(attention_mask.shape)}, "
                              f"input_ids {tuple(input_ids.shape)}")
-        bias = None  # no padding, no mask: the fused kernel is fastest with attn_mask=None
-        if attention_mask is not None and not bool(attention_mask.all()):
-            bias = padding_mask_bias(attention_mask, self.encoder.embed_tokens.weight.dtype)
+        bias = self.padding_bias(attention_mask, self.encoder.embed_tokens.weight.dtype)
         memory, probs, _ = self.encoder(input_ids, bias, output_attentions=output_attentions)
         return memory, bias, probs
 
@@ -145,25 +140,17 @@ class Seq2SeqTransformer(PretrainedMixin, GenerationMixin, nn.Module):
                 decoder_input_ids: Tensor | None = None, labels: Tensor | None = None,
                 output_attentions: bool = False) -> Seq2SeqLMOutput:
         """Teacher-forced logits (B, T, V); with `labels` (B, T; -100 = ignored) also the label-smoothed loss."""
-        cfg = self.config
-        if decoder_input_ids is None:
-            if labels is None:
-                raise ValueError("give decoder_input_ids or labels (decoder inputs are labels shifted right)")
-            decoder_input_ids = shift_tokens_right(labels, cfg.pad_token_id, cfg.bos_token_id)
-        check_ids("decoder_input_ids", decoder_input_ids, cfg.target_vocab_size, cfg.max_position_embeddings)
+        decoder_input_ids = self.decoder_inputs(decoder_input_ids, labels, self.config.max_position_embeddings)
         memory, memory_bias, enc_probs = self.encode(input_ids, attention_mask, output_attentions)
         hidden, dec_probs, cross_probs = self.decode(decoder_input_ids, memory, memory_bias,
                                                      output_attentions=output_attentions)
         logits = self.lm_head(hidden)
-        loss = sequence_loss(logits, labels, cfg.label_smoothing) if labels is not None else None
-        return Seq2SeqLMOutput(loss, logits, memory, enc_probs, dec_probs, cross_probs)
+        return Seq2SeqLMOutput(self.loss(logits, labels), logits, memory, enc_probs, dec_probs, cross_probs)
 
     def start_decoding(self, input_ids: Tensor | None, attention_mask: Tensor | None = None,
                        use_cache: bool = True) -> DecodingState:
         """Encode the source once; the decoder starts from bos."""
-        if input_ids is None:
-            raise ValueError("an encoder–decoder model needs input_ids (the source) to generate from")
-        memory, memory_bias, _ = self.encode(input_ids, attention_mask)
+        memory, memory_bias, _ = self.encode(self.require_source(input_ids), attention_mask)
         state = TransformerDecoding(self, memory, memory_bias, use_cache)
         lengths = attention_mask.sum(1) if attention_mask is not None else torch.full((input_ids.size(0),),
                                                                                      input_ids.size(1))

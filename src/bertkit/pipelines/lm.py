@@ -21,8 +21,8 @@ from typing import Any
 import torch
 
 from bertkit.atomic import atomic_write_text
-from bertkit.config import GPT_PRESETS, GPTConfig
-from bertkit.models.gpt import GPTForCausalLM
+from bertkit.config import GPT_PRESETS, GPT2Config
+from bertkit.models.gpt import GPT2LMHeadModel
 from bertkit.options import LMOptions
 
 REPORT_NAME = "report.json"
@@ -76,7 +76,7 @@ def unigram_perplexity(train_stream: Sequence[int], eval_blocks: Sequence[Sequen
 
 
 @torch.no_grad()
-def model_perplexity(model: GPTForCausalLM, eval_blocks: Sequence[Sequence[int]], batch_size: int = 32) -> float:
+def model_perplexity(model: GPT2LMHeadModel, eval_blocks: Sequence[Sequence[int]], batch_size: int = 32) -> float:
     """exp(mean next-token cross-entropy) over the held-out blocks."""
     model.eval()
     total, count = 0.0, 0
@@ -89,7 +89,7 @@ def model_perplexity(model: GPTForCausalLM, eval_blocks: Sequence[Sequence[int]]
     return math.exp(total / count)
 
 
-def generate_text(model: GPTForCausalLM, tokenizer, prompt: str = "", max_new_tokens: int = 50,
+def generate_text(model: GPT2LMHeadModel, tokenizer, prompt: str = "", max_new_tokens: int = 50,
                   **sampling: Any) -> str:
     """Continue a prompt from the start of a document ([CLS] prompt ...) until [SEP] or max_new_tokens."""
     from bertkit.tokenizer import detokenize
@@ -134,12 +134,12 @@ def train_lm(options: LMOptions) -> dict[str, Any]:
     if not train_blocks or not eval_blocks:
         raise ValueError(f"too little text for blocks of {options.block_size} tokens "
                          f"({len(train_blocks)} training, {len(eval_blocks)} held-out blocks)")
-    config = GPTConfig(vocab_size=len(tokenizer), n_positions=options.block_size, **GPT_PRESETS[options.size],
-                       resid_pdrop=options.dropout, embd_pdrop=options.dropout, attn_pdrop=options.dropout,
-                       pad_token_id=tokenizer.pad_token_id, bos_token_id=tokenizer.cls_token_id,
-                       eos_token_id=tokenizer.sep_token_id)
+    config = GPT2Config(vocab_size=len(tokenizer), n_positions=options.block_size, **GPT_PRESETS[options.size],
+                        resid_pdrop=options.dropout, embd_pdrop=options.dropout, attn_pdrop=options.dropout,
+                        pad_token_id=tokenizer.pad_token_id, bos_token_id=tokenizer.cls_token_id,
+                        eos_token_id=tokenizer.sep_token_id)
     torch.manual_seed(options.seed)
-    model = GPTForCausalLM(config)
+    model = GPT2LMHeadModel(config)
     batch_size = min(options.batch_size, len(train_blocks))
     max_steps = options.max_steps or steps_in_budget(model, [collate_blocks(train_blocks[:batch_size])],
                                                      options.minutes * 60, options.bf16, reserve=0.05)

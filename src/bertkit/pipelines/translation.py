@@ -27,8 +27,8 @@ from bertkit.atomic import atomic_write_text
 from bertkit.config import TRANSLATION_LENGTH_PENALTIES, Seq2SeqConfig
 from bertkit.config import TRANSLATION_MODELS as MODELS
 from bertkit.config import TRANSLATION_SIZES as SIZES
+from bertkit.models.losses import IGNORE_INDEX
 from bertkit.models.seq2seq import build_seq2seq, load_seq2seq
-from bertkit.models.transformer import IGNORE_INDEX
 from bertkit.options import TranslationOptions
 from bertkit.tokenizer import detokenize
 from bertkit.training.budget import steps_in_budget, wall_clock_budget

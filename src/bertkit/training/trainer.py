@@ -93,7 +93,8 @@ class Trainer:
     """Trains `model` on `train_dataset` as `args` says; `train()` runs it.
 
     - model: `model(**batch)` returns an object (or dict) with `.loss`; it may also expose
-      `loss_sums = {term: sum of per-item losses}`. It has `save_pretrained(dir)`, its class `from_pretrained(dir)`.
+      `loss_sums = {term: sum of per-item losses}`. It has `save_pretrained(dir)`; resuming reads the weights
+      back with its `load_weights(dir)` if it has one (bertkit's models do), else by `load_state_dict`.
     - collate_fn(examples, seeds) -> dict of tensors; seeds[j] = example_seed(args.seed, epoch, index of
       example j): the collator's only source of randomness, so batches do not depend on the process count.
     - count_items(batch) -> {term: number of items}: with `loss_sums`, each term is divided by its item
@@ -321,14 +322,13 @@ class Trainer:
             if saved.get(key) != now:
                 logger.warning("resuming with %s=%s but the checkpoint was trained with %s; the data order "
                                "will not continue exactly", key, now, saved.get(key))
-        weights = type(self.model).from_pretrained(directory).state_dict()
-        self.model.load_state_dict(weights)
+        self._load_weights(directory)
         self.optimizer.load_state_dict(loaded["optimizer"])
         self.scheduler.load_state_dict(loaded["scheduler"])
         names = {f.name for f in dataclasses.fields(TrainState)}
         state = TrainState(**{k: v for k, v in saved.items() if k in names})
         state.start_step, state.stop_reason = state.step, None
-        # RNG last: building the model above consumed random numbers.
+        # RNG last, so nothing above can consume random numbers after it is restored.
         if len(loaded["rng"]) == self.dist.world_size:
             ckpt.set_rng_state(loaded["rng"][self.dist.rank])
         else:
@@ -337,6 +337,20 @@ class Trainer:
             self._seed(self.args.seed + self.dist.rank + 1_000_003 * state.step)
         logger.info("resumed from %s at step %d", directory, state.step)
         return state
+
+    def _load_weights(self, directory: Path) -> None:
+        """Copy the checkpoint's weights into the model in place: no second model is built.
+
+        bertkit's models check names and shapes on the way in (`load_weights`, strict: a resumed run has no
+        fresh head); any other model gets a strict `load_state_dict` of the weights file it saved.
+        """
+        load_weights = getattr(self.model, "load_weights", None)
+        if load_weights is not None:
+            load_weights(directory, allow_fresh_head=False)
+        else:
+            from bertkit import checkpoint
+
+            self.model.load_state_dict(checkpoint.read_weights(checkpoint.find_weights_file(directory)))
 
     def _prepare_output(self, state: TrainState, resumed: bool) -> None:
         out = self.output_dir
