@@ -113,7 +113,7 @@ class PretrainOptions(TrainingOptions):
     max_eval_instances: int = option(512, "held-out instances evaluated at most")
     save_every: int | None = option(None, "steps between checkpoints", shown="at the end only")
     log_every: int = option(10, "steps between metrics.jsonl records")
-    eval_every: int | None = option(None, "steps between held-out evaluations", shown="a fifth of the run")
+    eval_every: int | None = option(None, "steps between held-out evaluations", shown="a tenth of the run")
     seed: int = option(42, "random seed (data, masking, initialisation)")
     compile: bool = option(False, "torch.compile the model")
 

@@ -9,7 +9,9 @@ from __future__ import annotations
 import dataclasses
 import math
 import random
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -136,29 +138,50 @@ def pretraining_eval(instances: list, collator: PretrainingCollator, pairs: list
     return evaluate
 
 
-def pretrain(options: PretrainOptions, resume: bool = False):
-    """Build the data and model and train; returns the trainer's final TrainState."""
+@dataclass
+class PretrainingRun:
+    """Everything a pretraining run trains with, built from its options (see `prepare`)."""
+
+    tokenizer: Any
+    train_instances: list[Instance]
+    eval_singles: list[Instance]
+    eval_pairs: list[Instance]
+    spec: MaskingSpec
+    collator: PretrainingCollator
+    model: torch.nn.Module
+
+
+def prepare(options: PretrainOptions, tokenized: dict | None = None) -> PretrainingRun:
+    """The tokenizer, the instances (training, and the held-out probe) and the freshly initialised model.
+
+    `tokenized`, a dict shared between calls, keeps the tokenized corpus of each (corpus, vocab, whole-word
+    setting): runs of one corpus that differ in other options (an ablation) tokenize it once.
+    """
     from bertkit.tokenizer import BertTokenizer
 
-    out = Path(options.out)
     tokenizer = BertTokenizer.from_pretrained(options.vocab)
-    documents = load_corpus(options.corpus)
-    train_docs, eval_docs = split_documents(documents, options.eval_fraction, options.seed)
+    key = (tuple(options.corpus), str(options.vocab), options.wwm, options.eval_fraction, options.seed)
+    if tokenized is None or key not in tokenized:
+        train_docs, eval_docs = split_documents(load_corpus(options.corpus), options.eval_fraction, options.seed)
+        documents = (tokenize_documents(train_docs, tokenizer, options.wwm), tokenize_documents(eval_docs, tokenizer))
+        if tokenized is not None:
+            tokenized[key] = documents
+    else:
+        documents = tokenized[key]
+    train_docs, eval_docs = documents
     max_predictions = options.max_predictions_per_seq or math.ceil(options.mlm_probability * options.max_seq_length)
     spec = MaskingSpec(mask_token_id=tokenizer.mask_token_id, vocab_size=len(tokenizer),
                        special_ids=frozenset(tokenizer.all_special_ids), mlm_probability=options.mlm_probability,
                        max_predictions_per_seq=max_predictions, whole_word=options.wwm)
     static = options.masking == "static"
-    build = dict(max_seq_length=options.max_seq_length, cls_id=tokenizer.cls_token_id, sep_id=tokenizer.sep_token_id,
-                 objective=options.objective, short_seq_prob=options.short_seq_prob)
-    train_instances = create_instances(tokenize_documents(train_docs, tokenizer, options.wwm), **build,
-                                       dupe_factor=options.dupe_factor if static else 1,
-                                       masking=spec if static else None, seed=options.seed)
+    train_instances = create_instances(
+        train_docs, max_seq_length=options.max_seq_length, cls_id=tokenizer.cls_token_id,
+        sep_id=tokenizer.sep_token_id, objective=options.objective, short_seq_prob=options.short_seq_prob,
+        dupe_factor=options.dupe_factor if static else 1, masking=spec if static else None, seed=options.seed)
     eval_singles, eval_pairs = [], []
     if eval_docs:
-        eval_singles, eval_pairs = heldout_instances(tokenize_documents(eval_docs, tokenizer), tokenizer,
-                                                     options.max_seq_length, options.objective, options.seed + 1,
-                                                     options.max_eval_instances)
+        eval_singles, eval_pairs = heldout_instances(eval_docs, tokenizer, options.max_seq_length, options.objective,
+                                                     options.seed + 1, options.max_eval_instances)
 
     config = model_config(options.config, len(tokenizer), options.albert, options.max_seq_length,
                           tokenizer.pad_token_id)
@@ -171,16 +194,26 @@ def pretrain(options: PretrainOptions, resume: bool = False):
     torch.manual_seed(options.seed)
     model = (BertForMaskedLM if options.objective == "mlm" else BertForPreTraining)(config)
     collator = PretrainingCollator(tokenizer.pad_token_id, spec, dynamic=not static)
+    return PretrainingRun(tokenizer, train_instances, eval_singles, eval_pairs, spec, collator, model)
 
+
+def plan_steps(run: PretrainingRun, options: PretrainOptions) -> int:
+    """The steps that fit in `options.minutes`, from training steps timed on a copy of the run's model."""
+    B = options.batch_size
+    probes = [run.collator(run.train_instances[i * B:(i + 1) * B], list(range(B))) for i in range(4)]
+    return steps_in_budget(run.model, probes, options.minutes * 60, options.bf16)
+
+
+def pretrain(options: PretrainOptions, resume: bool = False, tokenized: dict | None = None):
+    """Build the data and model and train; returns the trainer's final TrainState."""
+    out = Path(options.out)
+    run = prepare(options, tokenized)
     if not resume:
         if options.max_steps is None:
             if process_count() > 1:  # each process would time itself differently
                 raise ValueError("under torchrun give --max-steps (a time budget alone sizes the schedule per "
                                  "process)")
-            B = options.batch_size
-            probes = [collator(train_instances[i * B:(i + 1) * B], list(range(B))) for i in range(4)]
-            options = dataclasses.replace(options, max_steps=steps_in_budget(model, probes, options.minutes * 60,
-                                                                             options.bf16))
+            options = dataclasses.replace(options, max_steps=plan_steps(run, options))
         if process_rank() == 0:
             out.mkdir(parents=True, exist_ok=True)
             options.save(out / OPTIONS_NAME)
@@ -191,12 +224,14 @@ def pretrain(options: PretrainOptions, resume: bool = False):
         gradient_accumulation_steps=options.gradient_accumulation_steps, learning_rate=options.learning_rate,
         weight_decay=options.weight_decay, warmup_ratio=options.warmup_ratio, lr_schedule=options.lr_schedule,
         bf16=options.bf16, compile=options.compile, log_every=options.log_every,
-        eval_every=options.eval_every or max(1, options.max_steps // 5), save_every=options.save_every,
+        eval_every=options.eval_every or max(1, options.max_steps // 10), save_every=options.save_every,
         save_total_limit=2, seed=options.seed, progress=options.progress)
-    trainer = Trainer(model, args, train_instances, collator,
-                      eval_fn=pretraining_eval(eval_singles, PretrainingCollator(tokenizer.pad_token_id, spec),
-                                               eval_pairs) if eval_singles else None,
-                      count_items=model.count_loss_items, tokenizer=tokenizer)
+    eval_fn = None
+    if run.eval_singles:  # the probe is masked already: a static collator
+        eval_fn = pretraining_eval(run.eval_singles, PretrainingCollator(run.tokenizer.pad_token_id, run.spec),
+                                   run.eval_pairs)
+    trainer = Trainer(run.model, args, run.train_instances, run.collator, eval_fn=eval_fn,
+                      count_items=run.model.count_loss_items, tokenizer=run.tokenizer)
     return trainer.train(resume=resume)
 
 

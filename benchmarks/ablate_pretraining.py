@@ -1,0 +1,176 @@
+"""The pretraining recipe, found one lever at a time: each kept only if it helps at equal wall clock.
+
+Starts from BERT's standard recipe as bertkit runs it (the `mini` size, masked LM 15% + NSP, static masks,
+sequences of 128, batch 32, lr 1e-4, dropout 0.1, fp32) and walks through the levers in order. For each lever,
+every alternative is the current recipe with that one change; the run that reaches the best held-out masked-LM
+accuracy after M minutes becomes the current recipe (ties within 0.002 keep the simpler, current one).
+
+Equal wall clock, measured so that a busy machine cannot tilt it: each alternative's training step is timed first
+(`pipelines.pretrain.plan_steps`, as `bertkit pretrain --minutes` plans a run), which gives the steps it can take
+in M minutes; it then trains exactly those steps (with two jobs, two runs side by side on one thread each: the
+steps and so the result do not depend on the speed). Time the steps on a quiet machine; the training may share it.
+Every run is scored by the same code on the same held-out probe as bench_time_to_quality.py (single segments of
+128 tokens, BERT's 15% masking), and fine-tuned on 200 labelled THUCNews headlines (three seeds) as its probe.
+
+    python benchmarks/ablate_pretraining.py --minutes 10 --jobs 2 --out runs/ablation
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from bench_time_to_quality import EVAL_FRACTION, PROBE_SIZE, SEED, SEQ, probe_finetune, score  # noqa: E402
+from bertkit.data.pretraining import tokenize_documents  # noqa: E402
+from bertkit.demo import build_vocab, pretraining_corpus  # noqa: E402
+from bertkit.options import PretrainOptions  # noqa: E402
+from bertkit.pipelines.pretrain import (  # noqa: E402
+    heldout_instances,
+    load_corpus,
+    plan_steps,
+    prepare,
+    pretrain,
+    split_documents,
+)
+
+# BERT's recipe as transformers' side of bench_time_to_quality.py runs it
+START = dict(config="mini", objective="mlm+nsp", masking="static", dupe_factor=1, max_seq_length=SEQ, batch_size=32,
+             learning_rate=1e-4, warmup_ratio=0.06, dropout=0.1, bf16=False)
+
+# (lever, alternatives): each alternative changes the current recipe in one respect
+LEVERS: list[tuple[str, list[dict]]] = [
+    ("bf16 autocast", [dict(bf16=True)]),
+    ("peak learning rate", [dict(learning_rate=5e-4), dict(learning_rate=1e-3), dict(learning_rate=2e-3)]),
+    ("model shape", [dict(config="tiny"), dict(config="small")]),
+    ("dropout off", [dict(dropout=0.0)]),
+    ("masking rate", [dict(mlm_probability=0.3), dict(mlm_probability=0.4)]),
+    ("dynamic masking", [dict(masking="dynamic")]),
+    ("sentence objective", [dict(objective="mlm+sop"), dict(objective="mlm")]),
+    ("pre-LN", [dict(normalize_before=True)]),
+    ("biases off", [dict(use_bias=False)]),
+    ("schedule", [dict(lr_schedule="cosine"), dict(warmup_ratio=0.02)]),
+    ("batch size", [dict(batch_size=16), dict(batch_size=64)]),
+]
+TIE = 0.002
+
+
+def options_for(recipe: dict, out: Path, vocab: Path, minutes: float) -> PretrainOptions:
+    return PretrainOptions(**recipe, corpus=pretraining_corpus(), vocab=str(vocab), out=str(out), minutes=minutes,
+                           eval_fraction=EVAL_FRACTION, seed=SEED, max_eval_instances=PROBE_SIZE, progress=False)
+
+
+def name_of(recipe: dict) -> str:
+    changed = {k: v for k, v in recipe.items() if START.get(k) != v}
+    return "-".join(f"{k}={v}" for k, v in sorted(changed.items())) or "start"
+
+
+def train_one(spec: dict) -> dict:
+    """Train one recipe for its planned steps and score it (run in a subprocess by `main`)."""
+    from bertkit.config import BertConfig
+    from bertkit.models.heads import model_class_for
+    from bertkit.tokenizer import BertTokenizer
+
+    out, vocab = Path(spec["out"]), Path(spec["vocab"])
+    options = dataclasses.replace(options_for(spec["recipe"], out, vocab, spec["minutes"]),
+                                  max_steps=spec["steps"], minutes=None)
+    started = time.perf_counter()
+    state = pretrain(options)
+    tokenizer = BertTokenizer.from_pretrained(vocab)
+    _, held = split_documents(load_corpus(pretraining_corpus()), EVAL_FRACTION, SEED)
+    singles, pairs = heldout_instances(tokenize_documents(held, tokenizer), tokenizer, SEQ, "mlm+nsp", SEED + 1,
+                                       PROBE_SIZE)
+    model = model_class_for(BertConfig.from_pretrained(out)).from_pretrained(out)
+    result = {"name": spec["name"], "recipe": spec["recipe"], "steps": state.step,
+              "train_seconds": time.perf_counter() - started, **score(model, singles, pairs, tokenizer.pad_token_id)}
+    result.update(probe_finetune(out, out.parent / f"{out.name}-probe", 200, 3))
+    return result
+
+
+def run_group(specs: list[dict], jobs: int) -> list[dict]:
+    """Train the specs, `jobs` at a time, each in its own process (one thread each when side by side)."""
+    env = dict(os.environ, **({"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"} if jobs > 1 else {}))
+    results, pending = [], list(specs)
+    running: list[tuple[subprocess.Popen, Path]] = []
+    while pending or running:
+        while pending and len(running) < jobs:
+            spec = pending.pop(0)
+            result_file = Path(spec["out"]).with_suffix(".json")
+            command = [sys.executable, __file__, "--train-one", json.dumps(spec), "--result", str(result_file)]
+            running.append((subprocess.Popen(command, env=env), result_file))
+        process, result_file = running.pop(0)
+        if process.wait() != 0:
+            raise SystemExit(f"a run failed: {result_file}")
+        results.append(json.loads(result_file.read_text()))
+    return results
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--minutes", type=float, default=10.0)
+    parser.add_argument("--out", default="runs/ablation")
+    parser.add_argument("--jobs", type=int, default=1, help="runs side by side (one thread each when > 1)")
+    parser.add_argument("--levers", type=int, default=len(LEVERS), help="walk only the first N levers")
+    parser.add_argument("--train-one", help=argparse.SUPPRESS)
+    parser.add_argument("--result", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.train_one:
+        Path(args.result).write_text(json.dumps(train_one(json.loads(args.train_one)), indent=2))
+        return
+
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    vocab = build_vocab(out / "vocab")
+    log = out / "ablation.jsonl"
+    done = {json.loads(line)["name"]: json.loads(line) for line in log.read_text().splitlines()} if log.exists() else {}
+    tokenized: dict = {}
+
+    def plan(recipe: dict) -> dict:
+        name = name_of(recipe)
+        options = options_for(recipe, out / name, vocab, args.minutes)
+        steps = plan_steps(prepare(options, tokenized), options)
+        print(f"  planned {name}: {steps} steps in {args.minutes:g} minutes", flush=True)
+        return {"name": name, "recipe": recipe, "steps": steps, "out": str(out / name), "vocab": str(vocab),
+                "minutes": args.minutes}
+
+    def run(recipes: list[dict]) -> list[dict]:
+        todo = [plan(r) for r in recipes if name_of(r) not in done]
+        for result in run_group(todo, args.jobs):
+            done[result["name"]] = result
+            with open(log, "a", encoding="utf-8") as f:
+                f.write(json.dumps(result) + "\n")
+        return [done[name_of(r)] for r in recipes]
+
+    current = run([dict(START)])[0]
+    table = [("BERT's recipe, mini (start)", current, True)]
+    for lever, alternatives in LEVERS[:args.levers]:
+        print(f"{lever}: from {current['name']}", flush=True)
+        tried = run([{**current["recipe"], **alt} for alt in alternatives])
+        best = max(tried, key=lambda r: r["mlm_accuracy"])
+        keep = best["mlm_accuracy"] > current["mlm_accuracy"] + TIE
+        for result in tried:
+            change = ", ".join(f"{k} {v}" for k, v in result["recipe"].items() if current["recipe"].get(k) != v)
+            table.append((f"{lever}: {change}", result, keep and result is best))
+        if keep:
+            current = best
+
+    lines = ["| lever | steps in M min | held-out MLM accuracy | NSP accuracy | probe (200 labels) | kept |",
+             "|---|---|---|---|---|---|"]
+    for label, r, kept in table:
+        nsp = f"{r['nsp_accuracy']:.3f}" if "nsp_accuracy" in r else "-"
+        lines.append(f"| {label} | {r['steps']:,} | {r['mlm_accuracy']:.4f} | {nsp} | "
+                     f"{r['probe_accuracy']:.3f} ± {r['probe_accuracy_std']:.3f} | {'yes' if kept else 'no'} |")
+    (out / "ablation.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+    print(f"final recipe: {json.dumps(current['recipe'])}")
+
+
+if __name__ == "__main__":
+    main()
