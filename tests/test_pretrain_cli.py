@@ -131,3 +131,49 @@ def test_torchrun_two_processes_match_one(workspace, tmp_path):
     assert len(read(tmp_path / "one")) == 4
     for a, b in zip(read(tmp_path / "one"), read(tmp_path / "two")):
         assert abs(a - b) <= 1e-4, (read(tmp_path / "one"), read(tmp_path / "two"))
+
+
+def test_recipe_sets_the_options_and_typed_flags_win(workspace, tmp_path):
+    from bertkit.cli import build_parser
+    from bertkit.cli.options import options_from_args
+    from bertkit.options import PRETRAIN_RECIPES, PretrainOptions
+
+    argv = ["pretrain", "--recipe", "crammed", "--corpus", "c.txt", "--vocab", "v", "--out", "o", "--max-steps", "3"]
+    crammed = options_from_args(PretrainOptions, build_parser().parse_args(argv), base=PRETRAIN_RECIPES["crammed"])
+    assert {k: getattr(crammed, k) for k in PRETRAIN_RECIPES["crammed"]} == PRETRAIN_RECIPES["crammed"]
+    typed = build_parser().parse_args([*argv, "--learning-rate", "5e-4", "--config", "mini"])
+    typed = options_from_args(PretrainOptions, typed, base=PRETRAIN_RECIPES["crammed"])
+    assert (typed.learning_rate, typed.config, typed.dropout) == (5e-4, "mini", PRETRAIN_RECIPES["crammed"]["dropout"])
+    bert = options_from_args(PretrainOptions, build_parser().parse_args(argv[:1] + argv[3:]), base={})
+    assert bert == PretrainOptions(corpus=["c.txt"], vocab="v", out="o", max_steps=3)   # --recipe bert: the defaults
+    # the recipe's levers reach the model and the data: a run with them trains and saves what it says
+    out = tmp_path / "crammed"
+    assert main([*pretrain_args(workspace, out, "--max-steps", "3", "--recipe", "crammed", "--config",
+                                str(workspace / "tiny.json"), "--mlm-probability", "0.4", "--pre-ln",
+                                "--no-bias")]) == 0
+    saved = json.loads((out / "config.json").read_text())
+    assert (saved["normalize_before"], saved["use_bias"], saved["hidden_dropout_prob"]) == (True, False, 0.0)
+    assert json.loads((out / "pretrain_options.json").read_text())["mlm_probability"] == 0.4
+
+
+def test_probe_does_not_depend_on_the_training_masking(workspace):
+    """The held-out probe masks as BERT does (15%, single segments) whatever rate the run trains with."""
+    from bertkit.options import PretrainOptions
+    from bertkit.pipelines.pretrain import prepare
+
+    runs = [prepare(PretrainOptions(corpus=[str(workspace / "corpus.txt")], vocab=str(workspace / "vocab"), out="x",
+                                    max_steps=1, max_seq_length=32, mlm_probability=p, eval_fraction=0.2,
+                                    config=str(workspace / "tiny.json")))
+            for p in (0.15, 0.4)]
+    assert [i.masked_input_ids for i in runs[0].eval_singles] == [i.masked_input_ids for i in runs[1].eval_singles]
+    assert all(i.next_sentence_label is None for i in runs[0].eval_singles) and runs[0].eval_pairs
+    predicted = [sum(label != -100 for label in i.labels) for i in runs[0].eval_singles]
+    tokens = [len(i.input_ids) - 2 for i in runs[0].eval_singles]
+    assert sum(predicted) == pytest.approx(0.15 * sum(tokens), rel=0.2)
+    # training masks follow the run's rate
+    static = [prepare(PretrainOptions(corpus=[str(workspace / "corpus.txt")], vocab=str(workspace / "vocab"),
+                                      out="x", max_steps=1, max_seq_length=32, mlm_probability=p,
+                                      config=str(workspace / "tiny.json"))) for p in (0.15, 0.4)]
+    shares = [sum(sum(label != -100 for label in i.labels) for i in run.train_instances)
+              / sum(len(i.input_ids) - 3 for i in run.train_instances) for run in static]
+    assert shares[0] == pytest.approx(0.15, abs=0.03) and shares[1] == pytest.approx(0.4, abs=0.05)
