@@ -33,12 +33,11 @@ from bertkit.data.pretraining import tokenize_documents  # noqa: E402
 from bertkit.demo import build_vocab, pretraining_corpus  # noqa: E402
 from bertkit.options import PretrainOptions  # noqa: E402
 from bertkit.pipelines.pretrain import (  # noqa: E402
+    corpus_split,
     heldout_instances,
-    load_corpus,
     plan_steps,
     prepare,
     pretrain,
-    split_documents,
 )
 
 # BERT's recipe as transformers' side of bench_time_to_quality.py runs it
@@ -84,7 +83,7 @@ def train_one(spec: dict) -> dict:
     started = time.perf_counter()
     state = pretrain(options)
     tokenizer = BertTokenizer.from_pretrained(vocab)
-    _, held = split_documents(load_corpus(pretraining_corpus()), EVAL_FRACTION, SEED)
+    _, held = corpus_split(pretraining_corpus(), EVAL_FRACTION, SEED)
     singles, pairs = heldout_instances(tokenize_documents(held, tokenizer), tokenizer, SEQ, "mlm+nsp", SEED + 1,
                                        PROBE_SIZE)
     model = model_class_for(BertConfig.from_pretrained(out)).from_pretrained(out)

@@ -35,7 +35,7 @@ from bertkit.data.pretraining import MaskingSpec, PretrainingCollator, create_in
 from bertkit.demo import build_vocab, finetune_steps, pretraining_corpus
 from bertkit.options import PRETRAIN_RECIPES, FinetuneOptions, recipe_options
 from bertkit.pipelines.finetune import finetune
-from bertkit.pipelines.pretrain import heldout_instances, load_corpus, pretrain, split_documents
+from bertkit.pipelines.pretrain import corpus_split, heldout_instances, pretrain
 from bertkit.tokenizer import BertTokenizer
 
 SEQ = 128
@@ -222,12 +222,11 @@ def main() -> None:
     out.mkdir(parents=True, exist_ok=True)
     vocab = build_vocab(out / "vocab")
     tokenizer = BertTokenizer.from_pretrained(vocab)
-    documents = load_corpus(pretraining_corpus())
-    train_docs, held_docs = split_documents(documents, EVAL_FRACTION, SEED)
+    train_docs, held_docs = corpus_split(pretraining_corpus(), EVAL_FRACTION, SEED)
     singles, pairs = heldout_instances(tokenize_documents(held_docs, tokenizer), tokenizer, SEQ, "mlm+nsp",
                                        SEED + 1, PROBE_SIZE)
     print(f"probe: {len(singles)} held-out segments ({sum(len(i.input_ids) for i in singles):,} tokens), "
-          f"{len(pairs)} pairs, from {len(held_docs)} of {len(documents):,} documents", flush=True)
+          f"{len(pairs)} pairs, from {len(held_docs)} held-out documents ({len(train_docs):,} to train on)", flush=True)
 
     results: dict = {}
     print(f"bertkit, recipe {args.recipe}, {args.minutes:g} minutes", flush=True)

@@ -177,3 +177,14 @@ def test_probe_does_not_depend_on_the_training_masking(workspace):
     shares = [sum(sum(label != -100 for label in i.labels) for i in run.train_instances)
               / sum(len(i.input_ids) - 3 for i in run.train_instances) for run in static]
     assert shares[0] == pytest.approx(0.15, abs=0.03) and shares[1] == pytest.approx(0.4, abs=0.05)
+
+
+def test_a_corpus_named_twice_weighs_twice_but_is_held_out_once(workspace):
+    from bertkit.pipelines.pretrain import corpus_split, load_corpus, split_documents
+
+    corpus = str(workspace / "corpus.txt")
+    once, held_once = corpus_split([corpus], 0.2, 7)
+    assert (once, held_once) == split_documents(load_corpus([corpus]), 0.2, 7)    # one corpus: the plain split
+    twice, held_twice = corpus_split([corpus, corpus], 0.2, 7)
+    assert held_twice == held_once and len(twice) == 2 * len(once)
+    assert not any(doc in twice for doc in held_twice)                         # no held-out text is trained on

@@ -71,6 +71,19 @@ def model_config(spec: str, vocab_size: int, albert: bool, max_seq_length: int, 
     return config
 
 
+def corpus_split(specs: list[str], fraction: float, seed: int) -> tuple[list[list[str]], list[list[str]]]:
+    """(training documents, held-out documents) of a corpus list. A corpus named k times weighs k times in
+    training (each copy masked afresh), but is read, and split, once: no held-out document has a copy in training."""
+    counts: dict[str, int] = {}
+    for spec in specs:
+        counts[spec] = counts.get(spec, 0) + 1
+    sources = [(spec, load_corpus([spec])) for spec in counts]
+    documents = [doc for _, docs in sources for doc in docs]
+    copies = [counts[spec] for spec, docs in sources for _ in docs]
+    train, held = split_documents(list(range(len(documents))), fraction, seed)
+    return [documents[i] for i in train for _ in range(copies[i])], [documents[i] for i in held]
+
+
 def split_documents(documents: list, fraction: float, seed: int) -> tuple[list, list]:
     """Hold out a seeded share of whole documents (at least 2, so NSP has a random document to draw from)."""
     order = list(range(len(documents)))
@@ -162,7 +175,7 @@ def prepare(options: PretrainOptions, tokenized: dict | None = None) -> Pretrain
     tokenizer = BertTokenizer.from_pretrained(options.vocab)
     key = (tuple(options.corpus), str(options.vocab), options.wwm, options.eval_fraction, options.seed)
     if tokenized is None or key not in tokenized:
-        train_docs, eval_docs = split_documents(load_corpus(options.corpus), options.eval_fraction, options.seed)
+        train_docs, eval_docs = corpus_split(options.corpus, options.eval_fraction, options.seed)
         documents = (tokenize_documents(train_docs, tokenizer, options.wwm), tokenize_documents(eval_docs, tokenizer))
         if tokenized is not None:
             tokenized[key] = documents
