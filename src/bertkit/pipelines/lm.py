@@ -24,6 +24,7 @@ from bertkit.atomic import atomic_write_text
 from bertkit.config import GPT_PRESETS, GPT2Config
 from bertkit.models.gpt import GPT2LMHeadModel
 from bertkit.options import LMOptions
+from bertkit.run_directory import run_directory
 
 REPORT_NAME = "report.json"
 OPTIONS_NAME = "lm_options.json"
@@ -114,7 +115,13 @@ def build_tokenizer(options: LMOptions, train_documents: Sequence[str], work_dir
 
 
 def train_lm(options: LMOptions) -> dict[str, Any]:
-    """Documents -> tokenizer -> GPT -> Trainer -> held-out perplexity vs unigram; writes OUT/report.json."""
+    """Documents -> tokenizer -> GPT -> Trainer -> held-out perplexity vs unigram; writes OUT/report.json. The
+    run holds OUT (`bertkit.run_directory`: an earlier run or model there is refused unless options.overwrite)."""
+    with run_directory(options.out, "bertkit lm-train", overwrite=options.overwrite):
+        return _train_lm(options)
+
+
+def _train_lm(options: LMOptions) -> dict[str, Any]:
     from bertkit.training.arguments import TrainingArguments
     from bertkit.training.budget import steps_in_budget, wall_clock_budget
     from bertkit.training.trainer import Trainer
