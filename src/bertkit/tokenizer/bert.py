@@ -54,6 +54,7 @@ class BertTokenizer:
                  clean_up_tokenization_spaces: bool = False, max_input_chars_per_word: int = 100,
                  backend: str = "auto"):
         self.vocab = dict(load_vocab(vocab) if isinstance(vocab, (str, Path)) else vocab)
+        _check_ids(self.vocab)
         for name, token in (("unk_token", unk_token), ("cls_token", cls_token), ("sep_token", sep_token)):
             if token not in self.vocab:
                 raise ValueError(f"the vocabulary has no {token!r} ({name}); a BERT vocabulary needs its "
@@ -153,12 +154,20 @@ class BertTokenizer:
         return [self.convert_tokens_to_ids(token) for token in tokens]
 
     def convert_ids_to_tokens(self, ids: int | Sequence[int], skip_special_tokens: bool = False):
-        """Id(s) -> token(s); an id outside the vocabulary gives None."""
+        """Id(s) -> token(s); an id outside the vocabulary is a ValueError naming it."""
         ids = _to_list(ids)
         if isinstance(ids, int):
-            return self.ids_to_tokens.get(ids)
+            return self._token(ids)
         skip = set(self.all_special_ids) if skip_special_tokens else set()
-        return [self.ids_to_tokens.get(int(i)) for i in ids if int(i) not in skip]
+        return [self._token(int(i)) for i in ids if int(i) not in skip]
+
+    def _token(self, index: int) -> str:
+        token = self.ids_to_tokens.get(index)
+        if token is None:
+            hint = "labels mark positions that are not predicted with -100" if index < 0 else \
+                "were these ids made by another tokenizer?"
+            raise ValueError(f"id {index} is not in the vocabulary (ids 0..{len(self) - 1}); {hint}")
+        return token
 
     def __repr__(self) -> str:
         return (f"BertTokenizer(vocab_size={self.vocab_size}, do_lower_case={self.do_lower_case}, "
@@ -178,6 +187,13 @@ class BertTokenizer:
         texts, pairs, batched = _check_inputs(text, text_pair)
         padding, truncation, max_length = self._strategies(padding, truncation, max_length,
                                                            pad_to_multiple_of, verbose)
+        # transformers lets truncation to nothing pass (its rows then keep their length): refused here
+        if truncation and max_length < 1:
+            raise ValueError(f"max_length must be a positive integer, got {max_length}")
+        specials = (2 if pairs is None else 3) if add_special_tokens else 0
+        if truncation and max_length < specials:
+            raise ValueError(f"max_length {max_length} leaves no room: the {specials} special tokens ([CLS], [SEP]) "
+                             f"of a {'pair' if pairs else 'text'} alone take {specials}")
         if truncation and max_length >= 2 and max_length - 2 < stride:  # checked by tokenizers up front
             raise ValueError(f"stride ({stride}) must be smaller than max_length ({max_length}) minus the 2 "
                              f"special tokens of a single text")
@@ -295,7 +311,7 @@ class BertTokenizer:
         if token_ids and isinstance(token_ids[0], list):
             return [self.decode(ids, skip_special_tokens, clean_up_tokenization_spaces) for ids in token_ids]
         skip = set(self.all_special_ids) if skip_special_tokens else set()
-        tokens = [self.ids_to_tokens[i] for i in token_ids if i in self.ids_to_tokens and i not in skip]
+        tokens = [self._token(i) for i in token_ids if i not in skip]
         text = "".join(_decode_piece(token, first=i == 0) for i, token in enumerate(tokens))
         if clean_up_tokenization_spaces is None:
             clean_up_tokenization_spaces = self.clean_up_tokenization_spaces
@@ -310,6 +326,23 @@ class BertTokenizer:
         if sequences and not isinstance(sequences[0], list):
             sequences = [sequences]
         return [self.decode(ids, skip_special_tokens, clean_up_tokenization_spaces) for ids in sequences]
+
+
+def _check_ids(vocab: dict[str, int]) -> None:
+    """A vocabulary's ids are 0..n-1, each once: a model is sized to n, and an id past it would fail mid-training."""
+    if not vocab:
+        raise ValueError("the vocabulary is empty")
+    by_id: dict[int, list[str]] = {}
+    for token, index in vocab.items():
+        by_id.setdefault(index, []).append(token)
+    shared = [f"{index}: {', '.join(map(repr, tokens))}" for index, tokens in sorted(by_id.items()) if len(tokens) > 1]
+    if shared:
+        raise ValueError(f"the vocabulary gives one id to several tokens ({'; '.join(shared[:5])}); each token needs "
+                         "its own id")
+    if min(by_id) < 0 or max(by_id) != len(by_id) - 1:
+        gap = next((i for i in range(len(by_id)) if i not in by_id), max(by_id))
+        raise ValueError(f"the vocabulary's ids are not 0..{len(by_id) - 1}: they run from {min(by_id)} to "
+                         f"{max(by_id)} (id {gap} is missing); a model's embedding has one row per id")
 
 
 def _decode_piece(token: str, first: bool) -> str:
