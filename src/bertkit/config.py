@@ -24,6 +24,8 @@ _HF_BOOKKEEPING = {
     "pooler_type", "_name_or_path", "is_decoder", "add_cross_attention", "chunk_size_feed_forward",
     "tie_word_embeddings", "return_dict", "output_hidden_states", "output_attentions",
     "problem_type", "bos_token_id", "eos_token_id", "sep_token_id", "cls_token_id", "tokenizer_class",
+    # sentence-embedding libraries' notes in a model's config.json: how to pool, not what to compute
+    "uniem_embedding_strategy",
 }
 
 
