@@ -210,6 +210,8 @@ class BertConfig(_JsonConfig):
         if data.get("model_type") == PRE_LN_MODEL_TYPE:
             data["model_type"] = "bert"
             data.setdefault("normalize_before", True)
+        if data.get("model_type", "bert") != "bert":  # e.g. a GPT-2 or a translation model's directory
+            raise ConfigError(f"config is for model_type {data['model_type']!r}, not a BERT model ('bert')")
         names = {f.name for f in dataclasses.fields(cls)} - {"extra"}
         known = {k: data.pop(k) for k in list(data) if k in names}
         if "id2label" not in known and "num_labels" in data:

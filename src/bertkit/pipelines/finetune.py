@@ -243,6 +243,9 @@ def _finetune(options: FinetuneOptions) -> dict[str, Any]:
         return classification_features(examples, tokenizer, label2id, options.max_length)
 
     train_features, dev_features = featurize(train), featurize(splits["dev"])
+    if options.batch_size > len(train_features):
+        warnings.warn(f"--batch-size {options.batch_size} is more than the {len(train_features)} training examples: "
+                      f"each step takes all {len(train_features)}", stacklevel=2)
     collator = Collator(tokenizer.pad_token_id)
     dev_tags = [e.tags for e in splits["dev"]] if task.token_level else None
     steps_per_epoch = max(1, len(train_features) // options.batch_size)

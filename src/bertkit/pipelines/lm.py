@@ -14,6 +14,7 @@ import json
 import math
 import random
 import tempfile
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -98,6 +99,9 @@ def generate_text(model: GPT2LMHeadModel, tokenizer, prompt: str = "", max_new_t
     ids = [tokenizer.cls_token_id] + tokenizer(prompt, add_special_tokens=False)["input_ids"]
     ids = ids[-(model.config.n_positions - 1):]
     room = model.config.n_positions - len(ids)
+    if max_new_tokens > room:
+        warnings.warn(f"the model has {model.config.n_positions} positions and the prompt takes {len(ids)}: the "
+                      f"continuation stops after {room} tokens, not {max_new_tokens}", stacklevel=2)
     out = model.generate(torch.tensor([ids]), max_new_tokens=min(max_new_tokens, room),
                          eos_token_id=tokenizer.sep_token_id, pad_token_id=tokenizer.pad_token_id, **sampling)
     text = tokenizer.decode(out[0].tolist(), skip_special_tokens=True)
