@@ -253,9 +253,9 @@ def check_finite(state: Mapping[str, Any], source: str = "checkpoint") -> None:
     if bad:
         shown = "; ".join(f"{name} ({what})" for name, what in list(bad.items())[:3])
         more = f" and {len(bad) - 3} more" if len(bad) > 3 else ""
-        raise CheckpointError(f"{source}: {len(bad)} tensor{'s' if len(bad) > 1 else ''} hold NaN or infinite values: "
-                              f"{shown}{more}; these weights are damaged (a diverged run?) and would give meaningless "
-                              "outputs")
+        raise CheckpointError(f"{source}: {len(bad)} {'tensors hold' if len(bad) > 1 else 'tensor holds'} NaN or "
+                              f"infinite values: {shown}{more}; these weights are damaged (a diverged run?) and would "
+                              "give meaningless outputs")
 
 
 # ---- writing -------------------------------------------------------------------------------------
