@@ -30,6 +30,7 @@ from bertkit.task_kinds import TaskKind, get_task, label_names
 from bertkit.training import metrics
 from bertkit.training.arguments import TrainingArguments
 from bertkit.training.budget import steps_in_budget, wall_clock_budget
+from bertkit.training.distributed import process_rank
 from bertkit.training.trainer import Trainer
 
 RESULTS_NAME = "finetune_results.json"
@@ -191,7 +192,7 @@ def evaluate_features(model, task: TaskKind, features, pad_token_id: int, id2lab
 def finetune(options: FinetuneOptions) -> dict[str, Any]:
     """Train, keep the best dev checkpoint, score it on test; returns (and writes) the results. The run holds
     options.out (`bertkit.run_directory`: an earlier run or model there is refused unless options.overwrite)."""
-    with run_directory(options.out, "bertkit finetune", overwrite=options.overwrite):
+    with run_directory(options.out, "bertkit finetune", overwrite=options.overwrite, main=process_rank() == 0):
         return _finetune(options)
 
 

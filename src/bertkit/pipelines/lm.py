@@ -26,6 +26,7 @@ from bertkit.config import GPT_PRESETS, GPT2Config
 from bertkit.models.gpt import GPT2LMHeadModel
 from bertkit.options import LMOptions
 from bertkit.run_directory import run_directory
+from bertkit.training.distributed import process_rank
 
 REPORT_NAME = "report.json"
 OPTIONS_NAME = "lm_options.json"
@@ -121,7 +122,7 @@ def build_tokenizer(options: LMOptions, train_documents: Sequence[str], work_dir
 def train_lm(options: LMOptions) -> dict[str, Any]:
     """Documents -> tokenizer -> GPT -> Trainer -> held-out perplexity vs unigram; writes OUT/report.json. The
     run holds OUT (`bertkit.run_directory`: an earlier run or model there is refused unless options.overwrite)."""
-    with run_directory(options.out, "bertkit lm-train", overwrite=options.overwrite):
+    with run_directory(options.out, "bertkit lm-train", overwrite=options.overwrite, main=process_rank() == 0):
         return _train_lm(options)
 
 
