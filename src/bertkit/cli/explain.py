@@ -76,9 +76,13 @@ def _cmd_explain(args: argparse.Namespace) -> int:
 
     Run a small experiment, print its numbers, write its pictures.
     """
+    from pathlib import Path
+
     from bertkit.explain import REAL_MODEL_TOPICS, TOPICS, explain
     from bertkit.explain.real_model import resolve_model_dir
 
+    if Path(args.out).exists() and not Path(args.out).is_dir():
+        raise UserError(f"--out {args.out} is a file; give a folder for the pictures")
     topics = list(TOPICS) if args.topic == "all" else [args.topic]
     for n, topic in enumerate(topics):
         options = {}
