@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 import torch
 
-from bertkit import options
+from bertkit import option_fields, options
 from bertkit.checkpoint import CheckpointError
 from bertkit.cli import _warnings_to_stderr, main
 from bertkit.config import BertConfig
@@ -141,12 +141,12 @@ def test_every_numeric_option_is_checked_against_its_range(cls):
     checked = 0
     for f in dataclasses.fields(cls):
         for value in out_of_range(f):
-            with pytest.raises(ValueError, match=f"^{re.escape(options.flag_of(f))} must be .*got {value}"):
+            with pytest.raises(ValueError, match=f"^{re.escape(option_fields.flag_of(f))} must be .*got {value}"):
                 cls(**{**REQUIRED[cls], f.name: value})
             checked += 1
     numeric = [f for f in dataclasses.fields(cls) if re.search(r"\b(int|float)\b", str(f.type))
                and f.name not in UNBOUNDED]
-    assert numeric and all(options.allowed_range(f) for f in numeric), [f.name for f in numeric]
+    assert numeric and all(option_fields.allowed_range(f) for f in numeric), [f.name for f in numeric]
     assert checked >= len(numeric)
 
 

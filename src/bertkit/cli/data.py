@@ -116,7 +116,7 @@ def _add_vocab(sub: argparse._SubParsersAction) -> None:
     p = add_command(sub, "vocab", _cmd_vocab)
     p.add_argument("--corpus", nargs="+", required=True, metavar="FILE",
                    help="UTF-8 text files (a directory stands for its *.txt files)")
-    p.add_argument("--size", type=integer(6), metavar="N",
+    p.add_argument("--size", type=integer(), metavar="N",
                    help="vocabulary size, the 5 special tokens included; needed for WordPiece, a cap for characters "
                         "(default: every character)")
     p.add_argument("--out", required=True, metavar="DIR", help="directory to write the tokenizer files to (new or "
@@ -146,6 +146,8 @@ def _cmd_vocab(args: argparse.Namespace) -> int:
     from bertkit.tokenizer import BertTokenizer
     from bertkit.vocab import build_vocab
 
+    if args.size is not None and args.size < 6:
+        raise UserError(f"--size {args.size} is too small: the 5 special tokens alone take 5")
     check_output_directory(args.out, args.overwrite)  # before reading the corpus, which may take a while
     texts = [sentence for document in read_text_documents(args.corpus) for sentence in document]
     with run_directory(args.out, "bertkit vocab", overwrite=args.overwrite):

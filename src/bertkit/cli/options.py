@@ -15,7 +15,7 @@ import typing
 from typing import Any
 
 from bertkit.cli.common import UserError
-from bertkit.options import flag_of
+from bertkit.option_fields import flag_of
 
 
 def _flags(f: dataclasses.Field) -> list[str]:

@@ -28,8 +28,9 @@ from bertkit.options import PretrainOptions
 from bertkit.run_directory import run_directory
 from bertkit.training.arguments import TrainingArguments
 from bertkit.training.budget import steps_in_budget, wall_clock_budget
+from bertkit.training.checkpointing import check_not_finished
 from bertkit.training.distributed import process_count, process_rank
-from bertkit.training.trainer import Trainer, check_not_finished
+from bertkit.training.trainer import Trainer
 
 OPTIONS_NAME = "pretrain_options.json"
 

@@ -20,7 +20,13 @@ from typing import Any
 
 from bertkit.tokenizer.basic import PythonBackend
 from bertkit.tokenizer.encoding import Row, Specials, build_row, pad_rows
-from bertkit.tokenizer.files import SPECIAL_TOKEN_NAMES, load_vocab, read_tokenizer_files, write_tokenizer_files
+from bertkit.tokenizer.files import (
+    SPECIAL_TOKEN_NAMES,
+    check_vocab_ids,
+    load_vocab,
+    read_tokenizer_files,
+    write_tokenizer_files,
+)
 
 VERY_LARGE_INTEGER = int(1e30)  # transformers' "no model_max_length"
 LARGE_INTEGER = int(1e20)
@@ -54,7 +60,7 @@ class BertTokenizer:
                  clean_up_tokenization_spaces: bool = False, max_input_chars_per_word: int = 100,
                  backend: str = "auto"):
         self.vocab = dict(load_vocab(vocab) if isinstance(vocab, (str, Path)) else vocab)
-        _check_ids(self.vocab)
+        check_vocab_ids(self.vocab)
         for name, token in (("unk_token", unk_token), ("cls_token", cls_token), ("sep_token", sep_token)):
             if token not in self.vocab:
                 raise ValueError(f"the vocabulary has no {token!r} ({name}); a BERT vocabulary needs its "
@@ -326,23 +332,6 @@ class BertTokenizer:
         if sequences and not isinstance(sequences[0], list):
             sequences = [sequences]
         return [self.decode(ids, skip_special_tokens, clean_up_tokenization_spaces) for ids in sequences]
-
-
-def _check_ids(vocab: dict[str, int]) -> None:
-    """A vocabulary's ids are 0..n-1, each once: a model is sized to n, and an id past it would fail mid-training."""
-    if not vocab:
-        raise ValueError("the vocabulary is empty")
-    by_id: dict[int, list[str]] = {}
-    for token, index in vocab.items():
-        by_id.setdefault(index, []).append(token)
-    shared = [f"{index}: {', '.join(map(repr, tokens))}" for index, tokens in sorted(by_id.items()) if len(tokens) > 1]
-    if shared:
-        raise ValueError(f"the vocabulary gives one id to several tokens ({'; '.join(shared[:5])}); each token needs "
-                         "its own id")
-    if min(by_id) < 0 or max(by_id) != len(by_id) - 1:
-        gap = next((i for i in range(len(by_id)) if i not in by_id), max(by_id))
-        raise ValueError(f"the vocabulary's ids are not 0..{len(by_id) - 1}: they run from {min(by_id)} to "
-                         f"{max(by_id)} (id {gap} is missing); a model's embedding has one row per id")
 
 
 def _decode_piece(token: str, first: bool) -> str:

@@ -48,6 +48,23 @@ def load_vocab(path: str | Path) -> dict[str, int]:
     return vocab
 
 
+def check_vocab_ids(vocab: dict[str, int]) -> None:
+    """A vocabulary's ids are 0..n-1, each once: a model is sized to n, and an id past it would fail mid-training."""
+    if not vocab:
+        raise ValueError("the vocabulary is empty")
+    by_id: dict[int, list[str]] = {}
+    for token, index in vocab.items():
+        by_id.setdefault(index, []).append(token)
+    shared = [f"{index}: {', '.join(map(repr, tokens))}" for index, tokens in sorted(by_id.items()) if len(tokens) > 1]
+    if shared:
+        raise ValueError(f"the vocabulary gives one id to several tokens ({'; '.join(shared[:5])}); each token needs "
+                         "its own id")
+    if min(by_id) < 0 or max(by_id) != len(by_id) - 1:
+        gap = next((i for i in range(len(by_id)) if i not in by_id), max(by_id))
+        raise ValueError(f"the vocabulary's ids are not 0..{len(by_id) - 1}: they run from {min(by_id)} to "
+                         f"{max(by_id)} (id {gap} is missing); a model's embedding has one row per id")
+
+
 def _content(token: Any) -> str | None:
     """A special token as written in tokenizer_config.json: a string or an AddedToken dict."""
     return token.get("content") if isinstance(token, dict) else token

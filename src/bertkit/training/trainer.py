@@ -32,14 +32,13 @@ from bertkit.training.distributed import Distributed, setup_distributed
 from bertkit.training.memory import keep_freed_memory
 from bertkit.training.schedule import build_optimizer, build_scheduler
 
-__all__ = ["RunFinishedError", "Trainer", "TrainingArguments", "TrainState", "TrainingError", "example_seed",
-           "finished_run", "length_grouped"]
+__all__ = ["Trainer", "TrainingArguments", "TrainState", "TrainingError", "example_seed", "length_grouped"]
 
 logger = logging.getLogger(__name__)
 
 METRICS_NAME = "metrics.jsonl"
 ARGS_NAME = "training_args.json"
-RESULTS_NAME = "train_results.json"
+RESULTS_NAME = ckpt.RESULTS_NAME
 BEST_DIR = "best"
 
 
@@ -49,36 +48,6 @@ class TrainingError(RuntimeError):
     def __init__(self, message: str, step: int, checkpoint: Path | None) -> None:
         super().__init__(message)
         self.step, self.checkpoint = step, checkpoint
-
-
-class RunFinishedError(ValueError):
-    """Asked to resume a run that already ended (its steps done, its clock run out, or stopped early)."""
-
-
-_STOPPED_BY = {"max_steps": "its last planned step", "max_seconds": "its time budget",
-               "early_stopping": "early stopping"}
-
-
-def finished_run(output_dir: str | os.PathLike) -> dict[str, Any] | None:
-    """The final state of the run in `output_dir` if it ended (train_results.json is written at the end only),
-    else None."""
-    path = Path(output_dir) / RESULTS_NAME
-    if not path.is_file():
-        return None
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except ValueError:
-        return None
-
-
-def check_not_finished(output_dir: str | os.PathLike) -> None:
-    """Raise RunFinishedError if the run in `output_dir` already ended: --resume has nothing left to do there."""
-    ended = finished_run(output_dir)
-    if ended is not None:
-        reason = _STOPPED_BY.get(ended.get("stop_reason"), "its end")
-        raise RunFinishedError(f"{output_dir} holds a finished run: {ended.get('step')} steps, stopped by {reason}; "
-                               "--resume continues an interrupted run. To train longer, start a new run (a new --out, "
-                               "or --overwrite) with more --max-steps or --minutes")
 
 
 def example_seed(seed: int, epoch: int, index: int) -> int:
