@@ -152,7 +152,7 @@ def _cmd_vocab(args: argparse.Namespace) -> int:
     texts = [sentence for document in read_text_documents(args.corpus) for sentence in document]
     with run_directory(args.out, "bertkit vocab", overwrite=args.overwrite):
         out = build_vocab(texts, args.out, vocab_size=args.size, kind=args.kind, min_count=args.min_count,
-                          lowercase=not args.cased, trainer=args.trainer)
+                          lowercase=not args.cased, trainer=args.trainer, warn_if_smaller=True)
     tokenizer = BertTokenizer.from_pretrained(out, backend="python")
     chars = sum(map(len, texts))
     sample = tokenizer(texts[:2000], add_special_tokens=False, verbose=False)["input_ids"]
