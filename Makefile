@@ -13,8 +13,9 @@ $(VENV)/.setup-stamp: pyproject.toml constraints.txt
 	$(PIP) install -q -c constraints.txt -e '.[dev]'
 	touch $@
 
+# --overwrite: a rerun replaces the previous run's results in runs/demo (bertkit refuses that unless told)
 run: setup
-	$(VENV)/bin/bertkit demo
+	$(VENV)/bin/bertkit demo --overwrite
 
 test: lint
 	$(PY) -m pytest -q -n 2 --dist loadgroup

@@ -112,6 +112,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, help="torch threads (fewer than cores helps on a busy machine)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", required=True)
+    parser.add_argument("--overwrite", action="store_true", help="replace the runs of an earlier benchmark in --out")
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -128,7 +129,8 @@ def main() -> None:
         dropout=args.dropout, pre_ln=args.pre_ln,
         num_beams=args.beams, tune_length_penalty=args.tune_length_penalty,
         learning_rate=args.transformer_lr if transformer[model] else args.rnn_lr,
-        max_test_sentences=args.max_test, bf16=args.bf16, seed=args.seed, progress=False) for model in args.models]
+        max_test_sentences=args.max_test, bf16=args.bf16, seed=args.seed, progress=False, overwrite=args.overwrite)
+        for model in args.models]
     plan = None
     if args.budget == "compute":
         plan = plan_steps(options, args.minutes * 60)

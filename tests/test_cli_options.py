@@ -44,12 +44,28 @@ def test_the_cli_and_the_python_api_have_the_same_defaults(command):
             assert not hasattr(args, f.name), f.name
 
 
-@pytest.mark.parametrize("command", sorted(subparsers()))
+def all_parsers(parser: argparse.ArgumentParser, name: str = "bertkit") -> dict[str, argparse.ArgumentParser]:
+    """Every parser of the command line by its name: the commands and their actions (`data fetch`)."""
+    found = {name: parser}
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub_name, sub in action.choices.items():
+                found.update(all_parsers(sub, f"{name} {sub_name}".removeprefix("bertkit ")))
+    return found
+
+
+@pytest.mark.parametrize("command", sorted(all_parsers(build_parser())))
 def test_every_flag_says_its_default(command):
-    for action in subparsers()[command]._actions:
+    parser = all_parsers(build_parser())[command]
+    for action in parser._actions:
         if action.option_strings and action.dest != "help" and not isinstance(action, argparse._VersionAction):
             stated = action.required or "(default: " in action.help or "(required, unless" in action.help
             assert stated, (command, action.option_strings)
+
+
+def test_every_command_and_action_is_checked_for_defaults():
+    names = set(all_parsers(build_parser()))
+    assert {"data fetch", "data show", "data list", "vocab", "predict", "attention", "generate"} <= names
 
 
 def test_the_established_flags_keep_their_names_and_meanings():

@@ -12,6 +12,7 @@ from __future__ import annotations
 import html
 import json
 import os
+import warnings
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -57,12 +58,19 @@ def sentence_attentions(model, tokenizer, text: str, text_pair: str | None = Non
         raise ValueError("text is empty: there is nothing to attend to")
     max_length = max_length or model.config.max_position_embeddings
     encoding = tokenizer(text, text_pair=text_pair, truncation=True, max_length=max_length, return_tensors="pt")
+    length = len(tokenizer(text, text_pair=text_pair, verbose=False)["input_ids"])
+    if length > max_length:
+        warnings.warn(f"the text has {length} tokens, more than max_length {max_length}: it is cut to {max_length} "
+                      f"tokens, and the attention shown is that of the cut text", stacklevel=2)
     input_ids = encoding["input_ids"]
     token_type_ids = encoding.get("token_type_ids")
     with torch.no_grad():
         out = model(input_ids, attention_mask=encoding.get("attention_mask"), token_type_ids=token_type_ids,
                     output_attentions=True)
     attentions = torch.stack([a[0] for a in out.attentions]).float().numpy()    # (L, H, T, T)
+    if not np.isfinite(attentions).all():
+        raise ValueError("the model's attention weights are not finite (NaN or infinite values): its weights or "
+                         "activations overflowed, so there is nothing true to show")
     types = token_type_ids[0].tolist() if token_type_ids is not None else [0] * input_ids.size(1)
     return SentenceAttention(tokens=tokenizer.convert_ids_to_tokens(input_ids[0].tolist()), token_type_ids=types,
                              attentions=attentions, text=text, text_pair=text_pair)

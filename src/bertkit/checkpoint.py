@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import math
 import os
+import pickle
 import re
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -77,7 +78,15 @@ def read_weights(path: str | os.PathLike, framework: str = "pt") -> dict[str, An
         raise
     except ImportError as err:
         raise CheckpointError(f"reading {path} needs torch ({err}); safetensors files need only numpy") from None
-    except Exception as err:  # safetensors' SafetensorError, torch's zip/unpickling errors, EOFError...
+    except pickle.UnpicklingError as err:
+        if "weights only" not in str(err).lower():
+            raise CheckpointError(f"cannot read weights file {path}: it is truncated or corrupt "
+                                  f"({type(err).__name__}: {' '.join(str(err).split())[:200]})") from None
+        asked = re.search(r"GLOBAL ([\w.]+)", str(err))
+        what = f"would call {asked[1]}" if asked else "would run code or build objects other than tensors"
+        raise CheckpointError(f"refused to load {path} as unsafe: its pickle {what} when loaded; bertkit loads "
+                              "tensors only (convert a file you trust to safetensors)") from None
+    except Exception as err:  # safetensors' SafetensorError, torch's zip errors, EOFError...
         raise CheckpointError(f"cannot read weights file {path}: it is truncated or corrupt "
                               f"({type(err).__name__}: {err})") from None
     if not isinstance(state, Mapping) or not all(hasattr(v, "shape") for v in state.values()):
@@ -217,7 +226,36 @@ def prepare_state_dict(state: Mapping[str, Any], expected_shapes: Mapping[str, t
     state = fill_tied(state, tied or {})
     fresh = match_state_dict(expected_shapes, state, new_head_prefixes, source, other_head_prefixes)
     dropped += sorted(k for k in state if k not in expected_shapes)
-    return {k: v for k, v in state.items() if k in expected_shapes}, fresh, dropped
+    state = {k: v for k, v in state.items() if k in expected_shapes}
+    check_finite(state, source)
+    return state, fresh, dropped
+
+
+def _count_non_finite(tensor: Any) -> tuple[int, int]:
+    """(NaN count, infinity count) of a float tensor or array; (0, 0) for integer ones."""
+    if isinstance(tensor, np.ndarray):
+        if not np.issubdtype(tensor.dtype, np.floating):
+            return 0, 0
+        return int(np.isnan(tensor).sum()), int(np.isinf(tensor).sum())
+    if not tensor.is_floating_point():
+        return 0, 0
+    return int(tensor.isnan().sum()), int(tensor.isinf().sum())
+
+
+def check_finite(state: Mapping[str, Any], source: str = "checkpoint") -> None:
+    """A CheckpointError naming every tensor that holds NaN or infinite values: such weights give outputs
+    that look like predictions and mean nothing."""
+    bad = {}
+    for name, tensor in state.items():
+        nans, infs = _count_non_finite(tensor)
+        if nans or infs:
+            bad[name] = ", ".join(f"{n:,} {what}" for n, what in ((nans, "NaN"), (infs, "infinite")) if n)
+    if bad:
+        shown = "; ".join(f"{name} ({what})" for name, what in list(bad.items())[:3])
+        more = f" and {len(bad) - 3} more" if len(bad) > 3 else ""
+        raise CheckpointError(f"{source}: {len(bad)} {'tensors hold' if len(bad) > 1 else 'tensor holds'} NaN or "
+                              f"infinite values: {shown}{more}; these weights are damaged (a diverged run?) and would "
+                              "give meaningless outputs")
 
 
 # ---- writing -------------------------------------------------------------------------------------

@@ -24,6 +24,8 @@ _HF_BOOKKEEPING = {
     "pooler_type", "_name_or_path", "is_decoder", "add_cross_attention", "chunk_size_feed_forward",
     "tie_word_embeddings", "return_dict", "output_hidden_states", "output_attentions",
     "problem_type", "bos_token_id", "eos_token_id", "sep_token_id", "cls_token_id", "tokenizer_class",
+    # sentence-embedding libraries' notes in a model's config.json: how to pool, not what to compute
+    "uniem_embedding_strategy",
 }
 
 
@@ -208,6 +210,8 @@ class BertConfig(_JsonConfig):
         if data.get("model_type") == PRE_LN_MODEL_TYPE:
             data["model_type"] = "bert"
             data.setdefault("normalize_before", True)
+        if data.get("model_type", "bert") != "bert":  # e.g. a GPT-2 or a translation model's directory
+            raise ConfigError(f"config is for model_type {data['model_type']!r}, not a BERT model ('bert')")
         names = {f.name for f in dataclasses.fields(cls)} - {"extra"}
         known = {k: data.pop(k) for k in list(data) if k in names}
         if "id2label" not in known and "num_labels" in data:

@@ -33,6 +33,8 @@ from bertkit.options import DemoOptions, FinetuneOptions, recipe_options
 from bertkit.pipelines.finetune import finetune
 from bertkit.pipelines.pretrain import load_corpus, pretrain
 
+# what run_demo writes into its directory besides its reports (what `bertkit demo --overwrite` replaces)
+OUTPUTS = ("vocab", "pretrain", "finetune", "*.png")
 
 @dataclass(frozen=True)
 class DemoTask:

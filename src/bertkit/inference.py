@@ -47,6 +47,10 @@ class InputTooLongError(ValueError):
     """A text is longer than the model's positions (or max_length) and truncation is off."""
 
 
+class NonFiniteOutputError(ValueError):
+    """The model's output for a text holds NaN or infinite values: no prediction is made from it."""
+
+
 @dataclass
 class EncodedText:
     """One tokenized input, unpadded: ids, token types and (for tagging) character offsets per token."""
@@ -192,9 +196,20 @@ def run_sorted(model: nn.Module, rows: Sequence[EncodedText], forward: Callable[
         for chosen in batches:
             batch = collate([rows[i] for i in chosen], pad_token_id or 0, device)
             for i, result in zip(chosen, forward(*batch), strict=True):
+                if not _finite(result):
+                    raise NonFiniteOutputError(
+                        f"the model's output for text {i} is not finite (NaN or infinite values): its weights or "
+                        "activations overflowed (bf16?), so there is no prediction to give")
                 results[i] = result
             bar.update(len(chosen))
     return results
+
+
+def _finite(result: Any) -> bool:
+    """Whether every float array in one row's result (an array, or a tuple of them) is finite."""
+    parts = result if isinstance(result, tuple) else (result,)
+    return all(not (isinstance(part, np.ndarray) and np.issubdtype(part.dtype, np.floating))
+               or bool(np.isfinite(part).all()) for part in parts)
 
 
 # ---- sentence vectors ----------------------------------------------------------------------------

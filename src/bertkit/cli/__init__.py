@@ -10,6 +10,9 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import logging
+import os
+import pickle
 import sys
 import warnings
 from collections.abc import Iterator, Sequence
@@ -26,19 +29,60 @@ COMMANDS = (models._add_info, data._add_data, data._add_vocab, train._add_pretra
             seq2seq._add_lm_train, seq2seq._add_generate)
 
 
+def _one_line(text: object) -> str:
+    return " ".join(str(text).split())
+
+
+class _VoiceHandler(logging.Handler):
+    """bertkit's log records of level WARNING and above, in the command's voice."""
+
+    def __init__(self, command: str) -> None:
+        super().__init__(logging.WARNING)
+        self.command = command
+
+    def emit(self, record: logging.LogRecord) -> None:
+        level = "warning" if record.levelno < logging.ERROR else "error"
+        print(f"bertkit {self.command}: {level}: {_one_line(record.getMessage())}", file=sys.stderr)
+
+
 @contextlib.contextmanager
 def _warnings_to_stderr(command: str) -> Iterator[None]:
-    """Library warnings (truncation, skipped lines, unused config keys) as one line each, in the command's voice."""
-    with warnings.catch_warnings():
-        warnings.showwarning = lambda message, *_, **__: print(f"bertkit {command}: warning: {message}",
-                                                                file=sys.stderr)
-        yield
+    """Library warnings (truncation, skipped lines, unused config keys) and bertkit's logged warnings as one line
+    each, in the command's voice: no source line, no module path."""
+    logger = logging.getLogger("bertkit")
+    handler, propagate = _VoiceHandler(command), logger.propagate
+    logger.addHandler(handler)
+    logger.propagate = False
+    try:
+        with warnings.catch_warnings():
+            warnings.showwarning = lambda message, *_, **__: print(
+                f"bertkit {command}: warning: {_one_line(message)}", file=sys.stderr)
+            yield
+    finally:
+        logger.removeHandler(handler)
+        logger.propagate = propagate
+
+
+class _Parser(argparse.ArgumentParser):
+    """An argument parser whose errors are one line, `bertkit COMMAND: error: ...` (`--help` shows the usage)."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.exit(2, f"{self.prog}: error: {_one_line(message)} (see {self.prog} --help)\n")
+
+
+def _os_error(err: OSError) -> str:
+    """An OSError for people: "PATH: what went wrong" (its own message when bertkit wrote one)."""
+    if err.errno is None or err.strerror is None:
+        return str(err)
+    where = f"{err.filename}: " if err.filename is not None else ""
+    return f"{where}{err.strerror[0].lower()}{err.strerror[1:]}" + (
+        f" ({os.fspath(err.filename2)})" if err.filename2 is not None else "")
 
 
 def build_parser() -> argparse.ArgumentParser:
     from bertkit import __version__
 
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="bertkit",
         description="BERT and the Transformer, readable and fast: tokenize, pretrain, fine-tune, explain.")
     parser.add_argument("--version", action="version", version=f"bertkit {__version__}")
@@ -60,11 +104,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         with _warnings_to_stderr(args.command):
             return int(args.func(args) or 0)
-    except (UserError, SourceError, FileNotFoundError, ValueError) as err:
+    except (UserError, SourceError, ValueError, pickle.UnpicklingError) as err:
         # bertkit raises these with messages written for people (bad path, bad config, bad checkpoint, a source
-        # that could not be fetched)
+        # that could not be fetched, a pickle refused as unsafe)
         print(f"bertkit {args.command}: error: {err}", file=sys.stderr)
         return 2
+    except OSError as err:  # a path that is missing, a directory, a file, not writable...
+        print(f"bertkit {args.command}: error: {_os_error(err)}", file=sys.stderr)
+        return 2
+    except RuntimeError as err:
+        trainer = sys.modules.get("bertkit.training.trainer")  # imported if a run trained (it needs torch)
+        if trainer is None or not isinstance(err, trainer.TrainingError):
+            raise
+        print(f"bertkit {args.command}: error: {err}", file=sys.stderr)  # a NaN loss: the run cannot go on
+        return 1
     except KeyboardInterrupt:
         print(f"bertkit {args.command}: interrupted", file=sys.stderr)
         return 130

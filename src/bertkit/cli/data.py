@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from bertkit.cli.common import UserError, add_command, shorten
+from bertkit.cli.common import UserError, add_command, integer, shorten
 
 # ---- data ----------------------------------------------------------------------------------------
 
@@ -116,14 +116,17 @@ def _add_vocab(sub: argparse._SubParsersAction) -> None:
     p = add_command(sub, "vocab", _cmd_vocab)
     p.add_argument("--corpus", nargs="+", required=True, metavar="FILE",
                    help="UTF-8 text files (a directory stands for its *.txt files)")
-    p.add_argument("--size", type=int, metavar="N",
-                   help="vocabulary size, special tokens included; needed for WordPiece, a cap for characters "
+    p.add_argument("--size", type=integer(), metavar="N",
+                   help="vocabulary size, the 5 special tokens included; needed for WordPiece, a cap for characters "
                         "(default: every character)")
-    p.add_argument("--out", required=True, metavar="DIR", help="directory to write the tokenizer files to")
+    p.add_argument("--out", required=True, metavar="DIR", help="directory to write the tokenizer files to (new or "
+                                                                "empty, unless --overwrite)")
+    p.add_argument("--overwrite", action="store_true", help="replace the tokenizer or model already in --out (only "
+                                                            "what bertkit wrote there is deleted) (default: off)")
     p.add_argument("--kind", choices=("auto", "chars", "wordpiece"), default="auto",
                    help="characters (for Chinese) or WordPiece; auto picks characters when most of the text is CJK "
                         "(default: auto)")
-    p.add_argument("--min-count", type=int, default=1, metavar="K",
+    p.add_argument("--min-count", type=integer(1), default=1, metavar="K",
                    help="keep characters seen at least K times; WordPiece merges need at least max(K, 2) "
                         "(default: 1)")
     p.add_argument("--cased", action="store_true", help="keep upper case and accents (default: lowercase)")
@@ -139,14 +142,17 @@ def _cmd_vocab(args: argparse.Namespace) -> int:
     tokenizer_config.json, special_tokens_map.json) that BertTokenizer.from_pretrained and transformers load.
     """
     from bertkit.data.corpus import read_text_documents
+    from bertkit.run_directory import check_output_directory, run_directory
     from bertkit.tokenizer import BertTokenizer
     from bertkit.vocab import build_vocab
 
     if args.size is not None and args.size < 6:
         raise UserError(f"--size {args.size} is too small: the 5 special tokens alone take 5")
+    check_output_directory(args.out, args.overwrite)  # before reading the corpus, which may take a while
     texts = [sentence for document in read_text_documents(args.corpus) for sentence in document]
-    out = build_vocab(texts, args.out, vocab_size=args.size, kind=args.kind, min_count=args.min_count,
-                      lowercase=not args.cased, trainer=args.trainer)
+    with run_directory(args.out, "bertkit vocab", overwrite=args.overwrite):
+        out = build_vocab(texts, args.out, vocab_size=args.size, kind=args.kind, min_count=args.min_count,
+                          lowercase=not args.cased, trainer=args.trainer, warn_if_smaller=True)
     tokenizer = BertTokenizer.from_pretrained(out, backend="python")
     chars = sum(map(len, texts))
     sample = tokenizer(texts[:2000], add_special_tokens=False, verbose=False)["input_ids"]

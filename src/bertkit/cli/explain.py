@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from bertkit.cli.common import MODEL_HELP, UserError, add_command
+from bertkit.cli.common import MODEL_HELP, UserError, add_command, integer
 
 # ---- attention -----------------------------------------------------------------------------------
 
@@ -17,7 +17,7 @@ def _add_attention(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--picture", help="also draw one layer's heads as a PNG/SVG heatmap grid to "
                                           "this file (default: no picture)")
     p.add_argument("--layer", type=int, default=-1, help="the layer --picture draws (default: the last)")
-    p.add_argument("--max-length", type=int, default=128, help="truncate the input to this many tokens "
+    p.add_argument("--max-length", type=integer(2), default=128, help="truncate the input to this many tokens "
                                                                 "(default: 128)")
 
 
@@ -27,9 +27,14 @@ def _cmd_attention(args: argparse.Namespace) -> int:
     Run a sentence (or pair) through a BERT model and write ONE self-contained HTML page: pick a layer and
     head, hover a token to see its attention lines.
     """
+    from pathlib import Path
+
     from bertkit.attention_view import load_model_and_tokenizer, sentence_attentions, write_attention_html
     from bertkit.explain.real_model import resolve_model_dir
 
+    for flag, path, suffixes in (("--out", args.out, (".html", ".htm")), ("--picture", args.picture, (".png", ".svg"))):
+        if path and (Path(path).is_dir() or Path(path).suffix.lower() not in suffixes):
+            raise UserError(f"{flag} {path}: give a file name ending in {' or '.join(suffixes)}")
     model_dir = resolve_model_dir(args.model)
     model, tokenizer = load_model_and_tokenizer(model_dir)
     num_layers = model.config.num_hidden_layers
@@ -71,9 +76,13 @@ def _cmd_explain(args: argparse.Namespace) -> int:
 
     Run a small experiment, print its numbers, write its pictures.
     """
+    from pathlib import Path
+
     from bertkit.explain import REAL_MODEL_TOPICS, TOPICS, explain
     from bertkit.explain.real_model import resolve_model_dir
 
+    if Path(args.out).exists() and not Path(args.out).is_dir():
+        raise UserError(f"--out {args.out} is a file; give a folder for the pictures")
     topics = list(TOPICS) if args.topic == "all" else [args.topic]
     for n, topic in enumerate(topics):
         options = {}

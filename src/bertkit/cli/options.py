@@ -15,10 +15,11 @@ import typing
 from typing import Any
 
 from bertkit.cli.common import UserError
+from bertkit.option_fields import flag_of
 
 
 def _flags(f: dataclasses.Field) -> list[str]:
-    return [f.metadata.get("flag") or "--" + f.name.replace("_", "-"), *f.metadata.get("aliases", ())]
+    return [flag_of(f), *f.metadata.get("aliases", ())]
 
 
 def _required(f: dataclasses.Field) -> bool:

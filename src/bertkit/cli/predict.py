@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from bertkit.cli.common import MODEL_HELP, UserError, add_command, shorten
+from bertkit.cli.common import MODEL_HELP, UserError, add_command, integer, shorten
 from bertkit.task_kinds import DATASETS, FILE_FORMATS
 
 # ---- predict, evaluate, encode -------------------------------------------------------------------
@@ -12,9 +12,9 @@ from bertkit.task_kinds import DATASETS, FILE_FORMATS
 def _add_inference_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", required=True, metavar="DIR|NAME",
                    help=MODEL_HELP + "; e.g. OUT/best of `bertkit finetune`")
-    p.add_argument("--batch-size", type=int, default=32, help="texts per batch; batches are sorted by length "
+    p.add_argument("--batch-size", type=integer(1), default=32, help="texts per batch; batches are sorted by length "
                                                                    "(default: 32)")
-    p.add_argument("--max-length", type=int, help="tokens per text at most (default: the model's positions)")
+    p.add_argument("--max-length", type=integer(2), help="tokens per text at most (default: the model's positions)")
     p.add_argument("--no-truncation", action="store_true", help="refuse a text that is too long (default: cut "
                                                                           "it, with a warning)")
 
@@ -153,11 +153,15 @@ def _cmd_encode(args: argparse.Namespace) -> int:
     Encode texts into sentence vectors; with --out, row i of the .npy file is the vector of text i (of the
     i-th non-blank line of --input).
     """
+    from pathlib import Path
+
     import numpy as np
 
     from bertkit.inference import encode
     from bertkit.pipelines.predict import load_model
 
+    if args.out and Path(args.out).is_dir():
+        raise UserError(f"--out {args.out} is a directory; give a file name, e.g. vectors.npy")
     texts, pairs = _read_text_inputs(args)
     if pairs is not None:
         raise UserError(f"{args.input} has text pairs (a second column); encode takes single texts")
@@ -165,8 +169,6 @@ def _cmd_encode(args: argparse.Namespace) -> int:
     vectors = encode(model, tokenizer, texts, batch_size=args.batch_size, pooling=args.pooling,
                      max_length=args.max_length, normalize=args.normalize, truncation=not args.no_truncation)
     if args.out:
-        from pathlib import Path
-
         out = Path(args.out)
         out.parent.mkdir(parents=True, exist_ok=True)
         with open(out, "wb") as f:  # a file object keeps the name as given (np.save would add .npy)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from bertkit.cli.common import UserError, add_command
+from bertkit.cli.common import UserError, add_command, integer, number
 from bertkit.cli.options import add_options, options_from_args
 from bertkit.options import LMOptions, TranslationOptions
 
@@ -18,8 +18,8 @@ def _add_translate_train(sub: argparse._SubParsersAction) -> None:
 
 
 def _add_threads_option(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--threads", type=int, help="torch threads; on a busy machine fewer threads than cores can be "
-                                               "much faster (default: torch's choice)")
+    p.add_argument("--threads", type=integer(1), help="torch threads; on a busy machine fewer threads than cores "
+                                                      "can be much faster (default: torch's choice)")
 
 
 def _set_threads(args: argparse.Namespace) -> None:
@@ -66,10 +66,10 @@ def _add_translate(sub: argparse._SubParsersAction) -> None:
     p = add_command(sub, "translate", _cmd_translate)
     p.add_argument("--model", required=True, metavar="DIR", help="a directory written by `bertkit translate-train`")
     p.add_argument("text", nargs="*", help="sentences to translate (default: lines of standard input)")
-    p.add_argument("--beams", type=int, help="beam size, 1 = greedy (default: the model's generation_config.json, "
-                                             "else 4)")
-    p.add_argument("--length-penalty", type=float, help="α of beam search (default: the model's, else 1.0)")
-    p.add_argument("--max-new-tokens", type=int, help="tokens per translation at most (default: twice the "
+    p.add_argument("--beams", type=integer(1), help="beam size, 1 = greedy (default: the model's "
+                                                    "generation_config.json, else 4)")
+    p.add_argument("--length-penalty", type=number(), help="α of beam search (default: the model's, else 1.0)")
+    p.add_argument("--max-new-tokens", type=integer(1), help="tokens per translation at most (default: twice the "
                                                       "source's tokens + 10, within the model's positions)")
 
 
@@ -115,15 +115,18 @@ def _add_generate(sub: argparse._SubParsersAction) -> None:
     p = add_command(sub, "generate", _cmd_generate)
     p.add_argument("--model", required=True, metavar="DIR", help="a directory written by `bertkit lm-train`")
     p.add_argument("text", nargs="*", help="prompts (default: lines of standard input)")
-    p.add_argument("--max-new-tokens", type=int, default=60, help="tokens per continuation at most (default: 60)")
+    p.add_argument("--max-new-tokens", type=integer(1), default=60,
+                   help="tokens per continuation at most (default: 60)")
     p.add_argument("--greedy", action="store_true", help="most likely token each step instead of sampling "
                                                          "(default: sampling)")
-    p.add_argument("--beams", type=int, default=1, help="beam search with this many beams, implies --greedy "
+    p.add_argument("--beams", type=integer(1), default=1, help="beam search with this many beams, implies --greedy "
                                                         "(default: 1, no beam search)")
-    p.add_argument("--temperature", type=float, default=0.8, help="sampling temperature (default: 0.8)")
-    p.add_argument("--top-k", type=int, default=40, help="sample from the k most likely tokens (default: 40)")
-    p.add_argument("--top-p", type=float, default=0.95, help="... within probability mass p (default: 0.95)")
-    p.add_argument("--seed", type=int, default=0, help="sampling seed (default: 0)")
+    p.add_argument("--temperature", type=number(above=0), default=0.8, help="sampling temperature (default: 0.8)")
+    p.add_argument("--top-k", type=integer(0), default=40,
+                   help="sample from the k most likely tokens, 0 for all (default: 40)")
+    p.add_argument("--top-p", type=number(above=0, maximum=1), default=0.95,
+                   help="... within probability mass p (default: 0.95)")
+    p.add_argument("--seed", type=integer(0, 2**32 - 1), default=0, help="sampling seed (default: 0)")
 
 
 def _cmd_generate(args: argparse.Namespace) -> int:

@@ -9,7 +9,7 @@ import argparse
 from pathlib import Path
 
 from bertkit.cli.common import UserError, add_command
-from bertkit.cli.options import add_options, missing_flags, options_from_args
+from bertkit.cli.options import add_options, given_options, missing_flags, options_from_args
 from bertkit.options import PRETRAIN_RECIPE_NAMES, PRETRAIN_RECIPES, DemoOptions, FinetuneOptions, PretrainOptions
 from bertkit.task_kinds import FILE_FORMATS
 
@@ -17,9 +17,10 @@ from bertkit.task_kinds import FILE_FORMATS
 
 def _add_pretrain(sub: argparse._SubParsersAction) -> None:
     p = add_command(sub, "pretrain", _cmd_pretrain)
-    p.add_argument("--resume", metavar="OUT", help="continue the run in OUT from its newest checkpoint, with the "
-                                                   "options it was started with (default: a new run)")
-    p.add_argument("--recipe", choices=PRETRAIN_RECIPE_NAMES, default="bert",
+    p.add_argument("--resume", metavar="OUT", help="continue the run in OUT (wherever it now is) from its newest "
+                                                   "checkpoint, with the options it was started with (default: a "
+                                                   "new run)")
+    p.add_argument("--recipe", choices=PRETRAIN_RECIPE_NAMES,
                    help="the values the other options start from: bert (BERT's own, the defaults shown below) or "
                         "crammed (fastest to a good model on a CPU; docs/pretraining-recipe.md); a flag typed "
                         "beside it wins (default: bert)")
@@ -36,20 +37,23 @@ def _cmd_pretrain(args: argparse.Namespace) -> int:
     from bertkit.training.distributed import process_rank
 
     if args.resume:
-        state = resume_pretraining(args.resume)
+        if args.recipe:
+            raise UserError("--recipe starts a new run; --resume continues one with the options it was started with")
+        state = resume_pretraining(args.resume, given_options(PretrainOptions, args))
         out = args.resume
     else:
         missing = missing_flags(PretrainOptions, args)
         if missing:
             raise UserError(f"give {', '.join(missing)} (or --resume OUT)")
-        options = options_from_args(PretrainOptions, args, base=PRETRAIN_RECIPES[args.recipe])
+        options = options_from_args(PretrainOptions, args, base=PRETRAIN_RECIPES[args.recipe or "bert"])
         state = pretrain(options)
         out = options.out
     if process_rank() == 0:
         last = state.log_history[-1] if state.log_history else {}
         evals = ", ".join(f"{k[5:]} {v:.4f}" for k, v in last.items() if k.startswith("eval_"))
-        print(f"pretrained {state.step} steps in {state.seconds:.0f} s ({state.stop_reason}); "
-              f"last loss {state.losses[-1] if state.losses else float('nan'):.4f}" + (f"; {evals}" if evals else ""))
+        loss = f"last loss {state.losses[-1]:.4f}" if state.losses else "no steps were left to train"
+        print(f"pretrained {state.step} steps in {state.seconds:.0f} s ({state.stop_reason}); {loss}"
+              + (f"; {evals}" if evals else ""))
         print(f"model, tokenizer and metrics.jsonl in {out}")
     return 0
 
@@ -90,10 +94,12 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     fine-tune it, its random-init twin, m3e-small and a cloze prompt on 50 to all labelled examples, and
     compare them on the same test split.
     """
-    from bertkit.demo import margins, run_demo, table
+    from bertkit.demo import OUTPUTS, margins, run_demo, table
+    from bertkit.run_directory import run_directory
 
     options = options_from_args(DemoOptions, args)
-    report = run_demo(options, say=lambda line: print(line, flush=True))
+    with run_directory(options.out, "bertkit demo", overwrite=options.overwrite, also=OUTPUTS):
+        report = run_demo(options, say=lambda line: print(line, flush=True))
     print()
     print(table(report["rows"]))
     gains = ", ".join(f"{n:,} labels {g:+.1f}" for n, g in margins(report["rows"]).items())

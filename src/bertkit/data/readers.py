@@ -145,6 +145,11 @@ def read_classification_file(path: str | Path, *, format: str | None = None, hea
     examples: list[TextExample] = []
 
     def add(number: int, text: object, pair: object, label: object) -> None:
+        for what, value in (("text", text), ("text_pair", pair), ("label", label)):
+            if isinstance(value, list | dict):  # str() would make a class called "['a']"
+                skips.add(f"{what} is a JSON {'list' if isinstance(value, list) else 'object'}, not a string "
+                          f"or number", number)
+                return
         text = "" if text is None else str(text).strip()
         label = "" if label is None else str(label).strip()
         if not text:
@@ -203,12 +208,14 @@ def read_classification_file(path: str | Path, *, format: str | None = None, hea
 
 def read_conll(path: str | Path, *, encoding: str = "utf-8") -> list[TokenExample]:
     """Read CoNLL-style token tagging: `token ... tag` per line (first and last column), blank line between
-    sentences, `-DOCSTART-` lines ignored. A sentence with an unusable line is skipped as a whole."""
+    sentences, `-DOCSTART-` lines ignored. A sentence with an unusable line is skipped as a whole; a file
+    mixing BIO's I- tags with BMES's M- tags is an error naming the first line of each."""
     skips = _Skips(path, "sentence")
     examples: list[TokenExample] = []
     tokens: list[str] = []
     tags: list[str] = []
     problem: tuple[str, int] | None = None
+    inside: dict[str, int] = {}  # "I-" (BIO, BIOES) or "M-" (BMES) -> the first line with such a tag
 
     def end_sentence() -> None:
         nonlocal tokens, tags, problem
@@ -232,7 +239,12 @@ def read_conll(path: str | Path, *, encoding: str = "utf-8") -> list[TokenExampl
         else:
             tokens.append(cells[0])
             tags.append(cells[-1])
+            if cells[-1][:2] in ("I-", "M-"):
+                inside.setdefault(cells[-1][:2], number)
     end_sentence()
+    if len(inside) == 2:  # "inside an entity" written two ways: entities would be cut apart wrongly
+        raise ValueError(f"{path} mixes tagging schemes: I- tags (BIO or BIOES, first on line {inside['I-']}) and "
+                         f"M- tags (BMES, first on line {inside['M-']}); use one scheme for the whole file")
     if not examples and not skips.lines:
         warnings.warn(f"{path}: no sentences (empty file)", DataWarning, stacklevel=2)
     skips.warn(len(examples))

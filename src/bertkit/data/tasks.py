@@ -259,6 +259,8 @@ DEFAULT_BIBLE_VERSION: dict[str, str] = {}
 for _code, (_lang, _) in BIBLE_VERSIONS.items():
     DEFAULT_BIBLE_VERSION.setdefault(_lang, _code)
 DEFAULT_BIBLE_VERSION["en"] = "4"
+# the languages of each named translation dataset
+TRANSLATION_LANGUAGES = {"bible": tuple(sorted(DEFAULT_BIBLE_VERSION)), "hsk": ("en", "zh")}
 _NO_SPACES = {"zh", "ja"}
 _SPACE_NEAR_WIDE = re.compile(r"\s+(?=[^\x00-\x7f])|(?<=[^\x00-\x7f])\s+")
 

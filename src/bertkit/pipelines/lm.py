@@ -14,6 +14,7 @@ import json
 import math
 import random
 import tempfile
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,8 @@ from bertkit.atomic import atomic_write_text
 from bertkit.config import GPT_PRESETS, GPT2Config
 from bertkit.models.gpt import GPT2LMHeadModel
 from bertkit.options import LMOptions
+from bertkit.run_directory import run_directory
+from bertkit.training.distributed import process_rank
 
 REPORT_NAME = "report.json"
 OPTIONS_NAME = "lm_options.json"
@@ -97,6 +100,9 @@ def generate_text(model: GPT2LMHeadModel, tokenizer, prompt: str = "", max_new_t
     ids = [tokenizer.cls_token_id] + tokenizer(prompt, add_special_tokens=False)["input_ids"]
     ids = ids[-(model.config.n_positions - 1):]
     room = model.config.n_positions - len(ids)
+    if max_new_tokens > room:
+        warnings.warn(f"the model has {model.config.n_positions} positions and the prompt takes {len(ids)}: the "
+                      f"continuation stops after {room} tokens, not {max_new_tokens}", stacklevel=2)
     out = model.generate(torch.tensor([ids]), max_new_tokens=min(max_new_tokens, room),
                          eos_token_id=tokenizer.sep_token_id, pad_token_id=tokenizer.pad_token_id, **sampling)
     text = tokenizer.decode(out[0].tolist(), skip_special_tokens=True)
@@ -114,7 +120,13 @@ def build_tokenizer(options: LMOptions, train_documents: Sequence[str], work_dir
 
 
 def train_lm(options: LMOptions) -> dict[str, Any]:
-    """Documents -> tokenizer -> GPT -> Trainer -> held-out perplexity vs unigram; writes OUT/report.json."""
+    """Documents -> tokenizer -> GPT -> Trainer -> held-out perplexity vs unigram; writes OUT/report.json. The
+    run holds OUT (`bertkit.run_directory`: an earlier run or model there is refused unless options.overwrite)."""
+    with run_directory(options.out, "bertkit lm-train", overwrite=options.overwrite, main=process_rank() == 0):
+        return _train_lm(options)
+
+
+def _train_lm(options: LMOptions) -> dict[str, Any]:
     from bertkit.training.arguments import TrainingArguments
     from bertkit.training.budget import steps_in_budget, wall_clock_budget
     from bertkit.training.trainer import Trainer

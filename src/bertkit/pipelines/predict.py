@@ -42,6 +42,8 @@ def read_inputs(path: str | os.PathLike) -> tuple[list[str], list[str | None] | 
     Blank and undecodable lines are skipped and counted in one DataWarning; a file with no text is an error.
     """
     path = Path(path)
+    if path.is_dir():
+        raise ValueError(f"input file {path} is a directory; give a file with one text per line")
     if not path.is_file():
         raise FileNotFoundError(f"input file {path} does not exist")
     tsv = path.suffix.lower() == ".tsv"

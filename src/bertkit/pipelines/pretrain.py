@@ -27,8 +27,10 @@ from bertkit.data.pretraining import (
 )
 from bertkit.models.heads import BertForMaskedLM, BertForPreTraining
 from bertkit.options import PretrainOptions
+from bertkit.run_directory import run_directory
 from bertkit.training.arguments import TrainingArguments
 from bertkit.training.budget import steps_in_budget, wall_clock_budget
+from bertkit.training.checkpointing import check_not_finished
 from bertkit.training.distributed import process_count, process_rank
 from bertkit.training.trainer import Trainer
 
@@ -218,7 +220,14 @@ def plan_steps(run: PretrainingRun, options: PretrainOptions) -> int:
 
 
 def pretrain(options: PretrainOptions, resume: bool = False, tokenized: dict | None = None):
-    """Build the data and model and train; returns the trainer's final TrainState."""
+    """Build the data and model and train in options.out, holding it for the run (`bertkit.run_directory`: an
+    earlier run or model there is refused unless options.overwrite); returns the trainer's final TrainState."""
+    with run_directory(options.out, "bertkit pretrain", overwrite=options.overwrite, resume=resume,
+                       main=process_rank() == 0):
+        return _pretrain(options, resume, tokenized)
+
+
+def _pretrain(options: PretrainOptions, resume: bool, tokenized: dict | None):
     out = Path(options.out)
     run = prepare(options, tokenized)
     if not resume:
@@ -248,9 +257,18 @@ def pretrain(options: PretrainOptions, resume: bool = False, tokenized: dict | N
     return trainer.train(resume=resume)
 
 
-def resume_pretraining(out: str | Path):
-    """Continue the run in `out` exactly where its newest checkpoint left it."""
+def resume_pretraining(out: str | Path, given: dict | None = None):
+    """Continue the run in `out`, wherever it now is, exactly where its newest checkpoint left it.
+
+    Its saved options' paths are resolved against `out`; `given` options (flags typed with --resume) must
+    agree with them (`Options.resumed`)."""
     path = Path(out) / OPTIONS_NAME
-    if not path.exists():
+    if not path.is_file():
         raise FileNotFoundError(f"{out} holds no {OPTIONS_NAME}: it is not a bertkit pretraining run")
-    return pretrain(PretrainOptions.load(path), resume=True)
+    check_not_finished(out)
+    options = PretrainOptions.load(path).resumed(out, given)
+    gone = options.missing_paths()
+    if gone:
+        raise FileNotFoundError(f"the run in {out} reads inputs that are no longer there: {', '.join(gone)}; put "
+                                "them back where they were to resume it")
+    return pretrain(options, resume=True)

@@ -30,8 +30,10 @@ from bertkit.config import TRANSLATION_SIZES as SIZES
 from bertkit.models.losses import IGNORE_INDEX
 from bertkit.models.seq2seq import build_seq2seq, load_seq2seq
 from bertkit.options import TranslationOptions
+from bertkit.run_directory import run_directory
 from bertkit.tokenizer import detokenize
 from bertkit.training.budget import steps_in_budget, wall_clock_budget
+from bertkit.training.distributed import process_rank
 
 REPORT_NAME = "report.json"
 OPTIONS_NAME = "translation_options.json"
@@ -85,7 +87,7 @@ class TranslationTokenizer:
         path = Path(path)
         self.source.save_pretrained(path / "source_tokenizer")
         self.target.save_pretrained(path / "target_tokenizer")
-        (path / "languages.json").write_text(json.dumps({"source": self.source_lang, "target": self.target_lang}))
+        atomic_write_text(path / "languages.json", json.dumps({"source": self.source_lang, "target": self.target_lang}))
 
     @classmethod
     def from_pretrained(cls, path: str | Path) -> TranslationTokenizer:
@@ -235,8 +237,8 @@ def tune_length_penalty(model: torch.nn.Module, tokenizer: TranslationTokenizer,
 
 
 def save_generation_config(path: str | Path, num_beams: int, length_penalty: float) -> None:
-    (Path(path) / GENERATION_NAME).write_text(json.dumps({"num_beams": num_beams, "length_penalty": length_penalty},
-                                                         indent=2) + "\n")
+    atomic_write_text(Path(path) / GENERATION_NAME,
+                      json.dumps({"num_beams": num_beams, "length_penalty": length_penalty}, indent=2) + "\n")
 
 
 def load_generation_config(path: str | Path) -> dict[str, Any]:
@@ -266,7 +268,13 @@ def dev_loss_fn(batches: list, collator: TranslationCollator):
 # ---- training ---------------------------------------------------------------------------------------
 
 def train_translation(options: TranslationOptions) -> dict[str, Any]:
-    """Data -> tokenizers -> model -> Trainer -> test BLEU; writes OUT/report.json and returns it."""
+    """Data -> tokenizers -> model -> Trainer -> test BLEU; writes OUT/report.json and returns it. The run holds
+    OUT (`bertkit.run_directory`: an earlier run or model there is refused unless options.overwrite)."""
+    with run_directory(options.out, "bertkit translate-train", overwrite=options.overwrite, main=process_rank() == 0):
+        return _train_translation(options)
+
+
+def _train_translation(options: TranslationOptions) -> dict[str, Any]:
     from bertkit.training.arguments import TrainingArguments
     from bertkit.training.trainer import Trainer
 

@@ -20,7 +20,13 @@ from typing import Any
 
 from bertkit.tokenizer.basic import PythonBackend
 from bertkit.tokenizer.encoding import Row, Specials, build_row, pad_rows
-from bertkit.tokenizer.files import SPECIAL_TOKEN_NAMES, load_vocab, read_tokenizer_files, write_tokenizer_files
+from bertkit.tokenizer.files import (
+    SPECIAL_TOKEN_NAMES,
+    check_vocab_ids,
+    load_vocab,
+    read_tokenizer_files,
+    write_tokenizer_files,
+)
 
 VERY_LARGE_INTEGER = int(1e30)  # transformers' "no model_max_length"
 LARGE_INTEGER = int(1e20)
@@ -54,6 +60,7 @@ class BertTokenizer:
                  clean_up_tokenization_spaces: bool = False, max_input_chars_per_word: int = 100,
                  backend: str = "auto"):
         self.vocab = dict(load_vocab(vocab) if isinstance(vocab, (str, Path)) else vocab)
+        check_vocab_ids(self.vocab)
         for name, token in (("unk_token", unk_token), ("cls_token", cls_token), ("sep_token", sep_token)):
             if token not in self.vocab:
                 raise ValueError(f"the vocabulary has no {token!r} ({name}); a BERT vocabulary needs its "
@@ -153,12 +160,20 @@ class BertTokenizer:
         return [self.convert_tokens_to_ids(token) for token in tokens]
 
     def convert_ids_to_tokens(self, ids: int | Sequence[int], skip_special_tokens: bool = False):
-        """Id(s) -> token(s); an id outside the vocabulary gives None."""
+        """Id(s) -> token(s); an id outside the vocabulary is a ValueError naming it."""
         ids = _to_list(ids)
         if isinstance(ids, int):
-            return self.ids_to_tokens.get(ids)
+            return self._token(ids)
         skip = set(self.all_special_ids) if skip_special_tokens else set()
-        return [self.ids_to_tokens.get(int(i)) for i in ids if int(i) not in skip]
+        return [self._token(int(i)) for i in ids if int(i) not in skip]
+
+    def _token(self, index: int) -> str:
+        token = self.ids_to_tokens.get(index)
+        if token is None:
+            hint = "labels mark positions that are not predicted with -100" if index < 0 else \
+                "were these ids made by another tokenizer?"
+            raise ValueError(f"id {index} is not in the vocabulary (ids 0..{len(self) - 1}); {hint}")
+        return token
 
     def __repr__(self) -> str:
         return (f"BertTokenizer(vocab_size={self.vocab_size}, do_lower_case={self.do_lower_case}, "
@@ -178,6 +193,13 @@ class BertTokenizer:
         texts, pairs, batched = _check_inputs(text, text_pair)
         padding, truncation, max_length = self._strategies(padding, truncation, max_length,
                                                            pad_to_multiple_of, verbose)
+        # transformers lets truncation to nothing pass (its rows then keep their length): refused here
+        if truncation and max_length < 1:
+            raise ValueError(f"max_length must be a positive integer, got {max_length}")
+        specials = (2 if pairs is None else 3) if add_special_tokens else 0
+        if truncation and max_length < specials:
+            raise ValueError(f"max_length {max_length} leaves no room: the {specials} special tokens ([CLS], [SEP]) "
+                             f"of a {'pair' if pairs else 'text'} alone take {specials}")
         if truncation and max_length >= 2 and max_length - 2 < stride:  # checked by tokenizers up front
             raise ValueError(f"stride ({stride}) must be smaller than max_length ({max_length}) minus the 2 "
                              f"special tokens of a single text")
@@ -295,7 +317,7 @@ class BertTokenizer:
         if token_ids and isinstance(token_ids[0], list):
             return [self.decode(ids, skip_special_tokens, clean_up_tokenization_spaces) for ids in token_ids]
         skip = set(self.all_special_ids) if skip_special_tokens else set()
-        tokens = [self.ids_to_tokens[i] for i in token_ids if i in self.ids_to_tokens and i not in skip]
+        tokens = [self._token(i) for i in token_ids if i not in skip]
         text = "".join(_decode_piece(token, first=i == 0) for i, token in enumerate(tokens))
         if clean_up_tokenization_spaces is None:
             clean_up_tokenization_spaces = self.clean_up_tokenization_spaces

@@ -26,9 +26,43 @@ _CONFIG_KEYS = ("do_lower_case", "strip_accents", "tokenize_chinese_chars", "mod
 
 
 def load_vocab(path: str | Path) -> dict[str, int]:
-    """vocab.txt -> {token: id}, one token per line (split on newlines only, as transformers does)."""
+    """vocab.txt -> {token: id}, one token per line (split on newlines only, as transformers does).
+
+    A token listed twice is an error naming it and its lines: transformers would keep the second id, leave the
+    first unused, and a model sized to the vocabulary would meet an id past its end."""
     with open(path, encoding="utf-8") as f:
-        return {line.rstrip("\n"): index for index, line in enumerate(f.readlines())}
+        lines = [line.rstrip("\n") for line in f.readlines()]
+    vocab: dict[str, int] = {}
+    repeated: dict[str, list[int]] = {}
+    for index, token in enumerate(lines):
+        if token in vocab:
+            repeated.setdefault(token, [vocab[token] + 1]).append(index + 1)
+        else:
+            vocab[token] = index
+    if repeated:
+        shown = "; ".join(f"{token!r} on lines {', '.join(map(str, numbers))}"
+                          for token, numbers in list(repeated.items())[:5])
+        more = f" ({len(repeated) - 5} more tokens)" if len(repeated) > 5 else ""
+        raise ValueError(f"{path}: {len(repeated)} token{'s' if len(repeated) > 1 else ''} listed more than once: "
+                         f"{shown}{more}; a vocabulary lists each token once (its line is its id)")
+    return vocab
+
+
+def check_vocab_ids(vocab: dict[str, int]) -> None:
+    """A vocabulary's ids are 0..n-1, each once: a model is sized to n, and an id past it would fail mid-training."""
+    if not vocab:
+        raise ValueError("the vocabulary is empty")
+    by_id: dict[int, list[str]] = {}
+    for token, index in vocab.items():
+        by_id.setdefault(index, []).append(token)
+    shared = [f"{index}: {', '.join(map(repr, tokens))}" for index, tokens in sorted(by_id.items()) if len(tokens) > 1]
+    if shared:
+        raise ValueError(f"the vocabulary gives one id to several tokens ({'; '.join(shared[:5])}); each token needs "
+                         "its own id")
+    if min(by_id) < 0 or max(by_id) != len(by_id) - 1:
+        gap = next((i for i in range(len(by_id)) if i not in by_id), max(by_id))
+        raise ValueError(f"the vocabulary's ids are not 0..{len(by_id) - 1}: they run from {min(by_id)} to "
+                         f"{max(by_id)} (id {gap} is missing); a model's embedding has one row per id")
 
 
 def _content(token: Any) -> str | None:
@@ -71,6 +105,9 @@ def read_tokenizer_files(path: str | Path) -> tuple[dict[str, int], dict[str, An
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"{path}: no such tokenizer directory or file (bertkit loads local files only)")
+    if path.is_file() and path.suffix not in (".txt", ".json"):
+        raise ValueError(f"{path} is a file, not a tokenizer: give a tokenizer directory (one with vocab.txt or "
+                         "tokenizer.json), or one of those files")
     directory = path.parent if path.is_file() else path
     vocab_file = path if path.is_file() and path.suffix == ".txt" else directory / "vocab.txt"
     json_file = path if path.is_file() and path.suffix == ".json" else directory / "tokenizer.json"

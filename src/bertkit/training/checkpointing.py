@@ -1,4 +1,5 @@
-"""Training checkpoints on disk: writing them whole, RNG states, finding the newest, rotating old ones.
+"""Training checkpoints on disk: writing them whole, RNG states, finding the newest, rotating old ones, and
+telling a finished run (train_results.json) from an interrupted one.
 
 A checkpoint is `OUT/checkpoint-STEP/`: the model in Hugging Face format (config.json,
 model.safetensors, tokenizer files) plus optimizer.pt, scheduler.pt, rng_state.pt and
@@ -26,11 +27,42 @@ STATE_NAME = "trainer_state.json"  # written last: its presence marks a complete
 OPTIMIZER_NAME = "optimizer.pt"
 SCHEDULER_NAME = "scheduler.pt"
 RNG_NAME = "rng_state.pt"
+RESULTS_NAME = "train_results.json"  # written in the output directory when a run ends, and only then
 _CHECKPOINT_RE = re.compile(rf"^{CHECKPOINT_PREFIX}(\d+)$")
 
 
 class CheckpointError(FileNotFoundError):
     """A checkpoint that is missing, incomplete or unreadable."""
+
+
+class RunFinishedError(ValueError):
+    """Asked to resume a run that already ended (its steps done, its clock run out, or stopped early)."""
+
+
+_STOPPED_BY = {"max_steps": "its last planned step", "max_seconds": "its time budget",
+               "early_stopping": "early stopping"}
+
+
+def finished_run(output_dir: str | os.PathLike) -> dict[str, Any] | None:
+    """The final state of the run in `output_dir` if it ended (train_results.json is written at the end only),
+    else None."""
+    path = Path(output_dir) / RESULTS_NAME
+    if not path.is_file():
+        return None
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except ValueError:
+        return None
+
+
+def check_not_finished(output_dir: str | os.PathLike) -> None:
+    """Raise RunFinishedError if the run in `output_dir` already ended: --resume has nothing left to do there."""
+    ended = finished_run(output_dir)
+    if ended is not None:
+        reason = _STOPPED_BY.get(ended.get("stop_reason"), "its end")
+        raise RunFinishedError(f"{output_dir} holds a finished run: {ended.get('step')} steps, stopped by {reason}; "
+                               "--resume continues an interrupted run. To train longer, start a new run (a new --out, "
+                               "or --overwrite) with more --max-steps or --minutes")
 
 
 # ---- writing ----------------------------------------------------------------------------------------

@@ -38,7 +38,7 @@ logger = logging.getLogger(__name__)
 
 METRICS_NAME = "metrics.jsonl"
 ARGS_NAME = "training_args.json"
-RESULTS_NAME = "train_results.json"
+RESULTS_NAME = ckpt.RESULTS_NAME
 BEST_DIR = "best"
 
 
