@@ -61,7 +61,12 @@ def allowed_range(f: dataclasses.Field) -> str | None:
 
 
 def check_range(f: dataclasses.Field, value: Any) -> None:
-    """A ValueError naming the flag and its range for a number outside it (and for NaN or an infinity)."""
+    """A ValueError naming the flag and its range for a number outside it (and for NaN or an infinity); a list
+    option's range holds for each of its items."""
+    if isinstance(value, list | tuple):
+        for item in value:
+            check_range(f, item)
+        return
     if value is None or isinstance(value, bool) or not isinstance(value, int | float):
         return
     meta = f.metadata
