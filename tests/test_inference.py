@@ -12,6 +12,7 @@ import torch
 
 from bertkit.config import BertConfig
 from bertkit.inference import (
+    PROGRESS_MIN_TEXTS,
     InputTooLongError,
     TruncationWarning,
     collate,
@@ -19,6 +20,7 @@ from bertkit.inference import (
     entity_spans,
     pool,
     predict,
+    show_progress,
     sorted_batches,
     tag_words,
     tokenize,
@@ -129,6 +131,21 @@ def test_collate_pads_right_with_mask(tokenizer):
     ids, mask, types = collate(rows, tokenizer.pad_token_id)
     assert ids.tolist() == [[2, 27, 28, 29, 3], [2, 32, 3, 0, 0]]
     assert mask.tolist() == [[1, 1, 1, 1, 1], [1, 1, 1, 0, 0]] and not types.any()
+
+
+def test_library_calls_draw_a_progress_bar_only_when_asked(model, tokenizer, capsys, monkeypatch):
+    texts = random_texts(PROGRESS_MIN_TEXTS, seed=5, longest=3)
+    encode(model, tokenizer, texts, batch_size=256)
+    predict(BertForSequenceClassification(BertConfig(**TINY)).eval(), tokenizer, texts[:5])
+    assert capsys.readouterr().err == ""
+    encode(model, tokenizer, texts[:3], progress=True)
+    assert "encode: 100%" in capsys.readouterr().err
+    # progress=None, the command line's: long inputs drawn to a terminal only
+    monkeypatch.setattr("sys.stderr.isatty", lambda: True)
+    assert show_progress(None, PROGRESS_MIN_TEXTS) and not show_progress(None, PROGRESS_MIN_TEXTS - 1)
+    assert show_progress(True, 1) and not show_progress(False, 10 ** 6)
+    monkeypatch.setattr("sys.stderr.isatty", lambda: False)
+    assert not show_progress(None, 10 ** 6)
 
 
 # ---- bad input -------------------------------------------------------------------------------------

@@ -13,6 +13,11 @@ back in input order. `benchmarks/bench_inference.py` measures the gain against i
     # [[{"entity": "PER", "start": 0, "end": 2, "text": "张三", "score": 0.99}, {"entity": "LOC", ...}]]
 
 Entity spans are character offsets into the original text. A word takes the tag of its first sub-token.
+
+`dtype="bfloat16"` or `"int8"` runs a converted copy of the model (bertkit.precision); the outputs are float32
+either way. Convert once with `precision.for_inference(model, dtype)` to skip the conversion on every call.
+A library call draws no progress bar unless asked (`progress=True`); the command line asks for one on long
+inputs drawn to a terminal (`progress=None`).
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ from __future__ import annotations
 import bisect
 import itertools
 import re
+import sys
 import warnings
 from collections.abc import Callable, Iterable, Sequence
 from contextlib import contextmanager
@@ -33,10 +39,11 @@ from torch import Tensor, nn
 from tqdm.auto import tqdm
 
 from bertkit.data.entities import get_entities
+from bertkit.precision import for_inference
 from bertkit.task_kinds import task_of_model
 
 POOLINGS = ("cls", "mean")
-PROGRESS_MIN_TEXTS = 1000  # fewer texts than this finish before a progress bar would tell anything
+PROGRESS_MIN_TEXTS = 1000  # progress=None: fewer texts than this finish before a progress bar would tell anything
 
 
 class TruncationWarning(UserWarning):
@@ -182,14 +189,21 @@ def _eval_mode(model: nn.Module):
         model.train(was_training)
 
 
+def show_progress(progress: bool | None, count: int) -> bool:
+    """progress=True/False as given; None (the command line's choice): on for long inputs drawn to a terminal."""
+    if progress is not None:
+        return bool(progress)
+    return count >= PROGRESS_MIN_TEXTS and sys.stderr is not None and sys.stderr.isatty()
+
+
 def run_sorted(model: nn.Module, rows: Sequence[EncodedText], forward: Callable[[Tensor, Tensor, Tensor], Sequence],
-               *, batch_size: int, pad_token_id: int | None, progress: bool | None = None,
+               *, batch_size: int, pad_token_id: int | None, progress: bool | None = False,
                desc: str = "inference") -> list:
     """`forward(input_ids, attention_mask, token_type_ids)` -> one result per row, over length-sorted batches;
-    the results come back in the order of `rows`."""
+    the results come back in the order of `rows`. A progress bar only when asked for (`show_progress`)."""
     batches = sorted_batches([len(row.input_ids) for row in rows], batch_size)
     device = next(model.parameters()).device
-    show = len(rows) >= PROGRESS_MIN_TEXTS if progress is None else bool(progress)
+    show = show_progress(progress, len(rows))
     results: list = [None] * len(rows)
     with _eval_mode(model), torch.inference_mode(), tqdm(total=len(rows), unit="text", desc=desc,
                                                          disable=not show) as bar:
@@ -226,8 +240,13 @@ def pool(hidden: Tensor, attention_mask: Tensor, pooling: str) -> Tensor:
 
 def encode(model: nn.Module, tokenizer: Any, texts: Sequence[str] | str, batch_size: int = 32,
            pooling: str = "cls", max_length: int | None = 512, normalize: bool = False,
-           progress: bool | None = None, truncation: bool = True) -> np.ndarray:
-    """Sentence vectors, float32 (N, C) (one text: (C,)): [CLS]'s or the mean of the real tokens' last hidden states."""
+           progress: bool | None = False, truncation: bool = True, dtype: str | torch.dtype | None = None
+           ) -> np.ndarray:
+    """Sentence vectors, float32 (N, C) (one text: (C,)): [CLS]'s or the mean of the real tokens' last hidden states.
+
+    `dtype` ("float32"/"fp32", "bfloat16"/"bf16", "int8") runs a converted copy of the model (`precision.py`);
+    None runs the model as it is. `progress`: a progress bar (None: for long inputs drawn to a terminal).
+    """
     if pooling not in POOLINGS:
         raise ValueError(f"pooling must be one of {POOLINGS}, not {pooling!r}")
     single = isinstance(texts, str)
@@ -235,6 +254,7 @@ def encode(model: nn.Module, tokenizer: Any, texts: Sequence[str] | str, batch_s
     encoder = _encoder(model)
     limit, limit_name = _limit(encoder, max_length)
     rows = tokenize(tokenizer, texts, max_length=limit, truncation=truncation, limit_name=limit_name)
+    encoder = for_inference(encoder, dtype)
 
     def forward(input_ids: Tensor, attention_mask: Tensor, token_type_ids: Tensor) -> np.ndarray:
         hidden = encoder(input_ids, attention_mask, token_type_ids).last_hidden_state.float()
@@ -256,8 +276,11 @@ def label_names(model: nn.Module) -> list[str]:
 
 def predict(model: nn.Module, tokenizer: Any, texts: Sequence[str] | str,
             text_pairs: Sequence[str | None] | str | None = None, batch_size: int = 32, max_length: int | None = None,
-            truncation: bool = True, progress: bool | None = None) -> list:
-    """Per input, a classifier's {"label", "score", "probabilities"}, or a tagger's entity spans (character offsets)."""
+            truncation: bool = True, progress: bool | None = False, dtype: str | torch.dtype | None = None) -> list:
+    """Per input, a classifier's {"label", "score", "probabilities"}, or a tagger's entity spans (character offsets).
+
+    `dtype` and `progress` as in `encode`.
+    """
     tags = task_of_model(model, "predict").token_level
     single = isinstance(texts, str)
     if single:
@@ -268,7 +291,7 @@ def predict(model: nn.Module, tokenizer: Any, texts: Sequence[str] | str,
         if pairs is not None and any(pair is not None for pair in pairs):
             raise ValueError("token classification (NER) tags single texts; text_pairs are for classifiers")
         labels = label_names(model)
-        tagged = _tag_tokens(model, tokenizer, texts, batch_size, max_length, truncation, progress)
+        tagged = _tag_tokens(model, tokenizer, texts, batch_size, max_length, truncation, progress, dtype)
         results = [entity_spans(text, tokenizer, row, tags, scores, labels)
                    for text, (row, tags, scores) in zip(texts, tagged)]
         return results[0] if single else results
@@ -276,6 +299,7 @@ def predict(model: nn.Module, tokenizer: Any, texts: Sequence[str] | str,
     labels = label_names(model)
     limit, limit_name = _limit(model, max_length)
     rows = tokenize(tokenizer, texts, pairs, max_length=limit, truncation=truncation, limit_name=limit_name)
+    model = for_inference(model, dtype)
 
     def forward(input_ids: Tensor, attention_mask: Tensor, token_type_ids: Tensor) -> np.ndarray:
         logits = model(input_ids, attention_mask, token_type_ids).logits.float()
@@ -293,10 +317,12 @@ def predict(model: nn.Module, tokenizer: Any, texts: Sequence[str] | str,
 
 
 def _tag_tokens(model: nn.Module, tokenizer: Any, texts: list[str], batch_size: int, max_length: int | None,
-                truncation: bool, progress: bool | None) -> list[tuple[EncodedText, np.ndarray, np.ndarray]]:
+                truncation: bool, progress: bool | None, dtype: str | torch.dtype | None = None
+                ) -> list[tuple[EncodedText, np.ndarray, np.ndarray]]:
     """Per text: its tokens (with offsets), each token's best tag id and that tag's probability."""
     limit, limit_name = _limit(model, max_length)
     rows = tokenize(tokenizer, texts, max_length=limit, truncation=truncation, offsets=True, limit_name=limit_name)
+    model = for_inference(model, dtype)
 
     def forward(input_ids: Tensor, attention_mask: Tensor, token_type_ids: Tensor) -> list:
         probs = model(input_ids, attention_mask, token_type_ids).logits.float().softmax(-1)   # (B, T, L)
@@ -343,7 +369,8 @@ def entity_spans(text: str, tokenizer: Any, row: EncodedText, tags: np.ndarray, 
 
 
 def tag_words(model: nn.Module, tokenizer: Any, sentences: Sequence[Sequence[str]], batch_size: int = 32,
-              max_length: int | None = None, truncation: bool = True, progress: bool | None = None) -> list[list[str]]:
+              max_length: int | None = None, truncation: bool = True, progress: bool | None = False,
+              dtype: str | torch.dtype | None = None) -> list[list[str]]:
     """One predicted tag per given word (e.g. per character of MSRA): the tag of the word's first sub-token.
 
     The words are joined with spaces, which the tokenizer splits on, so each word is tokenized on its own;
@@ -358,7 +385,7 @@ def tag_words(model: nn.Module, tokenizer: Any, sentences: Sequence[Sequence[str
         texts.append(" ".join(words))
     labels = label_names(model)
     out = []
-    tagged = _tag_tokens(model, tokenizer, texts, batch_size, max_length, truncation, progress)
+    tagged = _tag_tokens(model, tokenizer, texts, batch_size, max_length, truncation, progress, dtype)
     for words, word_starts, (row, tags, _) in zip(sentences, starts, tagged):
         predicted: list[str | None] = [None] * len(words)
         for k, (start, end) in enumerate(row.offsets or []):

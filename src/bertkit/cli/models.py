@@ -1,10 +1,10 @@
-"""`bertkit info`: what a model directory holds."""
+"""`bertkit info`: what a model directory holds; `bertkit export`: the model as an ONNX graph."""
 
 from __future__ import annotations
 
 import argparse
 
-from bertkit.cli.common import MODEL_HELP, add_command
+from bertkit.cli.common import MODEL_HELP, UserError, add_command
 
 # ---- info ----------------------------------------------------------------------------------------
 
@@ -37,4 +37,45 @@ def _cmd_info(args: argparse.Namespace) -> int:
         print(f"labels            {', '.join(config.id2label[i] for i in sorted(config.id2label))}")
     for name in info["tokenizer_files"]:
         print(f"tokenizer         {name}")
+    return 0
+
+
+# ---- export --------------------------------------------------------------------------------------
+
+def _add_export(sub: argparse._SubParsersAction) -> None:
+    p = add_command(sub, "export", _cmd_export)
+    p.add_argument("--model", required=True, metavar="DIR|NAME", help=MODEL_HELP + "; an encoder, or a classifier "
+                                                                            "of `bertkit finetune`")
+    p.add_argument("--onnx", required=True, metavar="DIR", help="write DIR/model.onnx, config.json and the "
+                                                                 "tokenizer's files")
+    p.add_argument("--int8", action="store_true", help="also write DIR/model_int8.onnx, quantized by onnxruntime "
+                                                       "(default: float32 only)")
+    p.add_argument("--overwrite", action="store_true", help="replace DIR when it is not empty (default: refuse)")
+
+
+def _cmd_export(args: argparse.Namespace) -> int:
+    """export an encoder or a classifier to ONNX (dynamic batch and sequence axes)
+
+    Export a model to ONNX for onnxruntime: inputs input_ids, attention_mask and token_type_ids (int64, batch x
+    sequence, both dynamic); outputs last_hidden_state and pooler_output (an encoder) or logits (a classifier).
+    Needs the onnx extra: pip install 'bertkit[onnx]'.
+    """
+    from pathlib import Path
+
+    from bertkit.data.sources import resolve_model
+    from bertkit.export import export_onnx
+    from bertkit.pipelines.predict import load_model
+
+    source, out = Path(resolve_model(args.model)).resolve(), Path(args.onnx)
+    if out.resolve() == source or source.is_relative_to(out.resolve()):
+        raise UserError(f"--onnx {out} would replace the model being exported; choose another directory")
+    if out.exists() and not out.is_dir():
+        raise UserError(f"--onnx {out} is a file, not a directory")
+    if out.is_dir() and any(out.iterdir()) and not args.overwrite:
+        raise UserError(f"--onnx {out} is not empty; choose a new directory or add --overwrite to replace it")
+    model, tokenizer = load_model(source)
+    info = export_onnx(model, tokenizer, out, int8=args.int8)
+    print(f"wrote {out}: {', '.join(info['files'])}")
+    print(f"{info['kind']}: inputs {', '.join(info['inputs'])} (int64, batch x sequence); "
+          f"outputs {', '.join(info['outputs'])} (float32)")
     return 0

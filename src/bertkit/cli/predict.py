@@ -17,6 +17,9 @@ def _add_inference_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-length", type=integer(2), help="tokens per text at most (default: the model's positions)")
     p.add_argument("--no-truncation", action="store_true", help="refuse a text that is too long (default: cut "
                                                                           "it, with a warning)")
+    p.add_argument("--dtype", default="fp32", choices=["fp32", "bf16", "int8"],
+                   help="number format: bf16 where the CPU computes it natively (else fp32, with a warning), int8 "
+                        "Linear layers (dynamic quantization) (default: fp32)")
 
 
 def _add_text_inputs(p: argparse.ArgumentParser) -> None:
@@ -90,7 +93,7 @@ def _cmd_predict(args: argparse.Namespace) -> int:
         pairs = args.pair * len(texts) if len(args.pair) == 1 else args.pair
     model, tokenizer = load_model(args.model)
     results = predict(model, tokenizer, texts, pairs, batch_size=args.batch_size, max_length=args.max_length,
-                      truncation=not args.no_truncation)
+                      truncation=not args.no_truncation, progress=None, dtype=args.dtype)
     for n, (text, result) in enumerate(zip(texts, results)):
         pair = pairs[n] if pairs else None
         if args.json:
@@ -126,7 +129,8 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
         raise UserError(f"--split is for the named datasets ({', '.join(DATASETS)}); {args.data} is a file")
     model, tokenizer = load_model(args.model)
     scores = evaluate(model, tokenizer, args.data, split=args.split, batch_size=args.batch_size,
-                      max_length=args.max_length, truncation=not args.no_truncation)
+                      max_length=args.max_length, truncation=not args.no_truncation, progress=None,
+                      dtype=args.dtype)
     if named:
         scores["split"] = args.split
     if args.json:
@@ -167,7 +171,8 @@ def _cmd_encode(args: argparse.Namespace) -> int:
         raise UserError(f"{args.input} has text pairs (a second column); encode takes single texts")
     model, tokenizer = load_model(args.model)
     vectors = encode(model, tokenizer, texts, batch_size=args.batch_size, pooling=args.pooling,
-                     max_length=args.max_length, normalize=args.normalize, truncation=not args.no_truncation)
+                     max_length=args.max_length, normalize=args.normalize, truncation=not args.no_truncation,
+                     progress=None, dtype=args.dtype)
     if args.out:
         out = Path(args.out)
         out.parent.mkdir(parents=True, exist_ok=True)

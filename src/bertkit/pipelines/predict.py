@@ -91,13 +91,16 @@ def _check_labels(found: set[str], labels: list[str], data: str) -> None:
 
 
 def evaluate(model: Any, tokenizer: Any, data: str, split: str = "test", batch_size: int = 32,
-             max_length: int | None = None, truncation: bool = True, progress: bool | None = None) -> dict[str, Any]:
-    """Accuracy and macro-F1 of a classifier, or entity P/R/F1 of a tagger, on `data` (source name or file)."""
+             max_length: int | None = None, truncation: bool = True, progress: bool | None = False,
+             dtype: str | None = None) -> dict[str, Any]:
+    """Accuracy and macro-F1 of a classifier, or entity P/R/F1 of a tagger, on `data` (source name or file);
+    `dtype` runs a converted copy of the model (bertkit.precision)."""
     task = task_of_model(model, "evaluate")
     labels = label_names(model)
     examples = task.read(data, split, "to evaluate on", scheme=_scheme(labels))
     result: dict[str, Any] = {"task": task.family, "data": data, "examples": len(examples)}
-    options = dict(batch_size=batch_size, max_length=max_length, truncation=truncation, progress=progress)
+    options = dict(batch_size=batch_size, max_length=max_length, truncation=truncation, progress=progress,
+                   dtype=dtype)
     evaluate_task = _evaluate_ner if task.token_level else _evaluate_classification
     return {**result, **evaluate_task(model, tokenizer, examples, labels, data, **options)}
 

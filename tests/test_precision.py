@@ -1,0 +1,169 @@
+"""Inference in bfloat16 and int8: converted copies that leave the model alone, vectors close to float32's, a
+float32 fallback with a warning where the CPU has no native bfloat16, dtype names, and `--dtype` on the command
+line; a real model's bf16 and int8 vectors against its float32 ones."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from bertkit import precision
+from bertkit.cli import main
+from bertkit.config import BertConfig
+from bertkit.inference import encode, predict
+from bertkit.models.bert import BertModel
+from bertkit.models.heads import BertForMaskedLM, BertForSequenceClassification
+from bertkit.precision import PrecisionWarning, dtype_name, for_inference, model_dtype
+from bertkit.tokenizer import BertTokenizer
+from conftest import model_dir_or_skip
+
+VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "cat", "sat", "on", "a", "mat", "dog", "good", "bad",
+         "very", "not", "is", "it"]
+TINY = dict(vocab_size=len(VOCAB), hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=96,
+            max_position_embeddings=32)
+TEXTS = ["the cat sat on a mat", "a dog", "it is very good", "it is not bad", "the dog sat", "good"] * 3
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # tiny matrices: a second thread only adds synchronisation
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return BertTokenizer({token: i for i, token in enumerate(VOCAB)}, backend="python")
+
+
+@pytest.fixture(scope="module")
+def model():
+    torch.manual_seed(0)
+    return BertModel(BertConfig(**TINY)).eval()
+
+
+def cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    return (a * b).sum(-1) / (np.linalg.norm(a, axis=-1) * np.linalg.norm(b, axis=-1))
+
+
+def snapshot(model: nn.Module) -> dict[str, torch.Tensor]:
+    return {name: t.detach().clone() for name, t in model.state_dict().items()}
+
+
+def test_dtype_names():
+    assert [dtype_name(d) for d in ("fp32", "FP32", "float32", torch.float32)] == ["float32"] * 4
+    assert [dtype_name(d) for d in ("bf16", "bfloat16", torch.bfloat16)] == ["bfloat16"] * 3
+    assert dtype_name("int8") == "int8"
+    for bad in ("fp16", "float64", torch.float16, 8):
+        with pytest.raises(ValueError, match="dtype must be one of"):
+            dtype_name(bad)
+
+
+def test_bfloat16_copy_leaves_the_model_alone_and_keeps_tied_weights(monkeypatch):
+    monkeypatch.setattr(precision, "native_bfloat16", lambda device="cpu": True)
+    torch.manual_seed(0)
+    masked_lm = BertForMaskedLM(BertConfig(**TINY)).eval()
+    before = snapshot(masked_lm)
+    copy = for_inference(masked_lm, "bf16")
+    assert copy is not masked_lm and model_dtype(copy) == "bfloat16" and model_dtype(masked_lm) == "float32"
+    decoder, words = copy.cls.predictions.decoder.weight, copy.bert.embeddings.word_embeddings.weight
+    assert decoder is words and decoder.dtype == torch.bfloat16  # still one tensor
+    assert not copy.training and all(not p.requires_grad for p in copy.parameters())
+    for name, tensor in masked_lm.state_dict().items():
+        assert torch.equal(tensor, before[name]) and tensor.dtype == before[name].dtype, name
+    # the copy's values are the model's, rounded to bfloat16
+    torch.testing.assert_close(copy.bert.encoder.layer[0].output.dense.weight,
+                               masked_lm.bert.encoder.layer[0].output.dense.weight.to(torch.bfloat16), rtol=0, atol=0)
+    assert for_inference(copy, "bfloat16") is copy and for_inference(masked_lm, "fp32") is masked_lm
+    assert for_inference(masked_lm, None) is masked_lm
+
+
+def test_bfloat16_vectors_are_close_to_float32(model, tokenizer, monkeypatch):
+    monkeypatch.setattr(precision, "native_bfloat16", lambda device="cpu": True)
+    fp32 = encode(model, tokenizer, TEXTS, batch_size=4, pooling="mean")
+    bf16 = encode(model, tokenizer, TEXTS, batch_size=4, pooling="mean", dtype="bfloat16")
+    assert bf16.dtype == np.float32 and bf16.shape == fp32.shape
+    similarity = cosines(bf16, fp32)
+    assert similarity.min() > 0.999, similarity.min()
+    assert np.abs(bf16 - fp32).max() > 1e-4  # it really ran in bfloat16: not float32's vectors
+    assert model_dtype(model) == "float32"
+
+
+def test_without_native_bfloat16_float32_runs_with_a_warning(model, tokenizer, monkeypatch):
+    monkeypatch.setattr(precision, "native_bfloat16", lambda device="cpu": False)
+    with pytest.warns(PrecisionWarning, match="does not compute bfloat16 natively.*running in float32"):
+        vectors = encode(model, tokenizer, TEXTS, batch_size=4, dtype="bf16")
+    np.testing.assert_array_equal(vectors, encode(model, tokenizer, TEXTS, batch_size=4))
+
+
+def test_int8_quantizes_every_linear_of_a_copy(model, tokenizer):
+    before = snapshot(model)
+    copy = for_inference(model, "int8")
+    assert model_dtype(copy) == "int8" and model_dtype(model) == "float32"
+    linears = [name for name, module in model.named_modules() if isinstance(module, nn.Linear)]
+    quantized = [name for name, module in copy.named_modules() if precision._is_quantized_linear(module)]
+    assert quantized == linears and len(linears) == 2 * 6 + 1  # six per layer, and the pooler
+    assert all(isinstance(module, nn.Linear) for name, module in model.named_modules() if name in linears)
+    for name, tensor in model.state_dict().items():
+        assert torch.equal(tensor, before[name]), name
+    fp32 = encode(model, tokenizer, TEXTS, pooling="mean")
+    int8 = encode(model, tokenizer, TEXTS, pooling="mean", dtype="int8")
+    similarity = cosines(int8, fp32)
+    assert similarity.min() > 0.99 and np.abs(int8 - fp32).max() > 1e-4, similarity.min()
+    with pytest.raises(ValueError, match="quantized to int8"):
+        for_inference(copy, "bfloat16")
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "int8"])
+def test_predict_in_other_dtypes_agrees_with_float32(tokenizer, dtype, monkeypatch):
+    monkeypatch.setattr(precision, "native_bfloat16", lambda device="cpu": True)
+    torch.manual_seed(1)
+    classifier = BertForSequenceClassification(BertConfig(**TINY, id2label={0: "bad", 1: "good"})).eval()
+    with torch.no_grad():
+        classifier.classifier.weight.mul_(20)  # confident, so the labels do not hang on rounding
+    fp32 = predict(classifier, tokenizer, TEXTS)
+    other = predict(classifier, tokenizer, TEXTS, dtype=dtype)
+    assert [p["label"] for p in other] == [p["label"] for p in fp32]
+    diffs = [abs(a["score"] - b["score"]) for a, b in zip(other, fp32)]
+    assert max(diffs) < 0.05 and max(diffs) > 0, diffs
+
+
+def test_encode_command_takes_dtype_and_warns_in_one_line(tmp_path, model, tokenizer, capsys, monkeypatch):
+    model.save_pretrained(tmp_path / "m")
+    tokenizer.save_pretrained(tmp_path / "m")
+    out = tmp_path / "v.npy"
+    assert main(["encode", "--model", str(tmp_path / "m"), "--dtype", "int8", "--out", str(out), *TEXTS[:3]]) == 0
+    np.testing.assert_allclose(np.load(out), encode(model, tokenizer, TEXTS[:3], dtype="int8"), atol=1e-6)
+    capsys.readouterr()
+    monkeypatch.setattr(precision, "native_bfloat16", lambda device="cpu": False)
+    assert main(["encode", "--model", str(tmp_path / "m"), "--dtype", "bf16", "--out", str(out), *TEXTS[:3]]) == 0
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("bertkit encode: warning: this CPU does not compute bfloat16"), err
+    np.testing.assert_array_equal(np.load(out), encode(model, tokenizer, TEXTS[:3]))
+    with pytest.raises(SystemExit) as refused:  # argparse refuses it
+        main(["encode", "--model", str(tmp_path / "m"), "--dtype", "fp16", "a"])
+    assert refused.value.code == 2
+    assert "invalid choice: 'fp16'" in capsys.readouterr().err
+
+
+@pytest.mark.network
+@pytest.mark.slow  # a real model on real headlines
+def test_m3e_small_bf16_and_int8_vectors_on_real_headlines():
+    from bertkit.data.tasks import thucnews_headlines
+
+    directory = model_dir_or_skip("m3e-small")
+    if not precision.native_bfloat16():
+        pytest.skip("this CPU has no native bfloat16")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # config keys bertkit does not use
+        model, tokenizer = BertModel.from_pretrained(directory), BertTokenizer.from_pretrained(directory)
+    texts = [title for _, title in thucnews_headlines()[:200]]
+    fp32 = encode(model, tokenizer, texts, pooling="mean")
+    for dtype, bound in (("bfloat16", 0.999), ("int8", 0.985)):
+        similarity = cosines(encode(model, tokenizer, texts, pooling="mean", dtype=dtype), fp32)
+        assert similarity.mean() >= bound and similarity.min() > bound - 0.01, (dtype, similarity.mean())
