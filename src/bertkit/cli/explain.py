@@ -10,10 +10,11 @@ from bertkit.cli.common import MODEL_HELP, UserError, add_command
 
 def _add_attention(sub: argparse._SubParsersAction) -> None:
     p = add_command(sub, "attention", _cmd_attention)
-    p.add_argument("text", help="the sentence to look at")
+    p.add_argument("text", help="the sentence to look at (with an image model: the image file)")
     p.add_argument("--pair", help="a second sentence, segment B (default: none)")
     p.add_argument("--model", metavar="DIR|NAME", help=MODEL_HELP + " (default: m3e-small)")
-    p.add_argument("--out", default="attention.html", help="the HTML file to write (default: attention.html)")
+    p.add_argument("--out", default="attention.html", help="the HTML file to write; with an image model also a "
+                                                           "PNG/SVG picture (default: attention.html)")
     p.add_argument("--picture", help="also draw one layer's heads as a PNG/SVG heatmap grid to "
                                           "this file (default: no picture)")
     p.add_argument("--layer", type=int, default=-1, help="the layer --picture draws (default: the last)")
@@ -21,16 +22,28 @@ def _add_attention(sub: argparse._SubParsersAction) -> None:
                                                                 "(default: 128)")
 
 
+def _is_image_model(model_dir) -> bool:
+    from bertkit.pipelines.vision import is_image_model
+
+    return is_image_model(model_dir)
+
+
 def _cmd_attention(args: argparse.Namespace) -> int:
     """write an HTML attention viewer (layer/head pickers, head view, matrix)
 
     Run a sentence (or pair) through a BERT model and write ONE self-contained HTML page: pick a layer and
-    head, hover a token to see its attention lines.
+    head, hover a token to see its attention lines. With an image model (a ViT) give an image file: the picture
+    (--out or --picture a .png) shows where the class token looks on the patch grid, per head of --layer and
+    rolled out over all layers (Abnar & Zuidema 2020); --out .html writes the viewer with one token per patch.
     """
     from bertkit.attention_view import load_model_and_tokenizer, sentence_attentions, write_attention_html
     from bertkit.explain.real_model import resolve_model_dir
 
     model_dir = resolve_model_dir(args.model)
+    if _is_image_model(model_dir):
+        from bertkit.cli.vision import image_attention
+
+        return image_attention(args, model_dir)
     model, tokenizer = load_model_and_tokenizer(model_dir)
     num_layers = model.config.num_hidden_layers
     if not -num_layers <= args.layer < num_layers:
