@@ -74,7 +74,7 @@ def _add_explain(sub: argparse._SubParsersAction) -> None:
     p.add_argument("topic", choices=[*TOPICS, "all"], metavar="TOPIC", help="one of the topics below, or 'all'")
     p.add_argument("--out", default=str(DEFAULT_OUT), help=f"folder for the pictures (default: {DEFAULT_OUT})")
     p.add_argument("--format", default="png", choices=("png", "svg"), help="picture format (default: png)")
-    p.add_argument("--model", metavar="DIR|NAME", help=f"for 'attention' and 'multihead': {MODEL_HELP} "
+    p.add_argument("--model", metavar="DIR|NAME", help=f"for 'attention', 'multihead' and 'contextual': {MODEL_HELP} "
                                                         "(default: m3e-small)")
     p.add_argument("--text", help="the sentence 'attention' looks at (default: a sentence about Beijing)")
 
