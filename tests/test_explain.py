@@ -280,3 +280,12 @@ def test_contextual_topic_on_m3e_small(m3e_small, tmp_path):
     assert [p.name for p in result.pictures] == ["contextual_hang_xing.png", "contextual_zhang_chang.png"]
     for path in result.pictures:
         assert_real_picture(path)
+
+
+def test_the_readme_lists_the_topics_the_cli_has():
+    import re
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    line = next(line for line in readme.splitlines() if line.startswith("| `bertkit explain TOPIC`"))
+    assert re.findall(r"`([a-z-]+)`", line.split("|")[2]) == list(TOPICS)

@@ -141,10 +141,9 @@ def vision_train(options: VisionTrainOptions, say: Callable[[str], None] = lambd
         rng = np.random.default_rng(options.seed)
         probes = [collator([train[int(i)] for i in rng.choice(len(train), batch_size, replace=False)], [0] * batch_size)
                   for _ in range(3)]
-        evaluations = 10 * len(validation) / (3 * batch_size * steps_per_epoch)  # ten passes, a third of a step each
-        max_steps = min(max_steps, steps_in_budget(model, probes, options.minutes * 60, options.bf16,
-                                                   reserve=0.05 + min(0.15, evaluations)))
-    eval_every = options.eval_every or max(1, min(steps_per_epoch // 2, max_steps // 10))
+        # the reserve: ten validation passes (a forward pass is about a third of a training step) and the saves
+        max_steps = min(max_steps, steps_in_budget(model, probes, options.minutes * 60, options.bf16, reserve=0.12))
+    eval_every = options.eval_every or max(1, max_steps // 10)
     args = TrainingArguments(
         output_dir=options.out, max_steps=max_steps, **wall_clock_budget(options.minutes), batch_size=batch_size,
         learning_rate=options.learning_rate, warmup_ratio=options.warmup_ratio, weight_decay=options.weight_decay,
