@@ -162,3 +162,23 @@ def test_a_short_run_on_mnist_learns_digits(tmp_path):
                  "--eval-every", "80", "--no-progress"]) == 0
     report = json.loads((out / "report.json").read_text())
     assert report["test_images"] == 10_000 and report["test_accuracy"] > 0.6     # chance is 0.1
+
+
+def test_fixed_sinusoidal_positions_train_and_predict(tmp_path, capsys):
+    images = _make_folder(tmp_path / "images", per_class=10)
+    out = tmp_path / "run"
+    assert main(["vision-train", "--data", str(images), "--out", str(out), "--max-steps", "4", "--positions",
+                 "sinusoidal", *TINY]) == 0
+    config = json.loads((out / "best" / "config.json").read_text())
+    assert config["model_type"] == "bertkit-vit" and config["position_embedding_type"] == "sinusoidal"
+    assert main(["predict", "--model", str(out / "best"), str(images / "left" / "0.png")]) == 0
+    assert capsys.readouterr().out.rstrip().endswith("left/0.png")
+
+
+def test_info_describes_an_image_model(trained, capsys):
+    out, _ = trained
+    assert main(["info", str(out / "best")]) == 0
+    printed = capsys.readouterr()
+    assert "(ViTForImageClassification)" in printed.out and "warning" not in printed.err
+    assert "1 channel(s), 16 × 16 pixels in 4 × 4 patches of 4 × 4 + the class token; positions learned" in printed.out
+    assert "labels            left, right" in printed.out

@@ -307,9 +307,9 @@ class VisionTrainOptions(TrainingOptions):
 
     data: str = option(help="mnist, or a folder with a subfolder of PNG/JPEG images per class (optionally inside "
                             "train/, validation/ and test/)", metavar="mnist|DIR")
-    patch_size: int = option(4, "patch side in pixels; the image is cut into (side / patch)² patches")
-    hidden_size: int = option(96, "the width of every patch vector")
-    num_hidden_layers: int = option(6, "encoder blocks", flag="--layers")
+    patch_size: int = option(7, "patch side in pixels; the image is cut into (side / patch)² patches")
+    hidden_size: int = option(64, "the width of every patch vector")
+    num_hidden_layers: int = option(4, "encoder blocks", flag="--layers")
     num_attention_heads: int = option(4, "attention heads", flag="--heads")
     intermediate_size: int | None = option(None, "the MLP's inner width", shown="2 x --hidden-size")
     positions: str = option("learned", "position embeddings: learned (transformers' ViT) or fixed 2-D sinusoidal",
@@ -317,7 +317,7 @@ class VisionTrainOptions(TrainingOptions):
     image_size: int | None = option(None, "folders: resize every image to this side", shown="the commonest size")
     batch_size: int = option(128, "images per step")
     epochs: float = option(10.0, "passes over the training images (unless --max-steps or --minutes says less)")
-    learning_rate: float = option(2e-3, "peak learning rate")
+    learning_rate: float = option(5e-3, "peak learning rate (cosine decay after the warmup)")
     warmup_ratio: float = option(0.05, "share of the steps spent warming up")
     weight_decay: float = option(0.05, "AdamW weight decay")
     shift: int = option(2, "augmentation: move each training image by up to this many pixels each way (0: off)")

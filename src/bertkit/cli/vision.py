@@ -111,3 +111,33 @@ def image_attention(args: argparse.Namespace, model_dir: Path) -> int:
             path = viz.save_figure(image_attention_figure(seen, args.layer), out)
         print(f"wrote {path}")
     return 0
+
+
+def image_model_info(model_dir: Path) -> int:
+    """`bertkit info` on an image model: the ViT's config, its weights and how it prepares images."""
+    import json
+
+    from bertkit.checkpoint import find_weights_file, read_weights
+    from bertkit.config import ViTConfig
+    from bertkit.data.images import PROCESSOR_NAME, ImageProcessor
+
+    config = ViTConfig.from_pretrained(model_dir)
+    weights = find_weights_file(model_dir)
+    tensors = read_weights(weights)
+    architectures = json.loads((model_dir / "config.json").read_text(encoding="utf-8")).get("architectures") or ["-"]
+    rows, columns = config.grid
+    print(f"model directory   {model_dir}  ({', '.join(architectures)})")
+    print(f"weights file      {weights.name} ({weights.stat().st_size / 1e6:.1f} MB)")
+    print(f"tensors           {len(tensors)}  parameters {sum(t.numel() for t in tensors.values()):,}")
+    print(f"layers            {config.num_hidden_layers}  hidden {config.hidden_size}  heads "
+          f"{config.num_attention_heads}  mlp {config.intermediate_size}  ({config.hidden_act}, pre-LN)")
+    print(f"images            {config.num_channels} channel(s), {config.image_hw[0]} × {config.image_hw[1]} pixels in "
+          f"{rows} × {columns} patches of {config.patch_hw[0]} × {config.patch_hw[1]} + the class token; "
+          f"positions {'learned' if config.position_embedding_type == 'absolute' else 'fixed 2-D sinusoidal'}")
+    if config.id2label:
+        print(f"labels            {', '.join(config.id2label[i] for i in sorted(config.id2label))}")
+    if (model_dir / PROCESSOR_NAME).is_file():
+        processor = ImageProcessor.from_pretrained(model_dir)
+        print(f"preprocessing     resize to {processor.size[0]} × {processor.size[1]}, mean {processor.image_mean}, "
+              f"std {processor.image_std}")
+    return 0

@@ -7,6 +7,7 @@ checkpoint on the validation split (OUT/best), scores it on test and writes OUT/
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import time
@@ -155,7 +156,6 @@ def vision_train(options: VisionTrainOptions, say: Callable[[str], None] = lambd
     trainer = Trainer(model, args, train, collator, eval_fn=lambda m: accuracy(m, processor, validation),
                       tokenizer=processor)
     state = trainer.train()
-    train_seconds = time.perf_counter() - started
 
     out = Path(options.out)
     best_dir = out / BEST_DIR
@@ -163,10 +163,11 @@ def vision_train(options: VisionTrainOptions, say: Callable[[str], None] = lambd
     scores = accuracy(best, processor, test)
     report = {"data": options.data, "parameters": model.num_parameters(), "config": config.to_dict(),
               "steps": state.step, "planned_steps": max_steps, "epochs": state.step / steps_per_epoch,
-              "stop_reason": state.stop_reason, "train_seconds": train_seconds, "bf16": options.bf16,
+              "stop_reason": state.stop_reason, "train_seconds": state.seconds, "bf16": options.bf16,
               "best_step": state.best_step, "validation_accuracy": state.best_metric,
               "test_accuracy": scores["accuracy"], "test_loss": scores["loss"], "test_images": len(test),
-              "best_model": str(best_dir), "options": {k: v for k, v in vars(options).items()}}
+              "best_model": str(best_dir), "options": dataclasses.asdict(options),
+              "total_seconds": time.perf_counter() - started}
     atomic_write_text(out / REPORT_NAME, json.dumps(report, indent=2, ensure_ascii=False) + "\n")
     from bertkit import viz
 
