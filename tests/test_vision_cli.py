@@ -157,11 +157,11 @@ def test_a_short_run_on_mnist_learns_digits(tmp_path):
 
     fetch_or_skip("mnist")
     out = tmp_path / "mnist"
-    assert main(["vision-train", "--data", "mnist", "--out", str(out), "--max-steps", "80", "--patch-size", "7",
-                 "--hidden-size", "32", "--layers", "2", "--batch-size", "64", "--learning-rate", "3e-3",
-                 "--eval-every", "80", "--no-progress"]) == 0
+    assert main(["vision-train", "--data", "mnist", "--out", str(out), "--max-steps", "600", "--patch-size", "7",
+                 "--hidden-size", "32", "--layers", "2", "--batch-size", "64", "--learning-rate", "5e-3",
+                 "--shift", "0", "--eval-every", "300", "--no-progress"]) == 0
     report = json.loads((out / "report.json").read_text())
-    assert report["test_images"] == 10_000 and report["test_accuracy"] > 0.6     # chance is 0.1
+    assert report["test_images"] == 10_000 and report["test_accuracy"] > 0.7     # 0.84 here; chance is 0.1
 
 
 def test_fixed_sinusoidal_positions_train_and_predict(tmp_path, capsys):
