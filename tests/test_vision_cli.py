@@ -182,3 +182,11 @@ def test_info_describes_an_image_model(trained, capsys):
     assert "(ViTForImageClassification)" in printed.out and "warning" not in printed.err
     assert "1 channel(s), 16 × 16 pixels in 4 × 4 patches of 4 × 4 + the class token; positions learned" in printed.out
     assert "labels            left, right" in printed.out
+
+
+@pytest.mark.parametrize("argv", [["encode", "hello"], ["evaluate", "--data", "inews"]])
+def test_text_commands_refuse_an_image_model(trained, capsys, argv):
+    out, _ = trained
+    assert main([argv[0], "--model", str(out / "best"), *argv[1:]]) == 2
+    assert capsys.readouterr().err == (f"bertkit {argv[0]}: error: config is for an image model (model_type 'vit'), "
+                                       "not BERT: it reads image files (bertkit predict, attention), not text\n")

@@ -205,6 +205,9 @@ class BertConfig(_JsonConfig):
     def from_dict(cls, data: dict[str, Any]) -> BertConfig:
         """Build from a Hugging Face config dict; unknown keys are kept in `extra` and warned about."""
         data = dict(data)
+        if data.get("model_type") in (ViTConfig.model_type, VIT_SINUSOIDAL_MODEL_TYPE):
+            raise ConfigError(f"config is for an image model (model_type {data['model_type']!r}), not BERT: it reads "
+                              "image files (bertkit predict, attention), not text")
         if data.get("model_type") == PRE_LN_MODEL_TYPE:
             data["model_type"] = "bert"
             data.setdefault("normalize_before", True)
