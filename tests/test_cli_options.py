@@ -25,6 +25,7 @@ REQUIRED = {  # the least each training command needs, and what it gives the dat
                         dict(data="hsk", out="o", minutes=2.0)),
     "lm-train": (options.LMOptions, ["--out", "o", "--max-steps", "3"], dict(out="o", max_steps=3)),
     "demo": (options.DemoOptions, [], {}),
+    "vision-train": (options.VisionTrainOptions, ["--data", "mnist", "--out", "o"], dict(data="mnist", out="o")),
 }
 
 

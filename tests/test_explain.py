@@ -35,7 +35,7 @@ def results(tmp_path_factory):
 
 
 def test_topic_list():
-    assert set(TOPICS) == {*CHEAP_TOPICS, "attention", "multihead"}
+    assert set(TOPICS) == {*CHEAP_TOPICS, "attention", "multihead", "patches", "contextual"}
     with pytest.raises(ValueError, match="unknown topic 'rope'"):
         explain("rope")
 
@@ -208,3 +208,84 @@ def test_multihead_topic_on_m3e_small(m3e_small, tmp_path):
     assert [p.name for p in result.pictures] == ["multihead_profile.png", "multihead_distance.png"]
     for path in result.pictures:
         assert_real_picture(path)
+
+
+# ---- patches, contextual -------------------------------------------------------------------------
+
+def _drawn_seven() -> np.ndarray:
+    digit = np.zeros((28, 28), dtype=np.uint8)
+    digit[6:9, 6:22] = 255                                   # the bar
+    for row in range(9, 24):                                 # the stroke down to the left
+        column = 21 - (row - 9) // 2
+        digit[row, column - 1:column + 2] = 200
+    return digit
+
+
+def test_patches_linear_equals_strided_convolution(tmp_path):
+    from bertkit.explain.patches import flatten_patches, linear_from_conv
+
+    result = explain("patches", out=tmp_path, digit=_drawn_seven())
+    n = result.numbers
+    assert set(n["cases"]) == {"digit 28 × 28, patch 4", "digit 28 × 28, patch 7", "digit 28 × 28, patch 14",
+                               "colour 3 × 32 × 32, patch 4", "colour 3 × 32 × 32, patch 8"}
+    for case in n["cases"].values():
+        assert case["max_abs_difference"] <= 1e-6 and case["max_abs_output"] > 0.1
+    assert (n["cases"]["digit 28 × 28, patch 7"]["patches"], n["cases"]["digit 28 × 28, patch 7"]["vector_length"]) \
+        == (16, 49)
+    assert n["cases"]["colour 3 × 32 × 32, patch 8"]["vector_length"] == 192
+    assert [p.name for p in result.pictures] == ["patches_grid.png", "patches_sequence.png"]
+    for path in result.pictures:
+        assert_real_picture(path)
+    # the flattening really is patch by patch, row by row, channel first
+    images = torch.arange(2 * 3 * 4 * 6, dtype=torch.float32).view(2, 3, 4, 6)
+    patches = flatten_patches(images, 2)                                       # (2, 6, 12)
+    assert torch.equal(patches[1, 4], images[1, :, 2:4, 2:4].reshape(-1))     # row 1, column 1 of a 2 × 3 grid
+    # and a mismatch would show: the same weights on patches read column by column disagree
+    torch.manual_seed(0)
+    conv = torch.nn.Conv2d(3, 4, kernel_size=2, stride=2)
+    linear = linear_from_conv(conv)
+    x = torch.randn(1, 3, 4, 6)
+    with torch.no_grad():
+        by_conv = conv(x).flatten(2).transpose(1, 2)
+        assert (linear(flatten_patches(x, 2)) - by_conv).abs().max() <= 1e-6
+        assert (linear(flatten_patches(x.transpose(2, 3), 2)) - by_conv).abs().max() > 0.1
+
+
+def test_patches_refuses_a_wrong_digit():
+    with pytest.raises(ValueError, match="28 × 28 grey image"):
+        explain("patches", out=None, digit=np.zeros((28, 27)))
+
+
+@pytest.mark.network
+def test_patches_draws_a_real_digit(tmp_path):
+    from conftest import fetch_or_skip
+
+    fetch_or_skip("mnist")
+    result = explain("patches", out=None)
+    assert result.numbers["digit_label"] == 7 and result.numbers["max_abs_difference"] <= 1e-6
+
+
+@pytest.mark.network
+@pytest.mark.slow
+def test_contextual_topic_on_m3e_small(m3e_small, tmp_path):
+    result = explain("contextual", out=tmp_path, model_dir=m3e_small)
+    for name, n in result.numbers.items():
+        static, contextual = np.array(n["static_cosine"]), np.array(n["contextual_cosine"])
+        assert n["static_max_difference"] == 0.0 and np.allclose(static, 1.0, atol=1e-6)   # one vector, always
+        off = ~np.eye(len(contextual), dtype=bool)
+        assert contextual[off].max() < 0.95                                     # the context moves it
+        assert n["same_sense_mean"] > n["other_sense_mean"] + 0.1, name         # and by meaning
+    assert result.numbers["hang_xing"]["character"] == "行"
+    assert "same sense" in result.text and "word2vec" in result.text
+    assert [p.name for p in result.pictures] == ["contextual_hang_xing.png", "contextual_zhang_chang.png"]
+    for path in result.pictures:
+        assert_real_picture(path)
+
+
+def test_the_readme_lists_the_topics_the_cli_has():
+    import re
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    line = next(line for line in readme.splitlines() if line.startswith("| `bertkit explain TOPIC`"))
+    assert re.findall(r"`([a-z-]+)`", line.split("|")[2]) == list(TOPICS)

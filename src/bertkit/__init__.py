@@ -23,6 +23,9 @@ _EXPORTS = {
     "GPT2LMHeadModel": "bertkit.models.gpt",
     "NumpyBert": "bertkit.reference",
     "NumpyGPT2": "bertkit.reference",
+    "ViTConfig": "bertkit.config",
+    "ViTModel": "bertkit.models.vit",
+    "ViTForImageClassification": "bertkit.models.vit",
 }
 
 __all__ = sorted(_EXPORTS) + ["__version__"]

@@ -47,6 +47,16 @@ def _show_data(name: str) -> None:
         for path in sorted(p for p in directory.rglob("*") if p.is_file() and p.name != sources.MANIFEST):
             print(f"  {path.relative_to(directory)!s:<36}{path.stat().st_size / 1e6:>10.2f} MB")
         return
+    if name == "mnist":
+        from bertkit.data.images import load_mnist
+
+        splits = load_mnist(directory)
+        print("images (per split, per digit):")
+        _show_counts({split: data.labels.tolist() for split, data in splits.items()}, lambda label: [str(label)])
+        test = splits["test"]
+        print(f"  {test.images.shape[2]} × {test.images.shape[3]} grey pixels, bytes 0-255; first test digits: "
+              f"{' '.join(str(label) for label in test.labels[:10])}")
+        return
     if name in TASKS["classify"].datasets:
         splits = tasks.load_classification(name)
         print("classification (examples per split, labels):")

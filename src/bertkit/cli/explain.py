@@ -10,10 +10,11 @@ from bertkit.cli.common import MODEL_HELP, UserError, add_command, integer
 
 def _add_attention(sub: argparse._SubParsersAction) -> None:
     p = add_command(sub, "attention", _cmd_attention)
-    p.add_argument("text", help="the sentence to look at")
+    p.add_argument("text", help="the sentence to look at (with an image model: the image file)")
     p.add_argument("--pair", help="a second sentence, segment B (default: none)")
     p.add_argument("--model", metavar="DIR|NAME", help=MODEL_HELP + " (default: m3e-small)")
-    p.add_argument("--out", default="attention.html", help="the HTML file to write (default: attention.html)")
+    p.add_argument("--out", default="attention.html", help="the HTML file to write; with an image model also a "
+                                                           "PNG/SVG picture (default: attention.html)")
     p.add_argument("--picture", help="also draw one layer's heads as a PNG/SVG heatmap grid to "
                                           "this file (default: no picture)")
     p.add_argument("--layer", type=int, default=-1, help="the layer --picture draws (default: the last)")
@@ -21,11 +22,19 @@ def _add_attention(sub: argparse._SubParsersAction) -> None:
                                                                 "(default: 128)")
 
 
+def _is_image_model(model_dir) -> bool:
+    from bertkit.pipelines.vision import is_image_model
+
+    return is_image_model(model_dir)
+
+
 def _cmd_attention(args: argparse.Namespace) -> int:
     """write an HTML attention viewer (layer/head pickers, head view, matrix)
 
     Run a sentence (or pair) through a BERT model and write ONE self-contained HTML page: pick a layer and
-    head, hover a token to see its attention lines.
+    head, hover a token to see its attention lines. With an image model (a ViT) give an image file: the picture
+    (--out or --picture a .png) shows where the class token looks on the patch grid, per head of --layer and
+    rolled out over all layers (Abnar & Zuidema 2020); --out .html writes the viewer with one token per patch.
     """
     from pathlib import Path
 
@@ -36,6 +45,10 @@ def _cmd_attention(args: argparse.Namespace) -> int:
         if path and (Path(path).is_dir() or Path(path).suffix.lower() not in suffixes):
             raise UserError(f"{flag} {path}: give a file name ending in {' or '.join(suffixes)}")
     model_dir = resolve_model_dir(args.model)
+    if _is_image_model(model_dir):
+        from bertkit.cli.vision import image_attention
+
+        return image_attention(args, model_dir)
     model, tokenizer = load_model_and_tokenizer(model_dir)
     num_layers = model.config.num_hidden_layers
     if not -num_layers <= args.layer < num_layers:
@@ -66,7 +79,7 @@ def _add_explain(sub: argparse._SubParsersAction) -> None:
     p.add_argument("topic", choices=[*TOPICS, "all"], metavar="TOPIC", help="one of the topics below, or 'all'")
     p.add_argument("--out", default=str(DEFAULT_OUT), help=f"folder for the pictures (default: {DEFAULT_OUT})")
     p.add_argument("--format", default="png", choices=("png", "svg"), help="picture format (default: png)")
-    p.add_argument("--model", metavar="DIR|NAME", help=f"for 'attention' and 'multihead': {MODEL_HELP} "
+    p.add_argument("--model", metavar="DIR|NAME", help=f"for 'attention', 'multihead' and 'contextual': {MODEL_HELP} "
                                                         "(default: m3e-small)")
     p.add_argument("--text", help="the sentence 'attention' looks at (default: a sentence about Beijing)")
 

@@ -18,8 +18,14 @@ def _cmd_info(args: argparse.Namespace) -> int:
     """summarise a model directory: config, parameter count, file format"""
     from bertkit.checkpoint import describe_checkpoint
     from bertkit.data.sources import resolve_model
+    from bertkit.pipelines.vision import is_image_model
 
-    info = describe_checkpoint(resolve_model(args.model))
+    path = resolve_model(args.model)
+    if is_image_model(path):
+        from bertkit.cli.vision import image_model_info
+
+        return image_model_info(path)
+    info = describe_checkpoint(path)
     config = info["config"]
     print(f"model directory   {info['path']}")
     print(f"weights file      {info['weights_file']} ({info['format']}, {info['file_bytes'] / 1e6:.1f} MB)")

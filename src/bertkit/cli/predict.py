@@ -73,17 +73,31 @@ def _read_text_inputs(args: argparse.Namespace) -> tuple[list[str], list | None]
     return list(args.texts), None
 
 
+def _image_model_dir(spec: str):
+    """The model directory when --model is an image model (a ViT), else None."""
+    from bertkit.data.sources import resolve_model
+    from bertkit.pipelines.vision import is_image_model
+
+    path = resolve_model(spec)
+    return path if is_image_model(path) else None
+
+
 def _cmd_predict(args: argparse.Namespace) -> int:
     """labels and probabilities, or NER spans, from a fine-tuned model
 
     Classify texts (or text pairs), or tag their entities, with a fine-tuned model. NER spans are character
-    offsets [start, end) into each text.
+    offsets [start, end) into each text. With an image classifier (bertkit vision-train), give image files
+    instead of texts.
     """
     import json
 
     from bertkit.inference import predict
     from bertkit.pipelines.predict import load_model
 
+    if image_model := _image_model_dir(args.model):
+        from bertkit.cli.vision import predict_images
+
+        return predict_images(args, image_model)
     texts, pairs = _read_text_inputs(args)
     if args.pair:
         if pairs is not None:

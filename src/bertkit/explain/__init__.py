@@ -1,7 +1,8 @@
 """`bertkit explain TOPIC`: the design notes' claims as small experiments that return numbers and draw pictures.
 
 Each topic is a module with `explain(out=None, fmt="png", ...) -> Explanation`; with `out=None` it computes the
-numbers only. The `attention` and `multihead` topics read a real model (m3e-small unless told otherwise).
+numbers only. The `attention`, `multihead` and `contextual` topics read a real model (m3e-small unless told
+otherwise); `patches` draws a real MNIST digit.
 """
 
 from __future__ import annotations
@@ -20,8 +21,10 @@ TOPICS: dict[str, tuple[str, str]] = {
     "residual": ("residual", "gradient reaching the first layer of a deep stack, with and without residuals"),
     "attention": ("attention", "attention maps of a real sentence in m3e-small, every layer and head"),
     "multihead": ("multihead", "what each head of m3e-small attends to: distance profiles and habits"),
+    "patches": ("patches", "an image as patch tokens: a linear layer on patches = a strided convolution"),
+    "contextual": ("contextual", "one character in several sentences: static input vector, contextual output"),
 }
-REAL_MODEL_TOPICS = ("attention", "multihead")
+REAL_MODEL_TOPICS = ("attention", "multihead", "contextual")
 
 
 def explain(topic: str, out: str | os.PathLike | None = DEFAULT_OUT, fmt: str = "png", **options) -> Explanation:

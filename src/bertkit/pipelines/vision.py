@@ -1,0 +1,176 @@
+"""Image classification with the Vision Transformer, end to end: images -> ViT -> Trainer -> best model -> test.
+
+`vision_train` trains ViTForImageClassification on MNIST or a folder of images per class, keeps the best
+checkpoint on the validation split (OUT/best), scores it on test and writes OUT/report.json and the loss curve.
+`load_image_model` and `classify_images` are what `bertkit predict` does with an image model's directory.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from bertkit.atomic import atomic_write_text
+from bertkit.config import CONFIG_NAME, VIT_SINUSOIDAL_MODEL_TYPE, ViTConfig
+from bertkit.data.images import ImageCollator, ImageProcessor, ImageSet, load_mnist, read_image_folder
+from bertkit.models.vit import ViTForImageClassification, vit_class_for
+from bertkit.options import VisionTrainOptions
+from bertkit.training.arguments import TrainingArguments
+from bertkit.training.budget import steps_in_budget, wall_clock_budget
+from bertkit.training.trainer import BEST_DIR, METRICS_NAME, Trainer
+
+REPORT_NAME = "report.json"
+CURVE_NAME = "loss_curve.png"
+IMAGE_MODEL_TYPES = ("vit", VIT_SINUSOIDAL_MODEL_TYPE)
+
+
+def is_image_model(path: str | os.PathLike) -> bool:
+    """Whether a model directory holds an image model (config.json's model_type), without loading it."""
+    try:
+        data = json.loads((Path(path) / CONFIG_NAME).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return isinstance(data, dict) and data.get("model_type") in IMAGE_MODEL_TYPES
+
+
+def load_image_model(path: str | os.PathLike) -> tuple[Any, ImageProcessor]:
+    """(model in eval mode, its ImageProcessor) from a ViT directory; the class its config.json's architectures name."""
+    path = Path(path)
+    architectures = json.loads((path / CONFIG_NAME).read_text(encoding="utf-8")).get("architectures")
+    model = vit_class_for(architectures).from_pretrained(path)
+    processor = ImageProcessor.from_pretrained(path)
+    if processor.num_channels != model.config.num_channels or processor.size != model.config.image_hw:
+        raise ValueError(f"{path}: preprocessor_config.json makes {processor.num_channels}-channel "
+                         f"{processor.size[0]} × {processor.size[1]} images, the model reads "
+                         f"{model.config.num_channels}-channel {model.config.image_hw[0]} × {model.config.image_hw[1]}")
+    return model, processor
+
+
+def classify_images(model: ViTForImageClassification, processor: ImageProcessor,
+                    images: Sequence[str | os.PathLike]) -> list[dict[str, Any]]:
+    """{"label", "score", "probabilities": {label: p}} per image file."""
+    if not isinstance(model, ViTForImageClassification):
+        raise ValueError("this image model has no classification head (it is a bare ViTModel): nothing to predict")
+    with torch.no_grad():
+        probabilities = model(processor(images)).logits.float().softmax(-1).numpy()
+    names = [model.config.id2label[i] for i in range(model.num_labels)] if model.config.id2label else \
+        [f"LABEL_{i}" for i in range(model.num_labels)]
+    return [{"label": names[int(row.argmax())], "score": float(row.max()),
+             "probabilities": {name: float(p) for name, p in zip(names, row)}} for row in probabilities]
+
+
+# ---- data ----------------------------------------------------------------------------------------
+
+def load_image_data(data: str, image_size: int | None = None, seed: int = 0) -> dict[str, ImageSet]:
+    """"mnist" (train / validation / test as shipped), or a folder per class of images (bertkit.data.images)."""
+    if data == "mnist":
+        if image_size not in (None, 28):
+            raise ValueError(f"MNIST digits are 28 × 28 pixels; --image-size {image_size} is for folders of images")
+        return load_mnist()
+    if not Path(data).is_dir():
+        raise FileNotFoundError(f"--data {data!r} is neither mnist nor a folder of images per class")
+    splits = read_image_folder(data, image_size, seed=seed)
+    for name in ("validation", "test"):
+        if not len(splits[name]):
+            raise ValueError(f"{data}: no {name} images (each class needs at least 10 images to split off a tenth "
+                             f"for validation and test, or give {data}/{name}/CLASS/ folders)")
+    return splits
+
+
+def accuracy(model: ViTForImageClassification, processor: ImageProcessor, data: ImageSet,
+             batch_size: int = 500) -> dict[str, float]:
+    """Accuracy and mean cross-entropy of `model` on `data` (eval mode, no gradients)."""
+    was_training = model.training
+    model.eval()
+    correct, loss = 0, 0.0
+    with torch.no_grad():
+        for start in range(0, len(data), batch_size):
+            labels = torch.tensor(data.labels[start:start + batch_size])
+            logits = model(processor.normalize(data.images[start:start + batch_size])).logits.float()
+            correct += int((logits.argmax(-1) == labels).sum())
+            loss += float(torch.nn.functional.cross_entropy(logits, labels, reduction="sum"))
+    model.train(was_training)
+    return {"accuracy": correct / len(data), "loss": loss / len(data)}
+
+
+def vit_config(options: VisionTrainOptions, train: ImageSet) -> ViTConfig:
+    """The model the options describe, for `train`'s image size, channels and classes."""
+    K, h, w = train.images.shape[1:]
+    if h % options.patch_size or w % options.patch_size:
+        raise ValueError(f"images of {h} × {w} pixels cannot be cut into {options.patch_size} × {options.patch_size} "
+                         "patches: choose a --patch-size that divides both sides (or --image-size for folders)")
+    return ViTConfig(image_size=h if h == w else [h, w], patch_size=options.patch_size, num_channels=K,
+                     hidden_size=options.hidden_size, num_hidden_layers=options.num_hidden_layers,
+                     num_attention_heads=options.num_attention_heads,
+                     intermediate_size=options.intermediate_size or 2 * options.hidden_size,
+                     hidden_dropout_prob=options.dropout, attention_probs_dropout_prob=options.dropout,
+                     position_embedding_type="sinusoidal" if options.positions == "sinusoidal" else "absolute",
+                     id2label=dict(enumerate(train.label_names)))
+
+
+# ---- the run -------------------------------------------------------------------------------------
+
+def vision_train(options: VisionTrainOptions, say: Callable[[str], None] = lambda line: None) -> dict[str, Any]:
+    """Train, keep the best validation checkpoint, score it on test; returns (and writes) the report."""
+    started = time.perf_counter()
+    splits = load_image_data(options.data, options.image_size, options.seed)
+    train, validation, test = splits["train"], splits["validation"], splits["test"]
+    say(f"{options.data}: {len(train):,} train / {len(validation):,} validation / {len(test):,} test images of "
+        f"{train.images.shape[2]} × {train.images.shape[3]} pixels, {train.images.shape[1]} channel(s), "
+        f"{len(train.label_names)} classes")
+    processor = ImageProcessor.fit(train)
+    torch.manual_seed(options.seed)
+    config = vit_config(options, train)
+    model = ViTForImageClassification(config)
+    say(f"ViT: {config.grid[0]} × {config.grid[1]} patches of {options.patch_size} pixels + the class token, "
+        f"{config.num_hidden_layers} layers × {config.hidden_size} wide, {config.num_attention_heads} heads, "
+        f"{model.num_parameters():,} parameters")
+
+    batch_size = min(options.batch_size, len(train))
+    collator = ImageCollator(processor, options.shift)
+    steps_per_epoch = max(1, len(train) // batch_size)
+    max_steps = options.max_steps or max(1, round(options.epochs * steps_per_epoch))
+    if options.minutes and not options.max_steps:  # size the schedule to the clock, so it decays fully
+        rng = np.random.default_rng(options.seed)
+        probes = [collator([train[int(i)] for i in rng.choice(len(train), batch_size, replace=False)], [0] * batch_size)
+                  for _ in range(3)]
+        # the reserve: ten validation passes (a forward pass is about a third of a training step) and the saves
+        max_steps = min(max_steps, steps_in_budget(model, probes, options.minutes * 60, options.bf16, reserve=0.12))
+    eval_every = options.eval_every or max(1, max_steps // 10)
+    args = TrainingArguments(
+        output_dir=options.out, max_steps=max_steps, **wall_clock_budget(options.minutes), batch_size=batch_size,
+        learning_rate=options.learning_rate, warmup_ratio=options.warmup_ratio, weight_decay=options.weight_decay,
+        lr_schedule="cosine", bf16=options.bf16, log_every=options.log_every or max(1, min(50, max_steps // 50)),
+        eval_every=eval_every, metric_for_best="accuracy", save_total_limit=1, seed=options.seed,
+        progress=options.progress)
+    say(f"training {max_steps:,} steps of {batch_size} images ({max_steps / steps_per_epoch:.1f} epochs), "
+        f"validation every {eval_every} steps")
+    trainer = Trainer(model, args, train, collator, eval_fn=lambda m: accuracy(m, processor, validation),
+                      tokenizer=processor)
+    state = trainer.train()
+
+    out = Path(options.out)
+    best_dir = out / BEST_DIR
+    best = ViTForImageClassification.from_pretrained(best_dir)
+    scores = accuracy(best, processor, test)
+    report = {"data": options.data, "parameters": model.num_parameters(), "config": config.to_dict(),
+              "steps": state.step, "planned_steps": max_steps, "epochs": state.step / steps_per_epoch,
+              "stop_reason": state.stop_reason, "train_seconds": state.seconds, "bf16": options.bf16,
+              "best_step": state.best_step, "validation_accuracy": state.best_metric,
+              "test_accuracy": scores["accuracy"], "test_loss": scores["loss"], "test_images": len(test),
+              "best_model": str(best_dir), "options": dataclasses.asdict(options),
+              "total_seconds": time.perf_counter() - started}
+    atomic_write_text(out / REPORT_NAME, json.dumps(report, indent=2, ensure_ascii=False) + "\n")
+    from bertkit import viz
+
+    viz.save_figure(viz.training_curves(out / METRICS_NAME, title=f"ViT on {Path(options.data).name}"),
+                    out / CURVE_NAME)
+    return report
