@@ -133,7 +133,8 @@ UNBOUNDED = {"length_penalty"}  # any finite α: a negative one prefers short tr
 REQUIRED = {options.PretrainOptions: dict(corpus=["c"], vocab="v", out="o", max_steps=2),
             options.FinetuneOptions: dict(task="classify", model="m", train="t", out="o"),
             options.TranslationOptions: dict(data="d.tsv", out="o", max_steps=2),
-            options.LMOptions: dict(out="o", max_steps=2), options.DemoOptions: {}}
+            options.LMOptions: dict(out="o", max_steps=2), options.DemoOptions: {},
+            options.VisionTrainOptions: dict(data="mnist", out="o", max_steps=2)}
 
 
 @pytest.mark.parametrize("cls", list(REQUIRED), ids=lambda cls: cls.__name__)

@@ -314,31 +314,27 @@ class VisionTrainOptions(TrainingOptions):
 
     data: str = option(help="mnist, or a folder with a subfolder of PNG/JPEG images per class (optionally inside "
                             "train/, validation/ and test/)", metavar="mnist|DIR")
-    patch_size: int = option(7, "patch side in pixels; the image is cut into (side / patch)² patches")
-    hidden_size: int = option(64, "the width of every patch vector")
-    num_hidden_layers: int = option(4, "encoder blocks", flag="--layers")
-    num_attention_heads: int = option(4, "attention heads", flag="--heads")
-    intermediate_size: int | None = option(None, "the MLP's inner width", shown="2 x --hidden-size")
+    patch_size: int = option(7, "patch side in pixels; the image is cut into (side / patch)² patches", minimum=1)
+    hidden_size: int = option(64, "the width of every patch vector", minimum=1)
+    num_hidden_layers: int = option(4, "encoder blocks", flag="--layers", minimum=1)
+    num_attention_heads: int = option(4, "attention heads", flag="--heads", minimum=1)
+    intermediate_size: int | None = option(None, "the MLP's inner width", shown="2 x --hidden-size", minimum=1)
     positions: str = option("learned", "position embeddings: learned (transformers' ViT) or fixed 2-D sinusoidal",
                             choices=POSITION_KINDS)
-    image_size: int | None = option(None, "folders: resize every image to this side", shown="the commonest size")
-    batch_size: int = option(128, "images per step")
-    epochs: float = option(10.0, "passes over the training images (unless --max-steps or --minutes says less)")
-    learning_rate: float = option(5e-3, "peak learning rate (cosine decay after the warmup)")
-    warmup_ratio: float = option(0.05, "share of the steps spent warming up")
-    weight_decay: float = option(0.05, "AdamW weight decay")
-    shift: int = option(2, "augmentation: move each training image by up to this many pixels each way (0: off)")
-    dropout: float = option(0.0, "hidden and attention dropout")
-    eval_every: int | None = option(None, "steps between validation evaluations", shown="about 10 over the run")
-    log_every: int | None = option(None, "steps between metrics.jsonl records", shown="about 50 over the run")
-    seed: int = option(0, "random seed (split, order, augmentation, initialisation)")
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        for name in ("patch_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "batch_size"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be a positive integer, got {getattr(self, name)}")
-        if self.shift < 0:
-            raise ValueError(f"shift must be 0 or more pixels, got {self.shift}")
-        if not 0.0 <= self.dropout < 1.0:
-            raise ValueError(f"dropout must be in [0, 1), got {self.dropout}")
+    image_size: int | None = option(None, "folders: resize every image to this side", shown="the commonest size",
+                                    minimum=1)
+    batch_size: int = option(128, "images per step", minimum=1)
+    epochs: float = option(10.0, "passes over the training images (unless --max-steps or --minutes says less)",
+                          above=0)
+    learning_rate: float = option(5e-3, "peak learning rate (cosine decay after the warmup)", above=0)
+    warmup_ratio: float = option(0.05, "share of the steps spent warming up", minimum=0, below=1)
+    weight_decay: float = option(0.05, "AdamW weight decay", minimum=0)
+    shift: int = option(2, "augmentation: move each training image by up to this many pixels each way (0: off)",
+                       minimum=0)
+    dropout: float = option(0.0, "hidden and attention dropout", minimum=0, below=1)
+    eval_every: int | None = option(None, "steps between validation evaluations", shown="about 10 over the run",
+                                     minimum=1)
+    log_every: int | None = option(None, "steps between metrics.jsonl records", shown="about 50 over the run",
+                                    minimum=1)
+    seed: int = option(0, "random seed (split, order, augmentation, initialisation)", minimum=0,
+                          maximum=2**32 - 1)

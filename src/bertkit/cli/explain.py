@@ -41,11 +41,14 @@ def _cmd_attention(args: argparse.Namespace) -> int:
     from bertkit.attention_view import load_model_and_tokenizer, sentence_attentions, write_attention_html
     from bertkit.explain.real_model import resolve_model_dir
 
-    for flag, path, suffixes in (("--out", args.out, (".html", ".htm")), ("--picture", args.picture, (".png", ".svg"))):
+    model_dir = resolve_model_dir(args.model)
+    image = _is_image_model(model_dir)
+    pages, pictures = (".html", ".htm"), (".png", ".svg")
+    for flag, path, suffixes in (("--out", args.out, pages + pictures if image else pages),
+                                 ("--picture", args.picture, pictures)):
         if path and (Path(path).is_dir() or Path(path).suffix.lower() not in suffixes):
             raise UserError(f"{flag} {path}: give a file name ending in {' or '.join(suffixes)}")
-    model_dir = resolve_model_dir(args.model)
-    if _is_image_model(model_dir):
+    if image:
         from bertkit.cli.vision import image_attention
 
         return image_attention(args, model_dir)
