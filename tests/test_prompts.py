@@ -9,6 +9,7 @@ import transformers
 
 from bertkit.config import BertConfig, ConfigError
 from bertkit.data.prompts import PromptError, PromptTemplate
+from bertkit.inference import TruncationWarning, predict
 from bertkit.models.heads import BertForMaskedLM, BertForPromptClassification, model_class_for
 from bertkit.pipelines.finetune import FinetuneOptions, finetune
 from bertkit.tokenizer import BertTokenizer
@@ -128,6 +129,17 @@ def test_prompt_fine_tuning_learns_the_toy_task(letters_model, tmp_path):  # noq
     assert results["test_accuracy"] >= 0.97, results
     saved = json.loads((tmp_path / "run" / "config.json").read_text())
     assert saved["prompt"]["template"] == "[MASK] {text}" and saved["architectures"] == ["BertForMaskedLM"]
+    # predict puts each text in the template it was fine-tuned with: the same test accuracy, one text at a time too
+    model = model_class_for(BertConfig.from_pretrained(tmp_path / "run")).from_pretrained(tmp_path / "run")
+    words = BertTokenizer.from_pretrained(tmp_path / "run")
+    rows = [line.split("\t") for line in (letters_model / "test.tsv").read_text().splitlines()[1:]]
+    predicted = predict(model, words, [text for text, _ in rows])
+    assert sum(p["label"] == label for p, (_, label) in zip(predicted, rows)) / len(rows) == results["test_accuracy"]
+    assert predict(model, words, rows[0][0])["label"] == predicted[0]["label"]
+    with pytest.raises(ValueError, match="text_pairs cannot be given"):
+        predict(model, words, ["a b"], ["c d"])
+    with pytest.warns(TruncationWarning, match="inside the prompt template"):
+        predict(model, words, [" ".join(LETTERS)])
     with pytest.raises(ValueError, match="none for 2"):
         finetune(FinetuneOptions(task="classify", model=str(letters_model / "model"), prompt="[MASK] {text}",
                                  label_words=["0=a", "1=x"], train=str(letters_model / "train.tsv"),

@@ -298,7 +298,10 @@ def predict(model: nn.Module, tokenizer: Any, texts: Sequence[str] | str,
 
     labels = label_names(model)
     limit, limit_name = _limit(model, max_length)
-    rows = tokenize(tokenizer, texts, pairs, max_length=limit, truncation=truncation, limit_name=limit_name)
+    if getattr(model.config, "prompt", None) is not None:  # a cloze classifier: each text inside its template
+        rows = prompt_rows(model.config.prompt["template"], tokenizer, texts, pairs, limit, truncation, limit_name)
+    else:
+        rows = tokenize(tokenizer, texts, pairs, max_length=limit, truncation=truncation, limit_name=limit_name)
     model = for_inference(model, dtype)
 
     def forward(input_ids: Tensor, attention_mask: Tensor, token_type_ids: Tensor) -> np.ndarray:
@@ -314,6 +317,24 @@ def predict(model: nn.Module, tokenizer: Any, texts: Sequence[str] | str,
         results.append({"label": labels[best], "score": float(probs[best]),
                         "probabilities": {label: float(p) for label, p in zip(labels, probs)}})
     return results[0] if single else results
+
+
+def prompt_rows(template: str, tokenizer: Any, texts: list[str], pairs: list[str | None] | None, max_length: int,
+                truncation: bool, limit_name: str) -> list[EncodedText]:
+    """Each text inside a cloze classifier's template ("[MASK][MASK]新闻：{text}"), as it was fine-tuned; a text too
+    long is cut (never the template), with one TruncationWarning, or refused."""
+    from bertkit.data.prompts import PromptTemplate
+
+    if pairs is not None and any(pair is not None for pair in pairs):
+        raise ValueError("this classifier reads one text inside its prompt template; text_pairs cannot be given")
+    ids, cut = PromptTemplate(template).encode(tokenizer, texts, max_length)
+    if cut and not truncation:
+        raise InputTooLongError(f"text {cut[0]} does not fit {limit_name} inside the prompt template ({len(cut)} of "
+                                f"{len(texts)} texts are too long); shorten it, or turn truncation on")
+    if cut:
+        warnings.warn(f"{len(cut)} of {len(texts)} texts do not fit {limit_name} inside the prompt template (the "
+                      f"first is text {cut[0]}): truncated", TruncationWarning, stacklevel=3)
+    return [EncodedText(row, [0] * len(row)) for row in ids]
 
 
 def _tag_tokens(model: nn.Module, tokenizer: Any, texts: list[str], batch_size: int, max_length: int | None,
