@@ -3,7 +3,8 @@
 Starts from BERT's standard recipe as bertkit runs it (the `mini` size, masked LM 15% + NSP, static masks,
 sequences of 128, batch 32, lr 1e-4, dropout 0.1, fp32) and walks through the levers in order. For each lever,
 every alternative is the current recipe with that one change; the run that reaches the best held-out masked-LM
-accuracy after M minutes becomes the current recipe (ties within 0.002 keep the simpler, current one).
+accuracy after M minutes becomes the current recipe (ties within 0.002 keep the simpler, current one), unless
+its downstream probe falls more than 1.5 points below the current recipe's (then the next best, if any, competes).
 
 Equal wall clock, measured so that a busy machine cannot tilt it: each alternative's training step is timed first
 (`pipelines.pretrain.plan_steps`, as `bertkit pretrain --minutes` plans a run), which gives the steps it can take
@@ -47,18 +48,26 @@ START = dict(config="mini", objective="mlm+nsp", masking="static", dupe_factor=1
 # (lever, alternatives): each alternative changes the current recipe in one respect
 LEVERS: list[tuple[str, list[dict]]] = [
     ("bf16 autocast", [dict(bf16=True)]),
-    ("peak learning rate", [dict(learning_rate=5e-4), dict(learning_rate=1e-3), dict(learning_rate=2e-3)]),
-    ("model shape", [dict(config="tiny"), dict(config="small")]),
+    ("peak learning rate", [dict(learning_rate=5e-4), dict(learning_rate=1e-3)]),
+    ("model shape", [dict(config="tiny")]),  # 4 layers x 256 -> 2 x 128 ("small", 4 x 512, is slower still)
     ("dropout off", [dict(dropout=0.0)]),
-    ("masking rate", [dict(mlm_probability=0.3), dict(mlm_probability=0.4)]),
+    ("masking rate", [dict(mlm_probability=0.3)]),
     ("dynamic masking", [dict(masking="dynamic")]),
     ("sentence objective", [dict(objective="mlm+sop"), dict(objective="mlm")]),
     ("pre-LN", [dict(normalize_before=True)]),
     ("biases off", [dict(use_bias=False)]),
     ("schedule", [dict(lr_schedule="cosine"), dict(warmup_ratio=0.02)]),
-    ("batch size", [dict(batch_size=16), dict(batch_size=64)]),
+    ("batch size", [dict(batch_size=64)]),
 ]
 TIE = 0.002
+# masked-LM accuracy is the measure, but a change that buys it by losing what fine-tuning gains (dropping the
+# sentence objective does: more masked-LM steps, a worse start for classifying) is not kept: a probe more than
+# PROBE_DROP below the current recipe's (three seeds of 200 labels move by about a point) vetoes it
+PROBE_DROP = 0.015
+
+
+def transfers(result: dict, current: dict) -> bool:
+    return result["probe_accuracy"] >= current["probe_accuracy"] - PROBE_DROP
 
 
 def options_for(recipe: dict, out: Path, vocab: Path, minutes: float) -> PretrainOptions:
@@ -152,8 +161,8 @@ def main() -> None:
     for lever, alternatives in LEVERS[:args.levers]:
         print(f"{lever}: from {current['name']}", flush=True)
         tried = run([{**current["recipe"], **alt} for alt in alternatives])
-        best = max(tried, key=lambda r: r["mlm_accuracy"])
-        keep = best["mlm_accuracy"] > current["mlm_accuracy"] + TIE
+        best = max(tried, key=lambda r: r["mlm_accuracy"] if transfers(r, current) else -1.0)
+        keep = best["mlm_accuracy"] > current["mlm_accuracy"] + TIE and transfers(best, current)
         for result in tried:
             change = ", ".join(f"{k} {v}" for k, v in result["recipe"].items() if current["recipe"].get(k) != v)
             table.append((f"{lever}: {change}", result, keep and result is best))
