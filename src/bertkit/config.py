@@ -99,8 +99,37 @@ class _JsonConfig:
 PRE_LN_MODEL_TYPE = "bertkit-bert-pre-ln"
 
 
+class _Labels:
+    """id2label and what follows from it, as transformers' configs keep them: config.json may give only
+    num_labels (the names become LABEL_i); label2id is written for transformers and derived, never read."""
+
+    id2label: dict[int, str] | None
+
+    @property
+    def num_labels(self) -> int:
+        return len(self.id2label) if self.id2label else 2
+
+    @property
+    def label2id(self) -> dict[str, int]:
+        return {v: k for k, v in (self.id2label or {}).items()}
+
+    @staticmethod
+    def _read_labels(data: dict[str, Any]) -> None:
+        if "id2label" not in data and "num_labels" in data:
+            data["id2label"] = {i: f"LABEL_{i}" for i in range(int(data["num_labels"]))}
+        data.pop("num_labels", None)
+        data.pop("label2id", None)
+
+    def _write_labels(self, out: dict[str, Any]) -> None:
+        if self.id2label:
+            out["id2label"] = {str(k): v for k, v in self.id2label.items()}
+            out["label2id"] = self.label2id
+        else:
+            out.pop("id2label", None)
+
+
 @dataclass
-class BertConfig(_JsonConfig):
+class BertConfig(_JsonConfig, _Labels):
     """BERT hyper-parameters (Hugging Face `BertConfig` names) plus bertkit's ALBERT and positional options."""
 
     model_type = "bert"
@@ -193,14 +222,6 @@ class BertConfig(_JsonConfig):
     def head_dim(self) -> int:
         return self.hidden_size // self.num_attention_heads
 
-    @property
-    def num_labels(self) -> int:
-        return len(self.id2label) if self.id2label else 2
-
-    @property
-    def label2id(self) -> dict[str, int]:
-        return {v: k for k, v in (self.id2label or {}).items()}
-
     # ---- config.json ---------------------------------------------------------------------------
 
     @classmethod
@@ -215,12 +236,9 @@ class BertConfig(_JsonConfig):
             data.setdefault("normalize_before", True)
         if data.get("model_type", "bert") != "bert":  # e.g. a GPT-2 or a translation model's directory
             raise ConfigError(f"config is for model_type {data['model_type']!r}, not a BERT model ('bert')")
+        cls._read_labels(data)
         names = {f.name for f in dataclasses.fields(cls)} - {"extra"}
         known = {k: data.pop(k) for k in list(data) if k in names}
-        if "id2label" not in known and "num_labels" in data:
-            known["id2label"] = {i: f"LABEL_{i}" for i in range(int(data["num_labels"]))}
-        data.pop("num_labels", None)
-        data.pop("label2id", None)
         unknown = sorted(k for k in data if k not in _HF_BOOKKEEPING)
         if unknown:
             warnings.warn(f"config keys not used by bertkit (kept as they are): {', '.join(unknown)}",
@@ -233,15 +251,13 @@ class BertConfig(_JsonConfig):
     def to_dict(self) -> dict[str, Any]:
         out = dict(self.extra)
         out.update({f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "extra"})
-        for optional in ("embedding_size", "id2label", "classifier_dropout", "prompt"):
+        for optional in ("embedding_size", "classifier_dropout", "prompt"):
             if out[optional] is None:
                 del out[optional]
         for option, default in (("share_layers", False), ("normalize_before", False), ("use_bias", True)):
             if out[option] == default:
                 del out[option]
-        if self.id2label:
-            out["id2label"] = {str(k): v for k, v in self.id2label.items()}
-            out["label2id"] = self.label2id
+        self._write_labels(out)
         out.setdefault("model_type", "bert")
         if self.normalize_before:
             # transformers' BERT is post-LN: it would load these weights and compute another function
@@ -467,7 +483,7 @@ def _pair(value: Any) -> tuple[int, int]:
 
 
 @dataclass
-class ViTConfig(_JsonConfig):
+class ViTConfig(_JsonConfig, _Labels):
     """Vision Transformer hyper-parameters (Dosovitskiy et al., 2020), as transformers' ViTConfig: the same field
     names and defaults (ViT-Base/16 at 224 × 224). bertkit adds `position_embedding_type="sinusoidal"`: fixed 2-D
     sine/cosine positions instead of learned ones, saved as model_type "bertkit-vit" (transformers has no such
@@ -556,31 +572,16 @@ class ViTConfig(_JsonConfig):
         """The query/key/value biases, under the name BertSelfAttention (which ViT reuses) reads them by."""
         return self.qkv_bias
 
-    @property
-    def num_labels(self) -> int:
-        return len(self.id2label) if self.id2label else 2
-
-    @property
-    def label2id(self) -> dict[str, int]:
-        return {v: k for k, v in (self.id2label or {}).items()}
-
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ViTConfig:
         """Build from a config dict; `num_labels` without names becomes LABEL_0..; label2id is derived."""
         data = dict(data)
-        if "id2label" not in data and "num_labels" in data:
-            data["id2label"] = {i: f"LABEL_{i}" for i in range(int(data["num_labels"]))}
-        data.pop("num_labels", None)
-        data.pop("label2id", None)
+        cls._read_labels(data)
         return super().from_dict(data)
 
     def to_dict(self) -> dict[str, Any]:
         out = super().to_dict()
-        if self.id2label:
-            out["id2label"] = {str(k): v for k, v in self.id2label.items()}
-            out["label2id"] = self.label2id
-        else:
-            del out["id2label"]
+        self._write_labels(out)
         if self.position_embedding_type == "absolute":
             del out["position_embedding_type"]  # transformers' own (and only) kind: its config.json has no such key
         else:

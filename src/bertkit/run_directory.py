@@ -18,6 +18,7 @@ Where `fcntl` does not exist (Windows) runs are not locked.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import shutil
@@ -25,7 +26,7 @@ import socket
 import sys
 import time
 import warnings
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -183,6 +184,23 @@ def run_directory(out: str | os.PathLike, command: str, *, overwrite: bool = Fal
     except BaseException:
         _remove_unused(created)
         raise
+
+
+def holds_out(command: str, distributed: bool = True) -> Callable:
+    """Decorate a training run `fn(options)` so it runs holding options.out (`run_directory`: an earlier run
+    or model there is refused unless options.overwrite); under torchrun (`distributed`) rank 0 holds it."""
+    def wrap(fn: Callable) -> Callable:
+        @functools.wraps(fn)
+        def run(options, *args, **kwargs):
+            main = True
+            if distributed:
+                from bertkit.training.distributed import process_rank
+
+                main = process_rank() == 0
+            with run_directory(options.out, command, overwrite=options.overwrite, main=main):
+                return fn(options, *args, **kwargs)
+        return run
+    return wrap
 
 
 def _remove_unused(created: list[Path]) -> None:

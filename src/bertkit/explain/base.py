@@ -52,6 +52,15 @@ class PictureWriter:
         self.paths.append(path)
         return path
 
+    def plot(self, name: str, kind: str, *args: Any, **kwargs: Any) -> Path | None:
+        """`save(name, ...)` of the figure `bertkit.viz.<kind>(*args, **kwargs)`, e.g. kind "line_plot"."""
+        def make_figure():
+            from bertkit import viz
+
+            return getattr(viz, kind)(*args, **kwargs)
+
+        return self.save(name, make_figure)
+
 
 def table(header: Sequence[str], rows: Sequence[Sequence[Any]], digits: int = 3, sci: bool = True) -> str:
     """A plain-text table with right-aligned columns; floats to `digits` decimals (tiny or huge ones as 1.2e-07)."""

@@ -50,12 +50,9 @@ def explain(out: str | os.PathLike | None = None, fmt: str = "png", depths: tupl
     ])
 
     pictures = PictureWriter(out, fmt)
-    if pictures:
-        from bertkit import viz
-
-        pictures.save("residual_gradients", lambda: viz.line_plot(
-            list(depths), {"plain: x ← f(x)": [numbers[d]["plain"] for d in depths],
-                           "residual: x ← x + f(x)": [numbers[d]["residual"] for d in depths]},
-            xlabel="depth (blocks)", ylabel="gradient norm at the first block", logy=True,
-            title="Gradient reaching the first layer"))
+    pictures.plot("residual_gradients", "line_plot", list(depths),
+                  {"plain: x ← f(x)": [numbers[d]["plain"] for d in depths],
+                   "residual: x ← x + f(x)": [numbers[d]["residual"] for d in depths]},
+                  xlabel="depth (blocks)", ylabel="gradient norm at the first block", logy=True,
+                  title="Gradient reaching the first layer")
     return Explanation("residual", CLAIM, numbers, text, pictures.paths)

@@ -53,13 +53,9 @@ def explain(out: str | os.PathLike | None = None, fmt: str = "png", dims: tuple[
     ])
 
     pictures = PictureWriter(out, fmt)
-    if pictures:
-        from bertkit import viz
-
-        pictures.save("scaling_entropy", lambda: viz.line_plot(
-            list(dims), {"softmax(QKᵀ/√d_k)": [numbers[d]["entropy_scaled"] for d in dims],
-                         "softmax(QKᵀ), no scaling": [numbers[d]["entropy_unscaled"] for d in dims]},
-            xlabel="d_k", ylabel="mean attention-row entropy (nats)", logx=True,
-            reference={f"uniform over {keys} keys": math.log(keys)},
-            title="Softmax saturation without 1/√d_k"))
+    pictures.plot("scaling_entropy", "line_plot", list(dims),
+                  {"softmax(QKᵀ/√d_k)": [numbers[d]["entropy_scaled"] for d in dims],
+                   "softmax(QKᵀ), no scaling": [numbers[d]["entropy_unscaled"] for d in dims]},
+                  xlabel="d_k", ylabel="mean attention-row entropy (nats)", logx=True,
+                  reference={f"uniform over {keys} keys": math.log(keys)}, title="Softmax saturation without 1/√d_k")
     return Explanation("scaling", CLAIM, numbers, text, pictures.paths)

@@ -25,12 +25,11 @@ from bertkit.data.tasks import DATASET_LABEL_WORDS, label_budget
 from bertkit.inference import EncodedText, run_sorted
 from bertkit.models.heads import IGNORE_INDEX, BertForPromptClassification
 from bertkit.options import FinetuneOptions
-from bertkit.run_directory import run_directory
+from bertkit.run_directory import holds_out
 from bertkit.task_kinds import TaskKind, get_task, label_names
 from bertkit.training import metrics
 from bertkit.training.arguments import TrainingArguments
 from bertkit.training.budget import steps_in_budget, wall_clock_budget
-from bertkit.training.distributed import process_rank
 from bertkit.training.trainer import Trainer
 
 RESULTS_NAME = "finetune_results.json"
@@ -189,14 +188,10 @@ def evaluate_features(model, task: TaskKind, features, pad_token_id: int, id2lab
 
 # ---- the run -------------------------------------------------------------------------------------
 
+@holds_out("bertkit finetune")
 def finetune(options: FinetuneOptions) -> dict[str, Any]:
     """Train, keep the best dev checkpoint, score it on test; returns (and writes) the results. The run holds
     options.out (`bertkit.run_directory`: an earlier run or model there is refused unless options.overwrite)."""
-    with run_directory(options.out, "bertkit finetune", overwrite=options.overwrite, main=process_rank() == 0):
-        return _finetune(options)
-
-
-def _finetune(options: FinetuneOptions) -> dict[str, Any]:
     from bertkit.tokenizer import BertTokenizer
 
     started = time.perf_counter()

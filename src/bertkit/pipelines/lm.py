@@ -25,8 +25,7 @@ from bertkit.atomic import atomic_write_text
 from bertkit.config import GPT_PRESETS, GPT2Config
 from bertkit.models.gpt import GPT2LMHeadModel
 from bertkit.options import LMOptions
-from bertkit.run_directory import run_directory
-from bertkit.training.distributed import process_rank
+from bertkit.run_directory import holds_out
 
 REPORT_NAME = "report.json"
 OPTIONS_NAME = "lm_options.json"
@@ -119,14 +118,10 @@ def build_tokenizer(options: LMOptions, train_documents: Sequence[str], work_dir
     return BertTokenizer.from_pretrained(work_dir)
 
 
+@holds_out("bertkit lm-train")
 def train_lm(options: LMOptions) -> dict[str, Any]:
     """Documents -> tokenizer -> GPT -> Trainer -> held-out perplexity vs unigram; writes OUT/report.json. The
     run holds OUT (`bertkit.run_directory`: an earlier run or model there is refused unless options.overwrite)."""
-    with run_directory(options.out, "bertkit lm-train", overwrite=options.overwrite, main=process_rank() == 0):
-        return _train_lm(options)
-
-
-def _train_lm(options: LMOptions) -> dict[str, Any]:
     from bertkit.training.arguments import TrainingArguments
     from bertkit.training.budget import steps_in_budget, wall_clock_budget
     from bertkit.training.trainer import Trainer

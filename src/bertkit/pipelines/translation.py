@@ -30,10 +30,9 @@ from bertkit.config import TRANSLATION_SIZES as SIZES
 from bertkit.models.losses import IGNORE_INDEX
 from bertkit.models.seq2seq import build_seq2seq, load_seq2seq
 from bertkit.options import TranslationOptions
-from bertkit.run_directory import run_directory
+from bertkit.run_directory import holds_out
 from bertkit.tokenizer import detokenize
 from bertkit.training.budget import steps_in_budget, wall_clock_budget
-from bertkit.training.distributed import process_rank
 
 REPORT_NAME = "report.json"
 OPTIONS_NAME = "translation_options.json"
@@ -267,14 +266,10 @@ def dev_loss_fn(batches: list, collator: TranslationCollator):
 
 # ---- training ---------------------------------------------------------------------------------------
 
+@holds_out("bertkit translate-train")
 def train_translation(options: TranslationOptions) -> dict[str, Any]:
     """Data -> tokenizers -> model -> Trainer -> test BLEU; writes OUT/report.json and returns it. The run holds
     OUT (`bertkit.run_directory`: an earlier run or model there is refused unless options.overwrite)."""
-    with run_directory(options.out, "bertkit translate-train", overwrite=options.overwrite, main=process_rank() == 0):
-        return _train_translation(options)
-
-
-def _train_translation(options: TranslationOptions) -> dict[str, Any]:
     from bertkit.training.arguments import TrainingArguments
     from bertkit.training.trainer import Trainer
 

@@ -23,7 +23,7 @@ from bertkit.config import CONFIG_NAME, VIT_SINUSOIDAL_MODEL_TYPE, ViTConfig
 from bertkit.data.images import ImageCollator, ImageProcessor, ImageSet, load_mnist, read_image_folder
 from bertkit.models.vit import ViTForImageClassification, vit_class_for
 from bertkit.options import VisionTrainOptions
-from bertkit.run_directory import run_directory
+from bertkit.run_directory import holds_out
 from bertkit.training.arguments import TrainingArguments
 from bertkit.training.budget import steps_in_budget, wall_clock_budget
 from bertkit.training.trainer import BEST_DIR, METRICS_NAME, Trainer
@@ -119,14 +119,10 @@ def vit_config(options: VisionTrainOptions, train: ImageSet) -> ViTConfig:
 
 # ---- the run -------------------------------------------------------------------------------------
 
+@holds_out("bertkit vision-train", distributed=False)
 def vision_train(options: VisionTrainOptions, say: Callable[[str], None] = lambda line: None) -> dict[str, Any]:
     """Train, keep the best validation checkpoint, score it on test; returns (and writes) the report. The run
     holds options.out (`bertkit.run_directory`: an earlier run or model there is refused unless overwrite)."""
-    with run_directory(options.out, "bertkit vision-train", overwrite=options.overwrite):
-        return _vision_train(options, say)
-
-
-def _vision_train(options: VisionTrainOptions, say: Callable[[str], None]) -> dict[str, Any]:
     started = time.perf_counter()
     splits = load_image_data(options.data, options.image_size, options.seed)
     train, validation, test = splits["train"], splits["validation"], splits["test"]
