@@ -110,7 +110,7 @@ class PretrainOptions(TrainingOptions):
 # Geiping & Goldstein 2022; docs/pretraining-recipe.md has the ablation and the command that measures it).
 PRETRAIN_RECIPES: dict[str, dict[str, Any]] = {
     "bert": {},
-    "crammed": dict(config="tiny", objective="mlm", masking="dynamic", dropout=0.0, learning_rate=1e-3,
+    "crammed": dict(config="tiny", objective="mlm+nsp", masking="dynamic", dropout=0.0, learning_rate=1e-3,
                     warmup_ratio=0.02, bf16=True, dupe_factor=1),
 }
 PRETRAIN_RECIPE_NAMES = tuple(PRETRAIN_RECIPES)
