@@ -35,7 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_time_to_quality import EVAL_FRACTION, PROBE_SIZE, SEED, SEQ, probe_finetune, score  # noqa: E402
 from bertkit.data.pretraining import tokenize_documents  # noqa: E402
 from bertkit.demo import build_vocab, pretraining_corpus  # noqa: E402
-from bertkit.options import PRETRAIN_RECIPES, PretrainOptions  # noqa: E402
+from bertkit.options import PretrainOptions, recipe_values  # noqa: E402
 from bertkit.pipelines.pretrain import (  # noqa: E402
     corpus_split,
     heldout_instances,
@@ -48,7 +48,7 @@ from bertkit.pipelines.pretrain import (  # noqa: E402
 BERT = dict(config="mini", objective="mlm+nsp", masking="static", dupe_factor=1, max_seq_length=SEQ, batch_size=32,
             learning_rate=1e-4, warmup_ratio=0.06, dropout=0.1, bf16=False)
 # the candidate: bertkit pretrain --recipe crammed
-CANDIDATE = {**BERT, **{k: v for k, v in PRETRAIN_RECIPES["crammed"].items() if k != "dupe_factor"}}
+CANDIDATE = {**BERT, **{k: v for k, v in recipe_values("crammed").items() if k != "dupe_factor"}}
 
 # (lever, the one-change alternatives to the candidate): BERT's setting back, or a lever the candidate lacks
 LEVERS: list[tuple[str, list[dict]]] = [
@@ -102,21 +102,23 @@ def train_one(spec: dict) -> dict:
     return result
 
 
-def run_group(specs: list[dict], jobs: int) -> list[dict]:
-    """Train the specs, `jobs` at a time, each in its own process (one thread each when side by side)."""
+def run_group(specs: list[dict], jobs: int, on_result=lambda result: None) -> list[dict]:
+    """Train the specs, `jobs` at a time, each in its own process (one thread each when side by side);
+    `on_result` sees each result as it comes (the log, so an interrupted ablation resumes where it was)."""
     env = dict(os.environ, **({"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"} if jobs > 1 else {}))
     results, pending = [], list(specs)
     running: list[tuple[subprocess.Popen, Path]] = []
     while pending or running:
         while pending and len(running) < jobs:
             spec = pending.pop(0)
-            result_file = Path(spec["out"]).with_suffix(".json")
+            result_file = Path(spec["out"] + ".result.json")  # not with_suffix: "lr=0.002" has one
             command = [sys.executable, __file__, "--train-one", json.dumps(spec), "--result", str(result_file)]
             running.append((subprocess.Popen(command, env=env), result_file))
         process, result_file = running.pop(0)
         if process.wait() != 0:
             raise SystemExit(f"a run failed: {result_file}")
         results.append(json.loads(result_file.read_text()))
+        on_result(results[-1])
     return results
 
 
@@ -150,10 +152,12 @@ def main() -> None:
 
     def run(recipes: list[dict]) -> list[dict]:
         todo = [plan(r) for r in recipes if name_of(r) not in done]
-        for result in run_group(todo, args.jobs):
+        def record(result: dict) -> None:
             done[result["name"]] = result
             with open(log, "a", encoding="utf-8") as f:
                 f.write(json.dumps(result) + "\n")
+
+        run_group(todo, args.jobs, record)
         return [done[name_of(r)] for r in recipes]
 
     alternatives = [(lever, {**CANDIDATE, **change}) for lever, changes in LEVERS[:args.levers] for change in changes]

@@ -136,14 +136,16 @@ def test_torchrun_two_processes_match_one(workspace, tmp_path):
 def test_recipe_sets_the_options_and_typed_flags_win(workspace, tmp_path):
     from bertkit.cli import build_parser
     from bertkit.cli.options import options_from_args
-    from bertkit.options import PRETRAIN_RECIPES, PretrainOptions
+    from bertkit.options import NATIVE, PRETRAIN_RECIPES, PretrainOptions, native_bf16, recipe_values
 
     argv = ["pretrain", "--recipe", "crammed", "--corpus", "c.txt", "--vocab", "v", "--out", "o", "--max-steps", "3"]
-    crammed = options_from_args(PretrainOptions, build_parser().parse_args(argv), base=PRETRAIN_RECIPES["crammed"])
-    assert {k: getattr(crammed, k) for k in PRETRAIN_RECIPES["crammed"]} == PRETRAIN_RECIPES["crammed"]
+    recipe = recipe_values("crammed")
+    assert PRETRAIN_RECIPES["crammed"]["bf16"] is NATIVE and recipe["bf16"] is native_bf16()  # never emulated bf16
+    crammed = options_from_args(PretrainOptions, build_parser().parse_args(argv), base=recipe)
+    assert {k: getattr(crammed, k) for k in recipe} == recipe
     typed = build_parser().parse_args([*argv, "--learning-rate", "5e-4", "--config", "mini"])
-    typed = options_from_args(PretrainOptions, typed, base=PRETRAIN_RECIPES["crammed"])
-    assert (typed.learning_rate, typed.config, typed.dropout) == (5e-4, "mini", PRETRAIN_RECIPES["crammed"]["dropout"])
+    typed = options_from_args(PretrainOptions, typed, base=recipe)
+    assert (typed.learning_rate, typed.config, typed.dropout) == (5e-4, "mini", recipe["dropout"])
     bert = options_from_args(PretrainOptions, build_parser().parse_args(argv[:1] + argv[3:]), base={})
     assert bert == PretrainOptions(corpus=["c.txt"], vocab="v", out="o", max_steps=3)   # --recipe bert: the defaults
     # the recipe's levers reach the model and the data: a run with them trains and saves what it says

@@ -108,19 +108,25 @@ class PretrainOptions(TrainingOptions):
 # typed beside it win). "bert" is BERT's own (Devlin et al.): the PretrainOptions defaults. "crammed" is what
 # reached the best held-out masked-LM accuracy per minute on a 2-core CPU, one lever at a time (Cramming,
 # Geiping & Goldstein 2022; docs/pretraining-recipe.md has the ablation and the command that measures it).
+NATIVE = "where the CPU computes it natively"  # bf16 in a recipe: emulated bf16 would be slower than fp32
 PRETRAIN_RECIPES: dict[str, dict[str, Any]] = {
     "bert": {},
     "crammed": dict(config="tiny", objective="mlm+nsp", masking="dynamic", dropout=0.0, learning_rate=1e-3,
-                    warmup_ratio=0.02, bf16=True, dupe_factor=1),
+                    warmup_ratio=0.02, bf16=NATIVE, dupe_factor=1),
 }
 PRETRAIN_RECIPE_NAMES = tuple(PRETRAIN_RECIPES)
 
 
-def recipe_options(name: str, **given: Any) -> PretrainOptions:
-    """PretrainOptions from the recipe `name`, with the `given` values over it."""
+def recipe_values(name: str) -> dict[str, Any]:
+    """The option values of the recipe `name`; bf16 "where native" resolved for this machine."""
     if name not in PRETRAIN_RECIPES:
         raise ValueError(f"recipe {name!r} is not one of {', '.join(PRETRAIN_RECIPES)}")
-    return PretrainOptions(**{**PRETRAIN_RECIPES[name], **given})
+    return {k: native_bf16() if v is NATIVE else v for k, v in PRETRAIN_RECIPES[name].items()}
+
+
+def recipe_options(name: str, **given: Any) -> PretrainOptions:
+    """PretrainOptions from the recipe `name`, with the `given` values over it."""
+    return PretrainOptions(**{**recipe_values(name), **given})
 
 
 @dataclass(kw_only=True)
@@ -298,9 +304,9 @@ class DemoOptions(Options):
 
 def native_bf16() -> bool:
     """Whether this CPU computes bfloat16 natively (AVX512-BF16 / AMX); elsewhere bf16 is emulated and slower."""
-    import torch
+    from bertkit.precision import native_bfloat16
 
-    return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    return native_bfloat16()
 
 
 # ---- vision-train --------------------------------------------------------------------------------

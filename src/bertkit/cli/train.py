@@ -10,7 +10,7 @@ from pathlib import Path
 
 from bertkit.cli.common import UserError, add_command
 from bertkit.cli.options import add_options, given_options, missing_flags, options_from_args
-from bertkit.options import PRETRAIN_RECIPE_NAMES, PRETRAIN_RECIPES, DemoOptions, FinetuneOptions, PretrainOptions
+from bertkit.options import PRETRAIN_RECIPE_NAMES, DemoOptions, FinetuneOptions, PretrainOptions, recipe_values
 from bertkit.task_kinds import FILE_FORMATS
 
 # ---- pretrain ------------------------------------------------------------------------------------
@@ -45,7 +45,7 @@ def _cmd_pretrain(args: argparse.Namespace) -> int:
         missing = missing_flags(PretrainOptions, args)
         if missing:
             raise UserError(f"give {', '.join(missing)} (or --resume OUT)")
-        options = options_from_args(PretrainOptions, args, base=PRETRAIN_RECIPES[args.recipe or "bert"])
+        options = options_from_args(PretrainOptions, args, base=recipe_values(args.recipe or "bert"))
         state = pretrain(options)
         out = options.out
     if process_rank() == 0:
