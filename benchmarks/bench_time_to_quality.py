@@ -124,7 +124,7 @@ def train_transformers(tokenizer, train_docs, singles, pairs, minutes: float, ou
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
-        return float(loss)
+        return float(loss.detach())
 
     # plan the steps that fit, as bertkit's --minutes does: time a few steps of a copy, then size the schedule
     probe_model = transformers.BertForPreTraining(config).train()

@@ -216,31 +216,23 @@ class BertForTokenClassification(_BertWithClassifier):
         return F.cross_entropy(logits.float().view(-1, self.num_labels), labels.view(-1), ignore_index=IGNORE_INDEX)
 
 
-class BertForPromptClassification(BertPreTrainedModel):
+class BertForPromptClassification(BertForMaskedLM):
     """Classification as a cloze: BertForMaskedLM (same modules and weights; saved as one, for transformers) whose
     forward reads a class off the masked-LM head. With the template "[MASK][MASK]新闻：{text}" (`config.prompt`)
     and label word w_c = (w_c1, w_c2) of class c, the score of c is s_c = Σ_j log p(w_cj | [MASK] j) and
     p(c | x) = softmax_c(s_c) (PET's multi-token verbaliser, Schick & Schütze 2021). Fine-tuning goes through
     the masked-LM head, so no parameter starts from scratch (LM-BFF, Gao et al. 2021)."""
 
-    head_prefixes = ("cls.predictions.",)
-    other_head_prefixes = ("cls.seq_relationship.", "bert.pooler.", "classifier.")
     saved_architecture = "BertForMaskedLM"  # the same weights; config.prompt says how to classify with them
 
     def __init__(self, config: BertConfig) -> None:
-        super().__init__(config)
         if config.prompt is None:
             raise ValueError("BertForPromptClassification needs config.prompt (template and label words); "
                              "see bertkit.data.prompts.PromptTemplate.config")
+        super().__init__(config)  # BertForMaskedLM's modules; the buffer below is not a weight
         self.num_labels = len(config.prompt["label_word_ids"])
         self.mask_token_id = int(config.prompt["mask_token_id"])
-        self.bert = BertModel(config, add_pooling_layer=False)
-        self.cls = BertOnlyMLMHead(config)
         self.register_buffer("label_word_ids", torch.tensor(config.prompt["label_word_ids"]), persistent=False)
-        self.init_weights()
-
-    def tied_weights(self) -> dict[str, str]:
-        return dict(MLM_TIED_WEIGHTS)
 
     def forward(self, input_ids: Tensor, attention_mask: Tensor | None = None, token_type_ids: Tensor | None = None,
                 position_ids: Tensor | None = None, labels: Tensor | None = None, output_attentions: bool = False,
