@@ -15,6 +15,8 @@ from torch import nn
 from bertkit.explain.base import Explanation, PictureWriter, table
 
 CLAIM = "with residual connections the gradient reaching the first layer does not vanish with depth"
+FINDING = ("Each plain block shrinks the backward signal by a roughly constant factor, so it decays geometrically\n"
+           "with depth; the residual stack's identity path carries it down unchanged.")
 
 
 def _first_layer_grad_norm(blocks: nn.ModuleList, x: torch.Tensor, readout: torch.Tensor, residual: bool) -> float:
@@ -40,14 +42,10 @@ def explain(out: str | os.PathLike | None = None, fmt: str = "png", depths: tupl
         res = _first_layer_grad_norm(blocks, x, readout, residual=True)
         numbers[depth] = {"plain": plain, "residual": res, "ratio": res / plain}
         rows.append((depth, plain, res, res / plain))
-    text = "\n".join([
-        f"|∂loss/∂W| at the first block; blocks Linear({hidden},{4 * hidden}) → GELU → Linear, "
-        "PyTorch's default init:",
-        table(["depth", "plain x ← f(x)", "residual x ← x + f(x)", "residual / plain"], rows, 3),
-        "",
-        "Each plain block shrinks the backward signal by a roughly constant factor, so it decays geometrically",
-        "with depth; the residual stack's identity path carries it down unchanged.",
-    ])
+    header = (f"|∂loss/∂W| at the first block; blocks Linear({hidden},{4 * hidden}) → GELU → Linear, "
+              "PyTorch's default init:")
+    columns = ["depth", "plain x ← f(x)", "residual x ← x + f(x)", "residual / plain"]
+    text = f"{header}\n{table(columns, rows, 3)}\n\n{FINDING}"
 
     pictures = PictureWriter(out, fmt)
     pictures.plot("residual_gradients", "line_plot", list(depths),
