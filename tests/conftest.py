@@ -22,6 +22,18 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
     torch.set_num_threads(1)
 
 
+@pytest.fixture(scope="module")
+def one_thread():
+    """Torch on one thread for a module of tiny models (`pytestmark = pytest.mark.usefixtures("one_thread")`):
+    on matrices this small a second thread only adds synchronisation."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 def _unavailable(name: str, err: Exception):
     reason = f"real source {name!r} unavailable (package index unreachable or cache damaged): {err}"
     if os.environ.get("CI"):

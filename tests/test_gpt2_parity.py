@@ -12,6 +12,7 @@ from bertkit.config import GPT2Config
 from bertkit.models.gpt import GPT2LMHeadModel, GPT2Model
 from bertkit.pipelines.lm import generate_text
 from bertkit.tokenizer import BertTokenizer
+from weights import randomise
 
 # Random configurations of several sizes and options (all ids inside the vocabulary).
 CONFIGS = {
@@ -28,17 +29,6 @@ CONFIGS = {
 
 def _config(name: str, **extra) -> dict:
     return dict(CONFIGS[name], bos_token_id=1, eos_token_id=2, pad_token_id=0, **extra)
-
-
-def _randomise(model: torch.nn.Module, seed: int = 0) -> torch.nn.Module:
-    """Weights far from their initial values, so zero biases or unit gains cannot hide a mix-up, and logits
-    far enough apart that greedy choices are not near-ties."""
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            gain = name.endswith("weight") and p.dim() == 1                      # a LayerNorm's
-            p.copy_(torch.randn(p.shape, generator=g) * 0.3 + gain)
-    return model.eval()
 
 
 def _batches(vocab_size: int):
@@ -64,7 +54,7 @@ def _assert_logits_agree(ours, theirs, vocab_size: int) -> None:
 @pytest.mark.parametrize("name", CONFIGS)
 def test_transformers_directory_loads_and_matches(tmp_path, name):
     torch.manual_seed(0)
-    theirs = _randomise(transformers.GPT2LMHeadModel(transformers.GPT2Config(**_config(name))))
+    theirs = randomise(transformers.GPT2LMHeadModel(transformers.GPT2Config(**_config(name))))
     theirs.save_pretrained(tmp_path)
     ours = GPT2LMHeadModel.from_pretrained(tmp_path)
     assert ours.loaded_but_unused == []
@@ -75,7 +65,7 @@ def test_transformers_directory_loads_and_matches(tmp_path, name):
 @pytest.mark.parametrize("name", CONFIGS)
 def test_bertkit_directory_loads_in_transformers_and_matches(tmp_path, name):
     torch.manual_seed(0)
-    ours = _randomise(GPT2LMHeadModel(GPT2Config(**_config(name))))
+    ours = randomise(GPT2LMHeadModel(GPT2Config(**_config(name))))
     ours.save_pretrained(tmp_path)
     saved = json.loads((tmp_path / "config.json").read_text())
     assert saved["model_type"] == "gpt2" and saved["architectures"] == ["GPT2LMHeadModel"]
@@ -90,7 +80,7 @@ def test_older_checkpoints_with_the_causal_mask_buffers_load(tmp_path):
     from safetensors.torch import load_file, save_file
 
     torch.manual_seed(0)
-    theirs = _randomise(transformers.GPT2LMHeadModel(transformers.GPT2Config(**_config("tiny"))))
+    theirs = randomise(transformers.GPT2LMHeadModel(transformers.GPT2Config(**_config("tiny"))))
     theirs.save_pretrained(tmp_path)
     state = load_file(tmp_path / "model.safetensors")
     for i in range(2):
@@ -103,7 +93,7 @@ def test_older_checkpoints_with_the_causal_mask_buffers_load(tmp_path):
 
 def test_bare_model_and_lm_checkpoints_load_into_each_other(tmp_path):
     torch.manual_seed(0)
-    theirs = _randomise(transformers.GPT2LMHeadModel(transformers.GPT2Config(**_config("tiny"))))
+    theirs = randomise(transformers.GPT2LMHeadModel(transformers.GPT2Config(**_config("tiny"))))
     theirs.transformer.save_pretrained(tmp_path / "bare")
     theirs.save_pretrained(tmp_path / "lm")
     ids, _ = _batches(50)
@@ -118,7 +108,7 @@ def test_bare_model_and_lm_checkpoints_load_into_each_other(tmp_path):
 @pytest.mark.parametrize("name", ["tiny", "untied-relu-layer-scaled"])
 def test_greedy_generation_picks_transformers_tokens(tmp_path, name):
     torch.manual_seed(0)
-    theirs = _randomise(transformers.GPT2LMHeadModel(transformers.GPT2Config(**_config(name))), seed=5)
+    theirs = randomise(transformers.GPT2LMHeadModel(transformers.GPT2Config(**_config(name))), seed=5)
     theirs.save_pretrained(tmp_path)
     ours = GPT2LMHeadModel.from_pretrained(tmp_path)
     prompt = torch.randint(3, ours.config.vocab_size, (2, 4), generator=torch.Generator().manual_seed(2))
@@ -134,7 +124,7 @@ def test_greedy_generation_picks_transformers_tokens(tmp_path, name):
 
 def test_without_a_padding_token_finished_rows_repeat_eos_as_in_transformers(tmp_path):
     torch.manual_seed(0)
-    theirs = _randomise(transformers.GPT2LMHeadModel(transformers.GPT2Config(**CONFIGS["tiny"])), seed=5)
+    theirs = randomise(transformers.GPT2LMHeadModel(transformers.GPT2Config(**CONFIGS["tiny"])), seed=5)
     prompts = torch.arange(3, 3 + 40).view(10, 4) % 50
     free = theirs.generate(prompts, attention_mask=torch.ones_like(prompts), max_new_tokens=12, do_sample=False,
                            eos_token_id=None, pad_token_id=0)
@@ -174,7 +164,7 @@ def test_cli_generate_on_a_transformers_directory_reproduces_its_greedy_tokens(t
     torch.manual_seed(0)
     config = transformers.GPT2Config(**dict(CONFIGS["wider-gelu-inner"], bos_token_id=2, eos_token_id=3,
                                             pad_token_id=0))
-    theirs = _randomise(transformers.GPT2LMHeadModel(config), seed=8)
+    theirs = randomise(transformers.GPT2LMHeadModel(config), seed=8)
     theirs.save_pretrained(tmp_path)
     tokenizer = _word_vocab(tmp_path, config.vocab_size)
     prompt = "waa wbc wcd"
@@ -199,7 +189,7 @@ def test_numpy_gpt2_matches_the_torch_model(tmp_path, options):
     from bertkit.reference import NumpyGPT2
 
     torch.manual_seed(0)
-    ours = _randomise(GPT2LMHeadModel(GPT2Config(**_config("wider-gelu-inner", **options))))
+    ours = randomise(GPT2LMHeadModel(GPT2Config(**_config("wider-gelu-inner", **options))))
     ours.save_pretrained(tmp_path)
     reference = NumpyGPT2.from_pretrained(tmp_path)
     ids, masks = _batches(ours.config.vocab_size)

@@ -39,13 +39,7 @@ TINY = dict(vocab_size=len(VOCAB), hidden_size=32, num_hidden_layers=2, num_atte
 WORDS = [w for w in VOCAB[5:] if not w.startswith("##")]
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    # tiny matrices: a second thread only adds synchronisation, which costs ~100 ms a call on a busy machine
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")

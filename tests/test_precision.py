@@ -28,12 +28,7 @@ TINY = dict(vocab_size=len(VOCAB), hidden_size=64, num_hidden_layers=2, num_atte
 TEXTS = ["the cat sat on a mat", "a dog", "it is very good", "it is not bad", "the dog sat", "good"] * 3
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # tiny matrices: a second thread only adds synchronisation
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")

@@ -22,12 +22,7 @@ TINY = dict(vocab_size=len(VOCAB), hidden_size=32, num_hidden_layers=2, num_atte
             max_position_embeddings=16, initializer_range=0.3)
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # tiny matrices: a second thread only adds synchronisation
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def save(model, path):

@@ -9,6 +9,7 @@ import transformers
 
 from bertkit.config import ViTConfig
 from bertkit.models.vit import ViTForImageClassification, ViTModel
+from weights import randomise
 
 CONFIGS = {
     "mnist-p7": dict(image_size=28, patch_size=7, num_channels=1, hidden_size=32, num_hidden_layers=2,
@@ -22,16 +23,6 @@ CONFIGS = {
                                 hidden_act="gelu_new", pooler_output_size=12, pooler_act="relu"),
 }
 LABELS = {0: "zero", 1: "one", 2: "two", 3: "three"}
-
-
-def _randomise(model: torch.nn.Module, seed: int = 0) -> torch.nn.Module:
-    """Weights far from their initial values, so zero biases or unit gains cannot hide a mix-up."""
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            gain = name.endswith("weight") and p.dim() == 1                      # a LayerNorm's
-            p.copy_(torch.randn(p.shape, generator=g) * 0.3 + gain)
-    return model.eval()
 
 
 def _pixels(config: ViTConfig, batch: int = 3) -> torch.Tensor:
@@ -81,7 +72,7 @@ def _assert_agree(ours, theirs, config: ViTConfig, classifier: bool) -> None:
 @pytest.mark.parametrize("pooler", [True, False], ids=["pooler", "no-pooler"])
 def test_vit_model_loads_both_ways(name, pooler, tmp_path):
     config = ViTConfig(**CONFIGS[name])
-    theirs = _randomise(transformers.ViTModel(_hf_config(config), add_pooling_layer=pooler), seed=3)
+    theirs = randomise(transformers.ViTModel(_hf_config(config), add_pooling_layer=pooler), seed=3)
     theirs.save_pretrained(tmp_path / "theirs")
     # a pooler-less directory is read whole by a pooler-less model
     ours = ViTModel(ViTConfig.from_pretrained(tmp_path / "theirs"), add_pooling_layer=pooler)
@@ -89,7 +80,7 @@ def test_vit_model_loads_both_ways(name, pooler, tmp_path):
     ours.eval()
     _assert_agree(ours, theirs, config, classifier=False)
 
-    _randomise(ours, seed=4).save_pretrained(tmp_path / "ours")
+    randomise(ours, seed=4).save_pretrained(tmp_path / "ours")
     back = transformers.ViTModel.from_pretrained(tmp_path / "ours", add_pooling_layer=pooler,
                                                  attn_implementation="eager").eval()
     _assert_agree(ours, back, config, classifier=False)
@@ -98,13 +89,13 @@ def test_vit_model_loads_both_ways(name, pooler, tmp_path):
 @pytest.mark.parametrize("name", list(CONFIGS))
 def test_vit_classifier_loads_both_ways(name, tmp_path):
     config = ViTConfig(**CONFIGS[name], id2label=LABELS)
-    theirs = _randomise(transformers.ViTForImageClassification(_hf_config(config)), seed=5)
+    theirs = randomise(transformers.ViTForImageClassification(_hf_config(config)), seed=5)
     theirs.save_pretrained(tmp_path / "theirs")
     ours = ViTForImageClassification.from_pretrained(tmp_path / "theirs")
     assert ours.config.id2label == LABELS
     _assert_agree(ours, theirs, config, classifier=True)
 
-    _randomise(ours, seed=6).save_pretrained(tmp_path / "ours")
+    randomise(ours, seed=6).save_pretrained(tmp_path / "ours")
     saved = json.loads((tmp_path / "ours" / "config.json").read_text())
     assert saved["model_type"] == "vit" and saved["architectures"] == ["ViTForImageClassification"]
     back = transformers.AutoModelForImageClassification.from_pretrained(tmp_path / "ours",
@@ -120,7 +111,7 @@ def test_vit_classifier_loads_both_ways(name, tmp_path):
 
 def test_a_classifier_reads_a_bare_encoder_and_the_other_way(tmp_path):
     config = ViTConfig(**CONFIGS["mnist-p7"], id2label=LABELS)
-    encoder = _randomise(transformers.ViTModel(_hf_config(config)), seed=7)
+    encoder = randomise(transformers.ViTModel(_hf_config(config)), seed=7)
     encoder.save_pretrained(tmp_path / "encoder")
     with pytest.warns(UserWarning, match="no weights for classifier.bias, classifier.weight"):
         classifier = ViTForImageClassification.from_pretrained(tmp_path / "encoder", id2label=LABELS)
@@ -128,7 +119,7 @@ def test_a_classifier_reads_a_bare_encoder_and_the_other_way(tmp_path):
     with torch.no_grad():  # the encoder is the one that was saved (its pooler left out)
         ours = classifier.vit(pixels).last_hidden_state
         assert _max_diff(ours, encoder(pixels).last_hidden_state) <= 1e-5
-    _randomise(classifier, seed=8).save_pretrained(tmp_path / "classifier")
+    randomise(classifier, seed=8).save_pretrained(tmp_path / "classifier")
     with pytest.warns(UserWarning, match="no weights for pooler.dense.bias, pooler.dense.weight"):
         bare = ViTModel.from_pretrained(tmp_path / "classifier")
     assert bare.loaded_but_unused == ["classifier.bias", "classifier.weight"]
