@@ -6,7 +6,7 @@ import torch
 from bertkit.config import BertConfig
 from bertkit.models.heads import BertForSequenceClassification
 from bertkit.training.arguments import TrainingArguments
-from bertkit.training.budget import steps_in_budget, wall_clock_budget
+from bertkit.training.budget import length_probes, steps_in_budget, wall_clock_budget
 
 
 def test_steps_in_budget_times_a_copy_and_scales_with_the_budget():
@@ -67,3 +67,10 @@ def test_wall_clock_budget_turns_minutes_into_a_clock_the_schedule_follows(tmp_p
     assert wall_clock_budget(None) == {"max_seconds": None, "time_aware_schedule": False}
     args = TrainingArguments(output_dir=str(tmp_path), max_steps=5, **wall_clock_budget(None))  # valid either way
     assert (args.max_seconds, args.time_aware_schedule) == (None, False)
+
+
+def test_length_probes_take_like_lengths_from_short_to_long():
+    lengths = [5, 90, 12, 40, 7, 128, 60, 33, 18, 128, 3, 75]
+    probes = length_probes(lengths, 3, (0.0, 0.5, 0.95))
+    assert [sorted(lengths[i] for i in batch) for batch in probes] == [[3, 5, 7], [40, 60, 75], [90, 128, 128]]
+    assert length_probes(lengths[:2], 8, (0.5,)) == [[0, 1]]  # a batch larger than the data takes all of it

@@ -10,9 +10,9 @@ from conftest import fetch_or_skip, model_dir_or_skip
 
 
 def test_budget_steps_and_corpus():
-    assert finetune_steps(50, 16, 1.0) == 100          # at least 100 steps
+    assert finetune_steps(50, 16, 1.0) == 80           # at least 80 steps
     assert finetune_steps(200, 16, 1.0) == 250         # 20 epochs
-    assert finetune_steps(1000, 16, 1.0) == 400        # at most 400
+    assert finetune_steps(1000, 16, 1.0) == 300        # at most 300
     assert finetune_steps(200, 16, 0.01) == 2
     corpus = pretraining_corpus("thucnews")
     assert corpus[0] == "zh" and corpus.count("thucnews-train") == DEMO_TASKS["thucnews"].tapt_weight

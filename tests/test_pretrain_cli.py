@@ -155,7 +155,8 @@ def test_recipe_sets_the_options_and_typed_flags_win(workspace, tmp_path):
                                 "--no-bias")]) == 0
     saved = json.loads((out / "config.json").read_text())
     assert (saved["normalize_before"], saved["use_bias"], saved["hidden_dropout_prob"]) == (True, False, 0.0)
-    assert json.loads((out / "pretrain_options.json").read_text())["mlm_probability"] == 0.4
+    saved_options = json.loads((out / "pretrain_options.json").read_text())
+    assert (saved_options["mlm_probability"], saved_options["group_by_length"]) == (0.4, True)
 
 
 def test_probe_does_not_depend_on_the_training_masking(workspace):

@@ -10,6 +10,7 @@ import socket
 import subprocess
 import sys
 import time
+import types
 from pathlib import Path
 
 import numpy as np
@@ -106,6 +107,11 @@ def test_trainer_groups_by_length_when_asked(tmp_path):
     spread = [max(len(data[i]["input_ids"]) for i in b) - min(len(data[i]["input_ids"]) for i in b) for b in batches]
     assert max(spread) < 20  # 96 examples of 1..59 tokens: random batches of 8 spread ~45
     assert [list(b) for b in batches] == [list(make_trainer(tmp_path / "again", data=data, batch_size=8,
+                                                            group_by_length=True).global_batch(s)[1])
+                                          for s in range(trainer.steps_per_epoch)]
+    # pretraining instances carry input_ids as an attribute: they group the same way
+    objects = [types.SimpleNamespace(input_ids=d["input_ids"]) for d in data]
+    assert [list(b) for b in batches] == [list(make_trainer(tmp_path / "objects", data=objects, batch_size=8,
                                                             group_by_length=True).global_batch(s)[1])
                                           for s in range(trainer.steps_per_epoch)]
     with pytest.raises(ValueError, match="group_by_length needs"):

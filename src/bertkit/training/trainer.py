@@ -145,9 +145,10 @@ class Trainer:
     def _lengths(self) -> np.ndarray:
         if self._example_lengths is None:
             try:
-                self._example_lengths = np.array([len(ex["input_ids"]) for ex in self.train_dataset])
-            except (TypeError, KeyError, IndexError) as err:
-                raise ValueError("group_by_length needs examples that are mappings with 'input_ids'") from err
+                self._example_lengths = np.array([len(ex["input_ids"] if isinstance(ex, Mapping) else ex.input_ids)
+                                                  for ex in self.train_dataset])
+            except (TypeError, KeyError, IndexError, AttributeError) as err:
+                raise ValueError("group_by_length needs examples with input_ids (a key or an attribute)") from err
         return self._example_lengths
 
     def _micro_batches(self, step: int) -> list[tuple[int, dict[str, Any]]]:
