@@ -30,7 +30,7 @@ from bertkit.task_kinds import TaskKind, get_task, label_names
 from bertkit.training import metrics
 from bertkit.training.arguments import TrainingArguments
 from bertkit.training.budget import length_probes, steps_in_budget, wall_clock_budget
-from bertkit.training.trainer import Trainer
+from bertkit.training.trainer import Trainer, example_length
 
 RESULTS_NAME = "finetune_results.json"
 
@@ -249,7 +249,7 @@ def finetune(options: FinetuneOptions) -> dict[str, Any]:
     if options.minutes and not options.max_steps:  # size the schedule to the time budget, so it decays fully
         B = min(options.batch_size, len(train_features))
         if options.group_by_length:  # batches of like lengths: time one at each quartile of the lengths
-            lengths = [len(f["input_ids"]) for f in train_features]
+            lengths = [example_length(f) for f in train_features]
             probes = [collator([train_features[i] for i in batch])
                       for batch in length_probes(lengths, B, (0.25, 0.5, 0.75))]
         else:

@@ -32,7 +32,7 @@ from bertkit.training.arguments import TrainingArguments
 from bertkit.training.budget import length_probes, steps_in_budget, wall_clock_budget
 from bertkit.training.checkpointing import check_not_finished
 from bertkit.training.distributed import process_count, process_rank
-from bertkit.training.trainer import Trainer
+from bertkit.training.trainer import Trainer, example_length
 
 OPTIONS_NAME = "pretrain_options.json"
 
@@ -216,7 +216,7 @@ def plan_steps(run: PretrainingRun, options: PretrainOptions) -> int:
     """The steps that fit in `options.minutes`, from training steps timed on a copy of the run's model."""
     B, instances = options.batch_size, run.train_instances
     if options.group_by_length:  # batches of like lengths: time seven, short to long
-        batches = length_probes([len(i.input_ids) for i in instances], B, (0.05, 0.2, 0.35, 0.5, 0.65, 0.8, 0.95))
+        batches = length_probes([example_length(i) for i in instances], B, (0.05, 0.2, 0.35, 0.5, 0.65, 0.8, 0.95))
     else:
         batches = [list(range(i * B, min((i + 1) * B, len(instances)))) for i in range(4)]
     probes = [run.collator([instances[i] for i in batch], list(range(len(batch)))) for batch in batches]

@@ -32,7 +32,8 @@ from bertkit.training.distributed import Distributed, setup_distributed
 from bertkit.training.memory import keep_freed_memory
 from bertkit.training.schedule import build_optimizer, build_scheduler
 
-__all__ = ["Trainer", "TrainingArguments", "TrainState", "TrainingError", "example_seed", "length_grouped"]
+__all__ = ["Trainer", "TrainingArguments", "TrainState", "TrainingError", "example_length", "example_seed",
+           "length_grouped"]
 
 logger = logging.getLogger(__name__)
 
@@ -60,6 +61,12 @@ def example_seed(seed: int, epoch: int, index: int) -> int:
         h = (h ^ (h >> 27)) * 0x94D049BB133111EB & mask
         h ^= h >> 31
     return h >> 1
+
+
+def example_length(example: Any) -> int:
+    """Tokens in a training example: its input_ids, a key (fine-tuning features) or an attribute (pretraining
+    instances)."""
+    return len(example["input_ids"] if isinstance(example, Mapping) else example.input_ids)
 
 
 def length_grouped(perm: np.ndarray, lengths: np.ndarray, batch_size: int, rng: np.random.Generator,
@@ -145,8 +152,7 @@ class Trainer:
     def _lengths(self) -> np.ndarray:
         if self._example_lengths is None:
             try:
-                self._example_lengths = np.array([len(ex["input_ids"] if isinstance(ex, Mapping) else ex.input_ids)
-                                                  for ex in self.train_dataset])
+                self._example_lengths = np.array([example_length(ex) for ex in self.train_dataset])
             except (TypeError, KeyError, IndexError, AttributeError) as err:
                 raise ValueError("group_by_length needs examples with input_ids (a key or an attribute)") from err
         return self._example_lengths
