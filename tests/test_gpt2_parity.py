@@ -215,3 +215,21 @@ def test_numpy_gpt2_reads_the_earlier_gpt_format():
         got = NumpyGPT2.from_pretrained(directory)(recorded["input.input_ids"], recorded["input.attention_mask"])
         keep = recorded["input.attention_mask"].astype(bool)
         np.testing.assert_allclose(got[keep], recorded["output.logits"][keep], atol=1e-5, rtol=1e-5)
+
+
+def test_transformers_directory_with_default_special_ids_and_a_small_vocabulary_loads(tmp_path):
+    """transformers' GPT2Config keeps GPT-2's bos/eos 50256 whatever the vocabulary; its model loads and runs, and so
+    must bertkit's: a warning says generation cannot start from or stop at them, the logits agree."""
+    torch.manual_seed(0)
+    config = transformers.GPT2Config(vocab_size=300, n_positions=32, n_embd=16, n_layer=2, n_head=4)
+    assert config.bos_token_id == config.eos_token_id == 50256
+    theirs = randomise(transformers.GPT2LMHeadModel(config))
+    theirs.save_pretrained(tmp_path)
+    with pytest.warns(UserWarning, match="bos_token_id 50256 and eos_token_id 50256 are outside the vocab"):
+        ours = GPT2LMHeadModel.from_pretrained(tmp_path)
+    _assert_logits_agree(ours, theirs, 300)
+    prompt = torch.tensor([[5, 6, 7]])
+    out = ours.generate(prompt, max_new_tokens=4)  # eos 50256 can never be produced: runs to max_new_tokens
+    assert out.shape == (1, 7) and int(out.max()) < 300
+    with pytest.raises(ValueError, match="give a prompt"):
+        ours.generate(max_new_tokens=4)

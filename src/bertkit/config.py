@@ -33,6 +33,10 @@ class ConfigError(ValueError):
     """A configuration value that no model can be built from."""
 
 
+class ConfigWarning(UserWarning):
+    """A configuration value a model can be built from, but that limits what it can do."""
+
+
 class _JsonConfig:
     """config.json reading and writing for the dataclass configs below; `model_type` names the class."""
 
@@ -325,11 +329,24 @@ def _check_probabilities(config: Any, names: tuple[str, ...]) -> None:
             raise ConfigError(f"{name} must be in [0, 1), got {value!r}")
 
 
-def _check_token_ids(config: Any, names: tuple[str, ...], vocab_size: int) -> None:
+def _check_token_ids(config: Any, names: tuple[str, ...], vocab_size: int, harmless: bool = False) -> None:
+    """A token id outside [0, vocab_size) is a ConfigError, or with `harmless` (ids only generation reads, never a
+    weight) one ConfigWarning naming them; a negative or non-integer id is always an error."""
+    outside = []
     for name in names:
         value = getattr(config, name)
-        if value is not None and not 0 <= value < vocab_size:
-            raise ConfigError(f"{name} {value} is outside the vocabulary (size {vocab_size})")
+        if value is None:
+            continue
+        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+            raise ConfigError(f"{name} must be a token id (an integer from 0), got {value!r}")
+        if value >= vocab_size:
+            if not harmless:
+                raise ConfigError(f"{name} {value} is outside the vocabulary (size {vocab_size})")
+            outside.append(f"{name} {value}")
+    if outside:
+        warnings.warn(f"{' and '.join(outside)} {'is' if len(outside) == 1 else 'are'} outside the vocabulary (size "
+                      f"{vocab_size}): generation cannot start from or stop at {'it' if len(outside) == 1 else 'them'} "
+                      "(give a prompt; continuations run to max_new_tokens)", ConfigWarning, stacklevel=5)
 
 
 @dataclass
@@ -458,7 +475,9 @@ class GPT2Config(_JsonConfig):
         if self.add_cross_attention:
             raise ConfigError("add_cross_attention: bertkit's GPT-2 has no cross-attention (use Seq2SeqTransformer)")
         _check_probabilities(self, ("resid_pdrop", "embd_pdrop", "attn_pdrop"))
-        _check_token_ids(self, ("pad_token_id", "bos_token_id", "eos_token_id"), self.vocab_size)
+        # transformers' GPT2Config keeps GPT-2's 50256 as bos/eos whatever the vocabulary, and its models load and
+        # run: these ids are read only by generation (gpt.py and generation.py check them where they are used)
+        _check_token_ids(self, ("pad_token_id", "bos_token_id", "eos_token_id"), self.vocab_size, harmless=True)
 
     def to_dict(self) -> dict[str, Any]:
         out = super().to_dict()

@@ -178,8 +178,14 @@ class GenerationMixin:
         config = self.config
         eos = config.eos_token_id if eos_token_id == -1 else eos_token_id
         pad = config.pad_token_id if pad_token_id is None else pad_token_id
+        vocab_size = getattr(config, "target_vocab_size", None) or config.vocab_size
+        if eos is not None and not 0 <= eos < vocab_size:  # a token the model cannot produce ends no row
+            eos = None
         if pad is None:  # GPT-2 has no padding token: rows that have finished repeat eos, as in transformers
             pad = eos if eos is not None else 0
+        if eos is not None and not 0 <= pad < vocab_size:
+            raise ValueError(f"pad_token_id {pad} is outside the vocabulary (size {vocab_size}): rows that end early "
+                             "would be padded with it; give a pad_token_id inside the vocabulary")
         state = self.start_decoding(input_ids, attention_mask, use_cache)
         limit = state.max_new_tokens
         if max_new_tokens is None:

@@ -211,7 +211,11 @@ class GPT2LMHeadModel(GenerationMixin, GPT2PreTrainedModel):
                        use_cache: bool = True) -> DecodingState:
         """Continue `input_ids` (B, T0), prompts of equal length; no prompt = start from bos."""
         if input_ids is None:
-            input_ids = torch.full((1, 1), self.config.bos_token_id, dtype=torch.long,
+            bos = self.config.bos_token_id
+            if bos is None or not 0 <= bos < self.config.vocab_size:
+                raise ValueError(f"generate() without a prompt starts from bos_token_id, and this model's ({bos}) is "
+                                 f"not in its vocabulary (size {self.config.vocab_size}); give a prompt")
+            input_ids = torch.full((1, 1), bos, dtype=torch.long,
                                    device=self.transformer.wte.weight.device)
         if attention_mask is not None and not bool(attention_mask.all()):
             raise ValueError("generate() continues prompts of equal length; give one prompt, or prompts "
