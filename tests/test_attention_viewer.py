@@ -362,6 +362,6 @@ def test_cli_attention_on_m3e_small(tmp_path, capsys):
     assert np.array(data["attentions"]).shape == (4, 8, 17, 17)
     assert_real_picture(picture, min_side=300)
     assert main(["attention", "--model", str(model), "北京", "--out", str(out), "--picture", str(picture),
-                 "--layer", "9"]) == 2
+                 "--layer", "9", "--overwrite"]) == 2
     assert "--layer 9: the model has 4 layers" in capsys.readouterr().err
     assert data == page_data(out.read_text(encoding="utf-8"))              # refused before writing anything

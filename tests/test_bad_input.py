@@ -384,3 +384,309 @@ def test_every_command_the_readme_names_exists():
 def test_the_readme_links_the_bad_input_page():
     assert "(docs/bad-input.md)" in README.read_text(encoding="utf-8")
     assert (README.parent / "docs" / "bad-input.md").is_file()
+
+
+# ---- 9. nothing a user has is lost ---------------------------------------------------------------
+
+def tree(path: Path) -> dict[str, bytes]:
+    """Every file below `path` and its bytes: what must be the same after a refused command."""
+    return {str(p.relative_to(path)): p.read_bytes() for p in sorted(path.rglob("*")) if p.is_file()}
+
+
+def pretrain_argv(ws: Path, out: Path, *extra) -> list:
+    return ["--corpus", ws / "corpus.txt", "--vocab", ws / "vocab", "--config", ws / "tiny.json", "--max-steps", "2",
+            "--max-seq-length", "32", "--no-progress", "--out", out, *extra]
+
+
+def test_overwrite_never_deletes_the_model_a_finetune_run_starts_from(ws, tmp_path, capsys):
+    run_dir = tmp_path / "out"
+    assert run(capsys, "finetune", *finetune_argv(ws, tmp_path, "--max-steps", "2"))[0] == 0
+    before = tree(run_dir)
+    argv = finetune_argv(ws, tmp_path, "--max-steps", "2", "--overwrite")
+    argv[argv.index("--model") + 1] = run_dir / "best"
+    err = refused(capsys, "finetune", *argv)
+    assert f"--model {run_dir / 'best'} is an input of this run, and --overwrite would delete it" in err
+    assert tree(run_dir) == before
+    argv[argv.index("--out") + 1] = tmp_path / "elsewhere"  # the same model into another directory: trains
+    assert run(capsys, "finetune", *argv)[0] == 0
+
+
+def test_overwrite_never_deletes_the_vocabulary_or_config_a_pretraining_run_reads(ws, tmp_path, capsys):
+    import shutil
+
+    shutil.copytree(ws / "vocab", tmp_path / "v")
+    (tmp_path / "v" / "config.json").write_text((ws / "tiny.json").read_text())
+    before = tree(tmp_path / "v")
+    argv = pretrain_argv(ws, tmp_path / "v", "--overwrite")
+    argv[argv.index("--vocab") + 1] = tmp_path / "v"
+    assert "--vocab" in refused(capsys, "pretrain", *argv)
+    argv[argv.index("--vocab") + 1] = ws / "vocab"
+    argv[argv.index("--config") + 1] = tmp_path / "v" / "config.json"
+    assert f"--config {tmp_path / 'v' / 'config.json'} is an input of this run" in refused(capsys, "pretrain", *argv)
+    assert tree(tmp_path / "v") == before
+    # and a vocabulary built from a file inside the directory it would replace
+    err = refused(capsys, "vocab", "--corpus", tmp_path / "v" / "vocab.txt", "--out", tmp_path / "v", "--overwrite")
+    assert "--corpus" in err and "is an input of this run" in err
+    assert tree(tmp_path / "v") == before
+
+
+def test_overwrite_still_replaces_an_earlier_runs_outputs(ws, tmp_path, capsys):
+    assert run(capsys, "pretrain", *pretrain_argv(ws, tmp_path / "p"))[0] == 0
+    (tmp_path / "p" / "notes.txt").write_text("mine")
+    assert run(capsys, "pretrain", *pretrain_argv(ws, tmp_path / "p", "--overwrite"))[0] == 0
+    assert (tmp_path / "p" / "notes.txt").read_text() == "mine"
+
+
+def test_encode_never_replaces_a_file_unasked(ws, tmp_path, capsys):
+    vectors, notes = tmp_path / "vec.npy", tmp_path / "notes.txt"
+    np.save(vectors, np.zeros(3))
+    notes.write_text("hello")
+    before = tree(tmp_path)
+    model = ws / "classifier"
+    err = refused(capsys, "encode", "--model", model, "张三", "--out", vectors)
+    assert err == f"bertkit encode: error: --out {vectors} already exists; give --overwrite to replace it, or choose " \
+                  "another name"
+    assert refused(capsys, "encode", "--model", model, "张三", "--out", notes).endswith(
+        f"--out {notes}: give a file name ending in .npy")
+    (tmp_path / "in.npy").write_text("张三\n北京\n", encoding="utf-8")
+    err = refused(capsys, "encode", "--model", model, "--input", tmp_path / "in.npy", "--out", tmp_path / "in.npy",
+                  "--overwrite")
+    assert "is also --input, an input of this command" in err
+    assert tree(tmp_path) == {**before, "in.npy": "张三\n北京\n".encode()}
+    assert run(capsys, "encode", "--model", model, "张三", "--out", vectors, "--overwrite")[0] == 0
+    assert np.load(vectors).shape == (1, 32)
+
+
+def test_attention_and_explain_never_replace_a_file_unasked(ws, tmp_path, capsys):
+    page, picture = tmp_path / "page.html", tmp_path / "heads.png"
+    page.write_text("<html>mine</html>")
+    picture.write_bytes(b"mine")
+    for flag, path in (("--out", page), ("--picture", picture)):
+        argv = ["--model", ws / "classifier", "张三", "--out", tmp_path / "new.html", flag, path]
+        assert f"{flag} {path} already exists; give --overwrite" in refused(capsys, "attention", *argv)
+        assert not (tmp_path / "new.html").exists()
+    assert page.read_text() == "<html>mine</html>" and picture.read_bytes() == b"mine"
+    assert run(capsys, "attention", "--model", ws / "classifier", "张三", "--out", page, "--overwrite")[0] == 0
+    assert "mine" not in page.read_text()
+    pictures = tmp_path / "pictures"
+    pictures.mkdir()
+    (pictures / "layernorm_vs_batchnorm.png").write_bytes(b"mine")
+    err = refused(capsys, "explain", "layernorm", "--out", pictures)
+    assert "already holds layernorm_vs_batchnorm.png; give --overwrite" in err
+    assert tree(pictures) == {"layernorm_vs_batchnorm.png": b"mine"}  # and no staging folder left behind
+    assert run(capsys, "explain", "layernorm", "--out", pictures, "--overwrite")[0] == 0
+    assert (pictures / "layernorm_vs_batchnorm.png").read_bytes().startswith(b"\x89PNG")
+
+
+# ---- 10. any bytes on the command line -----------------------------------------------------------
+
+GBK_BEIJING = "北京".encode("gbk")  # b'\xb1\xb1\xbe\xa9': not UTF-8
+
+
+def as_argument(raw: bytes) -> str:
+    """The str Python makes of an argument with these bytes (undecodable bytes become lone surrogates)."""
+    return os.fsdecode(raw)
+
+
+@pytest.mark.parametrize("command, argv", [
+    ("predict", ["--model", "{model}", "{text}"]),
+    ("predict", ["--model", "{model}", "张三", "--pair", "{text}"]),
+    ("encode", ["--model", "{model}", "{text}"]),
+    ("attention", ["--model", "{model}", "{text}", "--out", "{tmp}/a.html"]),
+    ("generate", ["--model", "{model}", "{text}"]),
+    ("translate", ["--model", "{model}", "{text}"]),
+], ids=lambda x: x if isinstance(x, str) else None)
+@pytest.mark.parametrize("raw", [GBK_BEIJING, "北京".encode()[:-1]], ids=["gbk", "cut-utf8"])
+def test_text_that_is_not_utf8_is_named_not_a_traceback(ws, tmp_path, capsys, command, argv, raw):
+    values = {"model": str(ws / "classifier"), "text": as_argument(raw), "tmp": str(tmp_path)}
+    err = refused(capsys, command, *[a.format(**values) for a in argv])
+    assert "is not valid utf-8 text: bytes" in err and "give --encoding gbk" in err
+
+
+def test_encoding_gbk_reads_gbk_text_from_the_command_line_and_files(ws, tmp_path, capsys):
+    code, out, _ = run(capsys, "predict", "--model", ws / "classifier", "--encoding", "gbk", as_argument(GBK_BEIJING))
+    assert code == 0 and out.rstrip().endswith("北京")
+    (tmp_path / "gbk.txt").write_bytes("北京\n张三在工作\n".encode("gbk"))
+    err = refused(capsys, "predict", "--model", ws / "classifier", "--input", tmp_path / "gbk.txt")
+    assert err.endswith(f"{tmp_path / 'gbk.txt'} is not utf-8 text: 2 of 2 lines do not decode (the first is line 1); "
+                        "GBK or GB18030 text? give --encoding gbk")
+    code, out, _ = run(capsys, "predict", "--model", ws / "classifier", "--input", tmp_path / "gbk.txt",
+                       "--encoding", "gbk")
+    assert code == 0 and "张三在工作" in out
+    with pytest.raises(SystemExit):
+        main(["predict", "--model", str(ws / "classifier"), "--encoding", "klingon", "x"])
+    assert "argument --encoding: unknown encoding 'klingon'" in capsys.readouterr().err
+
+
+def test_standard_input_that_is_not_utf8_is_named(ws, monkeypatch, capsys):
+    import io
+
+    monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO("好\n".encode() + GBK_BEIJING + b"\n")))
+    err = refused(capsys, "generate", "--model", ws / "classifier")
+    assert "line 2 of standard input is not valid utf-8 text" in err
+
+
+@pytest.mark.parametrize("text", ["", "   "])
+def test_empty_text_on_the_command_line_is_refused(ws, capsys, text):
+    for command in ("predict", "encode", "attention"):
+        err = refused(capsys, command, "--model", ws / "classifier", text)
+        assert err.endswith(f"the text is {'empty' if not text else 'only white space'}: it has no tokens, so "
+                            "nothing made for it could mean anything")
+
+
+def test_empty_texts_in_the_python_api_are_counted_in_a_warning(ws):
+    from bertkit.inference import EmptyTextWarning, encode
+
+    tokenizer = BertTokenizer.from_pretrained(ws / "classifier")
+    model = BertForSequenceClassification.from_pretrained(ws / "classifier").bert
+    with pytest.warns(EmptyTextWarning, match=r"2 of 3 texts are empty or only white space \(the first is "
+                                              r"texts\[1\]\)"):
+        vectors = encode(model, tokenizer, ["张三", "", " \t"])
+    np.testing.assert_array_equal(vectors[1], vectors[2])  # both are [CLS] [SEP] alone
+    with pytest.raises(ValueError, match="texts\\[0\\] is not valid text: it holds undecoded bytes"):
+        encode(model, tokenizer, [as_argument(GBK_BEIJING)])
+
+
+def test_a_huge_image_size_is_refused_with_what_it_would_take(tmp_path, capsys):
+    err = refused(capsys, "vision-train", "--data", tmp_path, "--image-size", "100000", "--out", tmp_path / "v",
+                  "--max-steps", "1")
+    assert "--image-size 100000: 7-pixel patches cut one image into 204,061,225 patch tokens, more than the " \
+           "4,096" in err
+    assert "the image 30.0 GB in RGB" in err
+    with pytest.raises(ValueError, match="memory, more than half of this machine's"):
+        from bertkit.data.images import check_memory
+
+        check_memory(10**15, "a thousand huge images", "give a smaller --image-size")
+
+
+# ---- 11. numbers that would mislead --------------------------------------------------------------
+
+def test_pretraining_with_a_vocabulary_that_does_not_cover_the_corpus_is_refused(ws, tmp_path, capsys):
+    BertTokenizer({t: i for i, t in enumerate(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *"abcdefg"])}
+                  ).save_pretrained(tmp_path / "english")
+    argv = pretrain_argv(ws, tmp_path / "p")
+    argv[argv.index("--vocab") + 1] = tmp_path / "english"
+    err = refused(capsys, "pretrain", *argv)
+    assert re.search(r"error: 100\.0% of the training corpus's [\d,]+ tokens are \[UNK\]", err), err
+    assert not (tmp_path / "p").exists()
+    assert run(capsys, "pretrain", *pretrain_argv(ws, tmp_path / "ok"))[0] == 0
+    report = json.loads((tmp_path / "ok" / "data_report.json").read_text())
+    assert report["measured"]["unknown_rate"] == 0.0 and report["measured"]["tokens"] > 100
+
+
+def test_a_few_unknown_tokens_are_a_warning_with_the_rate():
+    from bertkit.data.quality import DataQualityWarning, DataReport
+
+    with pytest.warns(DataQualityWarning, match=r"8\.0% of the text's 1,000 tokens are \[UNK\] \(80\)"):
+        DataReport("the text").unknown_tokens(80, 1000).check()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        DataReport("the text").unknown_tokens(40, 1000).check()  # 4%: said nowhere
+
+
+def test_a_tokenizer_that_does_not_fit_the_models_embeddings_is_named(ws, tmp_path, capsys):
+    import shutil
+
+    shutil.copytree(ws / "classifier", tmp_path / "small")  # embeddings for 30 tokens, a tokenizer of 8
+    BertTokenizer({t: i for i, t in enumerate(VOCAB[:8])}).save_pretrained(tmp_path / "small")
+    code, _, err = run(capsys, "predict", "--model", tmp_path / "small", "张三")
+    assert code == 0
+    unused = len(VOCAB) - 8
+    assert f"warning: {tmp_path / 'small'}: the tokenizer has 8 tokens, the model's embeddings {len(VOCAB)} rows: " \
+           f"{unused} of them ({unused / len(VOCAB):.0%}) are never used; is this the model's own tokenizer?" in err
+    shutil.copytree(ws / "classifier", tmp_path / "big")
+    BertTokenizer({t: i for i, t in enumerate(VOCAB + [f"x{i}" for i in range(20)])}).save_pretrained(tmp_path / "big")
+    assert f"the tokenizer has {len(VOCAB) + 20} tokens, the model's embeddings {len(VOCAB)} rows: ids from " \
+           f"{len(VOCAB)} on have no vector" in refused(capsys, "encode", "--model", tmp_path / "big", "张三")
+
+
+def test_finetuning_on_one_class_is_refused(ws, tmp_path, capsys):
+    (tmp_path / "one.tsv").write_text("".join(f"{t}\tpos\n" for t in ("张三", "北京", "很好", "工作") * 5),
+                                      encoding="utf-8")
+    argv = finetune_argv(ws, tmp_path, "--max-steps", "1")
+    argv[argv.index("--train") + 1] = tmp_path / "one.tsv"
+    err = refused(capsys, "finetune", *argv)
+    assert "the training data has one class ('pos', all 20 examples): a classifier learns nothing from it" in err
+
+
+def test_a_label_tab_text_file_is_named_not_trained_as_a_class_per_headline(ws, tmp_path, capsys):
+    rows = [f"{'ab'[i % 2]}\t{VOCAB[6 + i % 20]}{VOCAB[6 + i // 20]}在北京" for i in range(40)]  # 40 headlines
+    (tmp_path / "thucnews-layout.tsv").write_text("\n".join(rows) + "\n", encoding="utf-8")
+    argv = finetune_argv(ws, tmp_path, "--max-steps", "1")
+    argv[argv.index("--train") + 1] = tmp_path / "thucnews-layout.tsv"
+    err = refused(capsys, "finetune", *argv)
+    assert "the label column of the training data holds 40 different values in 40 examples" in err
+    assert "the first column has 2 different values: if the file is label<TAB>text" in err
+
+
+def test_a_dev_set_of_one_class_is_a_warning(ws, tmp_path, capsys):
+    (tmp_path / "dev.tsv").write_text("张三\ta\n北京\ta\n", encoding="utf-8")
+    argv = finetune_argv(ws, tmp_path, "--max-steps", "1")
+    argv[argv.index("--dev") + 1] = tmp_path / "dev.tsv"
+    code, _, err = run(capsys, "finetune", *argv)
+    assert code == 0
+    assert "warning: the dev data has one class ('a', all 2 examples): accuracy on it measures only" in err
+
+
+def test_vocab_of_special_tokens_only_is_refused_and_a_larger_one_is_said(ws, tmp_path, capsys):
+    err = refused(capsys, "vocab", "--corpus", ws / "corpus.txt", "--min-count", "100000", "--out", tmp_path / "v")
+    assert "no character of the text occurs at least 100,000 times" in err and "only the 5 special tokens" in err
+    assert not (tmp_path / "v").exists()
+    (tmp_path / "en.txt").write_text("the quick brown fox jumps over the lazy dog\n" * 20)
+    code, _, err = run(capsys, "vocab", "--corpus", tmp_path / "en.txt", "--kind", "wordpiece", "--size", "10",
+                       "--out", tmp_path / "w")
+    size = len((tmp_path / "w" / "vocab.txt").read_text().splitlines())
+    assert code == 0 and size > 10
+    assert f"warning: asked for 10 tokens, the vocabulary has {size}: WordPiece starts from every character" in err
+
+
+# ---- 12. messages that send the user the right way -----------------------------------------------
+
+def test_a_binary_file_as_a_corpus_is_named_as_not_text(ws, tmp_path, capsys):
+    (tmp_path / "picture.png").write_bytes(b"\x89PNG\r\n\x1a\n" + bytes(range(256)) * 8)
+    argv = pretrain_argv(ws, tmp_path / "p")
+    argv[argv.index("--corpus") + 1] = tmp_path / "picture.png"
+    assert refused(capsys, "pretrain", *argv).endswith(f"{tmp_path / 'picture.png'} is not a text file: it holds NUL "
+                                                        "bytes (binary data, or UTF-16 text: then give its encoding, "
+                                                        "e.g. --encoding utf-16)")
+
+
+def test_a_corpus_of_one_document_says_how_many_it_has(ws, tmp_path, capsys):
+    (tmp_path / "one.txt").write_text("张三在北京工作。\n很好。\n", encoding="utf-8")
+    argv = pretrain_argv(ws, tmp_path / "p", "--eval-fraction", "0")
+    argv[argv.index("--corpus") + 1] = tmp_path / "one.txt"
+    assert "next-sentence prediction needs at least 2 documents, and the corpus has 1" in refused(
+        capsys, "pretrain", *argv)
+
+
+def test_a_diverging_finetune_run_exits_1_naming_the_learning_rate(ws, tmp_path, capsys):
+    argv = finetune_argv(ws, tmp_path, "--max-steps", "6", "--learning-rate", "1e6", "--batch-size", "8")
+    code, _, err = run(capsys, "finetune", *argv)
+    assert code == 1 and "Traceback" not in err
+    assert err.startswith("bertkit finetune: error: training stopped at step "), err
+    assert "so the run diverged" in err and "Lower the learning rate" in err and "bf16" not in err
+    code, _, err = run(capsys, "finetune", *argv, "--overwrite")
+    assert code == 1, err  # --overwrite starts the run again, as the message says
+
+
+def test_conll_tags_that_are_not_tags_name_file_and_line(tmp_path):
+    from bertkit.data.readers import read_conll
+
+    path = tmp_path / "bad.conll"
+    path.write_text("张 B-PER\n三 I-PER\n\n北 B-\n京 LOC\n", encoding="utf-8")
+    with pytest.raises(ValueError, match=rf"{re.escape(str(path))}, line 4: 'B-' is not an entity tag \(2 such "):
+        read_conll(path)
+
+
+def test_resume_of_a_file_or_a_missing_directory_says_so(ws, tmp_path, capsys):
+    assert refused(capsys, "pretrain", "--resume", ws / "corpus.txt").endswith(
+        f"{ws / 'corpus.txt'} is a file; --resume takes the directory of a pretraining run (its --out)")
+    assert refused(capsys, "pretrain", "--resume", tmp_path / "nope").endswith(
+        f"{tmp_path / 'nope'} does not exist; --resume takes the directory of a pretraining run (its --out)")
+
+
+def test_predicting_with_an_encoder_points_to_encode_not_to_python(ws, tmp_path, capsys):
+    BertForSequenceClassification.from_pretrained(ws / "classifier").bert.save_pretrained(tmp_path / "encoder")
+    BertTokenizer.from_pretrained(ws / "classifier").save_pretrained(tmp_path / "encoder")
+    err = refused(capsys, "predict", "--model", tmp_path / "encoder", "张三")
+    assert "(bertkit encode)" in err and "()" not in err

@@ -123,9 +123,13 @@ def test_export_command_writes_refuses_overwrite_and_other_models(tmp_path, toke
     assert "outputs last_hidden_state (float32)" in out  # no pooler in a masked-LM model
     check_parity(model.bert, tmp_path / "x" / ONNX_NAME)
     assert main(["export", "--model", str(tmp_path / "m"), "--onnx", str(tmp_path / "x")]) == 2
-    assert "is not empty; choose a new directory or add --overwrite" in capsys.readouterr().err
+    assert f"--onnx {tmp_path / 'x'} already holds a bertkit run or model" in capsys.readouterr().err
+    (tmp_path / "x" / "notes.txt").write_text("mine")
+    assert main(["export", "--model", str(tmp_path / "m"), "--onnx", str(tmp_path / "x"), "--overwrite"]) == 0
+    assert (tmp_path / "x" / "notes.txt").read_text() == "mine"  # replaced what bertkit wrote, and nothing else
+    check_parity(model.bert, tmp_path / "x" / ONNX_NAME)
     assert main(["export", "--model", str(tmp_path / "m"), "--onnx", str(tmp_path / "m")]) == 2
-    assert "would replace the model being exported" in capsys.readouterr().err
+    assert "is the model being exported" in capsys.readouterr().err
     assert (tmp_path / "m" / "config.json").is_file()
     with pytest.raises(ExportError, match="export the float32 model"):
         export_onnx(model.bert.to(torch.bfloat16), tokenizer, tmp_path / "y")

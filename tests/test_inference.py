@@ -153,7 +153,7 @@ def test_empty_and_non_text_inputs_are_refused(model, tokenizer):
         encode(model, tokenizer, [None])
     with pytest.raises(ValueError, match="pooling"):
         encode(model, tokenizer, ["the cat"], pooling="max")
-    with pytest.raises(ValueError, match="not BertModel; for sentence vectors use encode"):
+    with pytest.raises(ValueError, match="not BertModel; for sentence vectors, encode the texts instead"):
         predict(model, tokenizer, ["the cat"])
 
 

@@ -136,7 +136,8 @@ def test_encode_command_takes_dtype_and_warns_in_one_line(tmp_path, model, token
     np.testing.assert_allclose(np.load(out), encode(model, tokenizer, TEXTS[:3], dtype="int8"), atol=1e-6)
     capsys.readouterr()
     monkeypatch.setattr(precision, "native_bfloat16", lambda device="cpu": False)
-    assert main(["encode", "--model", str(tmp_path / "m"), "--dtype", "bf16", "--out", str(out), *TEXTS[:3]]) == 0
+    assert main(["encode", "--model", str(tmp_path / "m"), "--dtype", "bf16", "--out", str(out), "--overwrite",
+                 *TEXTS[:3]]) == 0
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("bertkit encode: warning: this CPU does not compute bfloat16"), err
     np.testing.assert_array_equal(np.load(out), encode(model, tokenizer, TEXTS[:3]))

@@ -30,7 +30,7 @@ def test_a_models_head_names_its_task():
     assert task_of_model(BertForSequenceClassification(TINY)) is TASKS["classify"]
     assert task_of_model(BertForTokenClassification(TINY)) is TASKS["ner"]
     with pytest.raises(ValueError, match="evaluate needs a fine-tuned BertForSequenceClassification or "
-                                         "BertForTokenClassification, not BertModel; for sentence vectors use encode"):
+                                         "BertForTokenClassification, not BertModel; for sentence vectors, encode"):
         task_of_model(BertModel(TINY), "evaluate")
 
 

@@ -78,7 +78,7 @@ def test_cli_vocab(tmp_path, capsys):
     assert main(["vocab", "--corpus", str(corpus), "--size", "40", "--out", str(tmp_path / "out"),
                  "--trainer", "python"]) == 0
     printed = capsys.readouterr().out
-    assert "40 tokens" in printed and "[UNK] in the first 15 sentences: 0 tokens" in printed
+    assert "40 tokens" in printed and "[UNK] in the first 15 sentences: 0 of 120 tokens" in printed
     assert BertTokenizer.from_pretrained(tmp_path / "out").tokenize("the pug") == ["the", "pug"]
     assert main(["vocab", "--corpus", str(corpus), "--size", "3", "--out", str(tmp_path / "x")]) == 2
     assert "too small" in capsys.readouterr().err

@@ -19,6 +19,8 @@ from pathlib import Path
 
 import numpy as np
 
+from bertkit.atomic import atomic_write_text
+
 TEMPLATE = "assets/attention.html"
 
 
@@ -43,10 +45,13 @@ class SentenceAttention:
 
 def load_model_and_tokenizer(model_dir: str | os.PathLike):
     """A BertModel (eval mode) and its BertTokenizer from one Hugging Face model directory."""
+    from bertkit.data.quality import check_tokenizer_fits
     from bertkit.models.bert import BertModel
     from bertkit.tokenizer import BertTokenizer
 
-    return BertModel.from_pretrained(model_dir), BertTokenizer.from_pretrained(model_dir)
+    model, tokenizer = BertModel.from_pretrained(model_dir), BertTokenizer.from_pretrained(model_dir)
+    check_tokenizer_fits(len(tokenizer), model.config.vocab_size, str(model_dir))
+    return model, tokenizer
 
 
 def sentence_attentions(model, tokenizer, text: str, text_pair: str | None = None,
@@ -98,7 +103,4 @@ def attention_html(sentence: SentenceAttention, title: str | None = None, digits
 
 def write_attention_html(path: str | os.PathLike, sentence: SentenceAttention, title: str | None = None) -> Path:
     """Write the viewer page for `sentence` to `path` (folders created); returns the path."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(attention_html(sentence, title), encoding="utf-8")
-    return path
+    return atomic_write_text(path, attention_html(sentence, title))

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 import warnings
 from pathlib import Path
 from typing import Any
@@ -30,7 +31,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from bertkit.atomic import atomic_directory
+from bertkit.atomic import atomic_directory, fsync_directory
 from bertkit.precision import model_dtype
 
 ONNX_NAME = "model.onnx"
@@ -88,15 +89,16 @@ def _importable(name: str) -> bool:
 
 def export_onnx(model: nn.Module, tokenizer: Any, directory: str | os.PathLike, *, int8: bool = False,
                 opset: int | None = None) -> dict[str, Any]:
-    """Write `directory` (replaced whole, atomically): model.onnx, config.json, the tokenizer's files; returns
+    """Write model.onnx, config.json and the tokenizer's files into `directory` (assembled beside it, then each
+    file renamed into place, so none is ever half-written; other files there stay); returns
     {"path", "kind", "inputs", "outputs", "files"}."""
     _check_exporter()
     part, kind, output_names = exported_part(model)
     if int8 and not _importable("onnxruntime"):
         raise ExportError("int8 ONNX quantization needs the onnxruntime package: pip install 'bertkit[onnx]'")
     if model_dtype(part) != "float32":
-        raise ExportError(f"export the float32 model, not a {model_dtype(part)} one (int8=True adds onnxruntime's "
-                          "own int8 graph)")
+        raise ExportError(f"export the float32 model, not a {model_dtype(part)} one (the int8 option adds "
+                          "onnxruntime's own int8 graph)")
     part = part.cpu()
     config = part.config
     graph = _Graph(part, kind).eval()
@@ -109,7 +111,8 @@ def export_onnx(model: nn.Module, tokenizer: Any, directory: str | os.PathLike, 
     dynamic = {name: {0: batch, 1: sequence} for name in INPUT_NAMES}
     weight_bytes = sum(p.numel() * p.element_size() for p in part.parameters())
     directory = Path(directory)
-    with _quiet_exporter(), atomic_directory(directory) as tmp:
+    staging = directory / ".export"
+    with _quiet_exporter(), atomic_directory(staging) as tmp:
         program = torch.onnx.export(graph, (example, mask, torch.zeros_like(example)), dynamo=True, verbose=False,
                                     input_names=list(INPUT_NAMES), output_names=list(output_names),
                                     dynamic_shapes=dynamic, opset_version=opset)
@@ -121,6 +124,10 @@ def export_onnx(model: nn.Module, tokenizer: Any, directory: str | os.PathLike, 
         if tokenizer is not None:
             tokenizer.save_pretrained(tmp)
         files = sorted(path.name for path in tmp.iterdir())
+    for name in files:
+        os.replace(staging / name, directory / name)
+    fsync_directory(directory)
+    shutil.rmtree(staging, ignore_errors=True)
     return {"path": directory, "kind": kind, "inputs": list(INPUT_NAMES), "outputs": list(output_names),
             "files": files}
 

@@ -50,12 +50,17 @@ class TruncationWarning(UserWarning):
     """Some texts were longer than the model's positions (or max_length) and were cut to fit."""
 
 
+class EmptyTextWarning(UserWarning):
+    """Some texts are empty or only white space: they have no tokens, so their results mean nothing."""
+
+
 class InputTooLongError(ValueError):
     """A text is longer than the model's positions (or max_length) and truncation is off."""
 
 
-class NonFiniteOutputError(ValueError):
-    """The model's output for a text holds NaN or infinite values: no prediction is made from it."""
+class NonFiniteOutputError(ValueError, FloatingPointError):
+    """The model's output for a text holds NaN or infinite values: no prediction is made from it (a trainer
+    evaluating a diverging model catches it as the FloatingPointError it is)."""
 
 
 @dataclass
@@ -69,8 +74,9 @@ class EncodedText:
 
 # ---- inputs --------------------------------------------------------------------------------------
 
-def check_texts(texts: Any, name: str = "texts") -> list[str]:
-    """`texts` as a list of str, or a clear error for an empty batch or an item that is not text."""
+def check_texts(texts: Any, name: str = "texts", content: bool = True) -> list[str]:
+    """`texts` as a list of str, or a clear error for an empty batch or an item that is not text (with `content`,
+    also for an empty one: `check_text_content`)."""
     if isinstance(texts, (str, bytes)) or not isinstance(texts, Iterable):
         raise ValueError(f"{name} must be a list of str, not {type(texts).__name__}")
     texts = list(texts)
@@ -80,7 +86,31 @@ def check_texts(texts: Any, name: str = "texts") -> list[str]:
     if bad is not None:
         raise ValueError(f"{name}[{bad}] is {type(texts[bad]).__name__} ({texts[bad]!r:.40}), not str: "
                          f"every item must be a text")
+    if content:
+        check_text_content(texts, name)
     return texts
+
+
+def check_text_content(texts: Sequence[str | None], name: str = "texts") -> None:
+    """An EmptyTextWarning counting the texts that are empty or only white space (they have no tokens: what is
+    made for them is made from [CLS] and [SEP] alone, the same for every such text), and a clear error for a text
+    holding lone surrogates (undecoded bytes, which no tokenizer reads)."""
+    empty = [i for i, text in enumerate(texts) if text is not None and not text.strip()]
+    if empty:
+        verb = "are" if len(empty) > 1 else "is"
+        warnings.warn(f"{len(empty):,} of {len(texts):,} {name} {verb} empty or only white space (the first is "
+                      f"{name}[{empty[0]}]): with no tokens, each gets what [CLS] [SEP] alone gets", EmptyTextWarning,
+                      stacklevel=4)
+    for i, text in enumerate(texts):
+        if text is None:
+            continue
+        if not text.isascii():
+            try:
+                text.encode("utf-8")
+            except UnicodeEncodeError as err:
+                raise ValueError(f"{name}[{i}] is not valid text: it holds undecoded bytes (lone surrogate "
+                                 f"{text[err.start]!r} at character {err.start}); decode it with its encoding "
+                                 "first") from None
 
 
 def _check_pairs(pairs: Any, count: int) -> list[str | None] | None:
@@ -94,6 +124,7 @@ def _check_pairs(pairs: Any, count: int) -> list[str | None] | None:
     bad = next((i for i, pair in enumerate(pairs) if pair is not None and not isinstance(pair, str)), None)
     if bad is not None:
         raise ValueError(f"text_pairs[{bad}] is {type(pairs[bad]).__name__}, not str or None")
+    check_text_content(pairs, "text_pairs")
     return pairs
 
 
@@ -211,9 +242,12 @@ def run_sorted(model: nn.Module, rows: Sequence[EncodedText], forward: Callable[
             batch = collate([rows[i] for i in chosen], pad_token_id or 0, device)
             for i, result in zip(chosen, forward(*batch), strict=True):
                 if not _finite(result):
+                    low = next(model.parameters()).dtype in (torch.bfloat16, torch.float16)
                     raise NonFiniteOutputError(
-                        f"the model's output for text {i} is not finite (NaN or infinite values): its weights or "
-                        "activations overflowed (bf16?), so there is no prediction to give")
+                        f"the model's output for text {i} is not finite (NaN or infinite values): its "
+                        + ("activations overflowed in its 16-bit number format (try fp32)" if low else
+                           "weights or activations overflowed (a diverged model?)")
+                        + ", so there is no prediction to give")
                 results[i] = result
             bar.update(len(chosen))
     return results
@@ -401,7 +435,7 @@ def tag_words(model: nn.Module, tokenizer: Any, sentences: Sequence[Sequence[str
         raise ValueError("sentences is empty: give at least one list of words")
     texts, starts = [], []
     for n, words in enumerate(sentences):
-        words = check_texts(words, f"sentences[{n}]") if len(words) else []
+        words = check_texts(words, f"sentences[{n}]", content=False) if len(words) else []
         starts.append(list(itertools.accumulate((len(word) + 1 for word in words[:-1]), initial=0)))
         texts.append(" ".join(words))
     labels = label_names(model)

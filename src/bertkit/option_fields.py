@@ -170,6 +170,16 @@ class Options:
         changes = {name: value for name, value in given.items() if name in RESUME_CHANGEABLE}
         return dataclasses.replace(self, out=str(directory), **changes)
 
+    def inputs(self) -> list[tuple[str, str]]:
+        """(flag, path) of each file or directory this run reads: the path options other than `out` that name
+        something on disk (not a corpus, preset or model name)."""
+        found = []
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if f.metadata.get("path") and f.name != "out" and value is not None:
+                found += [(flag_of(f), v) for v in (value if isinstance(value, list) else [value]) if Path(v).exists()]
+        return found
+
     def missing_paths(self) -> list[str]:
         """The recorded inputs that are gone ("--vocab /data/vocab"): absolute paths that no longer exist."""
         gone = []

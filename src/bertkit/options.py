@@ -34,6 +34,17 @@ def check_sequence_length(flag: str, tokens: int) -> None:
                          "position table grows with it")
 
 
+def check_encoding(name: str) -> None:
+    """A ValueError for a text encoding Python does not know."""
+    import codecs
+
+    try:
+        codecs.lookup(name)
+    except LookupError:
+        raise ValueError(f"--encoding {name!r} is not a text encoding Python knows (e.g. utf-8, gbk, gb18030, "
+                         "big5)") from None
+
+
 @dataclass(kw_only=True)
 class TrainingOptions(Options):
     """What every training run has: where it writes, how long it trains, its precision and its progress bars."""
@@ -97,12 +108,14 @@ class PretrainOptions(TrainingOptions):
                                     minimum=1)
     seed: int = option(42, "random seed (data, masking, initialisation)", minimum=0, maximum=2**32 - 1)
     compile: bool = option(False, "torch.compile the model")
+    encoding: str = option("utf-8", "the encoding of the corpus files, e.g. gbk or gb18030")
 
     def __post_init__(self) -> None:
         super().__post_init__()
         self.require_budget()
         if not self.corpus:
             raise ValueError("no corpus given")
+        check_encoding(self.encoding)
         check_sequence_length("--max-seq-length", self.max_seq_length)
 
 
@@ -171,9 +184,11 @@ class FinetuneOptions(TrainingOptions):
     group_by_length: bool = option(True, "batches in plain random order, not of similar-length texts",
                                    flag="--no-group-by-length", shown="similar lengths, in random order")
     seed: int = option(42, "random seed (sampling, order, initialisation)", minimum=0, maximum=2**32 - 1)
+    encoding: str = option("utf-8", "the encoding of the --train, --dev and --test files, e.g. gbk or gb18030")
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        check_encoding(self.encoding)
         if self.prompt is not None and self.task != "classify":
             raise ValueError(f"a prompt template classifies single texts (--task classify), not {self.task!r}")
         if self.label_words is not None and self.prompt is None:
@@ -350,3 +365,22 @@ class VisionTrainOptions(TrainingOptions):
                                     minimum=1)
     seed: int = option(0, "random seed (split, order, augmentation, initialisation)", minimum=0,
                           maximum=2**32 - 1)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.image_size is not None:
+            check_image_size("--image-size", self.image_size, self.image_size, self.patch_size)
+
+
+def check_image_size(flag: str, height: int, width: int, patch_size: int) -> None:
+    """Refuse images that cut into more patches than a sequence may have (MAX_SEQUENCE_LENGTH), saying what one
+    image and its attention scores would take."""
+    patches = (height // patch_size) * (width // patch_size)
+    if patches + 1 > MAX_SEQUENCE_LENGTH:
+        scores = (patches + 1) ** 2 * 4 / 1e9
+        side = height if height == width else f"{height} x {width}"
+        raise ValueError(f"{flag} {side}: {patch_size}-pixel patches cut one image into {patches:,} patch tokens, "
+                         f"more than the {MAX_SEQUENCE_LENGTH:,} a sequence may have (their attention scores alone "
+                         f"take {scores:,.1f} GB per head and layer, float32, and the image "
+                         f"{height * width * 3 / 1e9:,.1f} GB in RGB); give a smaller image size or a larger "
+                         "--patch-size")

@@ -65,8 +65,9 @@ class TaskKind:
                              f"{', '.join(self.datasets) or 'none, give files'}")
         return tasks.load_ner(name, scheme=scheme) if self.token_level else tasks.load_classification(name)
 
-    def read_file(self, path: str | os.PathLike, purpose: str = "to use") -> list:
-        """Examples of a user's file (CoNLL for NER, TSV/CSV/JSONL otherwise); no usable example is an error."""
+    def read_file(self, path: str | os.PathLike, purpose: str = "to use", encoding: str = "utf-8") -> list:
+        """Examples of a user's file (CoNLL for NER, TSV/CSV/JSONL otherwise, read as `encoding`); no usable example
+        is an error."""
         from bertkit.data import readers
 
         path = Path(path)
@@ -78,15 +79,17 @@ class TaskKind:
                                     f"({', '.join(DATASETS)})")
         if path.stat().st_size == 0:
             raise ValueError(f"{path} is empty: no examples {purpose}")
-        examples = readers.read_conll(path) if self.token_level else readers.read_classification_file(path)
+        examples = (readers.read_conll(path, encoding=encoding) if self.token_level else
+                    readers.read_classification_file(path, encoding=encoding))
         if not examples:
             raise ValueError(f"{path} has no usable examples {purpose}")
         if self.needs_pairs and any(example.text_pair is None for example in examples):
             raise ValueError(f"{path}: the {self.name} task needs a text_pair column in every row")
         return examples
 
-    def read(self, spec: str, split: str, purpose: str = "to use", scheme: str = "BIO") -> list:
-        """The examples `spec` names: a named dataset's `split`, or a file."""
+    def read(self, spec: str, split: str, purpose: str = "to use", scheme: str = "BIO",
+             encoding: str = "utf-8") -> list:
+        """The examples `spec` names: a named dataset's `split`, or a file (read as `encoding`)."""
         if spec in DATASETS:
             owner = dataset_kind(spec)
             if owner.family != self.family:
@@ -96,7 +99,7 @@ class TaskKind:
             if split not in splits:
                 raise ValueError(f"{spec} has splits {', '.join(splits)}, not {split!r}")
             return splits[split]
-        return self.read_file(spec, purpose)
+        return self.read_file(spec, purpose, encoding)
 
 
 _A_FAMILY = {"classification": "a classification", "ner": "an NER"}
@@ -133,7 +136,7 @@ def task_of_model(model: Any, purpose: str = "predict") -> TaskKind:
             return kind
     heads = " or ".join(dict.fromkeys(kind.head for kind in TASKS.values()))
     raise ValueError(f"{purpose} needs a fine-tuned {heads}, not {type(model).__name__}; "
-                     f"for sentence vectors use encode()")
+                     f"for sentence vectors, encode the texts instead (bertkit encode)")
 
 
 def label_names(task: TaskKind, examples: Sequence) -> list[str]:

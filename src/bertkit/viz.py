@@ -24,6 +24,8 @@ import numpy as np
 from matplotlib import font_manager
 from matplotlib.figure import Figure
 
+from bertkit.atomic import atomic_write
+
 FORMATS = (".png", ".svg")
 # Families that cover Chinese, tried in order when the packaged font is not installed.
 _SYSTEM_CJK_FAMILIES = ("Noto Sans SC", "Noto Sans CJK SC", "Source Han Sans SC", "WenQuanYi Micro Hei",
@@ -74,10 +76,10 @@ def save_figure(fig: Figure, path: str | os.PathLike, dpi: int = 100) -> Path:
     path = Path(path)
     if path.suffix.lower() not in FORMATS:
         raise ValueError(f"cannot save a picture as {path.name!r}: use one of {', '.join(FORMATS)}")
-    path.parent.mkdir(parents=True, exist_ok=True)
     with _style():
         # a constrained layout already fits everything in; "tight" would cost a second full draw
-        fig.savefig(path, dpi=dpi, bbox_inches=None if fig.get_layout_engine() else "tight")
+        atomic_write(path, lambda tmp: fig.savefig(tmp, format=path.suffix.lower()[1:], dpi=dpi,
+                                                   bbox_inches=None if fig.get_layout_engine() else "tight"))
     return path
 
 

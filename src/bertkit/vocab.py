@@ -18,11 +18,11 @@ same lowercasing the saved tokenizer will use), so every token is one the tokeni
 from __future__ import annotations
 
 import heapq
-import warnings
 from collections import Counter, defaultdict
 from collections.abc import Iterable
 from pathlib import Path
 
+from bertkit.data.quality import DataQualityError, DataReport
 from bertkit.tokenizer import unicode_tables as uni
 from bertkit.tokenizer.basic import BasicTokenizer
 
@@ -157,7 +157,8 @@ def build_vocab(texts: Iterable[str], out: str | Path, *, vocab_size: int | None
     """Build a vocabulary and save it as a tokenizer directory; `kind` is "chars", "wordpiece" or "auto".
 
     `vocab_size` is a cap; with `warn_if_smaller` (`bertkit vocab --size`: the size asked for) a vocabulary that
-    comes out smaller is reported in a warning with its count."""
+    comes out smaller or larger is reported in a warning with its count. A vocabulary of nothing but the special
+    tokens (every character rarer than `min_count`) is a DataQualityError: it would read every text as [UNK]."""
     from bertkit.tokenizer import BertTokenizer
 
     texts = [text for text in texts if text.strip()]
@@ -174,11 +175,19 @@ def build_vocab(texts: Iterable[str], out: str | Path, *, vocab_size: int | None
                                  lowercase=lowercase, trainer=trainer)
     else:
         raise ValueError(f"kind must be 'auto', 'chars' or 'wordpiece', not {kind!r}")
-    if warn_if_smaller and vocab_size is not None and len(tokens) < vocab_size:
+    if len(tokens) <= len(SPECIAL_TOKENS):
+        raise DataQualityError(f"no character of the text occurs at least {min_count:,} times (the minimum count): the "
+                               f"vocabulary would hold only the {len(SPECIAL_TOKENS)} special tokens, and read every "
+                               "text as [UNK]; lower the minimum count (--min-count)")
+    if warn_if_smaller:
         seen = f" seen at least {min_count} times" if min_count > 1 else ""
-        why = (f"the text has no more distinct characters{seen}" if kind == "chars" else
-               f"no more pieces occur at least {max(min_count, 2)} times to merge")
-        warnings.warn(f"asked for {vocab_size:,} tokens, the vocabulary has {len(tokens):,}: {why}", stacklevel=2)
+        alphabet = sum(1 for token in tokens if len(token.removeprefix(PREFIX)) == 1)
+        DataReport("the text").size(
+            vocab_size, len(tokens), "tokens", "the vocabulary",
+            why_more=f"WordPiece starts from every character of the text (and its ## form), {alphabet:,} tokens before "
+                     "any merge, so that no character becomes [UNK]",
+            why_less=(f"the text has no more distinct characters{seen}" if kind == "chars" else
+                      f"no more pieces occur at least {max(min_count, 2)} times to merge")).check(stacklevel=2)
     tokenizer = BertTokenizer({token: i for i, token in enumerate(tokens)}, do_lower_case=lowercase,
                               backend="python")
     tokenizer.save_pretrained(out)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from bertkit.cli.common import UserError, add_command, integer, shorten
+from bertkit.cli.common import UserError, add_command, add_encoding_option, integer, shorten
 
 # ---- data ----------------------------------------------------------------------------------------
 
@@ -140,6 +140,7 @@ def _add_vocab(sub: argparse._SubParsersAction) -> None:
                    help="keep characters seen at least K times; WordPiece merges need at least max(K, 2) "
                         "(default: 1)")
     p.add_argument("--cased", action="store_true", help="keep upper case and accents (default: lowercase)")
+    add_encoding_option(p, "corpus files")
     p.add_argument("--trainer", choices=("auto", "tokenizers", "python"), default="auto",
                    help="WordPiece trainer: Hugging Face tokenizers when installed (auto), or the pure-Python one "
                         "(default: auto)")
@@ -152,22 +153,29 @@ def _cmd_vocab(args: argparse.Namespace) -> int:
     tokenizer_config.json, special_tokens_map.json) that BertTokenizer.from_pretrained and transformers load.
     """
     from bertkit.data.corpus import read_text_documents
-    from bertkit.run_directory import check_output_directory, run_directory
+    from bertkit.data.quality import DataReport, count_unknown
+    from bertkit.run_directory import check_inputs_survive, check_output_directory, run_directory
     from bertkit.tokenizer import BertTokenizer
     from bertkit.vocab import build_vocab
 
     if args.size is not None and args.size < 6:
         raise UserError(f"--size {args.size} is too small: the 5 special tokens alone take 5")
+    inputs = [("--corpus", path) for path in args.corpus]
     check_output_directory(args.out, args.overwrite)  # before reading the corpus, which may take a while
-    texts = [sentence for document in read_text_documents(args.corpus) for sentence in document]
-    with run_directory(args.out, "bertkit vocab", overwrite=args.overwrite):
+    if args.overwrite:
+        check_inputs_survive(args.out, inputs)
+    texts = [sentence for document in read_text_documents(args.corpus, encoding=args.encoding)
+             for sentence in document]
+    with run_directory(args.out, "bertkit vocab", overwrite=args.overwrite, inputs=inputs):
         out = build_vocab(texts, args.out, vocab_size=args.size, kind=args.kind, min_count=args.min_count,
                           lowercase=not args.cased, trainer=args.trainer, warn_if_smaller=True)
     tokenizer = BertTokenizer.from_pretrained(out, backend="python")
     chars = sum(map(len, texts))
     sample = tokenizer(texts[:2000], add_special_tokens=False, verbose=False)["input_ids"]
-    unknown = sum(row.count(tokenizer.unk_token_id) for row in sample)
+    unknown, total = count_unknown(sample, tokenizer.unk_token_id)
     print(f"read {len(texts):,} sentences ({chars:,} characters) from {len(args.corpus)} path(s)")
     print(f"wrote {out}/vocab.txt: {tokenizer.vocab_size:,} tokens, lowercase {tokenizer.do_lower_case}")
-    print(f"[UNK] in the first {min(len(texts), 2000):,} sentences: {unknown:,} tokens")
+    print(f"[UNK] in the first {min(len(texts), 2000):,} sentences: {unknown:,} of {total:,} tokens")
+    DataReport(f"the first {min(len(texts), 2000):,} sentences").unknown_tokens(unknown, total, "the new vocabulary"
+                                                                              ).check()
     return 0

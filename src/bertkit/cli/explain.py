@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from bertkit.cli.common import MODEL_HELP, UserError, add_command, integer
+from bertkit.cli.common import MODEL_HELP, UserError, add_command, add_encoding_option, command_line_texts, integer
 
 # ---- attention -----------------------------------------------------------------------------------
 
@@ -20,6 +20,9 @@ def _add_attention(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--layer", type=int, default=-1, help="the layer --picture draws (default: the last)")
     p.add_argument("--max-length", type=integer(2), default=128, help="truncate the input to this many tokens "
                                                                 "(default: 128)")
+    p.add_argument("--overwrite", action="store_true", help="replace --out and --picture files that exist "
+                                                            "(default: refuse)")
+    add_encoding_option(p, "text")
 
 
 def _is_image_model(model_dir) -> bool:
@@ -36,18 +39,19 @@ def _cmd_attention(args: argparse.Namespace) -> int:
     (--out or --picture a .png) shows where the class token looks on the patch grid, per head of --layer and
     rolled out over all layers (Abnar & Zuidema 2020); --out .html writes the viewer with one token per patch.
     """
-    from pathlib import Path
 
     from bertkit.attention_view import load_model_and_tokenizer, sentence_attentions, write_attention_html
     from bertkit.explain.real_model import resolve_model_dir
+    from bertkit.run_directory import check_output_file
 
     model_dir = resolve_model_dir(args.model)
     image = _is_image_model(model_dir)
     pages, pictures = (".html", ".htm"), (".png", ".svg")
     for flag, path, suffixes in (("--out", args.out, pages + pictures if image else pages),
                                  ("--picture", args.picture, pictures)):
-        if path and (Path(path).is_dir() or Path(path).suffix.lower() not in suffixes):
-            raise UserError(f"{flag} {path}: give a file name ending in {' or '.join(suffixes)}")
+        if path:  # before any work: refused outputs cost nothing
+            check_output_file(path, args.overwrite, flag=flag, suffixes=suffixes,
+                              inputs=[("the image", args.text)] if image else ())
     if image:
         from bertkit.cli.vision import image_attention
 
@@ -56,7 +60,9 @@ def _cmd_attention(args: argparse.Namespace) -> int:
     num_layers = model.config.num_hidden_layers
     if not -num_layers <= args.layer < num_layers:
         raise UserError(f"--layer {args.layer}: the model has {num_layers} layers")
-    sentence = sentence_attentions(model, tokenizer, args.text, args.pair, max_length=args.max_length)
+    text = command_line_texts([args.text], args.encoding)[0]
+    pair = command_line_texts([args.pair], args.encoding, "--pair")[0] if args.pair is not None else None
+    sentence = sentence_attentions(model, tokenizer, text, pair, max_length=args.max_length)
     title = f"Attention of {model_dir.name}: {sentence.num_layers} layers × {sentence.num_heads} heads"
     path = write_attention_html(args.out, sentence, title=title)
     print(f"{len(sentence.tokens)} tokens: {' '.join(sentence.tokens)}")
@@ -66,7 +72,7 @@ def _cmd_attention(args: argparse.Namespace) -> int:
 
         layer = args.layer % num_layers
         fig = viz.attention_grid(sentence.attentions, sentence.tokens, layers=[layer],
-                                 title=f"{model_dir.name}, layer {layer}: {args.text}")
+                                 title=f"{model_dir.name}, layer {layer}: {text}")
         print(f"wrote {viz.save_figure(fig, args.picture)}")
     return 0
 
@@ -85,10 +91,12 @@ def _add_explain(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--model", metavar="DIR|NAME", help=f"for 'attention', 'multihead' and 'contextual': {MODEL_HELP} "
                                                         "(default: m3e-small)")
     p.add_argument("--text", help="the sentence 'attention' looks at (default: a sentence about Beijing)")
+    p.add_argument("--overwrite", action="store_true", help="replace pictures already in --out (default: refuse)")
+    add_encoding_option(p, "--text")
 
 
 def _cmd_explain(args: argparse.Namespace) -> int:
-    """small experiments behind the design notes' claims: numbers and pictures
+    """small experiments behind the Transformer/BERT tutorials' claims: numbers and pictures
 
     Run a small experiment, print its numbers, write its pictures.
     """
@@ -105,7 +113,7 @@ def _cmd_explain(args: argparse.Namespace) -> int:
         if topic in REAL_MODEL_TOPICS:
             options["model_dir"] = resolve_model_dir(args.model)
         if topic == "attention" and args.text:
-            options["text"] = args.text
-        result = explain(topic, out=args.out, fmt=args.format, **options)
+            options["text"] = command_line_texts([args.text], args.encoding, "--text")[0]
+        result = explain(topic, out=args.out, fmt=args.format, overwrite=args.overwrite, **options)
         print(("\n" if n else "") + result.report(), end="")
     return 0

@@ -56,7 +56,8 @@ def _add_export(sub: argparse._SubParsersAction) -> None:
                                                                  "tokenizer's files")
     p.add_argument("--int8", action="store_true", help="also write DIR/model_int8.onnx, quantized by onnxruntime "
                                                        "(default: float32 only)")
-    p.add_argument("--overwrite", action="store_true", help="replace DIR when it is not empty (default: refuse)")
+    p.add_argument("--overwrite", action="store_true", help="replace the model already in DIR (only what bertkit wrote "
+                                                            "there is deleted) (default: refuse)")
 
 
 def _cmd_export(args: argparse.Namespace) -> int:
@@ -71,16 +72,15 @@ def _cmd_export(args: argparse.Namespace) -> int:
     from bertkit.data.sources import resolve_model
     from bertkit.export import export_onnx
     from bertkit.pipelines.predict import load_model
+    from bertkit.run_directory import run_directory
 
-    source, out = Path(resolve_model(args.model)).resolve(), Path(args.onnx)
-    if out.resolve() == source or source.is_relative_to(out.resolve()):
-        raise UserError(f"--onnx {out} would replace the model being exported; choose another directory")
-    if out.exists() and not out.is_dir():
-        raise UserError(f"--onnx {out} is a file, not a directory")
-    if out.is_dir() and any(out.iterdir()) and not args.overwrite:
-        raise UserError(f"--onnx {out} is not empty; choose a new directory or add --overwrite to replace it")
-    model, tokenizer = load_model(source)
-    info = export_onnx(model, tokenizer, out, int8=args.int8)
+    source, out = Path(resolve_model(args.model)), Path(args.onnx)
+    if out.resolve() == source.resolve():
+        raise UserError(f"--onnx {out} is the model being exported; choose another directory")
+    with run_directory(out, "bertkit export", overwrite=args.overwrite, inputs=[("--model", source)],
+                       also=("*.onnx",), flag="--onnx"):
+        model, tokenizer = load_model(source)
+        info = export_onnx(model, tokenizer, out, int8=args.int8)
     print(f"wrote {out}: {', '.join(info['files'])}")
     print(f"{info['kind']}: inputs {', '.join(info['inputs'])} (int64, batch x sequence); "
           f"outputs {', '.join(info['outputs'])} (float32)")

@@ -4,7 +4,15 @@ from __future__ import annotations
 
 import argparse
 
-from bertkit.cli.common import MODEL_HELP, UserError, add_command, integer, shorten
+from bertkit.cli.common import (
+    MODEL_HELP,
+    UserError,
+    add_command,
+    add_encoding_option,
+    command_line_texts,
+    integer,
+    shorten,
+)
 from bertkit.task_kinds import DATASETS, FILE_FORMATS
 
 # ---- predict, evaluate, encode -------------------------------------------------------------------
@@ -20,6 +28,7 @@ def _add_inference_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dtype", default="fp32", choices=["fp32", "bf16", "int8"],
                    help="number format: bf16 where the CPU computes it natively (else fp32, with a warning), int8 "
                         "Linear layers (dynamic quantization) (default: fp32)")
+    add_encoding_option(p)
 
 
 def _add_text_inputs(p: argparse.ArgumentParser) -> None:
@@ -55,6 +64,7 @@ def _add_encode(sub: argparse._SubParsersAction) -> None:
     _add_text_inputs(p)
     p.add_argument("--out", metavar="FILE.npy", help="save the vectors (N, hidden) float32 with numpy.save "
                                                               "(default: print them)")
+    p.add_argument("--overwrite", action="store_true", help="replace the --out file if it exists (default: refuse)")
     p.add_argument("--pooling", default="cls", choices=["cls", "mean"],
                    help="the [CLS] token's vector or the mean of the real tokens' vectors (default: cls)")
     p.add_argument("--normalize", action="store_true", help="scale each vector to unit length (default: off)")
@@ -67,10 +77,10 @@ def _read_text_inputs(args: argparse.Namespace) -> tuple[list[str], list | None]
     if args.input and args.texts:
         raise UserError("give texts on the command line or --input FILE, not both")
     if args.input:
-        return read_inputs(args.input)
+        return read_inputs(args.input, encoding=args.encoding)
     if not args.texts:
         raise UserError("give one or more texts, or --input FILE")
-    return list(args.texts), None
+    return command_line_texts(args.texts, args.encoding), None
 
 
 def _image_model_dir(spec: str):
@@ -104,7 +114,8 @@ def _cmd_predict(args: argparse.Namespace) -> int:
             raise UserError("--pair and a .tsv --input with pairs both give pairs; use one")
         if len(args.pair) not in (1, len(texts)):
             raise UserError(f"{len(args.pair)} --pair for {len(texts)} texts: give one for all, or one per text")
-        pairs = args.pair * len(texts) if len(args.pair) == 1 else args.pair
+        given = command_line_texts(args.pair, args.encoding, "--pair")
+        pairs = given * len(texts) if len(given) == 1 else given
     model, tokenizer = load_model(args.model)
     results = predict(model, tokenizer, texts, pairs, batch_size=args.batch_size, max_length=args.max_length,
                       truncation=not args.no_truncation, progress=None, dtype=args.dtype)
@@ -144,7 +155,7 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
     model, tokenizer = load_model(args.model)
     scores = evaluate(model, tokenizer, args.data, split=args.split, batch_size=args.batch_size,
                       max_length=args.max_length, truncation=not args.no_truncation, progress=None,
-                      dtype=args.dtype)
+                      dtype=args.dtype, encoding=args.encoding)
     if named:
         scores["split"] = args.split
     if args.json:
@@ -175,11 +186,14 @@ def _cmd_encode(args: argparse.Namespace) -> int:
 
     import numpy as np
 
+    from bertkit.atomic import atomic_write
     from bertkit.inference import encode
     from bertkit.pipelines.predict import load_model
+    from bertkit.run_directory import check_output_file
 
-    if args.out and Path(args.out).is_dir():
-        raise UserError(f"--out {args.out} is a directory; give a file name, e.g. vectors.npy")
+    if args.out:  # before any work: refused outputs cost nothing
+        check_output_file(args.out, args.overwrite, suffixes=(".npy",),
+                          inputs=[("--input", args.input)] if args.input else ())
     texts, pairs = _read_text_inputs(args)
     if pairs is not None:
         raise UserError(f"{args.input} has text pairs (a second column); encode takes single texts")
@@ -189,9 +203,12 @@ def _cmd_encode(args: argparse.Namespace) -> int:
                      progress=None, dtype=args.dtype)
     if args.out:
         out = Path(args.out)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        with open(out, "wb") as f:  # a file object keeps the name as given (np.save would add .npy)
-            np.save(f, vectors)
+
+        def save(path: Path) -> None:
+            with open(path, "wb") as f:  # a file object keeps the name as given (np.save would add .npy)
+                np.save(f, vectors)
+
+        atomic_write(out, save)
         print(f"wrote {out}: {vectors.shape[0]} vectors of {vectors.shape[1]} ({args.pooling} pooling"
               f"{', normalized' if args.normalize else ''}, float32)")
         return 0

@@ -3,9 +3,16 @@
 from __future__ import annotations
 
 import argparse
-import sys
 
-from bertkit.cli.common import UserError, add_command, integer, number
+from bertkit.cli.common import (
+    UserError,
+    add_command,
+    add_encoding_option,
+    command_line_texts,
+    integer,
+    number,
+    stdin_lines,
+)
 from bertkit.cli.options import add_options, options_from_args
 from bertkit.options import LMOptions, TranslationOptions
 
@@ -56,7 +63,7 @@ def _cmd_translate_train(args: argparse.Namespace) -> int:
 
 
 def _read_texts(args: argparse.Namespace) -> list[str]:
-    texts = list(args.text) if args.text else [line.rstrip("\n") for line in sys.stdin if line.strip()]
+    texts = command_line_texts(args.text, args.encoding) if args.text else stdin_lines(args.encoding)
     if not texts:
         raise UserError("give text arguments, or lines on standard input")
     return texts
@@ -71,6 +78,7 @@ def _add_translate(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--length-penalty", type=number(), help="α of beam search (default: the model's, else 1.0)")
     p.add_argument("--max-new-tokens", type=integer(1), help="tokens per translation at most (default: twice the "
                                                       "source's tokens + 10, within the model's positions)")
+    add_encoding_option(p, "text (arguments or standard input)")
 
 
 def _cmd_translate(args: argparse.Namespace) -> int:
@@ -78,12 +86,13 @@ def _cmd_translate(args: argparse.Namespace) -> int:
     from bertkit.data.sources import resolve_model
     from bertkit.pipelines.translation import load_generation_config, load_translator, translate
 
+    texts = _read_texts(args)
     model_dir = resolve_model(args.model)
     model, tokenizer = load_translator(model_dir)
     saved = load_generation_config(model_dir)
     num_beams = args.beams if args.beams is not None else saved["num_beams"]
     length_penalty = args.length_penalty if args.length_penalty is not None else saved["length_penalty"]
-    for line in translate(model, tokenizer, _read_texts(args), num_beams=num_beams,
+    for line in translate(model, tokenizer, texts, num_beams=num_beams,
                           max_new_tokens=args.max_new_tokens, length_penalty=length_penalty):
         print(line)
     return 0
@@ -127,22 +136,26 @@ def _add_generate(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--top-p", type=number(above=0, maximum=1), default=0.95,
                    help="... within probability mass p (default: 0.95)")
     p.add_argument("--seed", type=integer(0, 2**32 - 1), default=0, help="sampling seed (default: 0)")
+    add_encoding_option(p, "prompts (arguments or standard input)")
 
 
 def _cmd_generate(args: argparse.Namespace) -> int:
     """continue text with a model from `bertkit lm-train`"""
     import torch
 
+    from bertkit.data.quality import check_tokenizer_fits
     from bertkit.data.sources import resolve_model
     from bertkit.models.gpt import GPT2LMHeadModel
     from bertkit.pipelines.lm import generate_text
     from bertkit.tokenizer import BertTokenizer
 
+    prompts = _read_texts(args)
     model_dir = resolve_model(args.model)
     model, tokenizer = GPT2LMHeadModel.from_pretrained(model_dir), BertTokenizer.from_pretrained(model_dir)
+    check_tokenizer_fits(len(tokenizer), model.config.vocab_size, str(model_dir))
     sample = not args.greedy and args.beams == 1
     options = dict(do_sample=True, temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
                    generator=torch.Generator().manual_seed(args.seed)) if sample else dict(num_beams=args.beams)
-    for prompt in _read_texts(args):
+    for prompt in prompts:
         print(generate_text(model, tokenizer, prompt, args.max_new_tokens, **options))
     return 0

@@ -176,6 +176,9 @@ def read_image_folder(directory: str | os.PathLike, image_size: int | tuple[int,
     else:
         size = (image_size, image_size) if isinstance(image_size, int) else tuple(image_size)
     channels = channels or (1 if all(image.mode in GREY_MODES for image in every) else 3)
+    check_memory(len(every) * channels * size[0] * size[1],
+                 f"{directory}: {len(every):,} images of {size[0]} x {size[1]} pixels and {channels} channel(s)",
+                 "give a smaller --image-size")
 
     def image_set(items: Sequence[tuple[Any, int]]) -> ImageSet:
         pixels = np.stack([image_to_array(image, size, channels) for image, _ in items]) if items else \
@@ -185,6 +188,18 @@ def read_image_folder(directory: str | os.PathLike, image_size: int | tuple[int,
     if "validation" in files or "test" in files:
         return {split: image_set(images.get(split, [])) for split in ("train", "validation", "test")}
     return split_per_class(image_set(images["train"]), fractions, seed)
+
+
+def check_memory(needed: int, what: str, remedy: str) -> None:
+    """Refuse to hold `needed` bytes when that is more than half of this machine's memory: an error naming `what`
+    takes them, instead of the kernel killing the process part-way."""
+    try:
+        physical = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (AttributeError, ValueError, OSError):  # no sysconf (Windows): nothing to compare with
+        return
+    if needed > physical / 2:
+        raise ValueError(f"{what} take {needed / 1e9:,.1f} GB in memory, more than half of this machine's "
+                         f"{physical / 1e9:,.1f} GB; {remedy}")
 
 
 def split_per_class(data: ImageSet, fractions: tuple[float, float], seed: int) -> dict[str, ImageSet]:

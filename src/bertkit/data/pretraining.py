@@ -116,8 +116,9 @@ def create_instances(documents: list[list[Segment]], max_seq_length: int, cls_id
     if max_seq_length < 8:
         raise ValueError(f"max_seq_length {max_seq_length} is too short for pretraining instances (need >= 8)")
     if objective == "mlm+nsp" and len(documents) < 2:
-        raise ValueError("next-sentence prediction needs at least 2 documents (random next segments come from "
-                         "another document); use objective 'mlm+sop' or 'mlm', or give more documents")
+        raise ValueError(f"next-sentence prediction needs at least 2 documents, and the corpus has {len(documents)} "
+                         "(random next segments come from another document; a blank line separates documents); use "
+                         "objective mlm+sop or mlm, or give more documents")
     rng = random.Random(seed)
     instances = []
     for _ in range(dupe_factor):

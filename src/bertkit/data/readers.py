@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import csv
 import json
+import re
 import warnings
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
+_ENTITY_TAG = re.compile(r"O|[BIMES]-\S+")
 TEXT_NAMES = ("text", "sentence", "sentence1", "text_a", "content", "review", "src")
 PAIR_NAMES = ("text_pair", "sentence2", "text_b", "pair")
 LABEL_NAMES = ("label", "labels", "category", "class", "sentiment", "tag", "target")
@@ -63,20 +65,38 @@ class _Skips:
                       + "; ".join(parts), DataWarning, stacklevel=3)
 
 
+class NotTextError(ValueError):
+    """A file that is not text in the encoding it is read with: binary data, or most lines undecodable."""
+
+
 def decoded_lines(path: str | Path, encoding: str = "utf-8") -> list[tuple[int, str | None]]:
-    """(line number from 1, text without the line break) per line; text is None where bytes do not decode."""
+    """(line number from 1, text without the line break) per line; text is None where bytes do not decode.
+
+    A few undecodable lines are the caller's to skip and count; a file that is not text at all is a NotTextError
+    naming it: one holding NUL bytes (an image, a model, UTF-16 text), or one where most lines do not decode (text
+    in another encoding, such as GBK read as UTF-8), since skipping every line would only hide the reason."""
     data = Path(path).read_bytes()
+    if b"\x00" in data[:1 << 16] and not encoding.lower().replace("_", "-").startswith("utf-16"):
+        raise NotTextError(f"{path} is not a text file: it holds NUL bytes (binary data, or UTF-16 text: then give "
+                           "its encoding, e.g. --encoding utf-16)")
     if data.startswith(b"\xef\xbb\xbf"):
         data = data[3:]
     raw = data.split(b"\n")
     if raw and raw[-1] == b"":
         raw.pop()  # the final newline ends the last line; it does not start an empty one
     out: list[tuple[int, str | None]] = []
+    failed: list[int] = []
     for number, line in enumerate(raw, start=1):
         try:
             out.append((number, line.rstrip(b"\r").decode(encoding)))
         except UnicodeDecodeError:
             out.append((number, None))
+            failed.append(number)
+    if failed and len(failed) * 2 > len(out):
+        hint = "GBK or GB18030 text? give --encoding gbk" if encoding.lower() in ("utf-8", "utf8") else \
+            "give its encoding with --encoding"
+        raise NotTextError(f"{path} is not {encoding} text: {len(failed):,} of {len(out):,} lines do not decode (the "
+                           f"first is line {failed[0]}); {hint}")
     return out
 
 
@@ -216,6 +236,7 @@ def read_conll(path: str | Path, *, encoding: str = "utf-8") -> list[TokenExampl
     tags: list[str] = []
     problem: tuple[str, int] | None = None
     inside: dict[str, int] = {}  # "I-" (BIO, BIOES) or "M-" (BMES) -> the first line with such a tag
+    invalid: list[tuple[int, str]] = []  # (line, tag) of tags that are not O or PREFIX-TYPE
 
     def end_sentence() -> None:
         nonlocal tokens, tags, problem
@@ -241,7 +262,14 @@ def read_conll(path: str | Path, *, encoding: str = "utf-8") -> list[TokenExampl
             tags.append(cells[-1])
             if cells[-1][:2] in ("I-", "M-"):
                 inside.setdefault(cells[-1][:2], number)
+            if not _ENTITY_TAG.fullmatch(cells[-1]):
+                invalid.append((number, cells[-1]))
     end_sentence()
+    if invalid:
+        line, tag = invalid[0]
+        raise ValueError(f"{path}, line {line}: {tag!r} is not an entity tag ({len(invalid):,} such line"
+                         f"{'s' if len(invalid) > 1 else ''}); a CoNLL tag is O or B-/I-/M-/E-/S- and a type, such "
+                         "as B-PER, in the last column")
     if len(inside) == 2:  # "inside an entity" written two ways: entities would be cut apart wrongly
         raise ValueError(f"{path} mixes tagging schemes: I- tags (BIO or BIOES, first on line {inside['I-']}) and "
                          f"M- tags (BMES, first on line {inside['M-']}); use one scheme for the whole file")

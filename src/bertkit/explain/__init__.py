@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib
 import os
+from pathlib import Path
 
 from bertkit.explain.base import DEFAULT_OUT, Explanation
 
@@ -27,12 +28,21 @@ TOPICS: dict[str, tuple[str, str]] = {
 REAL_MODEL_TOPICS = ("attention", "multihead", "contextual")
 
 
-def explain(topic: str, out: str | os.PathLike | None = DEFAULT_OUT, fmt: str = "png", **options) -> Explanation:
-    """Run one topic; pictures go to `out` (None: numbers only). Options are the topic's own (e.g. model_dir)."""
+def explain(topic: str, out: str | os.PathLike | None = DEFAULT_OUT, fmt: str = "png", overwrite: bool = False,
+            **options) -> Explanation:
+    """Run one topic; pictures go to `out` (None: numbers only), replacing pictures already there only with
+    `overwrite` (`run_directory.new_files_in`). Options are the topic's own (e.g. model_dir)."""
     if topic not in TOPICS:
         raise ValueError(f"unknown topic {topic!r}; topics: {', '.join(TOPICS)}")
     module = importlib.import_module(f"bertkit.explain.{TOPICS[topic][0]}")
-    return module.explain(out=out, fmt=fmt, **options)
+    if out is None:
+        return module.explain(out=None, fmt=fmt, **options)
+    from bertkit.run_directory import new_files_in
+
+    with new_files_in(out, overwrite=overwrite) as staging:
+        result = module.explain(out=staging, fmt=fmt, **options)
+    result.pictures = [Path(out) / path.name for path in result.pictures]
+    return result
 
 
 __all__ = ["DEFAULT_OUT", "REAL_MODEL_TOPICS", "TOPICS", "Explanation", "explain"]

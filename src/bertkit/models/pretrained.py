@@ -190,7 +190,7 @@ def check_ids(name: str, ids: Tensor, vocab_size: int, max_length: int | None = 
         raise ValueError(f"empty batch: {name} has shape {tuple(ids.shape)}")
     if max_length is not None and ids.size(1) > max_length:
         raise ValueError(f"{name} has length {ids.size(1)}, longer than the model's {max_length} positions; "
-                         "truncate the input (tokenizer truncation=True)")
+                         "truncate the input to the model's positions")
     if values and (int(ids.min()) < 0 or int(ids.max()) >= vocab_size):
         raise ValueError(f"{name} must be in [0, {vocab_size}), got values in [{int(ids.min())}, {int(ids.max())}]; "
                          "does the tokenizer match the model?")

@@ -20,6 +20,7 @@ import torch
 from bertkit.atomic import atomic_write_text
 from bertkit.config import BertConfig
 from bertkit.data.prompts import PromptTemplate
+from bertkit.data.quality import DataReport, check_tokenizer_fits, count_unknown
 from bertkit.data.sources import resolve_model
 from bertkit.data.tasks import DATASET_LABEL_WORDS, label_budget
 from bertkit.inference import EncodedText, run_sorted
@@ -52,15 +53,17 @@ def prompt_label_words(options: FinetuneOptions, names: Sequence[str]) -> list[s
     return [words[name] for name in names]
 
 
-def load_task_data(task: TaskKind, train: str, dev: str | None, test: str | None) -> dict[str, list]:
-    """Splits from a named dataset, or from users' files (TSV/CSV/JSONL for classes, CoNLL for NER)."""
+def load_task_data(task: TaskKind, train: str, dev: str | None, test: str | None,
+                   encoding: str = "utf-8") -> dict[str, list]:
+    """Splits from a named dataset, or from users' files (TSV/CSV/JSONL for classes, CoNLL for NER, read as
+    `encoding`)."""
     if train in task.datasets:
         splits = dict(task.load_dataset(train))
     else:
-        splits = {"train": task.read(train, "train", "to train on")}
+        splits = {"train": task.read(train, "train", "to train on", encoding=encoding)}
     for name, spec in (("dev", dev), ("test", test)):
         if spec is not None:
-            splits[name] = task.read(spec, name, "to evaluate on")
+            splits[name] = task.read(spec, name, "to evaluate on", encoding=encoding)
     for name in ("train", "dev"):
         if not splits.get(name):
             raise ValueError(f"no {name} examples (give --{name} FILE, or a named dataset)")
@@ -198,7 +201,7 @@ def finetune(options: FinetuneOptions) -> dict[str, Any]:
     task = get_task(options.task)
     model_dir = resolve_model(options.model)
     tokenizer = BertTokenizer.from_pretrained(model_dir)
-    splits = load_task_data(task, options.train, options.dev, options.test)
+    splits = load_task_data(task, options.train, options.dev, options.test, options.encoding)
     train = splits["train"]
     if options.max_train_examples and len(train) > options.max_train_examples:
         if task.token_level:
@@ -206,6 +209,14 @@ def finetune(options: FinetuneOptions) -> dict[str, Any]:
             train = [train[i] for i in sorted(rng.choice(len(train), options.max_train_examples, replace=False))]
         else:  # every class represented alike, and the 50 of a seed are the first 50 of its 200
             train = label_budget(train, options.max_train_examples, options.seed)
+    report = DataReport("the training data")
+    if task.token_level:
+        report.tags([e.tags for e in train])
+    else:  # the texts stand in for a file's first column: headlines there would be labels read as texts
+        report.classes([e.label for e in train], other_column=[e.text for e in train])
+        if splits.get("dev"):
+            report.classes([e.label for e in splits["dev"]], "dev")
+    report.check()
     names = label_names(task, train)
     id2label = dict(enumerate(names))
     label2id = {v: k for k, v in id2label.items()}
@@ -228,6 +239,7 @@ def finetune(options: FinetuneOptions) -> dict[str, Any]:
     if options.max_length > model.config.max_position_embeddings:
         raise ValueError(f"max_length {options.max_length} exceeds the model's {model.config.max_position_embeddings} "
                          "positions")
+    check_tokenizer_fits(len(tokenizer), model.config.vocab_size, str(model_dir))
 
     def featurize(examples):
         if task.token_level:
@@ -239,6 +251,9 @@ def finetune(options: FinetuneOptions) -> dict[str, Any]:
         return classification_features(examples, tokenizer, label2id, options.max_length)
 
     train_features, dev_features = featurize(train), featurize(splits["dev"])
+    report.unknown_tokens(*count_unknown((f["input_ids"] for f in train_features), tokenizer.unk_token_id,
+                                         tokenizer.all_special_ids), f"the tokenizer of {options.model}")
+    report.check().save(options.out)
     if options.batch_size > len(train_features):
         warnings.warn(f"--batch-size {options.batch_size} is more than the {len(train_features)} training examples: "
                       f"each step takes all {len(train_features)}", stacklevel=2)

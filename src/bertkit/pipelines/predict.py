@@ -13,6 +13,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
+from bertkit.data.quality import check_tokenizer_fits
 from bertkit.data.readers import DataWarning, TextExample, TokenExample, decoded_lines
 from bertkit.inference import label_names, predict, tag_words
 from bertkit.task_kinds import task_of_model
@@ -33,13 +34,16 @@ def load_model(spec: str | os.PathLike):
     path = resolve_model(spec)
     config = BertConfig.from_pretrained(path)
     model = model_class_for(config).from_pretrained(path, config=config)
-    return model, BertTokenizer.from_pretrained(path)
+    tokenizer = BertTokenizer.from_pretrained(path)
+    check_tokenizer_fits(len(tokenizer), config.vocab_size, str(path))
+    return model, tokenizer
 
 
-def read_inputs(path: str | os.PathLike) -> tuple[list[str], list[str | None] | None]:
+def read_inputs(path: str | os.PathLike, encoding: str = "utf-8") -> tuple[list[str], list[str | None] | None]:
     """Texts of a file, one per line; in a .tsv file a second column (after a tab) is the text's pair.
 
-    Blank and undecodable lines are skipped and counted in one DataWarning; a file with no text is an error.
+    Blank and undecodable lines are skipped and counted in one DataWarning; a file with no text, or one that is
+    not text in `encoding`, is an error.
     """
     path = Path(path)
     if path.is_dir():
@@ -50,7 +54,7 @@ def read_inputs(path: str | os.PathLike) -> tuple[list[str], list[str | None] | 
     texts: list[str] = []
     pairs: list[str | None] = []
     skipped: dict[str, list[int]] = {}
-    for number, line in decoded_lines(path):
+    for number, line in decoded_lines(path, encoding):
         if line is None:
             skipped.setdefault("undecodable bytes", []).append(number)
             continue
@@ -92,12 +96,12 @@ def _check_labels(found: set[str], labels: list[str], data: str) -> None:
 
 def evaluate(model: Any, tokenizer: Any, data: str, split: str = "test", batch_size: int = 32,
              max_length: int | None = None, truncation: bool = True, progress: bool | None = False,
-             dtype: str | None = None) -> dict[str, Any]:
-    """Accuracy and macro-F1 of a classifier, or entity P/R/F1 of a tagger, on `data` (source name or file);
-    `dtype` runs a converted copy of the model (bertkit.precision)."""
+             dtype: str | None = None, encoding: str = "utf-8") -> dict[str, Any]:
+    """Accuracy and macro-F1 of a classifier, or entity P/R/F1 of a tagger, on `data` (source name or file, read
+    as `encoding`); `dtype` runs a converted copy of the model (bertkit.precision)."""
     task = task_of_model(model, "evaluate")
     labels = label_names(model)
-    examples = task.read(data, split, "to evaluate on", scheme=_scheme(labels))
+    examples = task.read(data, split, "to evaluate on", scheme=_scheme(labels), encoding=encoding)
     result: dict[str, Any] = {"task": task.family, "data": data, "examples": len(examples)}
     options = dict(batch_size=batch_size, max_length=max_length, truncation=truncation, progress=progress,
                    dtype=dtype)

@@ -25,6 +25,7 @@ from bertkit.data.pretraining import (
     create_instances,
     tokenize_documents,
 )
+from bertkit.data.quality import DataReport, count_unknown
 from bertkit.models.heads import BertForMaskedLM, BertForPreTraining
 from bertkit.options import PretrainOptions
 from bertkit.run_directory import run_directory
@@ -37,14 +38,15 @@ from bertkit.training.trainer import Trainer, example_length
 OPTIONS_NAME = "pretrain_options.json"
 
 
-def load_corpus(specs: list[str]) -> list[list[str]]:
-    """Documents of sentences from files (plain text, blank line between documents) or named corpora."""
+def load_corpus(specs: list[str], encoding: str = "utf-8") -> list[list[str]]:
+    """Documents of sentences from files (plain text, blank line between documents, read as `encoding`) or named
+    corpora."""
     from bertkit.data.corpus import CORPORA, load_documents, read_text_documents
 
     documents = []
     for spec in specs:
         if Path(spec).exists():
-            documents += read_text_documents([spec])
+            documents += read_text_documents([spec], encoding=encoding)
         elif spec == "zh" or spec in CORPORA:
             documents += load_documents(spec)
         else:
@@ -73,13 +75,14 @@ def model_config(spec: str, vocab_size: int, albert: bool, max_seq_length: int, 
     return config
 
 
-def corpus_split(specs: list[str], fraction: float, seed: int) -> tuple[list[list[str]], list[list[str]]]:
+def corpus_split(specs: list[str], fraction: float, seed: int,
+                 encoding: str = "utf-8") -> tuple[list[list[str]], list[list[str]]]:
     """(training documents, held-out documents) of a corpus list. A corpus named k times weighs k times in
     training (each copy masked afresh), but is read, and split, once: no held-out document has a copy in training."""
     counts: dict[str, int] = {}
     for spec in specs:
         counts[spec] = counts.get(spec, 0) + 1
-    sources = [(spec, load_corpus([spec])) for spec in counts]
+    sources = [(spec, load_corpus([spec], encoding)) for spec in counts]
     documents = [doc for _, docs in sources for doc in docs]
     copies = [counts[spec] for spec, docs in sources for _ in docs]
     train, held = split_documents(list(range(len(documents))), fraction, seed)
@@ -164,6 +167,7 @@ class PretrainingRun:
     spec: MaskingSpec
     collator: PretrainingCollator
     model: torch.nn.Module
+    report: DataReport
 
 
 def prepare(options: PretrainOptions, tokenized: dict | None = None) -> PretrainingRun:
@@ -177,13 +181,18 @@ def prepare(options: PretrainOptions, tokenized: dict | None = None) -> Pretrain
     tokenizer = BertTokenizer.from_pretrained(options.vocab)
     key = (tuple(options.corpus), str(options.vocab), options.wwm, options.eval_fraction, options.seed)
     if tokenized is None or key not in tokenized:
-        train_docs, eval_docs = corpus_split(options.corpus, options.eval_fraction, options.seed)
+        train_docs, eval_docs = corpus_split(options.corpus, options.eval_fraction, options.seed, options.encoding)
         documents = (tokenize_documents(train_docs, tokenizer, options.wwm), tokenize_documents(eval_docs, tokenizer))
         if tokenized is not None:
             tokenized[key] = documents
     else:
         documents = tokenized[key]
     train_docs, eval_docs = documents
+    report = DataReport("the training corpus").unknown_tokens(
+        *count_unknown((segment.ids for document in train_docs for segment in document), tokenizer.unk_token_id),
+        f"the vocabulary {options.vocab}")
+    report.measured["documents"] = len(train_docs)
+    report.check(stacklevel=3)
     max_predictions = options.max_predictions_per_seq or math.ceil(options.mlm_probability * options.max_seq_length)
     spec = MaskingSpec(mask_token_id=tokenizer.mask_token_id, vocab_size=len(tokenizer),
                        special_ids=frozenset(tokenizer.all_special_ids), mlm_probability=options.mlm_probability,
@@ -209,7 +218,7 @@ def prepare(options: PretrainOptions, tokenized: dict | None = None) -> Pretrain
     torch.manual_seed(options.seed)
     model = (BertForMaskedLM if options.objective == "mlm" else BertForPreTraining)(config)
     collator = PretrainingCollator(tokenizer.pad_token_id, spec, dynamic=not static)
-    return PretrainingRun(tokenizer, train_instances, eval_singles, eval_pairs, spec, collator, model)
+    return PretrainingRun(tokenizer, train_instances, eval_singles, eval_pairs, spec, collator, model, report)
 
 
 def plan_steps(run: PretrainingRun, options: PretrainOptions) -> int:
@@ -227,7 +236,7 @@ def pretrain(options: PretrainOptions, resume: bool = False, tokenized: dict | N
     """Build the data and model and train in options.out, holding it for the run (`bertkit.run_directory`: an
     earlier run or model there is refused unless options.overwrite); returns the trainer's final TrainState."""
     with run_directory(options.out, "bertkit pretrain", overwrite=options.overwrite, resume=resume,
-                       main=process_rank() == 0):
+                       main=process_rank() == 0, inputs=options.inputs()):
         return _pretrain(options, resume, tokenized)
 
 
@@ -243,6 +252,7 @@ def _pretrain(options: PretrainOptions, resume: bool, tokenized: dict | None):
         if process_rank() == 0:
             out.mkdir(parents=True, exist_ok=True)
             options.save(out / OPTIONS_NAME)
+            run.report.save(out)
     args = TrainingArguments(
         output_dir=str(out), max_steps=options.max_steps,
         **wall_clock_budget(options.minutes),
@@ -267,6 +277,10 @@ def resume_pretraining(out: str | Path, given: dict | None = None):
     Its saved options' paths are resolved against `out`; `given` options (flags typed with --resume) must
     agree with them (`Options.resumed`)."""
     path = Path(out) / OPTIONS_NAME
+    if Path(out).is_file():
+        raise ValueError(f"{out} is a file; --resume takes the directory of a pretraining run (its --out)")
+    if not Path(out).is_dir():
+        raise FileNotFoundError(f"{out} does not exist; --resume takes the directory of a pretraining run (its --out)")
     if not path.is_file():
         raise FileNotFoundError(f"{out} holds no {OPTIONS_NAME}: it is not a bertkit pretraining run")
     check_not_finished(out)

@@ -22,7 +22,7 @@ from bertkit.atomic import atomic_write_text
 from bertkit.config import CONFIG_NAME, VIT_SINUSOIDAL_MODEL_TYPE, ViTConfig
 from bertkit.data.images import ImageCollator, ImageProcessor, ImageSet, load_mnist, read_image_folder
 from bertkit.models.vit import ViTForImageClassification, vit_class_for
-from bertkit.options import VisionTrainOptions
+from bertkit.options import VisionTrainOptions, check_image_size
 from bertkit.run_directory import holds_out
 from bertkit.training.arguments import TrainingArguments
 from bertkit.training.budget import steps_in_budget, wall_clock_budget
@@ -105,6 +105,7 @@ def accuracy(model: ViTForImageClassification, processor: ImageProcessor, data: 
 def vit_config(options: VisionTrainOptions, train: ImageSet) -> ViTConfig:
     """The model the options describe, for `train`'s image size, channels and classes."""
     K, h, w = train.images.shape[1:]
+    check_image_size("the images are", h, w, options.patch_size)
     if h % options.patch_size or w % options.patch_size:
         raise ValueError(f"images of {h} × {w} pixels cannot be cut into {options.patch_size} × {options.patch_size} "
                          "patches: choose a --patch-size that divides both sides (or --image-size for folders)")

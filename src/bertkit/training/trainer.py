@@ -251,23 +251,38 @@ class Trainer:
                                          self.scheduler.lr_lambdas):
             group["lr"] = base * schedule(at)
 
+    def _check_weights(self, step: int) -> None:
+        """Fail (TrainingError) when an update left a weight NaN or infinite: the loss of the step that made it was
+        still finite, so only the weights tell, and an evaluation or checkpoint of them would mean nothing."""
+        bad = [name for name, p in self.model.named_parameters() if not bool(torch.isfinite(p).all())]
+        if bad:
+            self._fail(step, f"its update left {len(bad)} weight tensor{'s' if len(bad) > 1 else ''} NaN or "
+                             f"infinite ({bad[0]}{', ...' if len(bad) > 1 else ''})")
+
     def _fail(self, step: int, what: str) -> None:
         found = ckpt.list_checkpoints(self.output_dir)
         last = found[-1][1] if found else None
         kept = f"the last good checkpoint is {last}" if last else "no checkpoint was saved before it"
         self.optimizer.zero_grad(set_to_none=True)
-        raise TrainingError(f"training stopped at step {step}: {what}; {kept}", step, last)
+        raise TrainingError(f"training stopped at step {step}: {what}, so the run diverged; {kept}. Lower the "
+                            "learning rate and start again (--overwrite replaces this run)", step, last)
 
     # ---- evaluation, logging, saving -------------------------------------------------------------
 
     def evaluate(self) -> dict[str, float]:
-        """Run eval_fn on rank 0 (eval mode, no grad), broadcast its metrics, prefixed with "eval_"."""
+        """Run eval_fn on rank 0 (eval mode, no grad), broadcast its metrics, prefixed with "eval_".
+
+        An eval_fn that finds the model's outputs not finite (a FloatingPointError, such as inference's
+        NonFiniteOutputError) gives the metric `eval_outputs` = NaN, so every process sees the run diverged."""
         metrics: dict[str, float] = {}
         if self.dist.is_main:
             self.model.eval()
             autocast = torch.autocast(self.dist.device.type, dtype=torch.bfloat16, enabled=self.args.bf16)
-            with torch.no_grad(), autocast:
-                raw = self.eval_fn(self.model)
+            try:
+                with torch.no_grad(), autocast:
+                    raw = self.eval_fn(self.model)
+            except FloatingPointError:
+                raw = {"outputs": math.nan}
             self.model.train()
             for key, value in raw.items():
                 if isinstance(value, (dict, list, tuple, str)):  # e.g. per-type scores: not a log scalar
@@ -442,11 +457,17 @@ class Trainer:
                 final = state.step >= self.total_steps or state.stop_reason is not None
                 evaluate = self.eval_fn is not None and (
                     final or (args.eval_every is not None and state.step % args.eval_every == 0))
+                if evaluate or final or (args.save_every and state.step % args.save_every == 0):
+                    self._check_weights(state.step)  # nothing is scored or saved from a diverged model
                 if evaluate or final or state.step % args.log_every == 0:
                     record = self._record(state, stats, window)
                     window = {}
                     if evaluate:
                         metrics = self.evaluate()
+                        nan = sorted(k for k, v in metrics.items() if not math.isfinite(v))
+                        if nan:
+                            self._fail(state.step, f"the model's {'outputs' if nan == ['eval_outputs'] else nan[0]} "
+                                                   "on the evaluation data are not finite")
                         record.update(metrics)
                         if args.metric_for_best:
                             self._update_best(state, metrics)
