@@ -6,6 +6,7 @@ import torch
 from bertkit.config import BertConfig
 from bertkit.models.bert import BertModel
 from bertkit.reference import NumpyBert
+from tolerance import assert_close
 
 TINY = dict(vocab_size=50, hidden_size=16, num_hidden_layers=2, num_attention_heads=2, intermediate_size=24,
             max_position_embeddings=20, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
@@ -40,7 +41,7 @@ def test_padding_does_not_change_real_tokens():
     with torch.no_grad():
         a = model(ids).last_hidden_state
         b = model(padded, attention_mask=torch.tensor([[1, 1, 1, 0, 0, 0]])).last_hidden_state
-    torch.testing.assert_close(a, b[:, :3], atol=1e-6, rtol=0)
+    assert_close(a, b[:, :3], rtol=1e-6)
 
 
 @pytest.mark.parametrize("bad, message", [
@@ -74,8 +75,8 @@ def test_albert_options_share_and_factorise(tmp_path):
     with torch.no_grad():
         out = model(ids)
     seq, pooled = NumpyBert.from_pretrained(tmp_path)(ids.numpy())
-    torch.testing.assert_close(torch.from_numpy(seq), out.last_hidden_state, atol=1e-5, rtol=0)
-    torch.testing.assert_close(torch.from_numpy(pooled), out.pooler_output, atol=1e-5, rtol=0)
+    assert_close(out.last_hidden_state, seq)
+    assert_close(out.pooler_output, pooled)
 
 
 def test_sinusoidal_positions_option(tmp_path):
@@ -88,8 +89,7 @@ def test_sinusoidal_positions_option(tmp_path):
     with torch.no_grad():
         out = BertModel.from_pretrained(tmp_path)(ids, mask)
     seq, _ = NumpyBert.from_pretrained(tmp_path)(ids.numpy(), mask.numpy())
-    torch.testing.assert_close(torch.from_numpy(seq)[mask.bool()], out.last_hidden_state[mask.bool()],
-                               atol=1e-5, rtol=0)
+    assert_close(out.last_hidden_state[mask.bool()], seq[mask.bool().numpy()])
 
 
 def test_hidden_states_and_position_ids():
@@ -125,8 +125,8 @@ def test_recipe_options_match_the_numpy_reference(tmp_path, pre_ln, bias):
         loaded = BertModel.from_pretrained(tmp_path)(ids, mask).last_hidden_state
     seq, pooled = NumpyBert.from_pretrained(tmp_path)(ids.numpy(), mask.numpy())
     real = mask.bool()
-    torch.testing.assert_close(torch.from_numpy(seq)[real], out.last_hidden_state[real], atol=1e-5, rtol=0)
-    torch.testing.assert_close(torch.from_numpy(pooled), out.pooler_output, atol=1e-5, rtol=0)
+    assert_close(out.last_hidden_state[real], seq[real.numpy()])
+    assert_close(out.pooler_output, pooled)
     torch.testing.assert_close(loaded, out.last_hidden_state, atol=0, rtol=0)
     assert out.hidden_states[-1] is out.last_hidden_state
     post = BertModel(BertConfig(**TINY, use_bias=bias)).eval()
@@ -159,4 +159,4 @@ def test_bias_free_model_loads_in_transformers_as_the_same_function(tmp_path):
     theirs = transformers.BertModel.from_pretrained(tmp_path).eval()   # missing biases start at zero there
     ids = torch.randint(0, 50, (2, 8))
     with torch.no_grad():
-        torch.testing.assert_close(theirs(ids).last_hidden_state, model(ids).last_hidden_state, atol=1e-5, rtol=0)
+        assert_close(model(ids).last_hidden_state, theirs(ids).last_hidden_state)

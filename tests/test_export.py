@@ -21,6 +21,7 @@ from bertkit.models.heads import BertForMaskedLM, BertForSequenceClassification,
 from bertkit.pipelines.predict import load_model  # noqa: E402
 from bertkit.tokenizer import BertTokenizer  # noqa: E402
 from conftest import model_dir_or_skip  # noqa: E402
+from tolerance import assert_close  # noqa: E402
 
 VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *"abcdefghijklmnop"]
 TINY = dict(vocab_size=len(VOCAB), hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=48,
@@ -55,7 +56,7 @@ def expected(model, feed: dict[str, np.ndarray]) -> list[np.ndarray]:
     return [t.numpy() for t in (out.last_hidden_state, out.pooler_output) if t is not None]
 
 
-def check_parity(model, path, atol: float = 1e-4) -> None:
+def check_parity(model, path, rtol: float = 1e-4) -> None:
     session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
     for n, (batch, length) in enumerate(SHAPES):
         for padded in (False, True):
@@ -65,7 +66,7 @@ def check_parity(model, path, atol: float = 1e-4) -> None:
             assert len(got) == len(want)
             for g, w in zip(got, want):
                 assert g.shape == w.shape and g.dtype == np.float32
-                np.testing.assert_allclose(g, w, atol=atol, rtol=0, err_msg=f"{batch}x{length} padded={padded}")
+                assert_close(g, w, rtol=rtol, msg=f"{batch}x{length} padded={padded}")
 
 
 @pytest.fixture(scope="module")
@@ -87,7 +88,7 @@ def test_encoder_graph_matches_bertkit_at_dynamic_shapes(encoder_export):
     feed = inputs(2, 12, seed=9, padded=True)
     hidden = session.run(None, feed)[0]
     alone = session.run(None, {k: v[:1, :feed["attention_mask"][0].sum()] for k, v in feed.items()})[0]
-    np.testing.assert_allclose(hidden[0, :alone.shape[1]], alone[0], atol=1e-5, rtol=0)
+    assert_close(hidden[0, :alone.shape[1]], alone[0])
 
 
 def test_directory_holds_config_tokenizer_and_int8_graph(encoder_export, tokenizer):
@@ -145,4 +146,4 @@ def test_m3e_small_graph_matches_bertkit(tmp_path):
     feed = {k: v.numpy() for k, v in tokenizer(["今天天气很好", "明天会下雨，记得带伞。", "好"], padding=True,
                                                  return_tensors="pt").items()}
     for got, want in zip(session.run(None, feed), expected(model, feed)):
-        np.testing.assert_allclose(got, want, atol=1e-4, rtol=0)
+        assert_close(got, want, rtol=1e-4)

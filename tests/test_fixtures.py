@@ -10,6 +10,8 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from tolerance import assert_close
+
 FIXTURES = Path(__file__).parent / "fixtures" / "checkpoints"
 
 
@@ -40,7 +42,7 @@ def test_saved_checkpoint_loads_and_computes_the_recorded_outputs(name):
     with torch.no_grad():
         result = model(**inputs)
     for field, expected in outputs.items():
-        torch.testing.assert_close(getattr(result, field), expected, atol=1e-5, rtol=1e-5)
+        assert_close(getattr(result, field), expected, msg=f"{name}: {field}")
 
 
 def test_every_family_has_a_fixture():

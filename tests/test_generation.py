@@ -14,6 +14,7 @@ from bertkit.generation import DecodingState, beam_search, greedy_search, sample
 from bertkit.models.gpt import GPT2LMHeadModel
 from bertkit.models.seq2seq import build_seq2seq
 from bertkit.models.transformer import KVCache
+from tolerance import assert_close
 
 PAD, EOS, BOS = 0, 1, 2
 
@@ -155,7 +156,7 @@ def test_seq2seq_kv_cache_logits_equal_full_recomputation(normalize_before):
     chunks = [target[:, :1], target[:, 1:3], target[:, 3:]]
     stepped = torch.cat([model.lm_head(model.decode(c, memory, memory_bias, cache)[0]) for c in chunks], dim=1)
     assert len(cache) == 6
-    torch.testing.assert_close(stepped, full, atol=1e-5, rtol=1e-5)
+    assert_close(stepped, full)
 
 
 def test_gpt_kv_cache_logits_equal_full_recomputation():
@@ -164,7 +165,7 @@ def test_gpt_kv_cache_logits_equal_full_recomputation():
     full = model(ids).logits
     cache = KVCache(2)
     parts = [model(ids[:, a:b], past_key_values=cache).logits for a, b in ((0, 4), (4, 5), (5, 9))]
-    torch.testing.assert_close(torch.cat(parts, dim=1), full, atol=1e-5, rtol=1e-5)
+    assert_close(torch.cat(parts, dim=1), full)
 
 
 @pytest.mark.parametrize("make", [lambda: tiny_seq2seq(), lambda: tiny_seq2seq(normalize_before=True,

@@ -2,7 +2,6 @@
 
 import json
 
-import numpy as np
 import pytest
 import torch
 import transformers
@@ -12,6 +11,7 @@ from bertkit.config import GPT2Config
 from bertkit.models.gpt import GPT2LMHeadModel, GPT2Model
 from bertkit.pipelines.lm import generate_text
 from bertkit.tokenizer import BertTokenizer
+from tolerance import assert_close
 from weights import randomise
 
 # Random configurations of several sizes and options (all ids inside the vocabulary).
@@ -48,7 +48,7 @@ def _assert_logits_agree(ours, theirs, vocab_size: int) -> None:
             a = ours(ids, attention_mask=mask).logits
             b = theirs(ids, attention_mask=mask).logits
         keep = torch.ones_like(ids, dtype=torch.bool) if mask is None else mask.bool()  # padding rows are noise
-        torch.testing.assert_close(a[keep], b[keep], atol=1e-5, rtol=1e-5, msg=lambda m, what=what: f"{what}: {m}")
+        assert_close(a[keep], b[keep], msg=what)
 
 
 @pytest.mark.parametrize("name", CONFIGS)
@@ -99,10 +99,9 @@ def test_bare_model_and_lm_checkpoints_load_into_each_other(tmp_path):
     ids, _ = _batches(50)
     bare = GPT2Model.from_pretrained(tmp_path / "lm")                 # drops the (tied) head, keeps transformer.*
     with torch.no_grad():
-        torch.testing.assert_close(bare(ids).last_hidden_state, theirs.transformer(ids).last_hidden_state,
-                                   atol=1e-5, rtol=1e-5)
+        assert_close(bare(ids).last_hidden_state, theirs.transformer(ids).last_hidden_state)
         lm = GPT2LMHeadModel.from_pretrained(tmp_path / "bare")       # gains the prefix; the tied head comes along
-        torch.testing.assert_close(lm(ids).logits, theirs(ids).logits, atol=1e-5, rtol=1e-5)
+        assert_close(lm(ids).logits, theirs(ids).logits)
 
 
 @pytest.mark.parametrize("name", ["tiny", "untied-relu-layer-scaled"])
@@ -198,7 +197,7 @@ def test_numpy_gpt2_matches_the_torch_model(tmp_path, options):
             want = ours(ids, attention_mask=mask).logits
         got = torch.from_numpy(reference(ids.numpy(), None if mask is None else mask.numpy()))
         keep = torch.ones_like(ids, dtype=torch.bool) if mask is None else mask.bool()
-        torch.testing.assert_close(got[keep], want[keep], atol=1e-5, rtol=1e-5)
+        assert_close(got[keep], want[keep])
 
 
 def test_numpy_gpt2_reads_the_earlier_gpt_format():
@@ -214,7 +213,7 @@ def test_numpy_gpt2_reads_the_earlier_gpt_format():
         recorded = load_file(str(directory / "expected.safetensors"))
         got = NumpyGPT2.from_pretrained(directory)(recorded["input.input_ids"], recorded["input.attention_mask"])
         keep = recorded["input.attention_mask"].astype(bool)
-        np.testing.assert_allclose(got[keep], recorded["output.logits"][keep], atol=1e-5, rtol=1e-5)
+        assert_close(got[keep], recorded["output.logits"][keep], msg=name)
 
 
 def test_transformers_directory_with_default_special_ids_and_a_small_vocabulary_loads(tmp_path):

@@ -11,6 +11,7 @@ from bertkit.models.heads import (
     BertForSequenceClassification,
     BertForTokenClassification,
 )
+from tolerance import assert_close
 
 TINY = dict(vocab_size=99, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=37,
             max_position_embeddings=64, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
@@ -48,10 +49,10 @@ def test_pretraining_loss_and_gradients_match_transformers(tmp_path):
     nsp = torch.tensor([0, 1, 1, 0])
     a = ours(ids, mask, types, labels=labels, next_sentence_label=nsp)
     b = hf(input_ids=ids, attention_mask=mask, token_type_ids=types, labels=labels, next_sentence_label=nsp)
-    torch.testing.assert_close(a.loss, b.loss, atol=1e-5, rtol=0)
+    assert_close(a.loss, b.loss, msg="loss")
     # Only the predicted rows are scored, and they equal HF's full logits at those rows.
-    torch.testing.assert_close(a.prediction_logits, b.prediction_logits[labels != -100], atol=1e-5, rtol=0)
-    torch.testing.assert_close(a.seq_relationship_logits, b.seq_relationship_logits, atol=1e-5, rtol=0)
+    assert_close(a.prediction_logits, b.prediction_logits[labels != -100], msg="prediction_logits")
+    assert_close(a.seq_relationship_logits, b.seq_relationship_logits, msg="seq_relationship_logits")
     n = int((labels != -100).sum())
     torch.testing.assert_close(a.loss_sums["mlm"] / n + a.loss_sums["nsp"] / 4, a.loss)
     assert BertForPreTraining.count_loss_items({"labels": labels, "next_sentence_label": nsp}) == {"mlm": n, "nsp": 4}
@@ -59,12 +60,12 @@ def test_pretraining_loss_and_gradients_match_transformers(tmp_path):
     b.loss.backward()
     theirs = dict(hf.named_parameters())
     for name, p in ours.named_parameters():
-        torch.testing.assert_close(p.grad, theirs[name].grad, atol=1e-4, rtol=1e-4, msg=name)
+        assert_close(p.grad, theirs[name].grad, rtol=1e-4, msg=name)
     # Without labels the head scores every position, as transformers does.
     with torch.no_grad():
         full = ours(ids, mask, types).prediction_logits
     assert full.shape == (4, 12, 99)
-    torch.testing.assert_close(full[mask.bool()], b.prediction_logits[mask.bool()].detach(), atol=1e-5, rtol=0)
+    assert_close(full[mask.bool()], b.prediction_logits[mask.bool()])
 
 
 def test_pretraining_checkpoint_loads_in_transformers(tmp_path):
@@ -77,8 +78,8 @@ def test_pretraining_checkpoint_loads_in_transformers(tmp_path):
     with torch.no_grad():
         a = ours(ids, mask, types)
         b = hf(input_ids=ids, attention_mask=mask, token_type_ids=types)
-    torch.testing.assert_close(a.prediction_logits[mask.bool()], b.prediction_logits[mask.bool()], atol=1e-5, rtol=0)
-    torch.testing.assert_close(a.seq_relationship_logits, b.seq_relationship_logits, atol=1e-5, rtol=0)
+    assert_close(a.prediction_logits[mask.bool()], b.prediction_logits[mask.bool()], msg="prediction_logits")
+    assert_close(a.seq_relationship_logits, b.seq_relationship_logits, msg="seq_relationship_logits")
     again = BertForPreTraining.from_pretrained(tmp_path)
     assert again.cls.predictions.decoder.weight is again.bert.embeddings.word_embeddings.weight
 
@@ -93,7 +94,7 @@ def test_masked_lm_matches_transformers_and_loads_pretraining_checkpoints(tmp_pa
     with torch.no_grad():
         a = ours(ids, mask, types, labels=labels)
         b = hf(input_ids=ids, attention_mask=mask, token_type_ids=types, labels=labels)
-    torch.testing.assert_close(a.loss, b.loss, atol=1e-5, rtol=0)
+    assert_close(a.loss, b.loss)
 
 
 @pytest.mark.parametrize("ours_cls, hf_cls", [
@@ -111,11 +112,11 @@ def test_classifiers_round_trip_with_transformers(tmp_path, ours_cls, hf_cls):
     with torch.no_grad():
         a, b = ours(ids, mask, types).logits, hf(input_ids=ids, attention_mask=mask, token_type_ids=types).logits
     keep = mask.bool() if a.dim() == 3 else slice(None)
-    torch.testing.assert_close(a[keep], b[keep], atol=1e-5, rtol=0)
+    assert_close(a[keep], b[keep])
     hf.save_pretrained(tmp_path / "hf")                               # and back
     back = ours_cls.from_pretrained(tmp_path / "hf")
     with torch.no_grad():
-        torch.testing.assert_close(back(ids, mask, types).logits[keep], a[keep], atol=1e-6, rtol=0)
+        assert_close(back(ids, mask, types).logits[keep], a[keep], rtol=1e-6)
 
 
 def test_loss_matches_transformers_for_classifiers(tmp_path):
@@ -127,9 +128,8 @@ def test_loss_matches_transformers_for_classifiers(tmp_path):
     ids, mask, types, _ = batch(4)
     tags = torch.randint(0, 3, ids.shape).masked_fill(~mask.bool(), -100)
     with torch.no_grad():
-        torch.testing.assert_close(ours(ids, mask, types, labels=tags).loss,
-                                   hf(input_ids=ids, attention_mask=mask, token_type_ids=types, labels=tags).loss,
-                                   atol=1e-5, rtol=0)
+        assert_close(ours(ids, mask, types, labels=tags).loss,
+                     hf(input_ids=ids, attention_mask=mask, token_type_ids=types, labels=tags).loss)
     with pytest.raises(ValueError, match=r"label ids must be in \[0, 3\)"):
         ours(ids, mask, types, labels=tags.masked_fill(tags == 2, 3))
 

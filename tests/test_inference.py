@@ -29,6 +29,7 @@ from bertkit.models.bert import BertModel
 from bertkit.models.heads import BertForSequenceClassification, BertForTokenClassification
 from bertkit.tokenizer import BertTokenizer
 from conftest import fetch_or_skip, model_dir_or_skip
+from tolerance import assert_close
 
 VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "张", "三", "在", "北", "京", "工", "作", "天", "气", "好",
          "很", "。", "，", ".", "john", "##son", "smith", "li", "##ves", "in", "new", "york", "the", "cat", "sat",
@@ -72,11 +73,11 @@ def test_sorted_batches_give_one_by_one_vectors_in_input_order(model, tokenizer,
     vectors = encode(model, tokenizer, texts, batch_size=4, pooling=pooling)
     assert vectors.shape == (23, 32) and vectors.dtype == np.float32
     expected = np.stack([reference_vector(model, tokenizer, text, pooling) for text in texts])
-    np.testing.assert_allclose(vectors, expected, atol=1e-5, rtol=0)
+    assert_close(vectors, expected)
     # vectors differ between texts, so a mix-up of order could not pass unseen
     assert np.abs(vectors[0] - vectors[1]).max() > 1e-2
     single = encode(model, tokenizer, texts[5], pooling=pooling)
-    np.testing.assert_allclose(single, expected[5], atol=1e-5, rtol=0)
+    assert_close(single, expected[5])
 
 
 def test_each_batch_is_padded_only_to_its_own_longest(model, tokenizer):
@@ -110,7 +111,7 @@ def test_mean_pooling_ignores_padding(model, tokenizer):
     # through the model: a short text batched with a long one (so padded) keeps its lone vector
     short, long = "the cat", "the cat sat on the mat in new york"
     together = encode(model, tokenizer, [short, long], pooling="mean")
-    np.testing.assert_allclose(together[0], reference_vector(model, tokenizer, short, "mean"), atol=1e-5, rtol=0)
+    assert_close(together[0], reference_vector(model, tokenizer, short, "mean"))
 
 
 def test_normalize_gives_unit_vectors(model, tokenizer):
@@ -161,8 +162,7 @@ def test_too_long_text_is_truncated_with_a_warning_or_refused(model, tokenizer):
     long = " ".join(["cat"] * 40)                                    # 42 tokens, the model has 24 positions
     with pytest.warns(TruncationWarning, match=r"1 of 2 texts are longer than the model's 24 positions .*42 tokens"):
         vectors = encode(model, tokenizer, ["the dog", long])
-    np.testing.assert_allclose(vectors[1], reference_vector(model, tokenizer, " ".join(["cat"] * 22), "cls"),
-                               atol=1e-5, rtol=0)
+    assert_close(vectors[1], reference_vector(model, tokenizer, " ".join(["cat"] * 22), "cls"))
     with pytest.raises(InputTooLongError, match="text 1 has 42 tokens, more than the model's 24 positions"):
         encode(model, tokenizer, ["the dog", long], truncation=False)
     with pytest.warns(TruncationWarning, match="longer than max_length 5"):
@@ -276,7 +276,7 @@ def test_m3e_small_real_reviews_match_transformers():
     model, tokenizer = BertModel.from_pretrained(directory), BertTokenizer.from_pretrained(directory)
     assert len({len(tokenizer(text)["input_ids"]) for text in texts}) > 8  # really mixed lengths
     ours = encode(model, tokenizer, texts, batch_size=8, pooling="mean")
-    np.testing.assert_allclose(ours, transformers_mean_vectors(directory, texts), atol=1e-5, rtol=0)
+    assert_close(ours, transformers_mean_vectors(directory, texts))
 
 
 @pytest.mark.network
@@ -288,4 +288,4 @@ def test_minilm_real_english_matches_transformers():
              "Naïve café owners don't always accept credit-cards; e-mail them first!"]
     model, tokenizer = BertModel.from_pretrained(directory), BertTokenizer.from_pretrained(directory)
     ours = encode(model, tokenizer, texts, batch_size=2, pooling="mean")
-    np.testing.assert_allclose(ours, transformers_mean_vectors(directory, texts), atol=1e-5, rtol=0)
+    assert_close(ours, transformers_mean_vectors(directory, texts))

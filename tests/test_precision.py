@@ -20,6 +20,7 @@ from bertkit.models.heads import BertForMaskedLM, BertForSequenceClassification
 from bertkit.precision import PrecisionWarning, dtype_name, for_inference, model_dtype
 from bertkit.tokenizer import BertTokenizer
 from conftest import model_dir_or_skip
+from tolerance import assert_close
 
 VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "cat", "sat", "on", "a", "mat", "dog", "good", "bad",
          "very", "not", "is", "it"]
@@ -133,7 +134,7 @@ def test_encode_command_takes_dtype_and_warns_in_one_line(tmp_path, model, token
     tokenizer.save_pretrained(tmp_path / "m")
     out = tmp_path / "v.npy"
     assert main(["encode", "--model", str(tmp_path / "m"), "--dtype", "int8", "--out", str(out), *TEXTS[:3]]) == 0
-    np.testing.assert_allclose(np.load(out), encode(model, tokenizer, TEXTS[:3], dtype="int8"), atol=1e-6)
+    assert_close(np.load(out), encode(model, tokenizer, TEXTS[:3], dtype="int8"), rtol=1e-6)
     capsys.readouterr()
     monkeypatch.setattr(precision, "native_bfloat16", lambda device="cpu": False)
     assert main(["encode", "--model", str(tmp_path / "m"), "--dtype", "bf16", "--out", str(out), "--overwrite",

@@ -15,6 +15,7 @@ from bertkit.models.bert import BertModel, BertSelfAttention
 from bertkit.models.gpt import GPT2LMHeadModel
 from bertkit.models.heads import BertForPreTraining, BertForSequenceClassification, BertForTokenClassification
 from bertkit.models.seq2seq import build_seq2seq
+from tolerance import assert_close
 
 BERT = dict(vocab_size=40, hidden_size=16, num_hidden_layers=2, num_attention_heads=2, intermediate_size=32,
             max_position_embeddings=20, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
@@ -127,7 +128,7 @@ def test_qkv_outputs_and_gradients_equal_the_stacked_projection():
     x.grad = None
     _reference(m, x).pow(2).sum().backward()
     for name, p in list(m.named_parameters()) + [("x", x)]:
-        torch.testing.assert_close(grads[name], p.grad, atol=1e-5, rtol=1e-5)
+        assert_close(grads[name], p.grad, msg=name)
 
 
 @pytest.mark.parametrize("change", ["in-place edit", "fused adamw step", "write through .data", "load_state_dict"])
@@ -152,4 +153,4 @@ def test_inference_follows_every_change_of_the_weights(change):
     with torch.no_grad():
         after = m(x, None, False)[0]
     assert not torch.allclose(after, before)
-    torch.testing.assert_close(after, _reference(m, x), atol=1e-5, rtol=1e-5)
+    assert_close(after, _reference(m, x))

@@ -14,6 +14,7 @@ from bertkit.models.heads import BertForMaskedLM, BertForPromptClassification, m
 from bertkit.pipelines.finetune import FinetuneOptions, finetune
 from bertkit.tokenizer import BertTokenizer
 from test_finetune import LETTERS, letters_model  # noqa: F401  (a module fixture: the toy task's files)
+from tolerance import assert_close
 
 SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 
@@ -84,9 +85,9 @@ def test_class_scores_equal_a_hand_computation(tokenizer):
     log_probs = torch.log_softmax(mlm(ids, mask).logits, dim=-1).detach()         # (B, T, V)
     words = model.config.prompt["label_word_ids"]
     hand = torch.tensor([[float(log_probs[b, 1, w[0]] + log_probs[b, 2, w[1]]) for w in words] for b in range(2)])
-    torch.testing.assert_close(out.logits, hand, atol=1e-5, rtol=0)
+    assert_close(out.logits, hand)
     expected = -(torch.log_softmax(hand, -1)[0, 0] + torch.log_softmax(hand, -1)[1, 2]) / 2
-    torch.testing.assert_close(out.loss, expected, atol=1e-5, rtol=0)
+    assert_close(out.loss, expected)
     out.loss.backward()
     assert model.cls.predictions.bias.grad.abs().sum() > 0     # training goes through the masked-LM head
     with pytest.raises(ValueError, match="template's 2 \\[MASK\\] tokens"):
@@ -105,7 +106,7 @@ def test_saved_prompt_model_is_a_masked_lm_for_transformers(tokenizer, tmp_path)
     transformers.logging.set_verbosity_error()
     theirs = transformers.BertForMaskedLM.from_pretrained(tmp_path).eval()
     ours = BertForMaskedLM.from_pretrained(tmp_path)
-    torch.testing.assert_close(theirs(ids).logits, ours(ids).logits, atol=1e-5, rtol=0)
+    assert_close(ours(ids).logits, theirs(ids).logits)
 
 
 def test_prompt_config_is_checked(tokenizer):

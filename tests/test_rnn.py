@@ -5,8 +5,8 @@ import torch
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from bertkit.models import rnn
+from tolerance import assert_close
 
-TOL = dict(atol=1e-5, rtol=1e-5)
 CELL_PAIRS = [
     (lambda: rnn.RNNCell(5, 7), lambda: torch.nn.RNNCell(5, 7)),
     (lambda: rnn.RNNCell(5, 7, nonlinearity="relu"), lambda: torch.nn.RNNCell(5, 7, nonlinearity="relu")),
@@ -29,7 +29,7 @@ def _assert_same_grads(ours: torch.nn.Module, theirs: torch.nn.Module) -> None:
     ours_g, theirs_g = _grads(ours), _grads(theirs)
     for name, g in theirs_g.items():
         assert ours_g[name] is not None, name
-        torch.testing.assert_close(ours_g[name], g, **TOL, msg=name)
+        assert_close(ours_g[name], g, msg=name)
 
 
 def _flat(state):
@@ -52,12 +52,12 @@ def test_cell_matches_torch_over_several_steps(index):
         outs_ours.append(_flat(state_ours))
         outs_theirs.append(_flat(state_theirs))
     out_ours, out_theirs = torch.stack(outs_ours), torch.stack(outs_theirs)
-    torch.testing.assert_close(out_ours, out_theirs, **TOL)
+    assert_close(out_ours, out_theirs)
     weights = torch.randn_like(out_ours)                        # a loss that weighs every output differently
     (out_ours * weights).sum().backward()
     (out_theirs * weights).sum().backward()
     _assert_same_grads(ours, theirs)
-    torch.testing.assert_close(x_ours.grad, x_theirs.grad, **TOL)
+    assert_close(x_ours.grad, x_theirs.grad)
 
 
 LAYER_CASES = [
@@ -87,13 +87,13 @@ def test_layer_matches_torch_with_initial_state(kind, kwargs):
     x_ours, x_theirs = x.clone().requires_grad_(), x.clone().requires_grad_()
     out_ours, state_ours = ours(x_ours, hx)
     out_theirs, state_theirs = theirs(x_theirs, hx)
-    torch.testing.assert_close(out_ours, out_theirs, **TOL)
-    torch.testing.assert_close(_flat(state_ours), _flat(state_theirs), **TOL)
+    assert_close(out_ours, out_theirs)
+    assert_close(_flat(state_ours), _flat(state_theirs))
     w_out, w_state = torch.randn_like(out_ours), torch.randn_like(_flat(state_ours))
     ((out_ours * w_out).sum() + (_flat(state_ours) * w_state).sum()).backward()
     ((out_theirs * w_out).sum() + (_flat(state_theirs) * w_state).sum()).backward()
     _assert_same_grads(ours, theirs)
-    torch.testing.assert_close(x_ours.grad, x_theirs.grad, **TOL)
+    assert_close(x_ours.grad, x_theirs.grad)
 
 
 @pytest.mark.parametrize("kind", ["rnn", "lstm", "gru"])
@@ -110,8 +110,8 @@ def test_mask_equals_packed_sequences(kind):
     packed = pack_padded_sequence(x, lengths, batch_first=True, enforce_sorted=False)
     out_packed, state_theirs = theirs(packed)
     out_theirs, _ = pad_packed_sequence(out_packed, batch_first=True, total_length=5)
-    torch.testing.assert_close(out_ours, out_theirs, **TOL)
-    torch.testing.assert_close(_flat(state_ours), _flat(state_theirs), **TOL)
+    assert_close(out_ours, out_theirs)
+    assert_close(_flat(state_ours), _flat(state_theirs))
     (out_ours.sum() + _flat(state_ours).sum()).backward()
     (out_theirs.sum() + _flat(state_theirs).sum()).backward()
     _assert_same_grads(ours, theirs)

@@ -15,6 +15,7 @@ from bertkit.functional import sinusoidal_positions
 from bertkit.models.rnn import RNNSeq2Seq
 from bertkit.models.seq2seq import Seq2SeqTransformer, build_seq2seq, load_seq2seq
 from bertkit.models.transformer import TransformerLayer
+from tolerance import assert_close
 
 PAD, EOS, BOS = 0, 1, 2
 VARIANTS = {
@@ -60,7 +61,7 @@ def test_loss_is_label_smoothed_cross_entropy_of_shifted_targets(name):
     keep = labels != -100
     nll = -logp.gather(-1, labels.clamp(min=0)[..., None]).squeeze(-1)
     expected = (0.9 * nll - 0.1 * logp.mean(-1))[keep].mean()               # (1-ε)·NLL + ε·uniform CE
-    torch.testing.assert_close(out.loss, expected, atol=1e-5, rtol=1e-5)
+    assert_close(out.loss, expected)
     assert out.logits.shape == (3, 6, model.config.target_vocab_size)
 
 
@@ -107,7 +108,7 @@ def test_source_padding_changes_nothing(name):
     for i in range(3):
         n = int(mask[i].sum())
         alone = model(src[i:i + 1, :n], decoder_input_ids=dec[i:i + 1]).logits
-        torch.testing.assert_close(padded[i:i + 1], alone, atol=1e-5, rtol=1e-5)
+        assert_close(padded[i:i + 1], alone, msg=f"row {i}")
 
 
 def test_attention_probabilities_and_positions():
@@ -136,8 +137,7 @@ def test_save_and_load_round_trip(tmp_path, name):
     loaded = load_seq2seq(tmp_path)
     assert type(loaded) is type(model) and loaded.config == model.config
     src, mask, labels = batch()
-    torch.testing.assert_close(loaded(src, mask, labels=labels).logits, model(src, mask, labels=labels).logits,
-                               atol=1e-5, rtol=1e-5)
+    assert_close(loaded(src, mask, labels=labels).logits, model(src, mask, labels=labels).logits)
     with safe_open(str(tmp_path / "model.safetensors"), "pt") as f:
         stored = set(f.keys())
     assert stored == set(model.state_dict()) - set(model.tied_weights())      # each tensor once

@@ -10,6 +10,7 @@ import torch
 from bertkit.cli import main
 from bertkit.image_attention import attention_rollout, class_token_maps, rollout_map
 from test_viz import assert_real_picture
+from tolerance import assert_close
 
 pytestmark = pytest.mark.xdist_group("vision")  # one tiny training run, shared by the module's tests
 
@@ -67,7 +68,7 @@ def test_the_trained_model_loads_in_transformers(trained):
     theirs = transformers.ViTForImageClassification.from_pretrained(out / "best").eval()
     pixels = processor(sorted((images / "left").glob("*.png"))[:4])
     with torch.no_grad():
-        assert (ours(pixels).logits - theirs(pixels).logits).abs().max() <= 1e-5
+        assert_close(ours(pixels).logits, theirs(pixels).logits)
     assert theirs.config.id2label == {0: "left", 1: "right"}
 
 
