@@ -34,8 +34,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_time_to_quality import EVAL_FRACTION, PROBE_SIZE, SEED, SEQ, probe_finetune, score  # noqa: E402
 from bertkit.data.pretraining import tokenize_documents  # noqa: E402
-from bertkit.demo import build_vocab, pretraining_corpus  # noqa: E402
-from bertkit.options import PretrainOptions, recipe_values  # noqa: E402
+from bertkit.pipelines.demo import build_demo_vocab, pretraining_corpus  # noqa: E402
+from bertkit.pipelines.options import PretrainOptions, recipe_values  # noqa: E402
 from bertkit.pipelines.pretrain import (  # noqa: E402
     corpus_split,
     heldout_instances,
@@ -82,8 +82,8 @@ def name_of(recipe: dict) -> str:
 
 def train_one(spec: dict) -> dict:
     """Train one recipe for its planned steps and score it (run in a subprocess by `main`)."""
-    from bertkit.config import BertConfig
-    from bertkit.models.heads import model_class_for
+    from bertkit.models.bert.configuration import BertConfig
+    from bertkit.models.bert.heads import model_class_for
     from bertkit.tokenizer import BertTokenizer
 
     out, vocab = Path(spec["out"]), Path(spec["vocab"])
@@ -137,7 +137,7 @@ def main() -> None:
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    vocab = build_vocab(out / "vocab")
+    vocab = build_demo_vocab(out / "vocab")
     log = out / "ablation.jsonl"
     done = {json.loads(line)["name"]: json.loads(line) for line in log.read_text().splitlines()} if log.exists() else {}
     tokenized: dict = {}

@@ -1,6 +1,6 @@
 """Attention on CPU: torch's fused kernel (scaled_dot_product_attention) against the explicit maths.
 
-`bertkit.functional.efficient_attention` picks between the two by dtype; this script is the evidence.
+`bertkit.models.functional.efficient_attention` picks between the two by dtype; this script is the evidence.
 For shapes of BERT fine-tuning, pretraining, inference and translation, in float32 and bfloat16, it
 times forward and forward + backward of both (alternating, median of the rounds) and prints the ratio
 explicit / fused (below 1: the explicit maths is faster). Inputs carry a padding mask, as real batches do.
@@ -17,7 +17,7 @@ import time
 import torch
 import torch.nn.functional as F
 
-from bertkit.functional import attention, padding_mask_bias
+from bertkit.models.functional import attention, padding_mask_bias
 
 # (batch, heads, length, head size): BERT fine-tuning / pretraining / long inputs / one query / translation
 SHAPES = [(32, 8, 64, 64), (32, 4, 128, 64), (32, 12, 128, 64), (8, 8, 256, 64), (4, 8, 512, 64),

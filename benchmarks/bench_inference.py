@@ -36,10 +36,10 @@ import numpy as np
 import torch
 import transformers
 
-from bertkit.export import ONNX_NAME, export_onnx, quantize_onnx
 from bertkit.inference import EncodedText, TruncationWarning, encode, run_sorted
-from bertkit.models.bert import BertModel
-from bertkit.precision import for_inference
+from bertkit.inference.export import ONNX_NAME, export_onnx, quantize_onnx
+from bertkit.inference.precision import for_inference
+from bertkit.models.bert.modeling import BertModel
 from bertkit.tokenizer import BertTokenizer
 
 ENGINES = ("bertkit-fp32", "bertkit-bf16", "bertkit-int8", "transformers-fp32", "transformers-bf16", "ort-fp32",

@@ -17,7 +17,7 @@ import time
 import torch
 import transformers
 
-from bertkit.models.heads import BertForPreTraining
+from bertkit.models.bert.heads import BertForPreTraining
 
 CONFIG = dict(vocab_size=21128, hidden_size=256, num_hidden_layers=4, num_attention_heads=4, intermediate_size=1024,
               max_position_embeddings=512)

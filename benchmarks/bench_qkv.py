@@ -23,9 +23,9 @@ import time
 import torch
 import torch.nn.functional as F
 
-from bertkit.config import BertConfig
-from bertkit.functional import efficient_attention
-from bertkit.models.bert import BertSelfAttention
+from bertkit.models.bert.configuration import BertConfig
+from bertkit.models.bert.modeling import BertSelfAttention
+from bertkit.models.functional import efficient_attention
 
 SHAPES = [(512, 8, 32, 64), (512, 8, 1, 16), (128, 2, 32, 64), (128, 2, 1, 16)]  # (C, H, B, T)
 

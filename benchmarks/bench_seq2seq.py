@@ -29,7 +29,7 @@ from pathlib import Path
 
 import torch
 
-from bertkit.models.seq2seq import build_seq2seq
+from bertkit.models.seq2seq.transformer import build_seq2seq
 from bertkit.pipelines import translation
 from bertkit.pipelines.translation import MODELS, TranslationOptions, train_translation
 from bertkit.training.budget import timed_step

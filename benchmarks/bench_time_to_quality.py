@@ -32,9 +32,9 @@ from pathlib import Path
 import torch
 
 from bertkit.data.pretraining import MaskingSpec, PretrainingCollator, create_instances, tokenize_documents
-from bertkit.demo import build_vocab, finetune_steps, pretraining_corpus
-from bertkit.options import PRETRAIN_RECIPES, FinetuneOptions, recipe_options
+from bertkit.pipelines.demo import build_demo_vocab, finetune_steps, pretraining_corpus
 from bertkit.pipelines.finetune import finetune
+from bertkit.pipelines.options import PRETRAIN_RECIPES, FinetuneOptions, recipe_options
 from bertkit.pipelines.pretrain import corpus_split, heldout_instances, pretrain
 from bertkit.tokenizer import BertTokenizer
 
@@ -163,8 +163,8 @@ def train_transformers(tokenizer, train_docs, singles, pairs, minutes: float, ou
 # ---- bertkit's recipe ----------------------------------------------------------------------------
 
 def train_bertkit(recipe: str, vocab: Path, singles, pairs, minutes: float, out: Path, tokenizer) -> dict:
-    from bertkit.config import BertConfig
-    from bertkit.models.heads import model_class_for
+    from bertkit.models.bert.configuration import BertConfig
+    from bertkit.models.bert.heads import model_class_for
 
     options = recipe_options(recipe, corpus=pretraining_corpus(), vocab=str(vocab), out=str(out), minutes=minutes,
                              eval_fraction=EVAL_FRACTION, seed=SEED, max_eval_instances=PROBE_SIZE, progress=False)
@@ -220,7 +220,7 @@ def main() -> None:
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    vocab = build_vocab(out / "vocab")
+    vocab = build_demo_vocab(out / "vocab")
     tokenizer = BertTokenizer.from_pretrained(vocab)
     train_docs, held_docs = corpus_split(pretraining_corpus(), EVAL_FRACTION, SEED)
     singles, pairs = heldout_instances(tokenize_documents(held_docs, tokenizer), tokenizer, SEQ, "mlm+nsp",

@@ -1,4 +1,4 @@
-"""bertkit.atomic: a file or directory is replaced whole or not at all, and saved files follow the umask."""
+"""bertkit.utils.atomic: a file or directory is replaced whole or not at all, and saved files follow the umask."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from bertkit.atomic import atomic_directory, atomic_write, atomic_write_text, remove_leftovers
+from bertkit.utils.atomic import atomic_directory, atomic_write, atomic_write_text, remove_leftovers
 
 
 @pytest.fixture(params=[0o022, 0o077, 0o002])
@@ -51,8 +51,8 @@ def test_files_and_directories_follow_the_umask(tmp_path, umask):
 
 
 def test_saved_models_and_tokenizers_follow_the_umask(tmp_path, umask):
-    from bertkit.config import BertConfig
-    from bertkit.models.bert import BertModel
+    from bertkit.models.bert.configuration import BertConfig
+    from bertkit.models.bert.modeling import BertModel
     from bertkit.tokenizer import BertTokenizer
 
     model = BertModel(BertConfig(vocab_size=10, hidden_size=8, num_hidden_layers=1, num_attention_heads=2,

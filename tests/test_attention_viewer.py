@@ -19,11 +19,11 @@ import numpy as np
 import pytest
 import torch
 
-from bertkit.attention_view import SentenceAttention, attention_html, sentence_attentions, write_attention_html
-from bertkit.config import BertConfig
-from bertkit.models.bert import BertModel
+from bertkit.models.bert.configuration import BertConfig
+from bertkit.models.bert.modeling import BertModel
+from bertkit.pictures.attention_view import SentenceAttention, attention_html, sentence_attentions, write_attention_html
 from bertkit.tokenizer import BertTokenizer
-from test_viz import assert_real_picture
+from test_figures import assert_real_picture
 
 pytestmark = pytest.mark.xdist_group("attention-viewer")  # module fixtures (a browser, the topics' runs) once
 

@@ -18,11 +18,11 @@ import numpy as np
 import pytest
 import torch
 
-from bertkit import option_fields, options
-from bertkit.checkpoint import CheckpointError
 from bertkit.cli import _warnings_to_stderr, main
-from bertkit.config import BertConfig
-from bertkit.models.heads import BertForSequenceClassification
+from bertkit.models.bert.configuration import BertConfig
+from bertkit.models.bert.heads import BertForSequenceClassification
+from bertkit.models.checkpoint import CheckpointError
+from bertkit.pipelines import option_fields, options
 from bertkit.tokenizer import BertTokenizer
 
 README = Path(__file__).resolve().parents[1] / "README.md"
@@ -187,7 +187,7 @@ def nan_classifier(ws, tmp_path) -> Path:
 
 
 def test_weights_that_are_not_finite_are_refused_at_load(nan_classifier, capsys):
-    from bertkit.reference import NumpyBert
+    from bertkit.models.reference import NumpyBert
 
     expected = "1 tensor holds NaN or infinite values: bert.encoder.layer.1.output.dense.weight (1 NaN, 1 infinite)"
     with pytest.raises(CheckpointError, match=re.escape(expected)):
@@ -199,8 +199,8 @@ def test_weights_that_are_not_finite_are_refused_at_load(nan_classifier, capsys)
 
 
 def test_outputs_that_are_not_finite_are_an_error_not_a_prediction(ws):
-    from bertkit.attention_view import sentence_attentions
     from bertkit.inference import NonFiniteOutputError, encode, predict
+    from bertkit.pictures.attention_view import sentence_attentions
 
     tokenizer = BertTokenizer.from_pretrained(ws / "classifier")
     model = BertForSequenceClassification.from_pretrained(ws / "classifier")
@@ -298,7 +298,7 @@ def test_a_file_is_not_a_tokenizer_directory(ws):
 
 
 def test_numpy_bert_checks_the_shapes_of_mask_and_token_types(ws):
-    from bertkit.reference import NumpyBert
+    from bertkit.models.reference import NumpyBert
 
     ref = NumpyBert.from_pretrained(ws / "classifier")
     ids = np.array([[2, 6, 7, 3]])
@@ -311,9 +311,19 @@ def test_numpy_bert_checks_the_shapes_of_mask_and_token_types(ws):
 
 def test_a_model_of_another_family_is_not_read_as_bert(tmp_path, capsys):
     (tmp_path / "gpt").mkdir()
-    (tmp_path / "gpt" / "config.json").write_text(json.dumps({"model_type": "gpt2", "n_embd": 32}))
-    assert refused(capsys, "info", tmp_path / "gpt") == ("bertkit info: error: config is for model_type 'gpt2', not "
-                                                         "a BERT model ('bert')")
+    (tmp_path / "gpt" / "config.json").write_text(json.dumps({"model_type": "gpt2", "n_embd": 32, "n_head": 4}))
+    for command in ("encode", "predict", "attention", "export"):
+        argv = ("--model", tmp_path / "gpt", "x") if command != "export" else ("--model", tmp_path / "gpt", "--onnx",
+                                                                                 tmp_path / "onnx")
+        if command == "attention":
+            argv = ("x", "--model", tmp_path / "gpt")
+        err = refused(capsys, command, *argv)
+        assert err.endswith(f"{tmp_path / 'gpt'} holds a GPT-2 model (model_type 'gpt2'); {command} takes BERT"
+                            + (" and ViT models" if command in ("predict", "attention") else " models")), err
+    (tmp_path / "xl").mkdir()
+    (tmp_path / "xl" / "config.json").write_text(json.dumps({"model_type": "xlnet"}))
+    assert "model_type 'xlnet' is not a family bertkit knows: bert (BERT), gpt2 (GPT-2), vit (ViT)" in refused(
+        capsys, "info", tmp_path / "xl")
 
 
 # ---- 7. one voice --------------------------------------------------------------------------------
@@ -366,7 +376,7 @@ def test_the_readme_tour_warns_nothing(tmp_path, monkeypatch):
 # ---- 8. the README and the CLI agree -------------------------------------------------------------
 
 def test_every_explain_topic_the_readme_names_is_a_topic():
-    from bertkit.explain import TOPICS
+    from bertkit.pictures.explain import TOPICS
 
     row = next(line for line in README.read_text(encoding="utf-8").splitlines() if "`bertkit explain TOPIC`" in line)
     named = re.findall(r"`([a-z0-9-]+)`", row.split("|")[2])

@@ -3,9 +3,9 @@
 import pytest
 import torch
 
-from bertkit.config import BertConfig
-from bertkit.models.bert import BertModel
-from bertkit.reference import NumpyBert
+from bertkit.models.bert.configuration import BertConfig
+from bertkit.models.bert.modeling import BertModel
+from bertkit.models.reference import NumpyBert
 from tolerance import assert_close
 
 TINY = dict(vocab_size=50, hidden_size=16, num_hidden_layers=2, num_attention_heads=2, intermediate_size=24,

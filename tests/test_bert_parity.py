@@ -4,9 +4,9 @@ import pytest
 import torch
 import transformers
 
-from bertkit.config import BertConfig
-from bertkit.models.bert import BertModel
-from bertkit.reference import NumpyBert
+from bertkit.models.bert.configuration import BertConfig
+from bertkit.models.bert.modeling import BertModel
+from bertkit.models.reference import NumpyBert
 from tolerance import assert_close
 
 # Each config exercises something: relu / gelu_new, one token type, eps 1e-5, 3 and 5 heads, odd sizes.

@@ -3,8 +3,8 @@
 import pytest
 import torch
 
-from bertkit.config import BertConfig
-from bertkit.models.heads import BertForSequenceClassification
+from bertkit.models.bert.configuration import BertConfig
+from bertkit.models.bert.heads import BertForSequenceClassification
 from bertkit.training.arguments import TrainingArguments
 from bertkit.training.budget import length_probes, steps_in_budget, wall_clock_budget
 

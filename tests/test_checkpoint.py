@@ -7,11 +7,11 @@ import torch
 import transformers
 from safetensors.torch import load_file, save_file
 
-from bertkit.checkpoint import CheckpointError, normalize_keys, save_weights
 from bertkit.cli import main
-from bertkit.config import BertConfig
-from bertkit.models.bert import BertModel
-from bertkit.reference import NumpyBert
+from bertkit.models.bert.configuration import BertConfig
+from bertkit.models.bert.modeling import BertModel
+from bertkit.models.checkpoint import CheckpointError, normalize_keys, save_weights
+from bertkit.models.reference import NumpyBert
 from tolerance import assert_close
 
 TINY = dict(vocab_size=60, hidden_size=16, num_hidden_layers=2, num_attention_heads=2, intermediate_size=24,

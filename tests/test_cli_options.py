@@ -11,10 +11,10 @@ import sys
 
 import pytest
 
-from bertkit import options
 from bertkit.cli import build_parser, main
 from bertkit.cli.options import options_from_args
 from bertkit.data.sources import model_names
+from bertkit.pipelines import options
 
 REQUIRED = {  # the least each training command needs, and what it gives the dataclass
     "pretrain": (options.PretrainOptions, ["--corpus", "c.txt", "--vocab", "v", "--out", "o", "--max-steps", "1"],

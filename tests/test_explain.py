@@ -1,4 +1,4 @@
-"""`bertkit explain`: each topic's numbers say what the design notes claim, and its pictures are drawn."""
+"""`bertkit explain`: each topic's numbers say what the Transformer/BERT tutorials claim, and its pictures are drawn."""
 
 from __future__ import annotations
 
@@ -9,11 +9,11 @@ import pytest
 import torch
 
 from bertkit.cli import main
-from bertkit.explain import TOPICS, explain
-from bertkit.explain.positional_encoding import shift_matrix
-from bertkit.functional import sinusoidal_positions
+from bertkit.models.functional import sinusoidal_positions
+from bertkit.pictures.explain import TOPICS, explain
+from bertkit.pictures.explain.positional_encoding import shift_matrix
 from conftest import model_dir_or_skip
-from test_viz import assert_real_picture
+from test_figures import assert_real_picture
 from tolerance import allowed_difference, assert_close
 
 pytestmark = pytest.mark.xdist_group("explain")  # module fixtures (a browser, the topics' runs) once
@@ -162,7 +162,7 @@ def m3e_small():
 @pytest.mark.network
 @pytest.mark.slow
 def test_attention_topic_on_m3e_small(m3e_small, tmp_path):
-    from bertkit.models.bert import BertModel
+    from bertkit.models.bert.modeling import BertModel
     from bertkit.tokenizer import BertTokenizer
 
     result = explain("attention", out=tmp_path, model_dir=m3e_small)
@@ -223,7 +223,7 @@ def _drawn_seven() -> np.ndarray:
 
 
 def test_patches_linear_equals_strided_convolution(tmp_path):
-    from bertkit.explain.patches import flatten_patches, linear_from_conv
+    from bertkit.pictures.explain.patches import flatten_patches, linear_from_conv
 
     result = explain("patches", out=tmp_path, digit=_drawn_seven())
     n = result.numbers

@@ -14,11 +14,11 @@ pytest.importorskip("onnxscript", reason="the onnx extra is not installed (pip i
 ort = pytest.importorskip("onnxruntime", reason="the onnx extra is not installed (pip install 'bertkit[onnx]')")
 
 from bertkit.cli import main  # noqa: E402
-from bertkit.config import BertConfig  # noqa: E402
-from bertkit.export import ONNX_INT8_NAME, ONNX_NAME, ExportError, export_onnx  # noqa: E402
-from bertkit.models.bert import BertModel  # noqa: E402
-from bertkit.models.heads import BertForMaskedLM, BertForSequenceClassification, BertForTokenClassification  # noqa: E402
-from bertkit.pipelines.predict import load_model  # noqa: E402
+from bertkit.inference.export import ONNX_INT8_NAME, ONNX_NAME, ExportError, export_onnx  # noqa: E402
+from bertkit.inference.loading import load_text_model as load_model  # noqa: E402
+from bertkit.models.bert.configuration import BertConfig  # noqa: E402
+from bertkit.models.bert.heads import BertForMaskedLM, BertForSequenceClassification, BertForTokenClassification  # noqa: E402
+from bertkit.models.bert.modeling import BertModel  # noqa: E402
 from bertkit.tokenizer import BertTokenizer  # noqa: E402
 from conftest import model_dir_or_skip  # noqa: E402
 from tolerance import assert_close  # noqa: E402

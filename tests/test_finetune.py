@@ -1,4 +1,4 @@
-"""Fine-tuning: the design notes' toy task to >= 99%, NER features and scoring, bad input."""
+"""Fine-tuning: the tutorials' toy task to >= 99%, NER features and scoring, bad input."""
 
 import json
 import random
@@ -8,10 +8,10 @@ import torch
 import transformers
 
 from bertkit.cli import main
-from bertkit.config import BertConfig
 from bertkit.data.tasks import TokenExample
-from bertkit.models.bert import BertModel
-from bertkit.models.heads import BertForSequenceClassification
+from bertkit.models.bert.configuration import BertConfig
+from bertkit.models.bert.heads import BertForSequenceClassification
+from bertkit.models.bert.modeling import BertModel
 from bertkit.pipelines.finetune import FinetuneOptions, finetune, ner_features
 from bertkit.tokenizer import BertTokenizer
 from tolerance import assert_close
@@ -20,7 +20,7 @@ LETTERS = "abcdefghijklmnopqrstuvwxyz"
 
 
 def toy_label(s: str) -> int:
-    """0: some of a/b/c and none of x/y/z; 1: the reverse; 2: otherwise (the design notes' toy task)."""
+    """0: some of a/b/c and none of x/y/z; 1: the reverse; 2: otherwise (the tutorials' toy task)."""
     has_abc, has_xyz = any(c in "abc" for c in s), any(c in "xyz" for c in s)
     return 0 if has_abc and not has_xyz else 1 if has_xyz and not has_abc else 2
 

@@ -16,10 +16,10 @@ FIXTURES = Path(__file__).parent / "fixtures" / "checkpoints"
 
 
 def _load(name: str, directory: Path):
-    from bertkit.models import heads
-    from bertkit.models.bert import BertModel
-    from bertkit.models.gpt import GPT2LMHeadModel
-    from bertkit.models.seq2seq import load_seq2seq
+    from bertkit.models.bert import heads
+    from bertkit.models.bert.modeling import BertModel
+    from bertkit.models.gpt.modeling import GPT2LMHeadModel
+    from bertkit.models.seq2seq.transformer import load_seq2seq
 
     family = name.split("-")[0]
     if family == "BertModel":

@@ -1,4 +1,4 @@
-"""The pure maths of functional.py: values from the design notes, and forward + backward against torch/HF."""
+"""The pure maths of functional.py: values the tutorials print, and forward + backward against torch/HF."""
 
 import math
 
@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 from transformers.activations import ACT2FN as HF_ACT2FN
 
-from bertkit.functional import (
+from bertkit.models.functional import (
     ACT2FN,
     DROPOUT_LEVELS,
     attention,
@@ -22,7 +22,7 @@ from tolerance import assert_close
 
 
 def test_sinusoidal_positions_of_i_am_good():
-    # "I am good" with d_model = 4: the matrix the design notes print.
+    # "I am good" with d_model = 4: the matrix the tutorials print.
     pe = sinusoidal_positions(3, 4)
     expected = torch.tensor([[0.0, 1.0, 0.0, 1.0],
                              [math.sin(1), math.cos(1), math.sin(0.01), math.cos(0.01)],

@@ -9,11 +9,12 @@ import math
 import pytest
 import torch
 
-from bertkit.config import GPT2Config, Seq2SeqConfig
-from bertkit.generation import DecodingState, beam_search, greedy_search, sample, top_k_top_p_filter
-from bertkit.models.gpt import GPT2LMHeadModel
-from bertkit.models.seq2seq import build_seq2seq
-from bertkit.models.transformer import KVCache
+from bertkit.models.generation import DecodingState, beam_search, greedy_search, sample, top_k_top_p_filter
+from bertkit.models.gpt.configuration import GPT2Config
+from bertkit.models.gpt.modeling import GPT2LMHeadModel
+from bertkit.models.seq2seq.configuration import Seq2SeqConfig
+from bertkit.models.seq2seq.layers import KVCache
+from bertkit.models.seq2seq.transformer import build_seq2seq
 from tolerance import assert_close
 
 PAD, EOS, BOS = 0, 1, 2

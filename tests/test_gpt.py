@@ -5,8 +5,9 @@ import torch
 import torch.nn.functional as F
 from safetensors import safe_open
 
-from bertkit.config import ConfigError, GPT2Config
-from bertkit.models.gpt import GPT2LMHeadModel
+from bertkit.models.configuration import ConfigError
+from bertkit.models.gpt.configuration import GPT2Config
+from bertkit.models.gpt.modeling import GPT2LMHeadModel
 from tolerance import assert_close
 
 VARIANTS = {

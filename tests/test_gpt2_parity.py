@@ -7,8 +7,8 @@ import torch
 import transformers
 
 from bertkit.cli import main
-from bertkit.config import GPT2Config
-from bertkit.models.gpt import GPT2LMHeadModel, GPT2Model
+from bertkit.models.gpt.configuration import GPT2Config
+from bertkit.models.gpt.modeling import GPT2LMHeadModel, GPT2Model
 from bertkit.pipelines.lm import generate_text
 from bertkit.tokenizer import BertTokenizer
 from tolerance import assert_close
@@ -185,7 +185,7 @@ def test_cli_generate_on_a_transformers_directory_reproduces_its_greedy_tokens(t
                                      dict(normalize_before=False, position_embedding_type="sinusoidal"),
                                      dict(scale_attn_weights=False, scale_attn_by_inverse_layer_idx=True)])
 def test_numpy_gpt2_matches_the_torch_model(tmp_path, options):
-    from bertkit.reference import NumpyGPT2
+    from bertkit.models.reference import NumpyGPT2
 
     torch.manual_seed(0)
     ours = randomise(GPT2LMHeadModel(GPT2Config(**_config("wider-gelu-inner", **options))))
@@ -206,7 +206,7 @@ def test_numpy_gpt2_reads_the_earlier_gpt_format():
 
     from safetensors.numpy import load_file
 
-    from bertkit.reference import NumpyGPT2
+    from bertkit.models.reference import NumpyGPT2
 
     for name in ("GPTForCausalLM", "GPTForCausalLM-post-ln-sinusoidal-untied"):
         directory = Path(__file__).parent / "fixtures" / "checkpoints" / name

@@ -4,8 +4,8 @@ import pytest
 import torch
 import transformers
 
-from bertkit.config import BertConfig
-from bertkit.models.heads import (
+from bertkit.models.bert.configuration import BertConfig
+from bertkit.models.bert.heads import (
     BertForMaskedLM,
     BertForPreTraining,
     BertForSequenceClassification,
@@ -136,7 +136,7 @@ def test_loss_matches_transformers_for_classifiers(tmp_path):
 
 def test_base_checkpoint_into_task_model_starts_a_fresh_head(tmp_path):
     torch.manual_seed(5)
-    from bertkit.models.bert import BertModel
+    from bertkit.models.bert.modeling import BertModel
 
     BertModel(BertConfig(**TINY)).save_pretrained(tmp_path)
     with pytest.warns(UserWarning, match="classifier.bias, classifier.weight; initialised fresh"):

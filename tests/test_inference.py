@@ -10,7 +10,6 @@ import numpy as np
 import pytest
 import torch
 
-from bertkit.config import BertConfig
 from bertkit.inference import (
     PROGRESS_MIN_TEXTS,
     InputTooLongError,
@@ -25,8 +24,9 @@ from bertkit.inference import (
     tag_words,
     tokenize,
 )
-from bertkit.models.bert import BertModel
-from bertkit.models.heads import BertForSequenceClassification, BertForTokenClassification
+from bertkit.models.bert.configuration import BertConfig
+from bertkit.models.bert.heads import BertForSequenceClassification, BertForTokenClassification
+from bertkit.models.bert.modeling import BertModel
 from bertkit.tokenizer import BertTokenizer
 from conftest import fetch_or_skip, model_dir_or_skip
 from tolerance import assert_close

@@ -1,6 +1,6 @@
-"""The layers of DESIGN.md, checked on the source: no import cycle among bertkit's modules, no pipeline importing
-a sibling pipeline, nothing in models/ importing the layers above it, inference independent of training, argparse
-only in cli/. Imports under `if TYPE_CHECKING:` are for type checkers only and do not count."""
+"""The layers of docs/architecture.md, checked on the source: what each package may import, no import cycle, no
+pipeline importing a sibling pipeline, argparse only in cli/. Imports under `if TYPE_CHECKING:` are for type
+checkers only and do not count; imports inside functions count."""
 
 from __future__ import annotations
 
@@ -100,24 +100,60 @@ def _in(module: str, package: str) -> bool:
     return module == package or module.startswith(package + ".")
 
 
-def test_no_pipeline_imports_a_sibling_pipeline():
-    pipelines = [m for m in MODULES if _in(m, "bertkit.pipelines") and m != "bertkit.pipelines"]
-    assert {"bertkit.pipelines.finetune", "bertkit.pipelines.lm"} <= set(pipelines)
-    offending = {m: sorted(GRAPH[m] & set(pipelines)) for m in pipelines if GRAPH[m] & set(pipelines)}
+# What each package may import besides itself, bottom to top (docs/architecture.md draws the same picture).
+ALLOWED = {
+    "bertkit.utils": set(),
+    "bertkit.tokenizer": {"bertkit.utils"},
+    "bertkit.models": {"bertkit.utils"},
+    "bertkit.data": {"bertkit.utils", "bertkit.tokenizer", "bertkit.models"},
+    "bertkit.training": {"bertkit.utils", "bertkit.models", "bertkit.data"},
+    "bertkit.inference": {"bertkit.utils", "bertkit.tokenizer", "bertkit.models", "bertkit.data"},
+    "bertkit.pictures": {"bertkit.utils", "bertkit.tokenizer", "bertkit.models", "bertkit.data",
+                         "bertkit.inference"},
+    "bertkit.pipelines": {"bertkit.utils", "bertkit.tokenizer", "bertkit.models", "bertkit.data", "bertkit.training",
+                          "bertkit.inference", "bertkit.pictures"},
+    "bertkit.cli": {"bertkit.utils", "bertkit.tokenizer", "bertkit.models", "bertkit.data", "bertkit.training",
+                    "bertkit.inference", "bertkit.pictures", "bertkit.pipelines", "bertkit"},
+}
+# The run plumbing beside the pipelines: every pipeline may use it; it is no pipeline itself.
+PLUMBING = {"bertkit.pipelines.options", "bertkit.pipelines.option_fields", "bertkit.pipelines.run_directory",
+            "bertkit.pipelines.presets"}
+DEMO = "bertkit.pipelines.demo"  # the main job: a recipe over pretrain and finetune
+
+
+def _package(module: str) -> str | None:
+    return next((p for p in ALLOWED if _in(module, p)), None)
+
+
+def test_every_module_lies_in_a_layer():
+    loose = sorted(m for m in MODULES if _package(m) is None and m not in ("bertkit", "bertkit.__main__"))
+    assert loose == []
+
+
+@pytest.mark.parametrize("package", list(ALLOWED))
+def test_each_package_imports_only_the_layers_below_it(package):
+    offending = {}
+    for module in MODULES:
+        if _package(module) != package:
+            continue
+        bad = sorted(t for t in GRAPH[module] if _package(t) not in ALLOWED[package] | {package} and t != "bertkit")
+        if bad:
+            offending[module] = bad
     assert offending == {}
 
 
-@pytest.mark.parametrize("lower, uppers", [
-    ("bertkit.models", ("bertkit.training", "bertkit.data", "bertkit.cli", "bertkit.viz", "bertkit.pipelines")),
-    ("bertkit.inference", ("bertkit.training", "bertkit.pipelines", "bertkit.cli")),
-    ("bertkit.data", ("bertkit.training", "bertkit.pipelines", "bertkit.cli", "bertkit.models")),
-    ("bertkit.training", ("bertkit.pipelines", "bertkit.cli")),
-    ("bertkit.pipelines", ("bertkit.cli", "bertkit.demo")),
-])
-def test_lower_layers_do_not_import_upper_ones(lower, uppers):
-    offending = {m: sorted(t for t in GRAPH[m] if any(_in(t, u) for u in uppers))
-                 for m in MODULES if _in(m, lower)}
-    assert {m: t for m, t in offending.items() if t} == {}
+def test_no_pipeline_imports_a_sibling_pipeline():
+    pipelines = {m for m in MODULES if _in(m, "bertkit.pipelines") and m != "bertkit.pipelines"} - PLUMBING
+    assert {"bertkit.pipelines.finetune", "bertkit.pipelines.pretrain", DEMO} <= pipelines
+    offending = {m: sorted(GRAPH[m] & pipelines) for m in pipelines - {DEMO} if GRAPH[m] & pipelines}
+    assert offending == {}
+    assert GRAPH[DEMO] & pipelines == {"bertkit.pipelines.pretrain", "bertkit.pipelines.finetune"}
+    assert sorted(m for m in MODULES if DEMO in GRAPH[m]) == ["bertkit.cli.train"]
+
+
+def test_the_plumbing_imports_no_pipeline():
+    pipelines = {m for m in MODULES if _in(m, "bertkit.pipelines")} - PLUMBING - {"bertkit.pipelines"}
+    assert {m: sorted(GRAPH[m] & pipelines) for m in PLUMBING if GRAPH[m] & pipelines} == {}
 
 
 def test_only_cli_parses_arguments():
@@ -128,6 +164,13 @@ def test_only_cli_parses_arguments():
 
 def test_the_graph_sees_lazy_imports_and_skips_type_checking_ones():
     # the checks above are only as good as the import reader: a lazy import counts, a TYPE_CHECKING one does not
-    assert "bertkit.data.sources" in GRAPH["bertkit.explain.real_model"]  # imported inside a function
-    assert "bertkit.tokenizer" not in GRAPH["bertkit.tokenizer.files"]    # only under TYPE_CHECKING
-    assert GRAPH["bertkit.inference"] >= {"bertkit.data.entities", "bertkit.task_kinds"}
+    assert "bertkit.data.sources" in GRAPH["bertkit.pictures.explain.real_model"]  # imported inside a function
+    assert "bertkit.tokenizer" not in GRAPH["bertkit.tokenizer.files"]             # only under TYPE_CHECKING
+    assert GRAPH["bertkit.inference.predict"] >= {"bertkit.data.entities"}
+
+
+def test_the_architecture_page_names_every_package():
+    page = (ROOT.parents[1] / "docs" / "architecture.md").read_text(encoding="utf-8")
+    for package in ALLOWED:
+        name = package.removeprefix("bertkit.")
+        assert f"`{name}/`" in page or f"`{name}.py`" in page, name

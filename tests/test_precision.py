@@ -11,13 +11,12 @@ import pytest
 import torch
 from torch import nn
 
-from bertkit import precision
 from bertkit.cli import main
-from bertkit.config import BertConfig
-from bertkit.inference import encode, predict
-from bertkit.models.bert import BertModel
-from bertkit.models.heads import BertForMaskedLM, BertForSequenceClassification
-from bertkit.precision import PrecisionWarning, dtype_name, for_inference, model_dtype
+from bertkit.inference import encode, precision, predict
+from bertkit.inference.precision import PrecisionWarning, dtype_name, for_inference, model_dtype
+from bertkit.models.bert.configuration import BertConfig
+from bertkit.models.bert.heads import BertForMaskedLM, BertForSequenceClassification
+from bertkit.models.bert.modeling import BertModel
 from bertkit.tokenizer import BertTokenizer
 from conftest import model_dir_or_skip
 from tolerance import assert_close

@@ -10,10 +10,11 @@ import pytest
 import torch
 
 from bertkit.cli import main
-from bertkit.config import BertConfig
 from bertkit.inference import encode, predict, tag_words
-from bertkit.models.heads import BertForSequenceClassification, BertForTokenClassification
-from bertkit.pipelines.predict import load_model, read_inputs
+from bertkit.inference.loading import load_text_model as load_model
+from bertkit.models.bert.configuration import BertConfig
+from bertkit.models.bert.heads import BertForSequenceClassification, BertForTokenClassification
+from bertkit.pipelines.predict import read_inputs
 from bertkit.tokenizer import BertTokenizer
 
 VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "张", "三", "在", "北", "京", "工", "作", "好", "很", "差",

@@ -15,7 +15,7 @@ import transformers
 from safetensors.torch import load_file
 
 from bertkit.cli import main
-from bertkit.models.heads import BertForPreTraining
+from bertkit.models.bert.heads import BertForPreTraining
 from tolerance import assert_close
 
 CHARS = (
@@ -135,7 +135,7 @@ def test_torchrun_two_processes_match_one(workspace, tmp_path):
 def test_recipe_sets_the_options_and_typed_flags_win(workspace, tmp_path):
     from bertkit.cli import build_parser
     from bertkit.cli.options import options_from_args
-    from bertkit.options import NATIVE, PRETRAIN_RECIPES, PretrainOptions, native_bf16, recipe_values
+    from bertkit.pipelines.options import NATIVE, PRETRAIN_RECIPES, PretrainOptions, native_bf16, recipe_values
 
     argv = ["pretrain", "--recipe", "crammed", "--corpus", "c.txt", "--vocab", "v", "--out", "o", "--max-steps", "3"]
     recipe = recipe_values("crammed")
@@ -160,7 +160,7 @@ def test_recipe_sets_the_options_and_typed_flags_win(workspace, tmp_path):
 
 def test_probe_does_not_depend_on_the_training_masking(workspace):
     """The held-out probe masks as BERT does (15%, single segments) whatever rate the run trains with."""
-    from bertkit.options import PretrainOptions
+    from bertkit.pipelines.options import PretrainOptions
     from bertkit.pipelines.pretrain import prepare
 
     runs = [prepare(PretrainOptions(corpus=[str(workspace / "corpus.txt")], vocab=str(workspace / "vocab"), out="x",

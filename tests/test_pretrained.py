@@ -8,13 +8,15 @@ import torch
 import torch.nn.functional as F
 from safetensors import safe_open
 
-from bertkit.checkpoint import CheckpointError
-from bertkit.config import BertConfig, GPT2Config, Seq2SeqConfig
-from bertkit.functional import attention
-from bertkit.models.bert import BertModel, BertSelfAttention
-from bertkit.models.gpt import GPT2LMHeadModel
-from bertkit.models.heads import BertForPreTraining, BertForSequenceClassification, BertForTokenClassification
-from bertkit.models.seq2seq import build_seq2seq
+from bertkit.models.bert.configuration import BertConfig
+from bertkit.models.bert.heads import BertForPreTraining, BertForSequenceClassification, BertForTokenClassification
+from bertkit.models.bert.modeling import BertModel, BertSelfAttention
+from bertkit.models.checkpoint import CheckpointError
+from bertkit.models.functional import attention
+from bertkit.models.gpt.configuration import GPT2Config
+from bertkit.models.gpt.modeling import GPT2LMHeadModel
+from bertkit.models.seq2seq.configuration import Seq2SeqConfig
+from bertkit.models.seq2seq.transformer import build_seq2seq
 from tolerance import assert_close
 
 BERT = dict(vocab_size=40, hidden_size=16, num_hidden_layers=2, num_attention_heads=2, intermediate_size=32,

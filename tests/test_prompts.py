@@ -7,10 +7,11 @@ import pytest
 import torch
 import transformers
 
-from bertkit.config import BertConfig, ConfigError
 from bertkit.data.prompts import PromptError, PromptTemplate
 from bertkit.inference import TruncationWarning, predict
-from bertkit.models.heads import BertForMaskedLM, BertForPromptClassification, model_class_for
+from bertkit.models.bert.configuration import BertConfig
+from bertkit.models.bert.heads import BertForMaskedLM, BertForPromptClassification, model_class_for
+from bertkit.models.configuration import ConfigError
 from bertkit.pipelines.finetune import FinetuneOptions, finetune
 from bertkit.tokenizer import BertTokenizer
 from test_finetune import LETTERS, letters_model  # noqa: F401  (a module fixture: the toy task's files)

@@ -4,8 +4,8 @@ import pytest
 import torch
 import transformers
 
-from bertkit.models.bert import BertModel
-from bertkit.reference import NumpyBert
+from bertkit.models.bert.modeling import BertModel
+from bertkit.models.reference import NumpyBert
 from conftest import model_dir_or_skip
 from tolerance import assert_close
 

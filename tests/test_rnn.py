@@ -4,7 +4,7 @@ import pytest
 import torch
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
-from bertkit.models import rnn
+from bertkit.models.seq2seq import rnn
 from tolerance import assert_close
 
 CELL_PAIRS = [

@@ -20,9 +20,9 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from bertkit import options
 from bertkit.cli import main
-from bertkit.run_directory import LOCK_NAME, RunLock, RunLockedError, clear_run, run_directory
+from bertkit.pipelines import options
+from bertkit.pipelines.run_directory import LOCK_NAME, RunLock, RunLockedError, clear_run, run_directory
 
 VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "。", *"的一是在不了有和人这中大为上个国我以要他时来用们生到作"]
 TINY = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
@@ -175,7 +175,7 @@ def test_options_paths_resolve_against_the_saved_file(tmp_path):
 
 # ---- 2. a run locks its directory ----------------------------------------------------------------
 
-HOLD = ("import sys, time\nfrom bertkit.run_directory import RunLock\n"
+HOLD = ("import sys, time\nfrom bertkit.pipelines.run_directory import RunLock\n"
         "RunLock(sys.argv[1], 'bertkit pretrain').acquire()\nprint('locked', flush=True)\ntime.sleep(120)\n")
 
 
@@ -240,8 +240,8 @@ def writing_commands(inputs: Path, out: Path) -> dict[str, list[str]]:
 
 @pytest.fixture
 def a_model(tmp_path) -> Path:
-    from bertkit.config import BertConfig
-    from bertkit.models.bert import BertModel
+    from bertkit.models.bert.configuration import BertConfig
+    from bertkit.models.bert.modeling import BertModel
     from bertkit.tokenizer import BertTokenizer
 
     path = tmp_path / "model"

@@ -9,12 +9,13 @@ import torch
 import torch.nn.functional as F
 from safetensors import safe_open
 
-from bertkit.checkpoint import CheckpointError
-from bertkit.config import ConfigError, Seq2SeqConfig
-from bertkit.functional import sinusoidal_positions
-from bertkit.models.rnn import RNNSeq2Seq
-from bertkit.models.seq2seq import Seq2SeqTransformer, build_seq2seq, load_seq2seq
-from bertkit.models.transformer import TransformerLayer
+from bertkit.models.checkpoint import CheckpointError
+from bertkit.models.configuration import ConfigError
+from bertkit.models.functional import sinusoidal_positions
+from bertkit.models.seq2seq.configuration import Seq2SeqConfig
+from bertkit.models.seq2seq.layers import TransformerLayer
+from bertkit.models.seq2seq.rnn import RNNSeq2Seq
+from bertkit.models.seq2seq.transformer import Seq2SeqTransformer, build_seq2seq, load_seq2seq
 from tolerance import assert_close
 
 PAD, EOS, BOS = 0, 1, 2

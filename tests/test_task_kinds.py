@@ -1,14 +1,14 @@
-"""bertkit.task_kinds: the one table of task kinds that finetune, evaluate and inference look tasks up in."""
+"""bertkit.data.task_kinds: the one table of task kinds that finetune, evaluate and inference look tasks up in."""
 
 from __future__ import annotations
 
 import pytest
 
-from bertkit.config import BertConfig
 from bertkit.data.readers import TextExample, TokenExample
-from bertkit.models.bert import BertModel
-from bertkit.models.heads import BertForSequenceClassification, BertForTokenClassification
-from bertkit.task_kinds import DATASETS, TASKS, dataset_kind, get_task, label_names, task_of_model
+from bertkit.data.task_kinds import DATASETS, TASKS, collect_labels, dataset_kind, get_task, task_of_model
+from bertkit.models.bert.configuration import BertConfig
+from bertkit.models.bert.heads import BertForSequenceClassification, BertForTokenClassification
+from bertkit.models.bert.modeling import BertModel
 
 TINY = BertConfig(vocab_size=20, hidden_size=8, num_hidden_layers=1, num_attention_heads=2, intermediate_size=8,
                   max_position_embeddings=8)
@@ -36,9 +36,9 @@ def test_a_models_head_names_its_task():
 
 def test_labels_in_a_fixed_order():
     texts = [TextExample("a", "pos"), TextExample("b", "neg"), TextExample("c", "pos")]
-    assert label_names(TASKS["classify"], texts) == ["neg", "pos"]
+    assert collect_labels(TASKS["classify"], texts) == ["neg", "pos"]
     sentences = [TokenExample(["x", "y"], ["B-PER", "I-PER"]), TokenExample(["z"], ["B-LOC"])]
-    assert label_names(TASKS["ner"], sentences) == ["O", "B-LOC", "B-PER", "I-PER"]  # "O" first, always
+    assert collect_labels(TASKS["ner"], sentences) == ["O", "B-LOC", "B-PER", "I-PER"]  # "O" first, always
 
 
 def test_files_are_read_as_the_task_reads_them(tmp_path):

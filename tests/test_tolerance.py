@@ -6,9 +6,9 @@ import pytest
 import torch
 import transformers
 
-from bertkit.config import ViTConfig
-from bertkit.models.bert import BertModel
-from bertkit.models.vit import ViTModel
+from bertkit.models.bert.modeling import BertModel
+from bertkit.models.vit.configuration import ViTConfig
+from bertkit.models.vit.modeling import ViTModel
 from test_bert_parity import CONFIGS as BERT_CONFIGS
 from test_bert_parity import hf_model, padded_batch
 from test_vit_parity import CONFIGS as VIT_CONFIGS

@@ -18,7 +18,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from bertkit.training.checkpointing import CheckpointError, list_checkpoints, load_checkpoint
+from bertkit.training.checkpointing import TrainingCheckpointError, list_checkpoints, load_checkpoint
 from bertkit.training.distributed import Distributed
 from bertkit.training.schedule import WarmupSchedule, build_optimizer
 from bertkit.training.trainer import Trainer, TrainingArguments, TrainingError, example_seed, length_grouped
@@ -224,11 +224,11 @@ def test_invalid_arguments_are_named(tmp_path, monkeypatch):
 
 
 def test_resume_errors_name_the_problem(tmp_path):
-    with pytest.raises(CheckpointError, match="no complete checkpoint"):
+    with pytest.raises(TrainingCheckpointError, match="no complete checkpoint"):
         make_trainer(tmp_path / "empty", max_steps=2).train(resume=True)
     make_trainer(tmp_path / "run", max_steps=2, save_every=2).train()
     (tmp_path / "run" / "checkpoint-2" / "optimizer.pt").write_bytes(b"PK\x03\x04 truncated")
-    with pytest.raises(CheckpointError, match="checkpoint-2 is unreadable"):
+    with pytest.raises(TrainingCheckpointError, match="checkpoint-2 is unreadable"):
         make_trainer(tmp_path / "run", max_steps=4).train(resume=True)
     with pytest.raises(ValueError, match="'eval_f1' is not among the evaluation metrics"):
         make_trainer(tmp_path / "eval", max_steps=1, metric_for_best="f1",
@@ -321,7 +321,7 @@ def test_time_aware_schedule_resumes_where_the_clock_stood(tmp_path, monkeypatch
 def test_time_aware_schedule_needs_max_seconds(tmp_path):
     with pytest.raises(ValueError, match="give max_seconds"):
         TrainingArguments(output_dir=str(tmp_path), max_steps=5, time_aware_schedule=True)
-    with pytest.raises(ValueError, match="max_seconds must be >= 0"):
+    with pytest.raises(ValueError, match="max_seconds must be at least 0, got -1.0"):
         TrainingArguments(output_dir=str(tmp_path), max_steps=5, max_seconds=-1.0)
 
 
@@ -383,8 +383,8 @@ def test_resume_loads_a_bertkit_model_in_place_and_ends_bitwise_equal(tmp_path, 
     """A bertkit model resumes through its own load_weights (strict checks, no second model built)."""
     import shutil
 
-    from bertkit.config import BertConfig
-    from bertkit.models.heads import BertForSequenceClassification
+    from bertkit.models.bert.configuration import BertConfig
+    from bertkit.models.bert.heads import BertForSequenceClassification
 
     def build(seed: int) -> BertForSequenceClassification:
         torch.manual_seed(seed)

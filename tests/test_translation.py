@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from bertkit.cli import main
-from bertkit.options import parse_pair
 from bertkit.pipelines import lm, translation
+from bertkit.pipelines.options import parse_pair
 from bertkit.pipelines.translation import TranslationCollator, TranslationOptions, length_batches
 from bertkit.tokenizer import detokenize
 from conftest import fetch_or_skip

@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from bertkit.cli import main
-from bertkit.image_attention import attention_rollout, class_token_maps, rollout_map
-from test_viz import assert_real_picture
+from bertkit.pictures.image_attention import attention_rollout, class_token_maps, rollout_map
+from test_figures import assert_real_picture
 from tolerance import assert_close
 
 pytestmark = pytest.mark.xdist_group("vision")  # one tiny training run, shared by the module's tests
@@ -61,7 +61,7 @@ def test_vision_train_writes_a_run(trained):
 
 def test_the_trained_model_loads_in_transformers(trained):
     transformers = pytest.importorskip("transformers")
-    from bertkit.pipelines.vision import load_image_model
+    from bertkit.inference.images import load_image_model
 
     out, images = trained
     ours, processor = load_image_model(out / "best")
@@ -180,7 +180,7 @@ def test_info_describes_an_image_model(trained, capsys):
     out, _ = trained
     assert main(["info", str(out / "best")]) == 0
     printed = capsys.readouterr()
-    assert "(ViTForImageClassification)" in printed.out and "warning" not in printed.err
+    assert "(ViT: ViTForImageClassification)" in printed.out and "warning" not in printed.err
     assert "1 channel(s), 16 × 16 pixels in 4 × 4 patches of 4 × 4 + the class token; positions learned" in printed.out
     assert "labels            left, right" in printed.out
 
@@ -189,5 +189,5 @@ def test_info_describes_an_image_model(trained, capsys):
 def test_text_commands_refuse_an_image_model(trained, capsys, argv):
     out, _ = trained
     assert main([argv[0], "--model", str(out / "best"), *argv[1:]]) == 2
-    assert capsys.readouterr().err == (f"bertkit {argv[0]}: error: config is for an image model (model_type 'vit'), "
-                                       "not BERT: it reads image files (bertkit predict, attention), not text\n")
+    assert capsys.readouterr().err == (f"bertkit {argv[0]}: error: {out / 'best'} holds a ViT model (model_type "
+                                       f"'vit'); {argv[0]} takes BERT models\n")

@@ -4,9 +4,10 @@ import pytest
 import torch
 
 import bertkit
-from bertkit.config import ConfigError, ViTConfig
-from bertkit.functional import sinusoidal_positions
-from bertkit.models.vit import ViTForImageClassification, ViTModel, sinusoidal_positions_2d
+from bertkit.models.configuration import ConfigError
+from bertkit.models.functional import sinusoidal_positions
+from bertkit.models.vit.configuration import ViTConfig
+from bertkit.models.vit.modeling import ViTForImageClassification, ViTModel, sinusoidal_positions_2d
 
 TINY = dict(image_size=28, patch_size=7, num_channels=1, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
             intermediate_size=64)

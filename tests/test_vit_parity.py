@@ -8,8 +8,8 @@ import pytest
 import torch
 import transformers
 
-from bertkit.config import ViTConfig
-from bertkit.models.vit import ViTForImageClassification, ViTModel
+from bertkit.models.vit.configuration import ViTConfig
+from bertkit.models.vit.modeling import ViTForImageClassification, ViTModel
 from tolerance import assert_close
 from weights import randomise
 

@@ -10,7 +10,14 @@ import pytest
 
 from bertkit import BertTokenizer
 from bertkit.cli import main
-from bertkit.vocab import SPECIAL_TOKENS, build_char_vocab, build_vocab, char_vocab, train_wordpiece, wordpiece_vocab
+from bertkit.data.vocab import (
+    SPECIAL_TOKENS,
+    build_char_vocab,
+    build_vocab,
+    char_vocab,
+    train_wordpiece,
+    wordpiece_vocab,
+)
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 TEXTS = ["你好，世界", "你好 ABC", "ab"]

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import argparse
 import inspect
-import math
 import os
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any
+
+from bertkit.utils.ranges import out_of_range
 
 
 class UserError(Exception):
@@ -23,9 +24,8 @@ def integer(minimum: int | None = None, maximum: int | None = None) -> Callable[
             value = int(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"must be an integer, got {text!r}") from None
-        if (minimum is not None and value < minimum) or (maximum is not None and value > maximum):
-            stated = (f"in [{minimum}, {maximum}]" if minimum is not None and maximum is not None else
-                      f"at least {minimum}" if minimum is not None else f"at most {maximum}")
+        stated = out_of_range(value, minimum=minimum, maximum=maximum)
+        if stated is not None:
             raise argparse.ArgumentTypeError(f"must be {stated}, got {value}")
         return value
 
@@ -40,10 +40,8 @@ def number(above: float | None = None, maximum: float | None = None) -> Callable
             value = float(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"must be a number, got {text!r}") from None
-        if not math.isfinite(value) or (above is not None and value <= above) or (
-                maximum is not None and value > maximum):
-            stated = " ".join(part for part in ("a finite number", f"above {above}" if above is not None else "",
-                                                f"at most {maximum}" if maximum is not None else "") if part)
+        stated = out_of_range(value, above=above, maximum=maximum)
+        if stated is not None:
             raise argparse.ArgumentTypeError(f"must be {stated}, got {text}")
         return value
 

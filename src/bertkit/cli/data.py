@@ -35,7 +35,7 @@ def _show_data(name: str) -> None:
     import json
 
     from bertkit.data import corpus, sources, tasks
-    from bertkit.task_kinds import TASKS
+    from bertkit.data.task_kinds import TASKS
 
     source = sources.get_source(name)
     directory = sources.fetch(name)
@@ -154,9 +154,9 @@ def _cmd_vocab(args: argparse.Namespace) -> int:
     """
     from bertkit.data.corpus import read_text_documents
     from bertkit.data.quality import DataReport, count_unknown
-    from bertkit.run_directory import check_inputs_survive, check_output_directory, run_directory
+    from bertkit.data.vocab import build_vocab
+    from bertkit.pipelines.run_directory import check_inputs_survive, check_output_directory, run_directory
     from bertkit.tokenizer import BertTokenizer
-    from bertkit.vocab import build_vocab
 
     if args.size is not None and args.size < 6:
         raise UserError(f"--size {args.size} is too small: the 5 special tokens alone take 5")

@@ -25,12 +25,6 @@ def _add_attention(sub: argparse._SubParsersAction) -> None:
     add_encoding_option(p, "text")
 
 
-def _is_image_model(model_dir) -> bool:
-    from bertkit.pipelines.vision import is_image_model
-
-    return is_image_model(model_dir)
-
-
 def _cmd_attention(args: argparse.Namespace) -> int:
     """write an HTML attention viewer (layer/head pickers, head view, matrix)
 
@@ -40,12 +34,13 @@ def _cmd_attention(args: argparse.Namespace) -> int:
     rolled out over all layers (Abnar & Zuidema 2020); --out .html writes the viewer with one token per patch.
     """
 
-    from bertkit.attention_view import load_model_and_tokenizer, sentence_attentions, write_attention_html
-    from bertkit.explain.real_model import resolve_model_dir
-    from bertkit.run_directory import check_output_file
+    from bertkit.models.registry import require
+    from bertkit.pictures.attention_view import load_model_and_tokenizer, sentence_attentions, write_attention_html
+    from bertkit.pictures.explain.real_model import resolve_model_dir
+    from bertkit.pipelines.run_directory import check_output_file
 
     model_dir = resolve_model_dir(args.model)
-    image = _is_image_model(model_dir)
+    image = require(model_dir, "attention").inputs == "images"
     pages, pictures = (".html", ".htm"), (".png", ".svg")
     for flag, path, suffixes in (("--out", args.out, pages + pictures if image else pages),
                                  ("--picture", args.picture, pictures)):
@@ -68,19 +63,19 @@ def _cmd_attention(args: argparse.Namespace) -> int:
     print(f"{len(sentence.tokens)} tokens: {' '.join(sentence.tokens)}")
     print(f"wrote {path} ({path.stat().st_size / 1e3:.0f} kB); open it in a browser")
     if args.picture:
-        from bertkit import viz
+        from bertkit.pictures import figures
 
         layer = args.layer % num_layers
-        fig = viz.attention_grid(sentence.attentions, sentence.tokens, layers=[layer],
+        fig = figures.attention_grid(sentence.attentions, sentence.tokens, layers=[layer],
                                  title=f"{model_dir.name}, layer {layer}: {text}")
-        print(f"wrote {viz.save_figure(fig, args.picture)}")
+        print(f"wrote {figures.save_figure(fig, args.picture)}")
     return 0
 
 
 # ---- explain -------------------------------------------------------------------------------------
 
 def _add_explain(sub: argparse._SubParsersAction) -> None:
-    from bertkit.explain import DEFAULT_OUT, TOPICS
+    from bertkit.pictures.explain import DEFAULT_OUT, TOPICS
 
     topics = "\n".join(f"  {name:<20} {about}" for name, (_, about) in TOPICS.items())
     p = add_command(sub, "explain", _cmd_explain, epilog=f"topics:\n{topics}\n  {'all':<20} every topic in turn",
@@ -102,8 +97,9 @@ def _cmd_explain(args: argparse.Namespace) -> int:
     """
     from pathlib import Path
 
-    from bertkit.explain import REAL_MODEL_TOPICS, TOPICS, explain
-    from bertkit.explain.real_model import resolve_model_dir
+    from bertkit.pictures.explain import REAL_MODEL_TOPICS, TOPICS, explain
+    from bertkit.pictures.explain.real_model import resolve_model_dir
+    from bertkit.pipelines.run_directory import new_files_in
 
     if Path(args.out).exists() and not Path(args.out).is_dir():
         raise UserError(f"--out {args.out} is a file; give a folder for the pictures")
@@ -114,6 +110,8 @@ def _cmd_explain(args: argparse.Namespace) -> int:
             options["model_dir"] = resolve_model_dir(args.model)
         if topic == "attention" and args.text:
             options["text"] = command_line_texts([args.text], args.encoding, "--text")[0]
-        result = explain(topic, out=args.out, fmt=args.format, overwrite=args.overwrite, **options)
+        with new_files_in(args.out, overwrite=args.overwrite) as staging:  # a picture there is replaced only if told
+            result = explain(topic, out=staging, fmt=args.format, **options)
+        result.pictures = [Path(args.out) / path.name for path in result.pictures]
         print(("\n" if n else "") + result.report(), end="")
     return 0

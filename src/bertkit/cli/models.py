@@ -15,35 +15,49 @@ def _add_info(sub: argparse._SubParsersAction) -> None:
 
 
 def _cmd_info(args: argparse.Namespace) -> int:
-    """summarise a model directory: config, parameter count, file format"""
-    from bertkit.checkpoint import describe_checkpoint
+    """summarise a model directory: its family, config, parameter count, file format, what reads its inputs
+
+    Summarise a model directory of any family bertkit knows (BERT, GPT-2, ViT, a translation model), found by the
+    model_type of its config.json: the weights file, the parameters, the config, and its tokenizer (or image
+    processor).
+    """
     from bertkit.data.sources import resolve_model
-    from bertkit.pipelines.vision import is_image_model
+    from bertkit.models.checkpoint import describe_checkpoint
+    from bertkit.models.registry import family_of
 
     path = resolve_model(args.model)
-    if is_image_model(path):
-        from bertkit.cli.vision import image_model_info
-
-        return image_model_info(path)
-    info = describe_checkpoint(path)
-    config = info["config"]
-    print(f"model directory   {info['path']}")
-    print(f"weights file      {info['weights_file']} ({info['format']}, {info['file_bytes'] / 1e6:.1f} MB)")
-    print(f"tensors           {info['num_tensors']}  parameters {info['num_parameters']:,}")
+    family = family_of(path)
+    config = family.load_config(path)
+    info = describe_checkpoint(path, family.model_class(config).base_model_prefix)
+    classes = ", ".join(config.architectures) or "no class named"
+    rows = [("model directory", f"{info['path']}  ({family.name}: {classes})"),
+            ("weights file", f"{info['weights_file']} ({info['format']}, {info['file_bytes'] / 1e6:.1f} MB)"),
+            ("tensors", f"{info['num_tensors']}  parameters {info['num_parameters']:,}")]
     if info["prefix"]:
-        print(f"task checkpoint   weights under '{info['prefix']}', heads: {', '.join(info['heads']) or '-'}")
-    print(f"layers            {config.num_hidden_layers}  hidden {config.hidden_size}  "
-          f"heads {config.num_attention_heads} (head size {config.head_dim})  ffn {config.intermediate_size}")
-    print(f"vocab             {config.vocab_size}  positions {config.max_position_embeddings} "
-          f"({config.position_embedding_type})  token types {config.type_vocab_size}")
-    print(f"activation        {config.hidden_act}  layer_norm_eps {config.layer_norm_eps}")
-    if config.embedding_size or config.share_layers:
-        print(f"albert            embedding_size {config.embedding_size}  share_layers {config.share_layers}")
-    if config.id2label:
-        print(f"labels            {', '.join(config.id2label[i] for i in sorted(config.id2label))}")
-    for name in info["tokenizer_files"]:
-        print(f"tokenizer         {name}")
+        rows.append(("task checkpoint", f"weights under '{info['prefix']}', heads: {', '.join(info['heads']) or '-'}"))
+    rows += config.summary()
+    if family.inputs == "images":
+        rows += _image_processor_rows(path)
+    else:
+        rows += [("tokenizer", name) for name in info["tokenizer_files"]]
+        rows += [("tokenizer", f"{side}/ ({', '.join(n for n in _TOKENIZER_FILES if (path / side / n).exists())})")
+                 for side in ("source_tokenizer", "target_tokenizer") if (path / side).is_dir()]
+    for label, value in rows:
+        print(f"{label:<17} {value}")
     return 0
+
+
+_TOKENIZER_FILES = ("vocab.txt", "tokenizer.json", "tokenizer_config.json")
+
+
+def _image_processor_rows(path) -> list[tuple[str, str]]:
+    from bertkit.data.images import PROCESSOR_NAME, ImageProcessor
+
+    if not (path / PROCESSOR_NAME).is_file():
+        return [("preprocessing", f"none: no {PROCESSOR_NAME}")]
+    processor = ImageProcessor.from_pretrained(path)
+    return [("preprocessing", f"resize to {processor.size[0]} × {processor.size[1]}, mean {processor.image_mean}, "
+                              f"std {processor.image_std}")]
 
 
 # ---- export --------------------------------------------------------------------------------------
@@ -69,17 +83,17 @@ def _cmd_export(args: argparse.Namespace) -> int:
     """
     from pathlib import Path
 
-    from bertkit.data.sources import resolve_model
-    from bertkit.export import export_onnx
-    from bertkit.pipelines.predict import load_model
-    from bertkit.run_directory import run_directory
+    from bertkit.inference.export import export_onnx
+    from bertkit.inference.loading import load_text_model, model_family
+    from bertkit.pipelines.run_directory import run_directory
 
-    source, out = Path(resolve_model(args.model)), Path(args.onnx)
+    source, _ = model_family(args.model, "export")
+    out = Path(args.onnx)
     if out.resolve() == source.resolve():
         raise UserError(f"--onnx {out} is the model being exported; choose another directory")
     with run_directory(out, "bertkit export", overwrite=args.overwrite, inputs=[("--model", source)],
                        also=("*.onnx",), flag="--onnx"):
-        model, tokenizer = load_model(source)
+        model, tokenizer = load_text_model(source, "export")
         info = export_onnx(model, tokenizer, out, int8=args.int8)
     print(f"wrote {out}: {', '.join(info['files'])}")
     print(f"{info['kind']}: inputs {', '.join(info['inputs'])} (int64, batch x sequence); "

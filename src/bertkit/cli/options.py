@@ -1,4 +1,4 @@
-"""Command-line arguments generated from an options dataclass (`bertkit.options`): one flag per field.
+"""Command-line arguments generated from an options dataclass (`bertkit.pipelines.options`): one flag per field.
 
 The flag is `--the-field-name` unless the field's metadata names another (aliases too); the type, the
 default and the choices are the field's; the help line is the field's, ending in its default. A bool
@@ -15,7 +15,7 @@ import typing
 from typing import Any
 
 from bertkit.cli.common import UserError
-from bertkit.option_fields import flag_of
+from bertkit.pipelines.option_fields import flag_of
 
 
 def _flags(f: dataclasses.Field) -> list[str]:

@@ -13,7 +13,7 @@ from bertkit.cli.common import (
     integer,
     shorten,
 )
-from bertkit.task_kinds import DATASETS, FILE_FORMATS
+from bertkit.data.task_kinds import DATASETS, FILE_FORMATS
 
 # ---- predict, evaluate, encode -------------------------------------------------------------------
 
@@ -83,15 +83,6 @@ def _read_text_inputs(args: argparse.Namespace) -> tuple[list[str], list | None]
     return command_line_texts(args.texts, args.encoding), None
 
 
-def _image_model_dir(spec: str):
-    """The model directory when --model is an image model (a ViT), else None."""
-    from bertkit.data.sources import resolve_model
-    from bertkit.pipelines.vision import is_image_model
-
-    path = resolve_model(spec)
-    return path if is_image_model(path) else None
-
-
 def _cmd_predict(args: argparse.Namespace) -> int:
     """labels and probabilities, or NER spans, from a fine-tuned model
 
@@ -102,12 +93,13 @@ def _cmd_predict(args: argparse.Namespace) -> int:
     import json
 
     from bertkit.inference import predict
-    from bertkit.pipelines.predict import load_model
+    from bertkit.inference.loading import load_text_model, model_family
 
-    if image_model := _image_model_dir(args.model):
+    path, family = model_family(args.model, "predict")
+    if family.inputs == "images":
         from bertkit.cli.vision import predict_images
 
-        return predict_images(args, image_model)
+        return predict_images(args, path)
     texts, pairs = _read_text_inputs(args)
     if args.pair:
         if pairs is not None:
@@ -116,7 +108,7 @@ def _cmd_predict(args: argparse.Namespace) -> int:
             raise UserError(f"{len(args.pair)} --pair for {len(texts)} texts: give one for all, or one per text")
         given = command_line_texts(args.pair, args.encoding, "--pair")
         pairs = given * len(texts) if len(given) == 1 else given
-    model, tokenizer = load_model(args.model)
+    model, tokenizer = load_text_model(path, "predict")
     results = predict(model, tokenizer, texts, pairs, batch_size=args.batch_size, max_length=args.max_length,
                       truncation=not args.no_truncation, progress=None, dtype=args.dtype)
     for n, (text, result) in enumerate(zip(texts, results)):
@@ -147,12 +139,13 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
     """
     import json
 
-    from bertkit.pipelines.predict import evaluate, load_model
+    from bertkit.inference.loading import load_text_model
+    from bertkit.pipelines.predict import evaluate
 
     named = args.data in DATASETS
     if args.split != "test" and not named:
         raise UserError(f"--split is for the named datasets ({', '.join(DATASETS)}); {args.data} is a file")
-    model, tokenizer = load_model(args.model)
+    model, tokenizer = load_text_model(args.model, "evaluate")
     scores = evaluate(model, tokenizer, args.data, split=args.split, batch_size=args.batch_size,
                       max_length=args.max_length, truncation=not args.no_truncation, progress=None,
                       dtype=args.dtype, encoding=args.encoding)
@@ -186,10 +179,10 @@ def _cmd_encode(args: argparse.Namespace) -> int:
 
     import numpy as np
 
-    from bertkit.atomic import atomic_write
     from bertkit.inference import encode
-    from bertkit.pipelines.predict import load_model
-    from bertkit.run_directory import check_output_file
+    from bertkit.inference.loading import load_text_model
+    from bertkit.pipelines.run_directory import check_output_file
+    from bertkit.utils.atomic import atomic_write
 
     if args.out:  # before any work: refused outputs cost nothing
         check_output_file(args.out, args.overwrite, suffixes=(".npy",),
@@ -197,7 +190,7 @@ def _cmd_encode(args: argparse.Namespace) -> int:
     texts, pairs = _read_text_inputs(args)
     if pairs is not None:
         raise UserError(f"{args.input} has text pairs (a second column); encode takes single texts")
-    model, tokenizer = load_model(args.model)
+    model, tokenizer = load_text_model(args.model, "encode")
     vectors = encode(model, tokenizer, texts, batch_size=args.batch_size, pooling=args.pooling,
                      max_length=args.max_length, normalize=args.normalize, truncation=not args.no_truncation,
                      progress=None, dtype=args.dtype)

@@ -14,7 +14,7 @@ from bertkit.cli.common import (
     stdin_lines,
 )
 from bertkit.cli.options import add_options, options_from_args
-from bertkit.options import LMOptions, TranslationOptions
+from bertkit.pipelines.options import LMOptions, TranslationOptions
 
 # ---- translate-train, translate, lm-train, generate ----------------------------------------------
 
@@ -84,10 +84,12 @@ def _add_translate(sub: argparse._SubParsersAction) -> None:
 def _cmd_translate(args: argparse.Namespace) -> int:
     """translate text with a model from `bertkit translate-train`"""
     from bertkit.data.sources import resolve_model
+    from bertkit.models.registry import require
     from bertkit.pipelines.translation import load_generation_config, load_translator, translate
 
     texts = _read_texts(args)
     model_dir = resolve_model(args.model)
+    require(model_dir, "translate")
     model, tokenizer = load_translator(model_dir)
     saved = load_generation_config(model_dir)
     num_beams = args.beams if args.beams is not None else saved["num_beams"]
@@ -145,12 +147,14 @@ def _cmd_generate(args: argparse.Namespace) -> int:
 
     from bertkit.data.quality import check_tokenizer_fits
     from bertkit.data.sources import resolve_model
-    from bertkit.models.gpt import GPT2LMHeadModel
+    from bertkit.models.gpt.modeling import GPT2LMHeadModel
+    from bertkit.models.registry import require
     from bertkit.pipelines.lm import generate_text
     from bertkit.tokenizer import BertTokenizer
 
     prompts = _read_texts(args)
     model_dir = resolve_model(args.model)
+    require(model_dir, "generate")
     model, tokenizer = GPT2LMHeadModel.from_pretrained(model_dir), BertTokenizer.from_pretrained(model_dir)
     check_tokenizer_fits(len(tokenizer), model.config.vocab_size, str(model_dir))
     sample = not args.greedy and args.beams == 1

@@ -1,6 +1,6 @@
 """`bertkit pretrain`, `bertkit finetune` and `bertkit demo` (the main job).
 
-Their flags are generated from the options dataclasses (`bertkit.options`) by `bertkit.cli.options`.
+Their flags are generated from the options dataclasses (`bertkit.pipelines.options`) by `bertkit.cli.options`.
 """
 
 from __future__ import annotations
@@ -10,8 +10,14 @@ from pathlib import Path
 
 from bertkit.cli.common import UserError, add_command
 from bertkit.cli.options import add_options, given_options, missing_flags, options_from_args
-from bertkit.options import PRETRAIN_RECIPE_NAMES, DemoOptions, FinetuneOptions, PretrainOptions, recipe_values
-from bertkit.task_kinds import FILE_FORMATS
+from bertkit.data.task_kinds import FILE_FORMATS
+from bertkit.pipelines.options import (
+    PRETRAIN_RECIPE_NAMES,
+    DemoOptions,
+    FinetuneOptions,
+    PretrainOptions,
+    recipe_values,
+)
 
 # ---- pretrain ------------------------------------------------------------------------------------
 
@@ -94,8 +100,8 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     fine-tune it, its random-init twin, m3e-small and a cloze prompt on 50 to all labelled examples, and
     compare them on the same test split.
     """
-    from bertkit.demo import OUTPUTS, margins, run_demo, table
-    from bertkit.run_directory import run_directory
+    from bertkit.pipelines.demo import OUTPUTS, margins, run_demo, table
+    from bertkit.pipelines.run_directory import run_directory
 
     options = options_from_args(DemoOptions, args)
     with run_directory(options.out, "bertkit demo", overwrite=options.overwrite, also=OUTPUTS):

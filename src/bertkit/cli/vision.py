@@ -8,7 +8,7 @@ from pathlib import Path
 from bertkit.cli.common import UserError, add_command
 from bertkit.cli.options import add_options, options_from_args
 from bertkit.cli.seq2seq import _add_threads_option, _set_threads
-from bertkit.options import VisionTrainOptions
+from bertkit.pipelines.options import VisionTrainOptions
 
 # ---- vision-train --------------------------------------------------------------------------------
 
@@ -61,7 +61,7 @@ def predict_images(args: argparse.Namespace, model_dir: Path) -> int:
     """`bertkit predict` with an image classifier: a label and the probabilities per image file."""
     import json
 
-    from bertkit.pipelines.vision import classify_images, load_image_model
+    from bertkit.inference.images import classify_images, load_image_model
 
     paths = _image_paths(args)
     model, processor = load_image_model(model_dir)
@@ -81,10 +81,10 @@ def predict_images(args: argparse.Namespace, model_dir: Path) -> int:
 def image_attention(args: argparse.Namespace, model_dir: Path) -> int:
     """`bertkit attention` with an image model: where the class token looks, per head and rolled out, as a
     picture (--out/--picture .png or .svg) or the HTML viewer (--out .html)."""
-    from bertkit import viz
-    from bertkit.attention_view import write_attention_html
-    from bertkit.image_attention import image_attention_figure, image_attentions, rollout_map
-    from bertkit.pipelines.vision import load_image_model
+    from bertkit.inference.images import load_image_model
+    from bertkit.pictures import figures
+    from bertkit.pictures.attention_view import write_attention_html
+    from bertkit.pictures.image_attention import image_attention_figure, image_attentions, rollout_map
 
     if args.pair:
         raise UserError("--pair is for text pairs; an image model looks at one image")
@@ -108,36 +108,6 @@ def image_attention(args: argparse.Namespace, model_dir: Path) -> int:
             path = write_attention_html(out, seen.as_sentence(), title=f"Attention of {model_dir.name} on "
                                                                        f"{seen.name}: one token per patch")
         else:
-            path = viz.save_figure(image_attention_figure(seen, args.layer), out)
+            path = figures.save_figure(image_attention_figure(seen, args.layer), out)
         print(f"wrote {path}")
-    return 0
-
-
-def image_model_info(model_dir: Path) -> int:
-    """`bertkit info` on an image model: the ViT's config, its weights and how it prepares images."""
-    import json
-
-    from bertkit.checkpoint import find_weights_file, read_weights
-    from bertkit.config import ViTConfig
-    from bertkit.data.images import PROCESSOR_NAME, ImageProcessor
-
-    config = ViTConfig.from_pretrained(model_dir)
-    weights = find_weights_file(model_dir)
-    tensors = read_weights(weights)
-    architectures = json.loads((model_dir / "config.json").read_text(encoding="utf-8")).get("architectures") or ["-"]
-    rows, columns = config.grid
-    print(f"model directory   {model_dir}  ({', '.join(architectures)})")
-    print(f"weights file      {weights.name} ({weights.stat().st_size / 1e6:.1f} MB)")
-    print(f"tensors           {len(tensors)}  parameters {sum(t.numel() for t in tensors.values()):,}")
-    print(f"layers            {config.num_hidden_layers}  hidden {config.hidden_size}  heads "
-          f"{config.num_attention_heads}  mlp {config.intermediate_size}  ({config.hidden_act}, pre-LN)")
-    print(f"images            {config.num_channels} channel(s), {config.image_hw[0]} × {config.image_hw[1]} pixels in "
-          f"{rows} × {columns} patches of {config.patch_hw[0]} × {config.patch_hw[1]} + the class token; "
-          f"positions {'learned' if config.position_embedding_type == 'absolute' else 'fixed 2-D sinusoidal'}")
-    if config.id2label:
-        print(f"labels            {', '.join(config.id2label[i] for i in sorted(config.id2label))}")
-    if (model_dir / PROCESSOR_NAME).is_file():
-        processor = ImageProcessor.from_pretrained(model_dir)
-        print(f"preprocessing     resize to {processor.size[0]} × {processor.size[1]}, mean {processor.image_mean}, "
-              f"std {processor.image_std}")
     return 0

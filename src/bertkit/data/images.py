@@ -25,9 +25,9 @@ from typing import Any
 
 import numpy as np
 
-from bertkit.atomic import atomic_write_text
 from bertkit.data.pickles import loads_arrays
 from bertkit.data.readers import DataWarning
+from bertkit.utils.atomic import atomic_write_text
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg")
 PROCESSOR_NAME = "preprocessor_config.json"   # transformers' name for an image processor's settings

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import torch
 
-from bertkit.functional import IGNORE_INDEX
+from bertkit.models.functional import IGNORE_INDEX
 
 OBJECTIVES = ("mlm+nsp", "mlm+sop", "mlm")
 

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bertkit.atomic import atomic_write_text
+from bertkit.utils.atomic import atomic_write_text
 
 REPORT_NAME = "data_report.json"
 UNKNOWN_WARNING = 0.05   # a share of [UNK] tokens above this is said

@@ -28,7 +28,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from bertkit.atomic import atomic_directory, remove_leftovers
+from bertkit.utils.atomic import atomic_directory, remove_leftovers
 
 logger = logging.getLogger(__name__)
 

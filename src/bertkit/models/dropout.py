@@ -1,4 +1,4 @@
-"""`Dropout`: torch's `nn.Dropout` interface over `bertkit.functional.dropout` (a faster mask on CPU).
+"""`Dropout`: torch's `nn.Dropout` interface over `bertkit.models.functional.dropout` (a faster mask on CPU).
 
 It holds no parameters, so swapping it for `nn.Dropout` changes no checkpoint or parameter name.
 """
@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from torch import Tensor, nn
 
-from bertkit.functional import check_dropout_probability, dropout
+from bertkit.models.functional import check_dropout_probability, dropout
 
 
 class Dropout(nn.Module):

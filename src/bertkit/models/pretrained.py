@@ -32,8 +32,8 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from bertkit import checkpoint
-from bertkit.functional import padding_mask_bias
+from bertkit.models import checkpoint
+from bertkit.models.functional import padding_mask_bias
 
 
 class PreTrainedModel(nn.Module):

@@ -17,21 +17,20 @@ from typing import Any
 import numpy as np
 import torch
 
-from bertkit.atomic import atomic_write_text
-from bertkit.config import BertConfig
 from bertkit.data.prompts import PromptTemplate
 from bertkit.data.quality import DataReport, check_tokenizer_fits, count_unknown
 from bertkit.data.sources import resolve_model
+from bertkit.data.task_kinds import TaskKind, collect_labels, get_task
 from bertkit.data.tasks import DATASET_LABEL_WORDS, label_budget
 from bertkit.inference import EncodedText, run_sorted
-from bertkit.models.heads import IGNORE_INDEX, BertForPromptClassification
-from bertkit.options import FinetuneOptions
-from bertkit.run_directory import holds_out
-from bertkit.task_kinds import TaskKind, get_task, label_names
+from bertkit.models.bert.configuration import BertConfig
+from bertkit.models.bert.heads import IGNORE_INDEX, BertForPromptClassification
+from bertkit.pipelines.options import FinetuneOptions
+from bertkit.pipelines.run_directory import holds_out
 from bertkit.training import metrics
-from bertkit.training.arguments import TrainingArguments
-from bertkit.training.budget import length_probes, steps_in_budget, wall_clock_budget
+from bertkit.training.budget import length_probes, steps_in_budget
 from bertkit.training.trainer import Trainer, example_length
+from bertkit.utils.atomic import atomic_write_text
 
 RESULTS_NAME = "finetune_results.json"
 
@@ -194,7 +193,7 @@ def evaluate_features(model, task: TaskKind, features, pad_token_id: int, id2lab
 @holds_out("bertkit finetune")
 def finetune(options: FinetuneOptions) -> dict[str, Any]:
     """Train, keep the best dev checkpoint, score it on test; returns (and writes) the results. The run holds
-    options.out (`bertkit.run_directory`: an earlier run or model there is refused unless options.overwrite)."""
+    options.out (`run_directory`: an earlier run or model there is refused unless options.overwrite)."""
     from bertkit.tokenizer import BertTokenizer
 
     started = time.perf_counter()
@@ -217,7 +216,7 @@ def finetune(options: FinetuneOptions) -> dict[str, Any]:
         if splits.get("dev"):
             report.classes([e.label for e in splits["dev"]], "dev")
     report.check()
-    names = label_names(task, train)
+    names = collect_labels(task, train)
     id2label = dict(enumerate(names))
     label2id = {v: k for k, v in id2label.items()}
     for split in ("dev", "test"):
@@ -272,15 +271,11 @@ def finetune(options: FinetuneOptions) -> dict[str, Any]:
         max_steps = min(max_steps, steps_in_budget(model, probes, options.minutes * 60, options.bf16, reserve=0.15))
     best_metric = task.metric
     select = options.select_best
-    args = TrainingArguments(
-        output_dir=options.out, max_steps=max_steps, **wall_clock_budget(options.minutes),
-        batch_size=min(options.batch_size, len(train_features)), learning_rate=options.learning_rate,
-        warmup_ratio=options.warmup_ratio, weight_decay=options.weight_decay, bf16=options.bf16,
-        log_every=options.log_every or max(1, min(50, max_steps // 20)),
-        eval_every=options.eval_every or max(1, min(max_steps, steps_per_epoch // 2)),
+    args = options.training_arguments(
+        max_steps, batch_size=min(options.batch_size, len(train_features)),
+        eval_every=options.eval_every or max(1, min(max_steps, steps_per_epoch // 2)),  # twice per epoch
         metric_for_best=best_metric if select else None,
-        early_stopping_patience=options.early_stopping_patience if select else None,
-        save_total_limit=1, seed=options.seed, group_by_length=options.group_by_length, progress=options.progress)
+        early_stopping_patience=options.early_stopping_patience if select else None, save_total_limit=1)
     trainer = Trainer(model, args, train_features, collator,
                       eval_fn=(lambda m: evaluate_features(m, task, dev_features, tokenizer.pad_token_id, id2label,
                                                            dev_tags)) if select else None,

@@ -21,11 +21,12 @@ from typing import Any
 
 import torch
 
-from bertkit.atomic import atomic_write_text
-from bertkit.config import GPT_PRESETS, GPT2Config
-from bertkit.models.gpt import GPT2LMHeadModel
-from bertkit.options import LMOptions
-from bertkit.run_directory import holds_out
+from bertkit.models.gpt.configuration import GPT2Config
+from bertkit.models.gpt.modeling import GPT2LMHeadModel
+from bertkit.pipelines.options import LMOptions
+from bertkit.pipelines.presets import GPT_PRESETS
+from bertkit.pipelines.run_directory import holds_out
+from bertkit.utils.atomic import atomic_write_text
 
 REPORT_NAME = "report.json"
 OPTIONS_NAME = "lm_options.json"
@@ -109,8 +110,8 @@ def generate_text(model: GPT2LMHeadModel, tokenizer, prompt: str = "", max_new_t
 
 
 def build_tokenizer(options: LMOptions, train_documents: Sequence[str], work_dir: Path):
+    from bertkit.data.vocab import build_vocab
     from bertkit.tokenizer import BertTokenizer
-    from bertkit.vocab import build_vocab
 
     if options.vocab:
         return BertTokenizer.from_pretrained(options.vocab)
@@ -121,9 +122,8 @@ def build_tokenizer(options: LMOptions, train_documents: Sequence[str], work_dir
 @holds_out("bertkit lm-train")
 def train_lm(options: LMOptions) -> dict[str, Any]:
     """Documents -> tokenizer -> GPT -> Trainer -> held-out perplexity vs unigram; writes OUT/report.json. The
-    run holds OUT (`bertkit.run_directory`: an earlier run or model there is refused unless options.overwrite)."""
-    from bertkit.training.arguments import TrainingArguments
-    from bertkit.training.budget import steps_in_budget, wall_clock_budget
+    run holds OUT (`run_directory`: an earlier run or model there is refused unless options.overwrite)."""
+    from bertkit.training.budget import steps_in_budget
     from bertkit.training.trainer import Trainer
 
     out = Path(options.out)
@@ -150,11 +150,8 @@ def train_lm(options: LMOptions) -> dict[str, Any]:
     batch_size = min(options.batch_size, len(train_blocks))
     max_steps = options.max_steps or steps_in_budget(model, [collate_blocks(train_blocks[:batch_size])],
                                                      options.minutes * 60, options.bf16, reserve=0.05)
-    args = TrainingArguments(
-        output_dir=str(out), max_steps=max_steps, **wall_clock_budget(options.minutes),
-        batch_size=batch_size, learning_rate=options.learning_rate, warmup_ratio=options.warmup_ratio,
-        lr_schedule="cosine", weight_decay=0.1, max_grad_norm=1.0, bf16=options.bf16,
-        log_every=max(1, min(50, max_steps // 20)), save_total_limit=1, seed=options.seed, progress=options.progress)
+    args = options.training_arguments(max_steps, batch_size=batch_size, lr_schedule="cosine", weight_decay=0.1,
+                                      eval_every=None, save_total_limit=1)  # held-out perplexity once, at the end
     eval_fn = lambda m: {"perplexity": model_perplexity(m, eval_blocks[:64])}
     state = Trainer(model, args, train_blocks, collate_blocks, eval_fn=eval_fn, tokenizer=tokenizer).train()
 

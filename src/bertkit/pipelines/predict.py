@@ -1,7 +1,7 @@
 """What `bertkit predict`, `encode` and `evaluate` do around `bertkit.inference`: load a model directory,
 read input files, and score a fine-tuned model on labelled data (a named source or the user's file).
 
-    model, tokenizer = load_model(DIR)         # the class config.json's `architectures` names
+    model, tokenizer = load_text_model(DIR)    # bertkit.inference.loading: the class config.json names
     evaluate(model, tokenizer, "inews", split="test")
     # {"task": "classification", "examples": 999, "accuracy": ..., "macro_f1": ...}
 """
@@ -13,10 +13,10 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from bertkit.data.quality import check_tokenizer_fits
 from bertkit.data.readers import DataWarning, TextExample, TokenExample, decoded_lines
+from bertkit.data.task_kinds import task_of_model
 from bertkit.inference import label_names, predict, tag_words
-from bertkit.task_kinds import task_of_model
+from bertkit.inference.loading import load_text_model
 from bertkit.training import metrics
 
 
@@ -25,18 +25,10 @@ class EvaluationDataError(ValueError):
 
 
 def load_model(spec: str | os.PathLike):
-    """(model, tokenizer) from a model directory or model name; the class is the one its weights were saved from."""
-    from bertkit.config import BertConfig
-    from bertkit.data.sources import resolve_model
-    from bertkit.models.heads import model_class_for
-    from bertkit.tokenizer import BertTokenizer
-
-    path = resolve_model(spec)
-    config = BertConfig.from_pretrained(path)
-    model = model_class_for(config).from_pretrained(path, config=config)
-    tokenizer = BertTokenizer.from_pretrained(path)
-    check_tokenizer_fits(len(tokenizer), config.vocab_size, str(path))
-    return model, tokenizer
+    """Deprecated: `bertkit.inference.loading.load_text_model(spec, "predict")`."""
+    warnings.warn("bertkit.pipelines.predict.load_model is now bertkit.inference.loading.load_text_model",
+                  DeprecationWarning, stacklevel=2)
+    return load_text_model(spec, "predict")
 
 
 def read_inputs(path: str | os.PathLike, encoding: str = "utf-8") -> tuple[list[str], list[str | None] | None]:
@@ -98,7 +90,7 @@ def evaluate(model: Any, tokenizer: Any, data: str, split: str = "test", batch_s
              max_length: int | None = None, truncation: bool = True, progress: bool | None = False,
              dtype: str | None = None, encoding: str = "utf-8") -> dict[str, Any]:
     """Accuracy and macro-F1 of a classifier, or entity P/R/F1 of a tagger, on `data` (source name or file, read
-    as `encoding`); `dtype` runs a converted copy of the model (bertkit.precision)."""
+    as `encoding`); `dtype` runs a converted copy of the model (bertkit.inference.precision)."""
     task = task_of_model(model, "evaluate")
     labels = label_names(model)
     examples = task.read(data, split, "to evaluate on", scheme=_scheme(labels), encoding=encoding)

@@ -15,7 +15,6 @@ from typing import Any
 
 import torch
 
-from bertkit.config import PRESETS, BertConfig
 from bertkit.data.pretraining import (
     IGNORE_INDEX,
     Instance,
@@ -26,11 +25,12 @@ from bertkit.data.pretraining import (
     tokenize_documents,
 )
 from bertkit.data.quality import DataReport, count_unknown
-from bertkit.models.heads import BertForMaskedLM, BertForPreTraining
-from bertkit.options import PretrainOptions
-from bertkit.run_directory import run_directory
-from bertkit.training.arguments import TrainingArguments
-from bertkit.training.budget import length_probes, steps_in_budget, wall_clock_budget
+from bertkit.models.bert.configuration import BertConfig
+from bertkit.models.bert.heads import BertForMaskedLM, BertForPreTraining
+from bertkit.pipelines.options import PretrainOptions
+from bertkit.pipelines.presets import PRESETS
+from bertkit.pipelines.run_directory import run_directory
+from bertkit.training.budget import length_probes, steps_in_budget
 from bertkit.training.checkpointing import check_not_finished
 from bertkit.training.distributed import process_count, process_rank
 from bertkit.training.trainer import Trainer, example_length
@@ -233,7 +233,7 @@ def plan_steps(run: PretrainingRun, options: PretrainOptions) -> int:
 
 
 def pretrain(options: PretrainOptions, resume: bool = False, tokenized: dict | None = None):
-    """Build the data and model and train in options.out, holding it for the run (`bertkit.run_directory`: an
+    """Build the data and model and train in options.out, holding it for the run (`bertkit.pipelines.run_directory`: an
     earlier run or model there is refused unless options.overwrite); returns the trainer's final TrainState."""
     with run_directory(options.out, "bertkit pretrain", overwrite=options.overwrite, resume=resume,
                        main=process_rank() == 0, inputs=options.inputs()):
@@ -253,15 +253,7 @@ def _pretrain(options: PretrainOptions, resume: bool, tokenized: dict | None):
             out.mkdir(parents=True, exist_ok=True)
             options.save(out / OPTIONS_NAME)
             run.report.save(out)
-    args = TrainingArguments(
-        output_dir=str(out), max_steps=options.max_steps,
-        **wall_clock_budget(options.minutes),
-        batch_size=options.batch_size,
-        gradient_accumulation_steps=options.gradient_accumulation_steps, learning_rate=options.learning_rate,
-        weight_decay=options.weight_decay, warmup_ratio=options.warmup_ratio, lr_schedule=options.lr_schedule,
-        bf16=options.bf16, compile=options.compile, log_every=options.log_every,
-        eval_every=options.eval_every or max(1, options.max_steps // 10), save_every=options.save_every,
-        save_total_limit=2, seed=options.seed, group_by_length=options.group_by_length, progress=options.progress)
+    args = options.training_arguments(options.max_steps, save_total_limit=2)
     eval_fn = None
     if run.eval_singles:  # the probe is masked already: a static collator
         eval_fn = pretraining_eval(run.eval_singles, PretrainingCollator(run.tokenizer.pad_token_id, run.spec),

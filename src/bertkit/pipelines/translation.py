@@ -23,16 +23,17 @@ from typing import Any
 
 import torch
 
-from bertkit.atomic import atomic_write_text
-from bertkit.config import TRANSLATION_LENGTH_PENALTIES, Seq2SeqConfig
-from bertkit.config import TRANSLATION_MODELS as MODELS
-from bertkit.config import TRANSLATION_SIZES as SIZES
 from bertkit.models.losses import IGNORE_INDEX
-from bertkit.models.seq2seq import build_seq2seq, load_seq2seq
-from bertkit.options import TranslationOptions
-from bertkit.run_directory import holds_out
+from bertkit.models.seq2seq.configuration import Seq2SeqConfig
+from bertkit.models.seq2seq.transformer import build_seq2seq, load_seq2seq
+from bertkit.pipelines.options import TranslationOptions
+from bertkit.pipelines.presets import TRANSLATION_LENGTH_PENALTIES
+from bertkit.pipelines.presets import TRANSLATION_MODELS as MODELS
+from bertkit.pipelines.presets import TRANSLATION_SIZES as SIZES
+from bertkit.pipelines.run_directory import holds_out
 from bertkit.tokenizer import detokenize
-from bertkit.training.budget import steps_in_budget, wall_clock_budget
+from bertkit.training.budget import steps_in_budget
+from bertkit.utils.atomic import atomic_write_text
 
 REPORT_NAME = "report.json"
 OPTIONS_NAME = "translation_options.json"
@@ -106,8 +107,8 @@ def build_tokenizer(train_pairs: list[tuple[str, str]], source_lang: str, target
 
     Sources are lowercased (fewer rare forms); targets keep their case, since BLEU counts it.
     """
+    from bertkit.data.vocab import build_vocab
     from bertkit.tokenizer import BertTokenizer
-    from bertkit.vocab import build_vocab
 
     sides = []
     for index, (side, lowercase) in enumerate((("source", True), ("target", False))):
@@ -269,8 +270,7 @@ def dev_loss_fn(batches: list, collator: TranslationCollator):
 @holds_out("bertkit translate-train")
 def train_translation(options: TranslationOptions) -> dict[str, Any]:
     """Data -> tokenizers -> model -> Trainer -> test BLEU; writes OUT/report.json and returns it. The run holds
-    OUT (`bertkit.run_directory`: an earlier run or model there is refused unless options.overwrite)."""
-    from bertkit.training.arguments import TrainingArguments
+    OUT (`bertkit.pipelines.run_directory`: an earlier run or model there is refused unless options.overwrite)."""
     from bertkit.training.trainer import Trainer
 
     out = Path(options.out)
@@ -293,12 +293,9 @@ def train_translation(options: TranslationOptions) -> dict[str, Any]:
     # time batches spread across the length-sorted list, so short and long ones count alike
     probes = [collator(batches[int(q * (len(batches) - 1))]) for q in (0.5, 0.1, 0.3, 0.5, 0.7, 0.9)]
     max_steps = options.max_steps or steps_in_budget(model, probes, options.minutes * 60, options.bf16, reserve=0.05)
-    args = TrainingArguments(
-        output_dir=str(out), max_steps=max_steps, **wall_clock_budget(options.minutes),
-        batch_size=1,  # each dataset item is already a batch of pairs of similar length
-        learning_rate=options.lr, warmup_ratio=options.warmup_ratio, lr_schedule="linear", weight_decay=0.01,
-        max_grad_norm=1.0, bf16=options.bf16, log_every=max(1, min(50, max_steps // 20)), save_total_limit=1,
-        seed=options.seed, progress=options.progress)
+    args = options.training_arguments(max_steps, batch_size=1,  # each dataset item is a batch of like-length pairs
+                                      learning_rate=options.lr, weight_decay=0.01, save_total_limit=1,
+                                      eval_every=None)  # the dev loss once, at the end
     dev_batches = length_batches(dev, options.batch_size, options.seed, options.batch_tokens) or [dev]
     trainer = Trainer(model, args, batches, collator, eval_fn=dev_loss_fn(dev_batches, collator),
                       tokenizer=tokenizer)

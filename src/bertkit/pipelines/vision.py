@@ -2,70 +2,33 @@
 
 `vision_train` trains ViTForImageClassification on MNIST or a folder of images per class, keeps the best
 checkpoint on the validation split (OUT/best), scores it on test and writes OUT/report.json and the loss curve.
-`load_image_model` and `classify_images` are what `bertkit predict` does with an image model's directory.
+What `bertkit predict` and `attention` do with an image model's directory is in bertkit.inference.images.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
-from bertkit.atomic import atomic_write_text
-from bertkit.config import CONFIG_NAME, VIT_SINUSOIDAL_MODEL_TYPE, ViTConfig
 from bertkit.data.images import ImageCollator, ImageProcessor, ImageSet, load_mnist, read_image_folder
-from bertkit.models.vit import ViTForImageClassification, vit_class_for
-from bertkit.options import VisionTrainOptions, check_image_size
-from bertkit.run_directory import holds_out
-from bertkit.training.arguments import TrainingArguments
-from bertkit.training.budget import steps_in_budget, wall_clock_budget
+from bertkit.models.vit.configuration import ViTConfig
+from bertkit.models.vit.modeling import ViTForImageClassification
+from bertkit.pipelines.options import VisionTrainOptions, check_image_size
+from bertkit.pipelines.run_directory import holds_out
+from bertkit.training.budget import steps_in_budget
 from bertkit.training.trainer import BEST_DIR, METRICS_NAME, Trainer
+from bertkit.utils.atomic import atomic_write_text
+from bertkit.utils.deprecation import moved_names
 
 REPORT_NAME = "report.json"
 CURVE_NAME = "loss_curve.png"
-IMAGE_MODEL_TYPES = ("vit", VIT_SINUSOIDAL_MODEL_TYPE)
-
-
-def is_image_model(path: str | os.PathLike) -> bool:
-    """Whether a model directory holds an image model (config.json's model_type), without loading it."""
-    try:
-        data = json.loads((Path(path) / CONFIG_NAME).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return False
-    return isinstance(data, dict) and data.get("model_type") in IMAGE_MODEL_TYPES
-
-
-def load_image_model(path: str | os.PathLike) -> tuple[Any, ImageProcessor]:
-    """(model in eval mode, its ImageProcessor) from a ViT directory; the class its config.json's architectures name."""
-    path = Path(path)
-    architectures = json.loads((path / CONFIG_NAME).read_text(encoding="utf-8")).get("architectures")
-    model = vit_class_for(architectures).from_pretrained(path)
-    processor = ImageProcessor.from_pretrained(path)
-    if processor.num_channels != model.config.num_channels or processor.size != model.config.image_hw:
-        raise ValueError(f"{path}: preprocessor_config.json makes {processor.num_channels}-channel "
-                         f"{processor.size[0]} × {processor.size[1]} images, the model reads "
-                         f"{model.config.num_channels}-channel {model.config.image_hw[0]} × {model.config.image_hw[1]}")
-    return model, processor
-
-
-def classify_images(model: ViTForImageClassification, processor: ImageProcessor,
-                    images: Sequence[str | os.PathLike]) -> list[dict[str, Any]]:
-    """{"label", "score", "probabilities": {label: p}} per image file."""
-    if not isinstance(model, ViTForImageClassification):
-        raise ValueError("this image model has no classification head (it is a bare ViTModel): nothing to predict")
-    with torch.no_grad():
-        probabilities = model(processor(images)).logits.float().softmax(-1).numpy()
-    names = [model.config.id2label[i] for i in range(model.num_labels)] if model.config.id2label else \
-        [f"LABEL_{i}" for i in range(model.num_labels)]
-    return [{"label": names[int(row.argmax())], "score": float(row.max()),
-             "probabilities": {name: float(p) for name, p in zip(names, row)}} for row in probabilities]
 
 
 # ---- data ----------------------------------------------------------------------------------------
@@ -123,7 +86,7 @@ def vit_config(options: VisionTrainOptions, train: ImageSet) -> ViTConfig:
 @holds_out("bertkit vision-train", distributed=False)
 def vision_train(options: VisionTrainOptions, say: Callable[[str], None] = lambda line: None) -> dict[str, Any]:
     """Train, keep the best validation checkpoint, score it on test; returns (and writes) the report. The run
-    holds options.out (`bertkit.run_directory`: an earlier run or model there is refused unless overwrite)."""
+    holds options.out (`bertkit.pipelines.run_directory`: an earlier run or model there is refused unless overwrite)."""
     started = time.perf_counter()
     splits = load_image_data(options.data, options.image_size, options.seed)
     train, validation, test = splits["train"], splits["validation"], splits["test"]
@@ -148,15 +111,10 @@ def vision_train(options: VisionTrainOptions, say: Callable[[str], None] = lambd
                   for _ in range(3)]
         # the reserve: ten validation passes (a forward pass is about a third of a training step) and the saves
         max_steps = min(max_steps, steps_in_budget(model, probes, options.minutes * 60, options.bf16, reserve=0.12))
-    eval_every = options.eval_every or max(1, max_steps // 10)
-    args = TrainingArguments(
-        output_dir=options.out, max_steps=max_steps, **wall_clock_budget(options.minutes), batch_size=batch_size,
-        learning_rate=options.learning_rate, warmup_ratio=options.warmup_ratio, weight_decay=options.weight_decay,
-        lr_schedule="cosine", bf16=options.bf16, log_every=options.log_every or max(1, min(50, max_steps // 50)),
-        eval_every=eval_every, metric_for_best="accuracy", save_total_limit=1, seed=options.seed,
-        progress=options.progress)
+    args = options.training_arguments(max_steps, batch_size=batch_size, lr_schedule="cosine",
+                                      metric_for_best="accuracy", save_total_limit=1)
     say(f"training {max_steps:,} steps of {batch_size} images ({max_steps / steps_per_epoch:.1f} epochs), "
-        f"validation every {eval_every} steps")
+        f"validation every {args.eval_every} steps")
     trainer = Trainer(model, args, train, collator, eval_fn=lambda m: accuracy(m, processor, validation),
                       tokenizer=processor)
     state = trainer.train()
@@ -173,8 +131,12 @@ def vision_train(options: VisionTrainOptions, say: Callable[[str], None] = lambd
               "best_model": str(best_dir), "options": dataclasses.asdict(options),
               "total_seconds": time.perf_counter() - started}
     atomic_write_text(out / REPORT_NAME, json.dumps(report, indent=2, ensure_ascii=False) + "\n")
-    from bertkit import viz
+    from bertkit.pictures import figures
 
-    viz.save_figure(viz.training_curves(out / METRICS_NAME, title=f"ViT on {Path(options.data).name}"),
+    figures.save_figure(figures.training_curves(out / METRICS_NAME, title=f"ViT on {Path(options.data).name}"),
                     out / CURVE_NAME)
     return report
+
+
+__getattr__ = moved_names(__name__, {"load_image_model": "bertkit.inference.images:load_image_model",
+                                     "classify_images": "bertkit.inference.images:classify_images"})

@@ -13,7 +13,7 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from bertkit.atomic import atomic_write_text
+from bertkit.utils.atomic import atomic_write_text
 
 if TYPE_CHECKING:
     from bertkit.tokenizer import BertTokenizer

@@ -8,8 +8,17 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from bertkit.training.schedule import SCHEDULES
+from bertkit.utils.ranges import check_number
 
 _HISTORY_TAIL = 100  # log records kept in trainer_state.json
+
+
+_RANGES = {name: dict(minimum=1) for name in ("batch_size", "gradient_accumulation_steps", "log_every", "max_steps",
+                                              "eval_every", "save_every", "save_total_limit",
+                                              "early_stopping_patience")}
+_RANGES.update(num_epochs=dict(above=0), learning_rate=dict(minimum=0), seed=dict(minimum=0),
+               warmup_steps=dict(minimum=0), warmup_ratio=dict(minimum=0, below=1), max_seconds=dict(minimum=0),
+               max_grad_norm=dict(minimum=0))
 
 
 @dataclass
@@ -48,21 +57,12 @@ class TrainingArguments:
     ddp_find_unused_parameters: bool = False
 
     def __post_init__(self) -> None:
-        positive = {"batch_size": self.batch_size, "gradient_accumulation_steps": self.gradient_accumulation_steps,
-                    "log_every": self.log_every, "max_steps": self.max_steps, "eval_every": self.eval_every,
-                    "save_every": self.save_every, "save_total_limit": self.save_total_limit,
-                    "early_stopping_patience": self.early_stopping_patience}
-        for name, value in positive.items():
-            if value is not None and value < 1:
-                raise ValueError(f"{name} must be a positive integer, got {value}")
-        if self.num_epochs <= 0 or self.learning_rate < 0 or self.seed < 0 or self.warmup_steps < 0:
-            raise ValueError("num_epochs must be > 0; learning_rate, seed and warmup_steps must be >= 0")
-        if not 0.0 <= self.warmup_ratio < 1.0:
-            raise ValueError(f"warmup_ratio must be in [0, 1), got {self.warmup_ratio}")
+        for name, bounds in _RANGES.items():
+            value = getattr(self, name)
+            if value is not None:
+                check_number(name, value, **bounds)
         if self.lr_schedule not in SCHEDULES:
             raise ValueError(f"unknown lr_schedule {self.lr_schedule!r}; expected one of {SCHEDULES}")
-        if self.max_seconds is not None and self.max_seconds < 0:
-            raise ValueError(f"max_seconds must be >= 0, got {self.max_seconds}")
         if self.time_aware_schedule and self.max_seconds is None:
             raise ValueError("time_aware_schedule follows the share of max_seconds spent; give max_seconds")
         if self.early_stopping_patience and not self.metric_for_best:

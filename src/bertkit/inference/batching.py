@@ -1,0 +1,240 @@
+"""Inference's machinery: inputs checked, tokenized unpadded, sorted by length, run in batches padded only to their
+own longest row, results back in input order; the errors and warnings encode and predict give.
+
+Every call tokenizes its texts once, sorts them by length and cuts the sorted list into batches, each padded only
+to its own longest row: a batch of short texts then costs what short texts cost, instead of being padded to the one
+long text that happened to share its batch. A batch whose rows are all the same length has no padding at all, and
+the model runs attention without a mask, its fastest path. `benchmarks/bench_inference.py` measures the gain.
+"""
+
+from __future__ import annotations
+
+import sys
+import warnings
+from collections.abc import Callable, Iterable, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor, nn
+from tqdm.auto import tqdm
+
+PROGRESS_MIN_TEXTS = 1000  # progress=None: fewer texts than this finish before a progress bar would tell anything
+
+
+class TruncationWarning(UserWarning):
+    """Some texts were longer than the model's positions (or max_length) and were cut to fit."""
+
+
+class EmptyTextWarning(UserWarning):
+    """Some texts are empty or only white space: they have no tokens, so their results mean nothing."""
+
+
+class InputTooLongError(ValueError):
+    """A text is longer than the model's positions (or max_length) and truncation is off."""
+
+
+class NonFiniteOutputError(ValueError, FloatingPointError):
+    """The model's output for a text holds NaN or infinite values: no prediction is made from it (a trainer
+    evaluating a diverging model catches it as the FloatingPointError it is)."""
+
+
+@dataclass
+class EncodedText:
+    """One tokenized input, unpadded: ids, token types and (for tagging) character offsets per token."""
+
+    input_ids: list[int]
+    token_type_ids: list[int]
+    offsets: list[tuple[int, int]] | None = None
+
+
+# ---- inputs --------------------------------------------------------------------------------------
+
+def check_texts(texts: Any, name: str = "texts", content: bool = True) -> list[str]:
+    """`texts` as a list of str, or a clear error for an empty batch or an item that is not text (with `content`,
+    also for an empty one: `check_text_content`)."""
+    if isinstance(texts, (str, bytes)) or not isinstance(texts, Iterable):
+        raise ValueError(f"{name} must be a list of str, not {type(texts).__name__}")
+    texts = list(texts)
+    if not texts:
+        raise ValueError(f"{name} is empty: give at least one text")
+    bad = next((i for i, text in enumerate(texts) if not isinstance(text, str)), None)
+    if bad is not None:
+        raise ValueError(f"{name}[{bad}] is {type(texts[bad]).__name__} ({texts[bad]!r:.40}), not str: "
+                         f"every item must be a text")
+    if content:
+        check_text_content(texts, name)
+    return texts
+
+
+def check_text_content(texts: Sequence[str | None], name: str = "texts") -> None:
+    """An EmptyTextWarning counting the texts that are empty or only white space (they have no tokens: what is
+    made for them is made from [CLS] and [SEP] alone, the same for every such text), and a clear error for a text
+    holding lone surrogates (undecoded bytes, which no tokenizer reads)."""
+    empty = [i for i, text in enumerate(texts) if text is not None and not text.strip()]
+    if empty:
+        verb = "are" if len(empty) > 1 else "is"
+        warnings.warn(f"{len(empty):,} of {len(texts):,} {name} {verb} empty or only white space (the first is "
+                      f"{name}[{empty[0]}]): with no tokens, each gets what [CLS] [SEP] alone gets", EmptyTextWarning,
+                      stacklevel=4)
+    for i, text in enumerate(texts):
+        if text is None:
+            continue
+        if not text.isascii():
+            try:
+                text.encode("utf-8")
+            except UnicodeEncodeError as err:
+                raise ValueError(f"{name}[{i}] is not valid text: it holds undecoded bytes (lone surrogate "
+                                 f"{text[err.start]!r} at character {err.start}); decode it with its encoding "
+                                 "first") from None
+
+
+def _check_pairs(pairs: Any, count: int) -> list[str | None] | None:
+    if pairs is None:
+        return None
+    if isinstance(pairs, (str, bytes)) or not isinstance(pairs, Iterable):
+        raise ValueError(f"text_pairs must be a list of str (or None), not {type(pairs).__name__}")
+    pairs = list(pairs)
+    if len(pairs) != count:
+        raise ValueError(f"{count} texts but {len(pairs)} text_pairs: give one pair per text (None for no pair)")
+    bad = next((i for i, pair in enumerate(pairs) if pair is not None and not isinstance(pair, str)), None)
+    if bad is not None:
+        raise ValueError(f"text_pairs[{bad}] is {type(pairs[bad]).__name__}, not str or None")
+    check_text_content(pairs, "text_pairs")
+    return pairs
+
+
+def _encoder(model: nn.Module) -> nn.Module:
+    """The BertModel that makes the hidden states: the model itself, or the `bert` inside a task model."""
+    return getattr(model, "bert", model)
+
+
+def _limit(model: nn.Module, max_length: int | None) -> tuple[int, str]:
+    """The longest input the model takes, and how to name that limit in messages."""
+    positions = _encoder(model).config.max_position_embeddings
+    if max_length is None or max_length >= positions:
+        return positions, f"the model's {positions} positions"
+    if max_length < 2:
+        raise ValueError(f"max_length must be at least 2 ([CLS] and [SEP]), got {max_length}")
+    return max_length, f"max_length {max_length}"
+
+
+def tokenize(tokenizer: Any, texts: list[str], text_pairs: list[str | None] | None = None, *,
+             max_length: int, truncation: bool = True, offsets: bool = False,
+             limit_name: str | None = None) -> list[EncodedText]:
+    """Tokenize unpadded; texts over `max_length` tokens are cut with one TruncationWarning, or refused."""
+    limit_name = limit_name or f"max_length {max_length}"
+    out: list[EncodedText | None] = [None] * len(texts)
+    too_long: list[tuple[int, int]] = []  # (input index, tokens)
+    groups = {False: [i for i in range(len(texts)) if text_pairs is None or text_pairs[i] is None]}
+    groups[True] = [i for i in range(len(texts)) if text_pairs is not None and text_pairs[i] is not None]
+    for has_pair, indices in groups.items():
+        if not indices:
+            continue
+        pairs = [text_pairs[i] for i in indices] if has_pair else None
+        encoding = tokenizer([texts[i] for i in indices], pairs, truncation=False, return_offsets_mapping=offsets,
+                             verbose=False)
+        rows = [_row(encoding, k, offsets) for k in range(len(indices))]
+        long = [k for k, row in enumerate(rows) if len(row.input_ids) > max_length]
+        too_long += [(indices[k], len(rows[k].input_ids)) for k in long]
+        if long and truncation:  # only the few long texts are tokenized again, with truncation on
+            cut = tokenizer([texts[indices[k]] for k in long], [pairs[k] for k in long] if has_pair else None,
+                            truncation=True, max_length=max_length, return_offsets_mapping=offsets, verbose=False)
+            for j, k in enumerate(long):
+                rows[k] = _row(cut, j, offsets)
+        for i, row in zip(indices, rows):
+            out[i] = row
+    if too_long:
+        too_long.sort()
+        index, length = too_long[0]
+        if not truncation:
+            raise InputTooLongError(
+                f"text {index} has {length} tokens, more than {limit_name} ({len(too_long)} of {len(texts)} texts "
+                f"are too long); shorten it, or turn truncation on")
+        warnings.warn(f"{len(too_long)} of {len(texts)} texts are longer than {limit_name} (up to "
+                      f"{max(n for _, n in too_long)} tokens; the first is text {index}): truncated to "
+                      f"{max_length} tokens", TruncationWarning, stacklevel=3)
+    return out  # type: ignore[return-value]
+
+
+def _row(encoding: Any, k: int, offsets: bool) -> EncodedText:
+    return EncodedText(list(encoding["input_ids"][k]), list(encoding["token_type_ids"][k]),
+                       [tuple(span) for span in encoding["offset_mapping"][k]] if offsets else None)
+
+
+# ---- length-sorted batches -----------------------------------------------------------------------
+
+def sorted_batches(lengths: Sequence[int], batch_size: int) -> list[list[int]]:
+    """Input indices in batches of `batch_size`, longest first, so each batch's rows have similar lengths."""
+    if not isinstance(batch_size, int) or batch_size < 1:
+        raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
+    order = sorted(range(len(lengths)), key=lengths.__getitem__, reverse=True)  # stable: ties keep input order
+    return [order[start:start + batch_size] for start in range(0, len(order), batch_size)]
+
+
+def collate(rows: Sequence[EncodedText], pad_token_id: int, device: torch.device | str = "cpu"
+            ) -> tuple[Tensor, Tensor, Tensor]:
+    """(input_ids, attention_mask, token_type_ids), each (B, T) with T the batch's own longest row."""
+    longest = max(len(row.input_ids) for row in rows)
+    ids = np.full((len(rows), longest), pad_token_id, dtype=np.int64)
+    types = np.zeros((len(rows), longest), dtype=np.int64)
+    mask = np.zeros((len(rows), longest), dtype=np.int64)
+    for b, row in enumerate(rows):
+        n = len(row.input_ids)
+        ids[b, :n], types[b, :n], mask[b, :n] = row.input_ids, row.token_type_ids, 1
+    return tuple(torch.from_numpy(array).to(device) for array in (ids, mask, types))  # type: ignore[return-value]
+
+
+@contextmanager
+def _eval_mode(model: nn.Module):
+    """Dropout off while predicting; the model's own mode restored afterwards."""
+    was_training = model.training
+    model.eval()
+    try:
+        yield
+    finally:
+        model.train(was_training)
+
+
+def show_progress(progress: bool | None, count: int) -> bool:
+    """progress=True/False as given; None (the command line's choice): on for long inputs drawn to a terminal."""
+    if progress is not None:
+        return bool(progress)
+    return count >= PROGRESS_MIN_TEXTS and sys.stderr is not None and sys.stderr.isatty()
+
+
+def run_sorted(model: nn.Module, rows: Sequence[EncodedText], forward: Callable[[Tensor, Tensor, Tensor], Sequence],
+               *, batch_size: int, pad_token_id: int | None, progress: bool | None = False,
+               desc: str = "inference") -> list:
+    """`forward(input_ids, attention_mask, token_type_ids)` -> one result per row, over length-sorted batches;
+    the results come back in the order of `rows`. A progress bar only when asked for (`show_progress`)."""
+    batches = sorted_batches([len(row.input_ids) for row in rows], batch_size)
+    device = next(model.parameters()).device
+    show = show_progress(progress, len(rows))
+    results: list = [None] * len(rows)
+    with _eval_mode(model), torch.inference_mode(), tqdm(total=len(rows), unit="text", desc=desc,
+                                                         disable=not show) as bar:
+        for chosen in batches:
+            batch = collate([rows[i] for i in chosen], pad_token_id or 0, device)
+            for i, result in zip(chosen, forward(*batch), strict=True):
+                if not _finite(result):
+                    low = next(model.parameters()).dtype in (torch.bfloat16, torch.float16)
+                    raise NonFiniteOutputError(
+                        f"the model's output for text {i} is not finite (NaN or infinite values): its "
+                        + ("activations overflowed in its 16-bit number format (try fp32)" if low else
+                           "weights or activations overflowed (a diverged model?)")
+                        + ", so there is no prediction to give")
+                results[i] = result
+            bar.update(len(chosen))
+    return results
+
+
+def _finite(result: Any) -> bool:
+    """Whether every float array in one row's result (an array, or a tuple of them) is finite."""
+    parts = result if isinstance(result, tuple) else (result,)
+    return all(not (isinstance(part, np.ndarray) and np.issubdtype(part.dtype, np.floating))
+               or bool(np.isfinite(part).all()) for part in parts)
+
+

@@ -1,0 +1,62 @@
+"""Sentence vectors: [CLS]'s or the mean of the real tokens' last hidden states, over length-sorted batches.
+
+    vectors = encode(model, tokenizer, ["今天天气很好", "明天会下雨"], pooling="mean", normalize=True)
+
+`dtype="bfloat16"` or `"int8"` runs a converted copy of the model (bertkit.inference.precision); the vectors are
+float32 either way.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from bertkit.inference.batching import _encoder, _limit, check_texts, run_sorted, tokenize
+from bertkit.inference.precision import for_inference
+
+POOLINGS = ("cls", "mean")
+
+
+def pool(hidden: Tensor, attention_mask: Tensor, pooling: str) -> Tensor:
+    """(B, T, C) hidden states -> (B, C): the [CLS] vector, or the mean over real (unpadded) tokens."""
+    if pooling == "cls":
+        return hidden[:, 0]
+    if pooling == "mean":
+        weights = attention_mask.unsqueeze(-1).to(hidden.dtype)                    # (B, T, 1)
+        return (hidden * weights).sum(1) / weights.sum(1).clamp(min=1)
+    raise ValueError(f"pooling must be one of {POOLINGS}, not {pooling!r}")
+
+
+def encode(model: nn.Module, tokenizer: Any, texts: Sequence[str] | str, batch_size: int = 32,
+           pooling: str = "cls", max_length: int | None = 512, normalize: bool = False,
+           progress: bool | None = False, truncation: bool = True, dtype: str | torch.dtype | None = None
+           ) -> np.ndarray:
+    """Sentence vectors, float32 (N, C) (one text: (C,)): [CLS]'s or the mean of the real tokens' last hidden states.
+
+    `dtype` ("float32"/"fp32", "bfloat16"/"bf16", "int8") runs a converted copy of the model (`precision.py`);
+    None runs the model as it is. `progress`: a progress bar (None: for long inputs drawn to a terminal).
+    """
+    if pooling not in POOLINGS:
+        raise ValueError(f"pooling must be one of {POOLINGS}, not {pooling!r}")
+    single = isinstance(texts, str)
+    texts = check_texts([texts] if single else texts)
+    encoder = _encoder(model)
+    limit, limit_name = _limit(encoder, max_length)
+    rows = tokenize(tokenizer, texts, max_length=limit, truncation=truncation, limit_name=limit_name)
+    encoder = for_inference(encoder, dtype)
+
+    def forward(input_ids: Tensor, attention_mask: Tensor, token_type_ids: Tensor) -> np.ndarray:
+        hidden = encoder(input_ids, attention_mask, token_type_ids).last_hidden_state.float()
+        vectors = pool(hidden, attention_mask, pooling)
+        return (F.normalize(vectors, dim=-1) if normalize else vectors).cpu().numpy()
+
+    vectors = np.stack(run_sorted(encoder, rows, forward, batch_size=batch_size, pad_token_id=tokenizer.pad_token_id,
+                                  progress=progress, desc="encode"))
+    return vectors[0] if single else vectors
+
+

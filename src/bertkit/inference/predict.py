@@ -1,0 +1,186 @@
+"""Task predictions: a classifier's labels and probabilities, a tagger's entity spans with character offsets.
+
+    predict(classifier, tokenizer, ["这家店很好"])
+    # [{"label": "positive", "score": 0.97, "probabilities": {"negative": 0.03, "positive": 0.97}}]
+    predict(tagger, tokenizer, ["张三在北京工作"])
+    # [[{"entity": "PER", "start": 0, "end": 2, "text": "张三", "score": 0.99}, {"entity": "LOC", ...}]]
+
+Entity spans are character offsets into the original text. A word takes the tag of its first sub-token.
+"""
+
+from __future__ import annotations
+
+import bisect
+import itertools
+import re
+import warnings
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor, nn
+
+from bertkit.data.entities import get_entities
+from bertkit.data.task_kinds import task_of_model
+from bertkit.inference.batching import (
+    EncodedText,
+    InputTooLongError,
+    TruncationWarning,
+    _check_pairs,
+    _limit,
+    check_texts,
+    run_sorted,
+    tokenize,
+)
+from bertkit.inference.precision import for_inference
+
+
+def label_names(model: nn.Module) -> list[str]:
+    """The model's label names by id (config.id2label), LABEL_i where it has none."""
+    id2label = model.config.id2label or {}
+    return [id2label.get(i, f"LABEL_{i}") for i in range(model.num_labels)]
+
+
+def predict(model: nn.Module, tokenizer: Any, texts: Sequence[str] | str,
+            text_pairs: Sequence[str | None] | str | None = None, batch_size: int = 32, max_length: int | None = None,
+            truncation: bool = True, progress: bool | None = False, dtype: str | torch.dtype | None = None) -> list:
+    """Per input, a classifier's {"label", "score", "probabilities"}, or a tagger's entity spans (character offsets).
+
+    `dtype` and `progress` as in `encode`.
+    """
+    tags = task_of_model(model, "predict").token_level
+    single = isinstance(texts, str)
+    if single:
+        texts, text_pairs = [texts], None if text_pairs is None else [text_pairs]
+    texts = check_texts(texts)
+    pairs = _check_pairs(text_pairs, len(texts))
+    if tags:
+        if pairs is not None and any(pair is not None for pair in pairs):
+            raise ValueError("token classification (NER) tags single texts; text_pairs are for classifiers")
+        labels = label_names(model)
+        tagged = _tag_tokens(model, tokenizer, texts, batch_size, max_length, truncation, progress, dtype)
+        results = [entity_spans(text, tokenizer, row, tags, scores, labels)
+                   for text, (row, tags, scores) in zip(texts, tagged)]
+        return results[0] if single else results
+
+    labels = label_names(model)
+    limit, limit_name = _limit(model, max_length)
+    if getattr(model.config, "prompt", None) is not None:  # a cloze classifier: each text inside its template
+        rows = prompt_rows(model.config.prompt["template"], tokenizer, texts, pairs, limit, truncation, limit_name)
+    else:
+        rows = tokenize(tokenizer, texts, pairs, max_length=limit, truncation=truncation, limit_name=limit_name)
+    model = for_inference(model, dtype)
+
+    def forward(input_ids: Tensor, attention_mask: Tensor, token_type_ids: Tensor) -> np.ndarray:
+        logits = model(input_ids, attention_mask, token_type_ids).logits.float()
+        # one output is a yes/no score (transformers' pipelines use a sigmoid there), several are exclusive classes
+        return (torch.sigmoid(logits) if logits.size(-1) == 1 else logits.softmax(-1)).cpu().numpy()
+
+    probabilities = run_sorted(model, rows, forward, batch_size=batch_size, pad_token_id=tokenizer.pad_token_id,
+                               progress=progress, desc="predict")
+    results = []
+    for probs in probabilities:
+        best = int(probs.argmax())
+        results.append({"label": labels[best], "score": float(probs[best]),
+                        "probabilities": {label: float(p) for label, p in zip(labels, probs)}})
+    return results[0] if single else results
+
+
+def prompt_rows(template: str, tokenizer: Any, texts: list[str], pairs: list[str | None] | None, max_length: int,
+                truncation: bool, limit_name: str) -> list[EncodedText]:
+    """Each text inside a cloze classifier's template ("[MASK][MASK]新闻：{text}"), as it was fine-tuned; a text too
+    long is cut (never the template), with one TruncationWarning, or refused."""
+    from bertkit.data.prompts import PromptTemplate
+
+    if pairs is not None and any(pair is not None for pair in pairs):
+        raise ValueError("this classifier reads one text inside its prompt template; text_pairs cannot be given")
+    ids, cut = PromptTemplate(template).encode(tokenizer, texts, max_length)
+    if cut and not truncation:
+        raise InputTooLongError(f"text {cut[0]} does not fit {limit_name} inside the prompt template ({len(cut)} of "
+                                f"{len(texts)} texts are too long); shorten it, or turn truncation on")
+    if cut:
+        warnings.warn(f"{len(cut)} of {len(texts)} texts do not fit {limit_name} inside the prompt template (the "
+                      f"first is text {cut[0]}): truncated", TruncationWarning, stacklevel=3)
+    return [EncodedText(row, [0] * len(row)) for row in ids]
+
+
+def _tag_tokens(model: nn.Module, tokenizer: Any, texts: list[str], batch_size: int, max_length: int | None,
+                truncation: bool, progress: bool | None, dtype: str | torch.dtype | None = None
+                ) -> list[tuple[EncodedText, np.ndarray, np.ndarray]]:
+    """Per text: its tokens (with offsets), each token's best tag id and that tag's probability."""
+    limit, limit_name = _limit(model, max_length)
+    rows = tokenize(tokenizer, texts, max_length=limit, truncation=truncation, offsets=True, limit_name=limit_name)
+    model = for_inference(model, dtype)
+
+    def forward(input_ids: Tensor, attention_mask: Tensor, token_type_ids: Tensor) -> list:
+        probs = model(input_ids, attention_mask, token_type_ids).logits.float().softmax(-1)   # (B, T, L)
+        scores, tags = (t.cpu().numpy() for t in probs.max(-1))
+        return [(tag[:n], score[:n]) for tag, score, n in zip(tags, scores, attention_mask.sum(1).tolist())]
+
+    tagged = run_sorted(model, rows, forward, batch_size=batch_size, pad_token_id=tokenizer.pad_token_id,
+                        progress=progress, desc="tag")
+    return [(row, tags, scores) for row, (tags, scores) in zip(rows, tagged)]
+
+
+def _words(row: EncodedText, tokens: Sequence[str]) -> list[list[int]]:
+    """[start, end, first token] per word: a "##" piece that touches the previous token continues its word."""
+    words: list[list[int]] = []
+    for k, (start, end) in enumerate(row.offsets or []):
+        if end <= start:  # [CLS], [SEP]: no characters
+            continue
+        if words and tokens[k].startswith("##") and start == words[-1][1]:
+            words[-1][1] = end
+        else:
+            words.append([start, end, k])
+    return words
+
+
+_TAG = re.compile(r"^[BIMES]-.")
+
+
+def _entity_tag(label: str) -> str:
+    # a label without a B-/I-/... prefix names a type; consecutive words of that type form one entity
+    return label if label == "O" or _TAG.match(label) else f"I-{label}"
+
+
+def entity_spans(text: str, tokenizer: Any, row: EncodedText, tags: np.ndarray, scores: np.ndarray,
+                 labels: Sequence[str]) -> list[dict[str, Any]]:
+    """Entities of one tagged text: type, [start, end) character offsets, the text there, mean word score."""
+    words = _words(row, tokenizer.convert_ids_to_tokens(row.input_ids))
+    word_tags = [_entity_tag(labels[int(tags[k])]) for _, _, k in words]
+    spans = []
+    for kind, first, last in get_entities(word_tags):
+        start, end = words[first][0], words[last][1]
+        score = float(np.mean([scores[words[w][2]] for w in range(first, last + 1)]))
+        spans.append({"entity": kind, "start": start, "end": end, "text": text[start:end], "score": score})
+    return spans
+
+
+def tag_words(model: nn.Module, tokenizer: Any, sentences: Sequence[Sequence[str]], batch_size: int = 32,
+              max_length: int | None = None, truncation: bool = True, progress: bool | None = False,
+              dtype: str | torch.dtype | None = None) -> list[list[str]]:
+    """One predicted tag per given word (e.g. per character of MSRA): the tag of the word's first sub-token.
+
+    The words are joined with spaces, which the tokenizer splits on, so each word is tokenized on its own;
+    a word with no tokens (or cut off by truncation) is tagged "O".
+    """
+    if not isinstance(sentences, Sequence) or not sentences:
+        raise ValueError("sentences is empty: give at least one list of words")
+    texts, starts = [], []
+    for n, words in enumerate(sentences):
+        words = check_texts(words, f"sentences[{n}]", content=False) if len(words) else []
+        starts.append(list(itertools.accumulate((len(word) + 1 for word in words[:-1]), initial=0)))
+        texts.append(" ".join(words))
+    labels = label_names(model)
+    out = []
+    tagged = _tag_tokens(model, tokenizer, texts, batch_size, max_length, truncation, progress, dtype)
+    for words, word_starts, (row, tags, _) in zip(sentences, starts, tagged):
+        predicted: list[str | None] = [None] * len(words)
+        for k, (start, end) in enumerate(row.offsets or []):
+            if end > start:  # a token's first character lies in one word: spaces make no tokens
+                w = bisect.bisect_right(word_starts, start) - 1
+                if predicted[w] is None:
+                    predicted[w] = labels[int(tags[k])]
+        out.append([tag or "O" for tag in predicted])
+    return out

@@ -1,0 +1,8 @@
+"""The encoder–decoder translation models: the Transformer of Vaswani et al. and the RNNs it replaced.
+
+Its public names import from the package itself (`from bertkit.models.seq2seq import ...`), each module on first use.
+"""
+
+from bertkit.utils.lazy import lazy_modules
+
+__getattr__, __dir__ = lazy_modules(__name__, ("configuration", "layers", "encoder_decoder", "transformer", "rnn"))

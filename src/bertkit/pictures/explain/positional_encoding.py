@@ -1,0 +1,94 @@
+"""Sinusoidal positional encoding: the table for a 3-word sentence, shifts as rotations, heatmaps and PE·PEᵀ.
+
+Each frequency ω_i = 1 / 10000^(2i/d) gives a pair (sin pos·ω_i, cos pos·ω_i). Moving k positions adds k·ω_i to
+the angle, which is a 2×2 rotation of the pair that does not depend on pos, so PE(pos + k) = M_k PE(pos) with
+one block-diagonal M_k for every position: relative offsets are linear maps the model can learn.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+from bertkit.models.functional import sinusoidal_positions
+from bertkit.pictures.explain.base import Explanation, PictureWriter, matrix_text, table
+
+CLAIM = "PE(pos, 2i) = sin(pos/10000^(2i/d)), PE(pos, 2i+1) = cos(...); PE(pos+k) is a fixed rotation of PE(pos)"
+SENTENCE = ("I", "am", "good")
+
+
+def shift_matrix(k: int, dim: int) -> np.ndarray:
+    """M_k with PE(pos + k) = M_k PE(pos): per frequency, the rotation [[cos kω, sin kω], [-sin kω, cos kω]]."""
+    if dim % 2:
+        raise ValueError(f"the shift is a rotation per (sin, cos) pair, so dim must be even, got {dim}")
+    omega = 1.0 / np.power(10000.0, np.arange(0, dim, 2) / dim)
+    M = np.zeros((dim, dim))
+    for i, w in enumerate(omega):
+        c, s = np.cos(k * w), np.sin(k * w)
+        M[2 * i:2 * i + 2, 2 * i:2 * i + 2] = [[c, s], [-s, c]]   # (sin, cos)(θ + kω) from (sin, cos)(θ)
+    return M
+
+
+def explain(out: str | os.PathLike | None = None, fmt: str = "png", dim: int = 128, positions: int = 2048,
+            shifts: tuple[int, ...] = (1, 5, 50)) -> Explanation:
+    """Print the d=4 table of "I am good", check PE(pos+k) = M_k PE(pos) for every pos, draw the heatmaps."""
+    small = sinusoidal_positions(len(SENTENCE), 4).double().numpy()
+    M1 = shift_matrix(1, 4)
+
+    pe = sinusoidal_positions(positions, dim).double().numpy()                  # (P, D)
+    shift_rows = []
+    for k in shifts:
+        M = shift_matrix(k, dim)
+        predicted = pe[:-k] @ M.T                                               # M_k PE(pos) for every pos at once
+        shift_rows.append((k, positions - k, float(np.abs(predicted - pe[k:]).max()),
+                           float(np.abs(M.T @ M - np.eye(dim)).max())))
+    norms = np.linalg.norm(pe, axis=1)
+    # PE(pos)·PE(pos+k) = Σ_i cos(kω_i): the same for every pos, shrinking (with ripples) as k grows
+    dots = {k: np.einsum("pd,pd->p", pe[: positions - k], pe[k:]) for k in (0, 1, 2, 5, 10, 50, 100)}
+
+    numbers = {
+        "pe_d4": small.round(3).tolist(),
+        "shift_matrix_k1_d4": M1.round(3).tolist(),
+        "pe2_from_pe1": (M1 @ small[1]).round(3).tolist(),
+        "shift_max_error": {k: err for k, _, err, _ in shift_rows},
+        "shift_orthogonality_error": {k: orth for k, _, _, orth in shift_rows},
+        "norm_min": float(norms.min()), "norm_max": float(norms.max()),
+        "dot_by_distance": {k: float(v.mean()) for k, v in dots.items()},
+        "dot_spread_over_pos": {k: float(v.std()) for k, v in dots.items()},
+    }
+
+    words = "  ".join(f"{w}=pos {i}" for i, w in enumerate(SENTENCE))
+    text = "\n".join([
+        f"PE of \"{' '.join(SENTENCE)}\" with d_model = 4 ({words}); columns sin ω0, cos ω0, sin ω1, cos ω1:",
+        matrix_text(small),
+        "",
+        "M_1 (a rotation by 1 rad for ω0 = 1, by 0.01 rad for ω1 = 1/100):",
+        matrix_text(M1),
+        f"M_1 · PE(1) = {np.array2string(M1 @ small[1], precision=3, floatmode='fixed')}  equals PE(2)",
+        "",
+        f"PE(pos + k) = M_k PE(pos) for every pos, d_model = {dim}, positions 0..{positions - 1}:",
+        table(["k", "positions checked", "max |PE(pos+k) - M_k PE(pos)|", "max |M_kᵀM_k - I|"], shift_rows, 2),
+        "",
+        f"|PE(pos)| = {norms.min():.4f} .. {norms.max():.4f} for every pos (sqrt(d/2) = {np.sqrt(dim / 2):.4f}): "
+        "rotations keep length",
+        "PE(pos)·PE(pos+k) depends on k only (spread over pos ≈ 0) and falls with distance:",
+        table(["k", "mean PE(pos)·PE(pos+k)", "spread over pos"],
+              [(k, numbers["dot_by_distance"][k], numbers["dot_spread_over_pos"][k]) for k in dots]),
+    ])
+
+    pictures = PictureWriter(out, fmt)
+    if pictures:
+        from bertkit.pictures import figures
+
+        pictures.save("pe_heatmap_50x128", lambda: figures.pe_heatmap(sinusoidal_positions(50, 128)))
+        pictures.save("pe_heatmap_2048x512",
+                      lambda: figures.pe_heatmap(sinusoidal_positions(2048, 512), split_sin_cos=True))
+        pictures.save("pe_similarity_100x16", lambda: figures.pe_similarity(sinusoidal_positions(100, 16)))
+        curves = {f"d_model = {d}": (sinusoidal_positions(200, d) @ sinusoidal_positions(1, d)[0]).tolist()
+                  for d in (16, 128)}
+        pictures.save("pe_dot_by_distance", lambda: figures.line_plot(
+            range(200), curves, xlabel="distance k", ylabel="PE(0)·PE(k)",
+            title="Dot product of two positions against their distance"))
+    return Explanation("positional-encoding", CLAIM, numbers, text, pictures.paths)
+

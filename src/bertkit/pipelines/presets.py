@@ -1,0 +1,57 @@
+"""Named sizes and recipes the training commands offer: `pretrain --config tiny`, `lm-train --size small`,
+`translate-train --model gru-attention --size mini`. The pipelines build their configs from these values;
+bertkit.pipelines.options offers their names as choices. Nothing here imports torch."""
+
+from __future__ import annotations
+
+from typing import Any
+
+# Named sizes for `bertkit pretrain --config NAME`; vocab_size is filled in from the vocabulary.
+PRESETS: dict[str, dict[str, int]] = {
+    "tiny": dict(hidden_size=128, num_hidden_layers=2, num_attention_heads=2, intermediate_size=512),
+    "mini": dict(hidden_size=256, num_hidden_layers=4, num_attention_heads=4, intermediate_size=1024),
+    "small": dict(hidden_size=512, num_hidden_layers=4, num_attention_heads=8, intermediate_size=2048),
+    "base": dict(hidden_size=768, num_hidden_layers=12, num_attention_heads=12, intermediate_size=3072),
+}
+
+# `bertkit translate-train --model NAME` -> the Seq2SeqConfig fields that make it
+TRANSLATION_MODELS: dict[str, dict[str, Any]] = {
+    "transformer": dict(architecture="transformer"),
+    "gru-attention": dict(architecture="rnn", rnn_cell="gru", rnn_attention=True),
+    "gru": dict(architecture="rnn", rnn_cell="gru", rnn_attention=False),
+    "lstm-attention": dict(architecture="rnn", rnn_cell="lstm", rnn_attention=True),
+    "lstm": dict(architecture="rnn", rnn_cell="lstm", rnn_attention=False),
+}
+# `--size NAME` -> (Transformer sizes, RNN sizes); the RNNs are one layer each way, as Bahdanau et al.'s
+TRANSLATION_SIZES: dict[str, tuple[dict[str, int], dict[str, int]]] = {
+    "tiny": (dict(d_model=128, encoder_layers=2, decoder_layers=2, attention_heads=4, ffn_dim=512),
+             dict(d_model=128, encoder_layers=1, decoder_layers=1)),
+    "mini": (dict(d_model=256, encoder_layers=2, decoder_layers=2, attention_heads=4, ffn_dim=1024),
+             dict(d_model=256, encoder_layers=1, decoder_layers=1)),
+    "small": (dict(d_model=256, encoder_layers=3, decoder_layers=3, attention_heads=4, ffn_dim=1024),
+              dict(d_model=256, encoder_layers=1, decoder_layers=1)),
+    "base": (dict(d_model=512, encoder_layers=6, decoder_layers=6, attention_heads=8, ffn_dim=2048),
+             dict(d_model=512, encoder_layers=2, decoder_layers=2)),
+}
+
+# `translate-train --tune-length-penalty`: the beam-search length penalties α scored on dev
+TRANSLATION_LENGTH_PENALTIES = (0.6, 0.8, 1.0, 1.2, 1.4, 1.6, 1.8)
+
+# Named sizes for `bertkit lm-train --size NAME`.
+GPT_PRESETS: dict[str, dict[str, int]] = {
+    "tiny": dict(n_embd=128, n_layer=2, n_head=4),
+    "small": dict(n_embd=256, n_layer=4, n_head=4),
+    "base": dict(n_embd=512, n_layer=6, n_head=8),
+}
+
+# Named pretraining recipes: PretrainOptions values a run starts from (`bertkit pretrain --recipe NAME`; flags
+# typed beside it win). "bert" is BERT's own (Devlin et al.): the PretrainOptions defaults. "crammed" is what
+# reached the best held-out masked-LM accuracy per minute on a 2-core CPU, one lever at a time (Cramming,
+# Geiping & Goldstein 2022; docs/pretraining-recipe.md has the ablation and the command that measures it).
+NATIVE = "where the CPU computes it natively"  # bf16 in a recipe: emulated bf16 would be slower than fp32
+PRETRAIN_RECIPES: dict[str, dict[str, Any]] = {
+    "bert": {},
+    "crammed": dict(config="tiny", objective="mlm+nsp", masking="dynamic", dropout=0.0, learning_rate=1e-3,
+                    warmup_ratio=0.02, bf16=NATIVE, dupe_factor=1),
+}
+PRETRAIN_RECIPE_NAMES = tuple(PRETRAIN_RECIPES)
