@@ -9,6 +9,7 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 import transformers
@@ -107,8 +108,13 @@ def test_resume_after_sigkill_equals_an_uninterrupted_run(workspace, tmp_path):
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     assert not (killed / "model.safetensors").exists(), "the run ended before it was killed"
+    # the resumed run reads the run's token store and instance plan back: nothing is tokenized or planned again
+    store = Path(json.loads((killed / "corpus_stores.json").read_text())[0]["store"])
+    made = sorted((p.relative_to(store), p.stat().st_mtime_ns) for p in store.rglob("*"))
     resumed = run(["-m", "bertkit", "pretrain", "--resume", str(killed)])
     assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert sorted((p.relative_to(store), p.stat().st_mtime_ns) for p in store.rglob("*")) == made
+    assert any(p.name == "plan.json" for p, _ in made)
     a, b = load_file(tmp_path / "full" / "model.safetensors"), load_file(killed / "model.safetensors")
     assert a.keys() == b.keys()
     for name in a:
@@ -176,17 +182,26 @@ def test_probe_does_not_depend_on_the_training_masking(workspace):
     static = [prepare(PretrainOptions(corpus=[str(workspace / "corpus.txt")], vocab=str(workspace / "vocab"),
                                       out="x", max_steps=1, max_seq_length=32, mlm_probability=p,
                                       config=str(workspace / "tiny.json"))) for p in (0.15, 0.4)]
-    shares = [sum(sum(label != -100 for label in i.labels) for i in run.train_instances)
-              / sum(len(i.input_ids) - 3 for i in run.train_instances) for run in static]
+    instances = [[run.train_dataset[i] for i in range(len(run.train_dataset))] for run in static]
+    shares = [sum(sum(label != -100 for label in i.labels) for i in items) / sum(len(i.input_ids) - 3 for i in items)
+              for items in instances]
     assert shares[0] == pytest.approx(0.15, abs=0.03) and shares[1] == pytest.approx(0.4, abs=0.05)
 
 
-def test_a_corpus_named_twice_weighs_twice_but_is_held_out_once(workspace):
-    from bertkit.pipelines.pretrain import corpus_split, load_corpus, split_documents
+def test_a_corpus_named_twice_weighs_twice_but_is_held_out_once(workspace, tmp_path):
+    from bertkit.data.store import cached_store
+    from bertkit.pipelines.pretrain import split_documents, training_documents
+    from bertkit.tokenizer import BertTokenizer
 
-    corpus = str(workspace / "corpus.txt")
-    once, held_once = corpus_split([corpus], 0.2, 7)
-    assert (once, held_once) == split_documents(load_corpus([corpus]), 0.2, 7)    # one corpus: the plain split
-    twice, held_twice = corpus_split([corpus, corpus], 0.2, 7)
-    assert held_twice == held_once and len(twice) == 2 * len(once)
-    assert not any(doc in twice for doc in held_twice)                         # no held-out text is trained on
+    corpus, other = str(workspace / "corpus.txt"), tmp_path / "other.txt"
+    other.write_text("另一篇。\n\n第二篇。", encoding="utf-8")
+    tokenizer = BertTokenizer.from_pretrained(workspace / "vocab")
+    stores = [cached_store([corpus], tokenizer), cached_store([str(other)], tokenizer)]
+    once, held_once = training_documents([corpus], stores[:1], 0.2, 7)
+    assert [a.tolist() for a in (once, held_once)] == [a.tolist() for a in split_documents(40, 0.2, 7)]
+    assert len(held_once) == 8 and not set(once) & set(held_once)
+    twice, held_twice = training_documents([corpus, str(other), corpus], stores, 0.2, 7)
+    assert len(held_twice) == 8 and not set(twice) & set(held_twice)          # no held-out text is trained on
+    trained = np.bincount(twice, minlength=42)
+    assert set(trained[:40][~np.isin(np.arange(40), held_twice)]) == {2}        # named twice: two copies
+    assert set(trained[40:][~np.isin(np.arange(40, 42), held_twice)]) <= {1}

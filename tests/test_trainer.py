@@ -208,6 +208,17 @@ def test_run_writes_metrics_checkpoints_and_final_model(tmp_path):
         make_trainer(tmp_path, max_steps=7).train()
 
 
+def test_data_loader_workers_train_the_same_steps(tmp_path):
+    """Batches collated by worker processes while the model computes: the same batches, so the same run."""
+    data = [{**example, "input_ids": example["tokens"]} for example in tiny.make_dataset(40)]
+    states = [make_trainer(tmp_path / str(workers), max_steps=5, dataloader_workers=workers, group_by_length=True,
+                           data=data).train() for workers in (0, 2)]
+    assert states[0].losses == states[1].losses and states[1].step == 5
+    for key, value in states[0].to_json().items():
+        if key not in ("seconds", "log_history"):
+            assert states[1].to_json()[key] == value, key
+
+
 def test_invalid_arguments_are_named(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     with pytest.raises(ValueError, match="batch_size"):

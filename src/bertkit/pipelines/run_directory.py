@@ -44,11 +44,11 @@ LOCK_NAME = ".bertkit-lock"
 RUN_MARKERS = ("config.json", "model.safetensors", "pytorch_model.bin", "vocab.txt", "tokenizer.json",
                "tokenizer_config.json", "metrics.jsonl", "training_args.json", "train_results.json",
                "*_options.json", "*_results.json", "report.json", "data_report.json", "checkpoint-*", "best",
-               "source_tokenizer", "model.onnx", "model_int8.onnx")
+               "source_tokenizer", "model.onnx", "model_int8.onnx", "store.json")
 # What bertkit writes into a run directory: `overwrite` deletes these, never anything else.
 RUN_ENTRIES = (*RUN_MARKERS, "special_tokens_map.json", "generation_config.json", "languages.json",
                "eval_results.json", "target_tokenizer", "report.md", "*.onnx.data", ".final", ".*.tmp-*", ".*.old-*",
-               ".*.tmp")
+               ".*.tmp", "store.*", "corpus_stores.json")
 
 
 class OutputDirectoryError(ValueError):

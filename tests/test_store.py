@@ -1,0 +1,262 @@
+"""Token stores (data/store.py, data/corpus_stream.py): the tokenizer's ids, documents and sentences as the readers
+see them, every input kind, worker processes, the cache that a second run and a resume find, and damaged stores or
+changed inputs named."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import shutil
+
+import numpy as np
+import pytest
+
+from bertkit.cli import main
+from bertkit.data import corpus_stream, packing
+from bertkit.data.corpus import read_text_documents
+from bertkit.data.readers import DataWarning
+from bertkit.data.store import META, TokenStore, cached_store, prepare_store
+from bertkit.data.vocab import build_char_vocab
+from bertkit.tokenizer import BertTokenizer
+
+TEXT = ("今天天气很好。我们去公园吧！你来吗？\n第二行没有句号\r\n\n\n"
+        "Second doc. It is English, mostly: Mr. Smith went to Washington. He arrived!\n"
+        "一个很长的句子" + "，它一直没有结束" * 30 + "。\n\n"
+        "  \u3000 \n"                     # a blank line in full-width spaces
+        "第三篇。带一个生僻字𪚥。\n"          # a character the vocabulary lacks: [UNK]
+        "\x1c\n"                          # a line of nothing but a separator: no sentence, no token
+        "最后一行\n")
+
+
+@pytest.fixture(scope="module")
+def vocab(tmp_path_factory):
+    root = tmp_path_factory.mktemp("store-vocab")
+    return build_char_vocab([TEXT.replace("𪚥", ""), "结尾。"], root / "vocab")
+
+
+@pytest.fixture
+def corpus(tmp_path):
+    path = tmp_path / "corpus.txt"
+    path.write_bytes("\ufeff".encode() + TEXT.encode("utf-8") + "坏的一行\n".encode("gbk") + "结尾。".encode())
+    return path
+
+
+def documents_of(store: TokenStore) -> list[list[list[int]]]:
+    """The store's token ids as documents of sentences."""
+    out = []
+    for d in range(store.num_documents):
+        first, end = int(store.document_offsets[d]), int(store.document_offsets[d + 1])
+        out.append([np.asarray(store.ids[store.sentence_offsets[s]:store.sentence_offsets[s + 1]]).tolist()
+                    for s in range(first, end)])
+    return out
+
+
+def expected_documents(documents: list[list[str]], tokenizer) -> list[list[list[int]]]:
+    """What a store must hold: each sentence tokenized alone, empty sentences and documents dropped."""
+    ids = [[row for row in tokenizer([s for s in doc], add_special_tokens=False)["input_ids"] if row]
+           for doc in documents]
+    return [doc for doc in ids if doc]
+
+
+@pytest.mark.parametrize("backend", ["python", "fast"])
+def test_the_store_holds_the_tokenizers_ids_in_the_readers_documents(corpus, vocab, tmp_path, monkeypatch, backend):
+    tokenizer = BertTokenizer.from_pretrained(vocab, backend=backend)
+    monkeypatch.setattr(corpus_stream, "CHUNK_BYTES", 64)  # documents and sentences span chunks
+    with pytest.warns(DataWarning, match=r"corpus.txt: skipped 1 line, kept 4: undecodable bytes \(line 12\)"):
+        store = prepare_store([str(corpus)], tokenizer, tmp_path / "store", progress=False)
+    with pytest.warns(DataWarning):
+        documents = read_text_documents(corpus)
+    assert len(documents) == 4
+    assert documents_of(store) == expected_documents(documents, tokenizer)
+    unknown = tokenizer.unk_token_id
+    assert store.meta["unknown_tokens"] == 1 and int(np.count_nonzero(np.asarray(store.ids) == unknown)) == 1
+    assert store.meta["tokens"] == len(store.ids) and store.meta["dtype"] == "uint16"
+    # worker processes write the same store, byte for byte
+    with pytest.warns(DataWarning):
+        parallel = prepare_store([str(corpus)], tokenizer, tmp_path / "parallel", workers=2, progress=False)
+    for name in ("store.ids", "store.sentences", "store.documents"):
+        assert (parallel.path / name).read_bytes() == (store.path / name).read_bytes(), name
+
+
+def test_jsonl_gzip_other_encodings_and_directories(vocab, tmp_path):
+    tokenizer = BertTokenizer.from_pretrained(vocab)
+    records = ["今天天气很好。我们去公园吧！\n第二行没有句号", "Second doc. It is English."]
+    lines = [json.dumps({"text": records[0]}, ensure_ascii=False), "not json", json.dumps({"title": "x"}),
+             json.dumps([1]), json.dumps({"content": records[1]})]
+    folder = tmp_path / "in"
+    folder.mkdir()
+    (folder / "a.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    with gzip.open(folder / "b.txt.gz", "wt", encoding="utf-8") as f:
+        f.write("第三篇。\n\n第四篇！")
+    (folder / "notes.md").write_text("not read")
+    with pytest.warns(DataWarning, match=r"a.jsonl: skipped 3 lines, kept 2: invalid JSON \(line 2\); no text field "
+                                         r".*\(line 3\); not a JSON object \(line 4\)"):
+        store = prepare_store([str(folder)], tokenizer, tmp_path / "store", progress=False)
+    texts = [[s for part in r.splitlines() for s in read_sentences(part)] for r in records]
+    texts += [["第三篇。"], ["第四篇！"]]
+    assert documents_of(store) == expected_documents(texts, tokenizer)
+    # the same text in UTF-16 and GBK, with --encoding
+    for encoding in ("utf-16", "gbk"):
+        path = tmp_path / f"{encoding}.txt"
+        path.write_bytes("第三篇。\n\n第四篇！\n".encode(encoding))
+        other = prepare_store([str(path)], tokenizer, tmp_path / encoding, encoding=encoding, progress=False)
+        assert documents_of(other) == documents_of(store)[2:]
+
+
+def read_sentences(text: str) -> list[str]:
+    from bertkit.data.corpus import guess_lang, split_sentences
+
+    return split_sentences(text, guess_lang(text))
+
+
+def test_whole_word_starts_are_jiebas_words(corpus, vocab, tmp_path):
+    import jieba
+
+    tokenizer = BertTokenizer.from_pretrained(vocab)
+    with pytest.warns(DataWarning):
+        store = prepare_store([str(corpus)], tokenizer, tmp_path / "store", whole_word=True, progress=False)
+        documents = read_text_documents(corpus)
+    ids, starts = [], []
+    for sentence in (s for doc in documents for s in doc):
+        for word in (w for w in jieba.lcut(sentence) if w.strip()):
+            pieces = tokenizer(word, add_special_tokens=False)["input_ids"]
+            ids += pieces
+            starts += [True] + [False] * (len(pieces) - 1)
+    assert np.asarray(store.ids).tolist() == ids
+    assert store.word_starts(0, len(ids)).tolist() == starts
+    assert store.word_starts(5, 17).tolist() == starts[5:17]
+    assert not all(starts)  # jieba's words hold several characters each
+
+
+def test_binary_files_and_unknown_corpora_are_named(vocab, tmp_path):
+    tokenizer = BertTokenizer.from_pretrained(vocab)
+    (tmp_path / "model.bin").write_bytes(b"\x89PNG\r\n\x1a\n" + bytes(range(256)) * 8)
+    with pytest.raises(ValueError, match="model.bin is not a text file: it holds NUL bytes"):
+        prepare_store([str(tmp_path / "model.bin")], tokenizer, tmp_path / "store", progress=False)
+    (tmp_path / "gbk.txt").write_bytes("北京是中国的首都\n".encode("gbk") * 10 + b"ok\n")
+    with pytest.raises(ValueError, match="gbk.txt is not utf-8 text: 10 of 11 lines do not decode"):
+        prepare_store([str(tmp_path / "gbk.txt")], tokenizer, tmp_path / "store", progress=False)
+    with pytest.raises(FileNotFoundError, match="corpus 'nope' is neither a file nor one of zh"):
+        prepare_store(["nope"], tokenizer, tmp_path / "store", progress=False)
+    assert not (tmp_path / "store" / META).exists()
+
+
+def test_the_cache_is_found_again_and_a_changed_file_is_a_new_store(corpus, vocab, monkeypatch):
+    tokenizer = BertTokenizer.from_pretrained(vocab)
+    calls = []
+    tokenize = corpus_stream.tokenize_chunk
+    monkeypatch.setattr(corpus_stream, "tokenize_chunk", lambda chunk: calls.append(1) or tokenize(chunk))
+    with pytest.warns(DataWarning):
+        first = cached_store([str(corpus)], tokenizer, progress=False)
+    made = len(calls)
+    assert made > 0
+    assert cached_store([str(corpus)], tokenizer, progress=False).path == first.path and len(calls) == made
+    with open(corpus, "a", encoding="utf-8") as f:
+        f.write("\n\n又一篇。\n")
+    with pytest.warns(DataWarning):
+        second = cached_store([str(corpus)], tokenizer, progress=False)
+    assert second.path != first.path and len(calls) > made and second.num_documents == first.num_documents + 1
+
+
+# ---- through the command line ----------------------------------------------------------------------
+
+CONFIG = dict(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64,
+              max_position_embeddings=64)
+
+
+@pytest.fixture
+def run_files(vocab, tmp_path):
+    """A corpus of 30 documents and a tiny model config."""
+    chars = [c for c in (vocab / "vocab.txt").read_text(encoding="utf-8").split("\n")[5:] if len(c) == 1]
+    rng = np.random.default_rng(0)
+    docs = ["\n".join("".join(rng.choice(chars, 12)) + "。" for _ in range(5)) for _ in range(30)]
+    (tmp_path / "corpus.txt").write_text("\n\n".join(docs), encoding="utf-8")
+    size = len((vocab / "vocab.txt").read_text(encoding="utf-8").split("\n")) - 1
+    (tmp_path / "tiny.json").write_text(json.dumps({**CONFIG, "vocab_size": size}))
+    return tmp_path
+
+
+def pretrain_argv(root, corpus, out, *extra):
+    return ["pretrain", "--corpus", str(corpus), "--vocab", str(root.parent / "vocab"), "--config",
+            str(root / "tiny.json"), "--max-seq-length", "32", "--batch-size", "4", "--no-progress", "--out", str(out),
+            *extra]
+
+
+@pytest.fixture
+def vocab_beside(run_files, vocab):
+    shutil.copytree(vocab, run_files.parent / "vocab", dirs_exist_ok=True)
+    return run_files
+
+
+def test_prepare_then_pretrain_on_the_store_tokenizes_once(vocab_beside, monkeypatch, capsys):
+    root = vocab_beside
+    calls, plans = [], []
+    tokenize, write_plan = corpus_stream.tokenize_chunk, packing._write_plan
+    monkeypatch.setattr(corpus_stream, "tokenize_chunk", lambda chunk: calls.append(1) or tokenize(chunk))
+    monkeypatch.setattr(packing, "_write_plan", lambda *a: plans.append(1) or write_plan(*a))
+    argv = ["prepare", "--corpus", str(root / "corpus.txt"), "--vocab", str(root.parent / "vocab"), "--out",
+            str(root / "store"), "--no-progress"]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "prepared" in out and "30 documents" in out and f"--corpus {root / 'store'}" in out
+    assert main(argv) == 2 and "already holds a bertkit run or model (store.json)" in capsys.readouterr().err
+    made = len(calls)
+    for run in ("a", "b"):  # a second run reads the store and its plan back
+        assert main(pretrain_argv(root, root / "store", root / run, "--max-steps", "2")) == 0
+    assert len(calls) == made and len(plans) == 1
+    # text given to pretrain is prepared into the cache once, then found there
+    for run in ("c", "d"):
+        assert main(pretrain_argv(root, root / "corpus.txt", root / run, "--max-steps", "2")) == 0
+    assert len(calls) == 2 * made and len(plans) == 2
+    assert json.loads((root / "c" / "corpus_stores.json").read_text())[0]["corpus"] == str(root / "corpus.txt")
+
+
+def test_a_damaged_store_is_named(vocab_beside, capsys):
+    root = vocab_beside
+    assert main(["prepare", "--corpus", str(root / "corpus.txt"), "--vocab", str(root.parent / "vocab"), "--out",
+                 str(root / "store"), "--no-progress"]) == 0
+    store = root / "store"
+    kept = {name: (store / name).read_bytes() for name in os.listdir(store) if name.startswith("store.")}
+
+    def refused(damage, message):
+        damage()
+        assert main(pretrain_argv(root, store, root / "run", "--max-steps", "1")) == 2
+        assert message in capsys.readouterr().err
+        for name, data in kept.items():
+            (store / name).write_bytes(data)
+
+    ids = store / "store.ids"
+    refused(lambda: ids.write_bytes(kept["store.ids"][:-6]),
+            f"{ids} has {len(kept['store.ids']) - 6:,} bytes, the store says {len(kept['store.ids']):,}: it is "
+            "truncated or damaged; prepare it again")
+    refused(lambda: (store / META).write_text("{not json"), f"{store / META} cannot be read as a store's description")
+    refused(lambda: (store / "store.documents").write_bytes(np.arange(31, dtype=np.int64)[::-1].tobytes()),
+            f"{store / 'store.documents'} does not hold the document offsets store.json describes: the store is "
+            "damaged; prepare it again")
+    refused(lambda: (store / META).unlink(), f"{store} holds no store.json: it is not a token store, or its "
+                                             "preparation did not finish")
+    other = build_char_vocab(["完全不同的字"], root / "other-vocab")
+    assert main([*pretrain_argv(root, store, root / "run", "--max-steps", "1"), "--vocab", str(other)]) == 2
+    assert f"{store} was prepared with another tokenizer than {other}" in capsys.readouterr().err
+
+
+def test_an_input_changed_after_preparing_is_named(vocab_beside, capsys):
+    root = vocab_beside
+    assert main(["prepare", "--corpus", str(root / "corpus.txt"), "--vocab", str(root.parent / "vocab"), "--out",
+                 str(root / "store"), "--no-progress"]) == 0
+    with open(root / "corpus.txt", "a", encoding="utf-8") as f:
+        f.write("\n\n新的一篇。")
+    assert main(pretrain_argv(root, root / "store", root / "run", "--max-steps", "1")) == 2
+    assert f"{root / 'corpus.txt'} changed after it was prepared into {root / 'store'}" in capsys.readouterr().err
+    # a run from the text itself that is resumed after the text changed is refused too
+    os.remove(root / "corpus.txt")
+    shutil.copy(root / "store" / "store.json", root / "kept.json")
+    (root / "corpus.txt").write_text("\n\n".join(["一篇。"] * 30), encoding="utf-8")
+    assert main(pretrain_argv(root, root / "corpus.txt", root / "run", "--max-steps", "4", "--save-every", "2")) == 0
+    shutil.rmtree(root / "run" / "checkpoint-4")
+    (root / "run" / "train_results.json").unlink()
+    with open(root / "corpus.txt", "a", encoding="utf-8") as f:
+        f.write("\n\n又一篇。")
+    assert main(["pretrain", "--resume", str(root / "run"), "--no-progress"]) == 2
+    assert f"{root / 'corpus.txt'} changed since the run in {root / 'run'} started" in capsys.readouterr().err
