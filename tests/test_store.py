@@ -4,10 +4,12 @@ changed inputs named."""
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import json
 import os
 import shutil
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -191,25 +193,63 @@ def vocab_beside(run_files, vocab):
 
 def test_prepare_then_pretrain_on_the_store_tokenizes_once(vocab_beside, monkeypatch, capsys):
     root = vocab_beside
-    calls, plans = [], []
-    tokenize, write_plan = corpus_stream.tokenize_chunk, packing._write_plan
+    calls = []
+    tokenize = corpus_stream.tokenize_chunk
     monkeypatch.setattr(corpus_stream, "tokenize_chunk", lambda chunk: calls.append(1) or tokenize(chunk))
-    monkeypatch.setattr(packing, "_write_plan", lambda *a: plans.append(1) or write_plan(*a))
     argv = ["prepare", "--corpus", str(root / "corpus.txt"), "--vocab", str(root.parent / "vocab"), "--out",
             str(root / "store"), "--no-progress"]
     assert main(argv) == 0
     out = capsys.readouterr().out
     assert "prepared" in out and "30 documents" in out and f"--corpus {root / 'store'}" in out
     assert main(argv) == 2 and "already holds a bertkit run or model (store.json)" in capsys.readouterr().err
-    made = len(calls)
-    for run in ("a", "b"):  # a second run reads the store and its plan back
-        assert main(pretrain_argv(root, root / "store", root / run, "--max-steps", "2")) == 0
-    assert len(calls) == made and len(plans) == 1
+    assert len(calls) > 0
+    # the first run plans the training instances and the held-out probe's (singles and pairs): three settings
+    assert main(pretrain_argv(root, root / "store", root / "a", "--max-steps", "2")) == 0
+    made = plans(root / "store")
+    assert len(made) == 3
+    with nothing_tokenized_or_planned(monkeypatch):  # a second run reads the store and its plans back
+        assert main(pretrain_argv(root, root / "store", root / "b", "--max-steps", "2")) == 0
+    assert plans(root / "store") == made
+    assert trained(root / "a") == trained(root / "b")
+    # another packing setting is another training plan (the probe's stay as they are)
+    assert main(pretrain_argv(root, root / "store", root / "e", "--max-steps", "2", "--short-seq-prob", "0.5")) == 0
+    assert len(plans(root / "store")) == 4 and made < plans(root / "store")
     # text given to pretrain is prepared into the cache once, then found there
-    for run in ("c", "d"):
-        assert main(pretrain_argv(root, root / "corpus.txt", root / run, "--max-steps", "2")) == 0
-    assert len(calls) == 2 * made and len(plans) == 2
-    assert json.loads((root / "c" / "corpus_stores.json").read_text())[0]["corpus"] == str(root / "corpus.txt")
+    calls.clear()
+    assert main(pretrain_argv(root, root / "corpus.txt", root / "c", "--max-steps", "2")) == 0
+    assert len(calls) > 0
+    with nothing_tokenized_or_planned(monkeypatch):
+        assert main(pretrain_argv(root, root / "corpus.txt", root / "d", "--max-steps", "2")) == 0
+    recorded = json.loads((root / "c" / "corpus_stores.json").read_text())[0]
+    assert recorded["corpus"] == str(root / "corpus.txt") and recorded == json.loads(
+        (root / "d" / "corpus_stores.json").read_text())[0]
+    assert len(plans(Path(recorded["store"]))) == 3
+
+
+TIMINGS = ("seconds", "examples_per_second", "tokens_per_second")
+
+
+def trained(run: Path) -> list[dict]:
+    """A run's metrics.jsonl records without their timings: what the data and the model decide."""
+    return [{k: v for k, v in json.loads(line).items() if k not in TIMINGS}
+            for line in (run / "metrics.jsonl").read_text().splitlines()]
+
+
+def plans(store: Path) -> set[str]:
+    """The plans cached beside a store: their directories' names."""
+    return {path.parent.name for path in store.glob("store.plans/*/plan.json")}
+
+
+@contextlib.contextmanager
+def nothing_tokenized_or_planned(monkeypatch):
+    """Within: tokenizing a chunk, or building a plan, fails the test."""
+    def refuse(*args, **kwargs):
+        raise AssertionError("tokenized or planned again")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(corpus_stream, "tokenize_chunk", refuse)
+        patch.setattr(packing, "_planner", refuse)
+        yield
 
 
 def test_a_damaged_store_is_named(vocab_beside, capsys):

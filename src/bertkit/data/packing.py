@@ -24,7 +24,6 @@ when a batch is drawn (data/pretraining.PretrainingDataset).
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import os
@@ -35,11 +34,12 @@ from pathlib import Path
 
 import numpy as np
 
-from bertkit.data.store import PLANS, TokenStore, _locked
+from bertkit.data.store import PLANS, FileReader, TokenStore, _locked
 
 OBJECTIVES = ("mlm+nsp", "mlm+sop", "mlm")
-PLAN_VERSION = 1
-PLAN_COLUMNS = {"a_start": "int64", "a_len": "uint16", "b_start": "int64", "b_len": "uint16", "label": "int8"}
+PLAN_VERSION = 2
+# An instance of the plan: A is tokens a_start..a_start+a_len of the corpus, B likewise (b_len 0: no B).
+PLAN_ROW = np.dtype([("a_start", "<i8"), ("b_start", "<i8"), ("a_len", "<u2"), ("b_len", "<u2"), ("label", "i1")])
 POOL = 1 << 16             # documents packed together: bounds the memory of a round
 
 # What each draw chooses (the 4th value of `draw`).
@@ -201,7 +201,7 @@ class Corpus:
     def tokens(self, position: int, length: int) -> np.ndarray:
         """`length` token ids from token position `position` (within one store)."""
         store, local = self._store_of(position)
-        return np.asarray(store.ids[local:local + length])
+        return store.read_ids(local, local + length)
 
     def word_starts(self, position: int, length: int) -> np.ndarray | None:
         """The stored word starts of those tokens (whole-word stores), else None."""
@@ -213,21 +213,43 @@ class Corpus:
 
 @dataclass
 class Plan:
-    """Instances as token ranges: A = tokens a_start..a_start+a_len, B likewise (b_len 0: none), and the label."""
+    """Instances as PLAN_ROW records (token ranges of A and B, the label): in memory, or a cached plan's file, whose
+    rows are read one at a time when batches are drawn (`row`) and whose columns are read in blocks (`lengths`)."""
 
-    a_start: np.ndarray
-    a_len: np.ndarray
-    b_start: np.ndarray
-    b_len: np.ndarray
-    label: np.ndarray
+    rows: np.ndarray                  # in memory, or memory-mapped (for whole columns: never touched in training)
     entry: np.ndarray | None = None   # (in memory) the position in `entries` of each instance's document
+    reader: FileReader | None = None  # the cached plan's file
 
     def __len__(self) -> int:
-        return len(self.a_start)
+        return len(self.rows)
+
+    def __getattr__(self, name: str) -> np.ndarray:
+        if name in PLAN_ROW.names:  # a column: plan.a_start, ...
+            return self.rows[name]
+        raise AttributeError(name)
+
+    def row(self, k: int) -> tuple[int, int, int, int, int]:
+        """(a_start, a_len, b_start, b_len, label) of instance k."""
+        record = self.rows[k] if self.reader is None else self.reader.read(k, 1)[0]
+        return (int(record["a_start"]), int(record["a_len"]), int(record["b_start"]), int(record["b_len"]),
+                int(record["label"]))
 
     def lengths(self, specials: int) -> np.ndarray:
         """Tokens per instance with its `specials` ([CLS] and [SEP]s), for batches of like lengths."""
-        return (self.a_len + self.b_len + specials).astype(np.uint16)
+        out = np.empty(len(self), np.uint16)
+        for first in range(0, len(self), 1 << 16):  # a block at a time: the whole plan is never in memory
+            block = self.rows[first:first + (1 << 16)] if self.reader is None else \
+                self.reader.read(first, min(1 << 16, len(self) - first))
+            out[first:first + len(block)] = block["a_len"] + block["b_len"] + specials
+        return out
+
+
+def _records(*columns: np.ndarray) -> np.ndarray:
+    """PLAN_ROW records from the columns a_start, a_len, b_start, b_len, label."""
+    rows = np.empty(len(columns[0]), PLAN_ROW)
+    for name, column in zip(("a_start", "a_len", "b_start", "b_len", "label"), columns):
+        rows[name] = column
+    return rows
 
 
 def build_plan(corpus: Corpus, entries: np.ndarray, packing: Packing, sink) -> None:
@@ -349,11 +371,10 @@ def _random_next(corpus: Corpus, entries: np.ndarray, entry: np.ndarray, key: np
 def plan_in_memory(corpus: Corpus, entries: np.ndarray, packing: Packing) -> Plan:
     """The plan of `entries`, kept in memory (the held-out probe, small corpora in tests)."""
     parts: list[tuple] = []
-    build_plan(corpus, entries, packing, lambda *columns: parts.append(columns))
+    build_plan(corpus, entries, packing, lambda entry, *columns: parts.append((entry, _records(*columns))))
     if not parts:
-        return Plan(*(np.zeros(0, dtype) for dtype in PLAN_COLUMNS.values()), entry=np.zeros(0, np.int64))
-    entry, *columns = (np.concatenate(column) for column in zip(*parts))
-    return Plan(*columns, entry=entry)
+        return Plan(np.zeros(0, PLAN_ROW), entry=np.zeros(0, np.int64))
+    return Plan(np.concatenate([rows for _, rows in parts]), entry=np.concatenate([entry for entry, _ in parts]))
 
 
 # ---- plans cached beside the store ---------------------------------------------------------------
@@ -361,14 +382,15 @@ def plan_in_memory(corpus: Corpus, entries: np.ndarray, packing: Packing) -> Pla
 def plan_key(stores: list[TokenStore], entries: np.ndarray, packing: Packing) -> str:
     """What decides a plan: the stores, the documents packed (which and how often), the rule's settings."""
     described = {"version": PLAN_VERSION, "stores": [s.meta.get("key") or str(s.path.resolve()) for s in stores],
-                 "entries": hashlib.sha256(np.ascontiguousarray(entries, np.int64).tobytes()).hexdigest(),
+                 "entries": hashlib.sha256(memoryview(np.ascontiguousarray(entries, np.int64))).hexdigest(),
                  "packing": asdict(packing)}
     return hashlib.sha256(json.dumps(described, sort_keys=True).encode("utf-8")).hexdigest()[:24]
 
 
 def cached_plan(corpus: Corpus, entries: np.ndarray, packing: Packing) -> Plan:
-    """The plan of `entries`, built once and kept in the first store's store.plans/KEY, memory-mapped: a second
-    run with the same settings, or a resumed one, reads it back."""
+    """The plan of `entries`, built once and kept in the first store's store.plans/KEY: a second run with the same
+    settings, or a resumed one, reads it back. It is built in a process of its own: planning reads every sentence's
+    offset, and a process that ends gives all of that memory back (one that trains would keep it)."""
     root = corpus.stores[0].path / PLANS
     key = plan_key(corpus.stores, entries, packing)
     directory = root / key
@@ -378,28 +400,41 @@ def cached_plan(corpus: Corpus, entries: np.ndarray, packing: Packing) -> Plan:
             shutil.rmtree(staging, ignore_errors=True)
             staging.mkdir(parents=True)
             try:
-                _write_plan(corpus, entries, packing, staging)
+                with _planner() as pool:
+                    pool.apply(_plan_into, ([str(store.path) for store in corpus.stores], entries, packing, staging))
                 os.replace(staging, directory)
             finally:
                 shutil.rmtree(staging, ignore_errors=True)
     return _open_plan(directory)
 
 
-def _write_plan(corpus: Corpus, entries: np.ndarray, packing: Packing, directory: Path) -> None:
-    with contextlib.ExitStack() as stack:
-        files = {name: stack.enter_context(open(directory / f"plan.{name}", "wb")) for name in PLAN_COLUMNS}
-        count = 0
+def _planner():
+    """One worker process: forked where that is safe (Linux; it runs numpy only), else spawned."""
+    import multiprocessing
+    import sys
+    import warnings
 
+    with warnings.catch_warnings():  # Python 3.12+ warns about forking a process with threads: it runs numpy only
+        warnings.filterwarnings("ignore", message=".*fork.*", category=DeprecationWarning)
+        return multiprocessing.get_context("fork" if sys.platform.startswith("linux") else "spawn").Pool(1)
+
+
+def _plan_into(stores: list[str], entries: np.ndarray, packing: Packing, directory: Path) -> None:
+    """(In the planning process) open the stores and write the plan into `directory`."""
+    _write_plan(Corpus([TokenStore.open(path) for path in stores]), entries, packing, directory)
+
+
+def _write_plan(corpus: Corpus, entries: np.ndarray, packing: Packing, directory: Path) -> None:
+    count = 0
+    with open(directory / "plan.rows", "wb") as f:
         def sink(entry, *columns) -> None:
             nonlocal count
-            for (name, dtype), column in zip(PLAN_COLUMNS.items(), columns):
-                files[name].write(np.ascontiguousarray(column, dtype).tobytes())
+            f.write(_records(*columns).tobytes())
             count += len(entry)
 
         build_plan(corpus, entries, packing, sink)
-        for handle in files.values():
-            handle.flush()
-            os.fsync(handle.fileno())
+        f.flush()
+        os.fsync(f.fileno())
     meta = {"instances": count, "packing": asdict(packing), "documents": len(entries)}
     (directory / "plan.json").write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")  # last: it is whole
 
@@ -412,4 +447,4 @@ def _open_plan(directory: Path) -> Plan:
     except (OSError, ValueError, KeyError, TypeError) as err:
         raise StoreError(f"{directory / 'plan.json'} cannot be read ({err}); delete {directory} and run again"
                          ) from None
-    return Plan(*(_mapped(directory / f"plan.{name}", count, dtype) for name, dtype in PLAN_COLUMNS.items()))
+    return Plan(_mapped(directory / "plan.rows", count, PLAN_ROW), reader=FileReader(directory / "plan.rows", PLAN_ROW))

@@ -83,10 +83,10 @@ class PretrainingDataset:
         if not 0 <= index < len(self):
             raise IndexError(f"instance {index} of {len(self)}")
         copy, k = divmod(int(index), len(self.plan))
-        plan = self.plan
-        a = self._segment(int(plan.a_start[k]), int(plan.a_len[k]))
-        b = self._segment(int(plan.b_start[k]), int(plan.b_len[k])) if self.pair else None
-        instance = _assemble(a, b, int(plan.label[k]) if self.pair else None, self.cls_id, self.sep_id)
+        a_start, a_len, b_start, b_len, label = self.plan.row(k)
+        a = self._segment(a_start, a_len)
+        b = self._segment(b_start, b_len) if self.pair else None
+        instance = _assemble(a, b, label if self.pair else None, self.cls_id, self.sep_id)
         if self.masking is not None:
             seed = int(draw(self.seed, k, copy, MASKING)[0] >> np.uint64(1))
             instance.masked_input_ids, instance.labels = mask_tokens(instance, self.masking, random.Random(seed))

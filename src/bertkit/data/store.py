@@ -24,6 +24,7 @@ encoding: a second run, or a resumed one, finds it and tokenizes nothing ($BERTK
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import json
 import multiprocessing
@@ -76,6 +77,35 @@ def store_key(inputs: list[CorpusInput], tokenizer, whole_word: bool, encoding: 
 
 # ---- reading a store -----------------------------------------------------------------------------
 
+class FileReader:
+    """Reads runs of items from a file with pread. A batch reads a few hundred bytes at random places: through a
+    memory map each read would fault in (and keep in the process's resident memory) the pages around it, about 64
+    KiB each; a read keeps nothing, and the operating system's cache serves it all the same."""
+
+    def __init__(self, path: Path, dtype: str | np.dtype) -> None:
+        self.path, self.dtype = path, np.dtype(dtype)
+        self._fd: int | None = None
+
+    def read(self, start: int, count: int) -> np.ndarray:
+        """Items start..start+count (a read-only array of their own)."""
+        if self._fd is None:
+            self._fd = os.open(self.path, os.O_RDONLY | getattr(os, "O_BINARY", 0))
+        size = self.dtype.itemsize
+        if hasattr(os, "pread"):
+            data = os.pread(self._fd, count * size, start * size)
+        else:  # Windows: no pread; seek and read (the reader is not shared between threads)
+            os.lseek(self._fd, start * size, os.SEEK_SET)
+            data = os.read(self._fd, count * size)
+        return np.frombuffer(data, self.dtype)
+
+    def __getstate__(self) -> dict:  # a spawned process opens its own file
+        return {**self.__dict__, "_fd": None}
+
+    def __del__(self, close=os.close) -> None:  # `close` bound now: at exit the module's names may be gone
+        if self._fd is not None:
+            close(self._fd)
+
+
 @dataclass
 class TokenStore:
     """A store opened for reading: its arrays memory-mapped, checked against store.json (`open`)."""
@@ -86,6 +116,7 @@ class TokenStore:
     sentence_offsets: np.ndarray      # memory-mapped
     document_offsets: np.ndarray      # memory-mapped
     word_bits: np.ndarray | None      # memory-mapped, packed
+    readers: dict[str, FileReader] = dataclasses.field(default_factory=dict, repr=False)
 
     @classmethod
     def open(cls, path: str | os.PathLike) -> TokenStore:
@@ -113,7 +144,7 @@ class TokenStore:
             raise StoreError(f"{meta_path} lacks the store's counts: it is damaged; prepare it again") from None
         arrays = {name: _mapped(path / FILES[name], n, dtype) for name, (n, dtype) in counts.items()}
         documents, sentences = arrays["documents"], arrays["sentences"]
-        ordered = all(np.all(np.diff(documents[k:k + (1 << 20) + 1]) > 0) for k in range(0, len(documents), 1 << 20))
+        ordered = _increasing(FileReader(path / FILES["documents"], "int64"), len(documents))
         if not ordered or documents[0] != 0 or documents[-1] != meta["sentences"]:
             raise StoreError(f"{path / FILES['documents']} does not hold the document offsets {META} describes: the "
                              "store is damaged; prepare it again")
@@ -121,11 +152,6 @@ class TokenStore:
             raise StoreError(f"{path / FILES['sentences']} does not hold the sentence offsets {META} describes: the "
                              "store is damaged; prepare it again")
         return cls(path, meta, arrays["ids"], sentences, documents, arrays.get("word_starts"))
-
-    def drop_pages(self) -> None:
-        """Map the sentence offsets afresh: the pages a plan's building read leave this process's memory (they stay
-        in the operating system's cache). Training reads tokens only."""
-        self.sentence_offsets = _mapped(self.path / FILES["sentences"], len(self.sentence_offsets), "int64")
 
     @property
     def num_documents(self) -> int:
@@ -135,10 +161,19 @@ class TokenStore:
     def num_tokens(self) -> int:
         return int(self.meta["tokens"])
 
+    def _reader(self, name: str, dtype: str) -> FileReader:
+        if name not in self.readers:
+            self.readers[name] = FileReader(self.path / FILES[name], dtype)
+        return self.readers[name]
+
+    def read_ids(self, start: int, stop: int) -> np.ndarray:
+        """Token ids start..stop, read (not mapped: see FileReader), for a batch."""
+        return self._reader("ids", self.meta["dtype"]).read(start, stop - start)
+
     def word_starts(self, start: int, stop: int) -> np.ndarray:
         """Whether a word starts at each of tokens start..stop (whole-word masking stores only)."""
         first, last = start // 8, (stop + 7) // 8
-        bits = np.unpackbits(np.asarray(self.word_bits[first:last]))
+        bits = np.unpackbits(self._reader("word_starts", "uint8").read(first, last - first))
         return bits[start - 8 * first:stop - 8 * first].astype(bool)
 
     def check_tokenizer(self, tokenizer, vocab: str) -> None:
@@ -158,6 +193,12 @@ class TokenStore:
                 raise StoreError(f"{item['path']} changed after it was prepared into {self.path} (its size or time "
                                  "differ): the store no longer holds that text; prepare it again, or put the file "
                                  "back as it was")
+
+
+def _increasing(reader: FileReader, count: int, block: int = 1 << 16) -> bool:
+    """Whether the `count` numbers of a file increase strictly: read (not mapped) in blocks overlapping by one."""
+    return all(np.all(np.diff(reader.read(first, min(block + 1, count - first))) > 0)
+               for first in range(0, max(count - 1, 0), block))
 
 
 def _mapped(path: Path, count: int, dtype: str) -> np.ndarray:

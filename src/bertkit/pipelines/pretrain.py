@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from bertkit.data.packing import Corpus, Packing, cached_plan, plan_in_memory
+from bertkit.data.packing import Corpus, Packing, cached_plan
 from bertkit.data.pretraining import (
     IGNORE_INDEX,
     Instance,
@@ -86,8 +86,10 @@ def training_documents(specs: list[str], stores: list[TokenStore], fraction: flo
     weighs k times in training (each copy packed and masked afresh), but is read, and split, once: no held-out
     document has a copy in training."""
     counts = Counter(specs)
+    train, held = split_documents(sum(s.num_documents for s in stores), fraction, seed)
+    if set(counts.values()) == {1}:
+        return train, held
     copies = np.repeat([counts[spec] for spec in dict.fromkeys(specs)], [s.num_documents for s in stores])
-    train, held = split_documents(len(copies), fraction, seed)
     return np.repeat(train, copies[train]), held
 
 
@@ -127,15 +129,23 @@ def heldout_instances(corpus: Corpus, documents: np.ndarray, tokenizer, max_seq_
                       seed: int, limit: int) -> tuple[list[Instance], list[Instance]]:
     """The held-out probe: up to `limit` single segments of the held-out `documents` masked as BERT masks, for
     masked-LM accuracy, and (for "mlm+nsp" / "mlm+sop") up to `limit` segment pairs of that task, for NSP / SOP
-    accuracy. A seeded choice among all their instances."""
+    accuracy. A seeded choice among the instances of a seeded choice of documents, as few as give `limit`
+    instances (a big corpus holds out many thousand documents; the probe needs a few hundred instances)."""
     spec = MaskingSpec(mask_token_id=tokenizer.mask_token_id, vocab_size=len(tokenizer),
                        special_ids=frozenset(tokenizer.all_special_ids), mlm_probability=PROBE_MLM_PROBABILITY,
                        max_predictions_per_seq=math.ceil(PROBE_MLM_PROBABILITY * max_seq_length))
     subword = subword_table(tokenizer)
 
+    order = np.random.default_rng(seed).permutation(len(documents))
+
     def probe(kind: str) -> list[Instance]:
         packing = Packing(max_seq_length, kind, short_seq_prob=0.0, seed=seed)
-        plan = plan_in_memory(corpus, documents, packing)
+        take = min(len(documents), max(limit, 2))
+        while True:  # planned (and cached) apart, like the training plan: this process reads no sentence offsets
+            plan = cached_plan(corpus, np.sort(documents[order[:take]]), packing)
+            if len(plan) >= limit or take == len(documents):
+                break
+            take = min(len(documents), 2 * take)
         dataset = PretrainingDataset(corpus, plan, cls_id=tokenizer.cls_token_id, sep_id=tokenizer.sep_token_id,
                                      pair=packing.pair, subword=subword, masking=spec, seed=seed)
         chosen = np.random.default_rng(seed).permutation(len(dataset))[:limit]
@@ -233,8 +243,6 @@ def prepare(options: PretrainOptions) -> PretrainingRun:
                                        copies=options.dupe_factor if static else 1)
     eval_singles, eval_pairs = heldout_instances(corpus, held, tokenizer, options.max_seq_length, options.objective,
                                                  options.seed + 1, options.max_eval_instances)
-    for store in stores:
-        store.drop_pages()  # planning read every sentence's offset; training reads only tokens
 
     config = model_config(options.config, len(tokenizer), options.albert, options.max_seq_length,
                           tokenizer.pad_token_id)
