@@ -187,18 +187,19 @@ class PretrainingCollator:
                 rows.append((inst.masked_input_ids, inst.labels))
         T = max(len(inst.input_ids) for inst in instances)
         B = len(instances)
-        batch = {
-            "input_ids": torch.full((B, T), self.pad_token_id, dtype=torch.long),
-            "token_type_ids": torch.zeros((B, T), dtype=torch.long),
-            "attention_mask": torch.zeros((B, T), dtype=torch.long),
-            "labels": torch.full((B, T), IGNORE_INDEX, dtype=torch.long),
-        }
-        for j, (inst, (masked, labels)) in enumerate(zip(instances, rows)):
+        # filled in numpy, one tensor each at the end: a tensor per row costs more than the row (it runs every step)
+        input_ids = np.full((B, T), self.pad_token_id, dtype=np.int64)
+        token_type_ids = np.zeros((B, T), dtype=np.int64)
+        attention_mask = np.zeros((B, T), dtype=np.int64)
+        labels = np.full((B, T), IGNORE_INDEX, dtype=np.int64)
+        for j, (inst, (masked, row_labels)) in enumerate(zip(instances, rows)):
             n = len(masked)
-            batch["input_ids"][j, :n] = torch.tensor(masked)
-            batch["token_type_ids"][j, :n] = torch.tensor(inst.token_type_ids)
-            batch["attention_mask"][j, :n] = 1
-            batch["labels"][j, :n] = torch.tensor(labels)
+            input_ids[j, :n] = masked
+            token_type_ids[j, :n] = inst.token_type_ids
+            attention_mask[j, :n] = 1
+            labels[j, :n] = row_labels
+        batch = {"input_ids": torch.from_numpy(input_ids), "token_type_ids": torch.from_numpy(token_type_ids),
+                 "attention_mask": torch.from_numpy(attention_mask), "labels": torch.from_numpy(labels)}
         if instances[0].next_sentence_label is not None:
             batch["next_sentence_label"] = torch.tensor([inst.next_sentence_label for inst in instances])
         return batch
