@@ -219,6 +219,18 @@ def test_data_loader_workers_train_the_same_steps(tmp_path):
             assert states[1].to_json()[key] == value, key
 
 
+def test_data_loader_workers_leave_torchs_random_state_alone(tmp_path):
+    """Starting the workers draws nothing from torch's global generator: dropout after it (and after a resume, which
+    starts them at another step) is what it would be without them."""
+    trainer = make_trainer(tmp_path, max_steps=5, dataloader_workers=1)
+    torch.manual_seed(0)
+    before = torch.get_rng_state()
+    loaded = trainer._loader(0)
+    assert next(loaded)[0] == 0
+    assert torch.equal(torch.get_rng_state(), before)
+    del loaded
+
+
 def test_invalid_arguments_are_named(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     with pytest.raises(ValueError, match="batch_size"):

@@ -105,8 +105,11 @@ class _Steps(torch.utils.data.Dataset):
     def __len__(self) -> int:
         return max(0, self.trainer.total_steps - self.start)
 
-    def __getitem__(self, k: int) -> tuple[int, list[tuple[int, dict[str, Any]]]]:
-        return self.start + k, self.trainer.collated(self.start + k)
+    def __getitem__(self, k: int) -> tuple[int, list[tuple[int, dict[str, Any]]] | ValueError]:
+        try:
+            return self.start + k, self.trainer.collated(self.start + k)
+        except ValueError as err:  # bad data, said for people: handed back as it is (the data loader would raise it
+            return self.start + k, err  # again with its worker's traceback in the message)
 
 
 def _one_thread(_: int) -> None:
@@ -212,6 +215,8 @@ class Trainer:
             loaded_step, micro = next(self._loaded)
             if loaded_step != step:
                 raise RuntimeError(f"the data loader gave step {loaded_step} for step {step}")
+            if isinstance(micro, ValueError):
+                raise micro
         else:
             micro = self.collated(step)
         return [(size, {k: v.to(self.dist.device, non_blocking=True) if torch.is_tensor(v) else v
@@ -224,8 +229,11 @@ class Trainer:
             return None
         from torch.utils.data import DataLoader
 
+        # a generator of its own: a loader seeds its workers from the one it is given, by default torch's global one,
+        # and a draw from that would shift the dropout of every step after it (and differently after a resume)
         loader = DataLoader(_Steps(self, start), batch_size=None, num_workers=self.args.dataloader_workers,
-                            prefetch_factor=2, worker_init_fn=_one_thread)
+                            prefetch_factor=2, worker_init_fn=_one_thread,
+                            generator=torch.Generator().manual_seed(self.args.seed))
         return iter(loader)
 
     # ---- one optimizer step ----------------------------------------------------------------------
