@@ -369,7 +369,7 @@ def _random_next(corpus: Corpus, entries: np.ndarray, entry: np.ndarray, key: np
 
 
 def plan_in_memory(corpus: Corpus, entries: np.ndarray, packing: Packing) -> Plan:
-    """The plan of `entries`, kept in memory (the held-out probe, small corpora in tests)."""
+    """The plan of `entries`, kept in memory, with each instance's entry (small corpora: tests, a look at a plan)."""
     parts: list[tuple] = []
     build_plan(corpus, entries, packing, lambda entry, *columns: parts.append((entry, _records(*columns))))
     if not parts:
@@ -420,8 +420,11 @@ def _planner():
 
 
 def _plan_into(stores: list[str], entries: np.ndarray, packing: Packing, directory: Path) -> None:
-    """(In the planning process) open the stores and write the plan into `directory`."""
-    _write_plan(Corpus([TokenStore.open(path) for path in stores]), entries, packing, directory)
+    """(In the planning process) open the stores, check their sentence offsets, and write the plan into `directory`."""
+    opened = [TokenStore.open(path) for path in stores]
+    for store in opened:
+        store.check_offsets()
+    _write_plan(Corpus(opened), entries, packing, directory)
 
 
 def _write_plan(corpus: Corpus, entries: np.ndarray, packing: Packing, directory: Path) -> None:

@@ -153,6 +153,14 @@ class TokenStore:
                              "store is damaged; prepare it again")
         return cls(path, meta, arrays["ids"], sentences, documents, arrays.get("word_starts"))
 
+    def check_offsets(self) -> None:
+        """A StoreError unless every sentence starts after the one before (no sentence is empty): `open` checks only
+        the ends, this reads the whole file, as planning does (data/packing.py calls it there)."""
+        path = self.path / FILES["sentences"]
+        if not _increasing(FileReader(path, "int64"), len(self.sentence_offsets)):
+            raise StoreError(f"{path} does not hold the sentence offsets {META} describes: the store is damaged; "
+                             "prepare it again")
+
     @property
     def num_documents(self) -> int:
         return len(self.document_offsets) - 1
@@ -323,6 +331,8 @@ def prepare_store(specs: list[str], tokenizer, out: str | os.PathLike, *, whole_
     meta = {**writer.counts(), "key": key, "encoding": encoding, "tokenizer": tokenizer_identity(tokenizer),
             "inputs": identities, "corpus": list(specs), "input_bytes": file_bytes,
             "seconds": round(time.perf_counter() - started, 3)}
+    # a store replaced: its store.json goes first, so that no store.json but the new one ever describes the new arrays
+    (out / META).unlink(missing_ok=True)
     for name in writer.files:
         os.replace(staging / FILES[name], out / FILES[name])
     shutil.rmtree(staging, ignore_errors=True)
