@@ -30,26 +30,53 @@ from bertkit.data.packing import (
 )
 from toy_store import write_store
 
+# The reference's random source, written here on plain Python integers: splitmix64, the generator
+# whose outputs data/packing.py computes with numpy for many documents at once.
+_M64 = (1 << 64) - 1
+
+
+def mix(key: int, *values: int) -> int:
+    """64 random bits: `key` with `values` mixed in one after another by splitmix64's step and finaliser."""
+    for value in values:
+        h = ((key ^ value) + 0x9E3779B97F4A7C15) & _M64
+        h = ((h ^ (h >> 30)) * 0xBF58476D1CE4E5B9) & _M64
+        h = ((h ^ (h >> 27)) * 0x94D049BB133111EB) & _M64
+        key = h ^ (h >> 31)
+    return key
+
+
+def chance(key: int, *values: int) -> float:
+    """A float in [0, 1): the top 53 bits."""
+    return (mix(key, *values) >> 11) * 2.0 ** -53
+
+
+def pick(low: int, high: int, key: int, *values: int) -> int:
+    """An integer in [low, high], both included."""
+    span = high - low + 1
+    return low + min(int(chance(key, *values) * span), span - 1)
+
 
 def reference(documents: list[list[list[int]]], rule: Packing) -> list[tuple]:
-    """google's rule, as bertkit applies it (a one-sentence chunk is cut at a token), on lists of token ids.
+    """google's rule, as bertkit applies it (a one-sentence chunk is cut at a token), on lists of token ids, one
+    document at a time as create_instances_from_document walks it.
 
-    Each choice is read from `draw(0, seed, document, instance)` and what it chooses, as data/packing.py reads it."""
+    Each choice is read from the key mix(0, seed, document, instance) and what it chooses (the names imported from
+    data/packing.py), as data/packing.py reads it; nothing else of that module is used."""
     out = []
     for e, document in enumerate(documents):
-        first = draw(0, rule.seed, e, 0)
+        first = mix(0, rule.seed, e, 0)
         target = rule.max_tokens
-        if uniform(first, SHORT)[0] < rule.short_seq_prob:
-            target = int(randint(2, rule.max_tokens, first, TARGET)[0])
+        if chance(first, SHORT) < rule.short_seq_prob:
+            target = pick(2, rule.max_tokens, first, TARGET)
         chunk, length, i, k = [], 0, 0, 0
         while i < len(document):
             chunk.append(document[i])
             length += len(document[i])
             if i == len(document) - 1 or length >= target:
-                key = draw(0, rule.seed, e, k)
+                key = mix(0, rule.seed, e, k)
 
                 def choose(low, high, what, *more, key=key):
-                    return int(randint(low, high, key, what, *more)[0])
+                    return pick(low, high, key, what, *more)
 
                 b, label = None, None
                 if not rule.pair:
@@ -62,7 +89,7 @@ def reference(documents: list[list[list[int]]], rule: Packing) -> list[tuple]:
                         pieces = [only[:cut], only[cut:]]
                     a_end = choose(1, len(pieces) - 1, SPLIT) if len(chunk) > 1 else 1
                     a, b, label = sum(pieces[:a_end], []), sum(pieces[a_end:], []), 0
-                    if rule.objective == "mlm+nsp" and uniform(key, RANDOM_NEXT)[0] < 0.5:
+                    if rule.objective == "mlm+nsp" and chance(key, RANDOM_NEXT) < 0.5:
                         other = e
                         for attempt in range(10):
                             other = choose(0, len(documents) - 1, OTHER, attempt)
@@ -77,14 +104,14 @@ def reference(documents: list[list[list[int]]], rule: Packing) -> list[tuple]:
                         label = 1
                         if len(chunk) > 1:
                             i -= len(chunk) - a_end  # put back the sentences the random B did not use
-                    elif rule.objective == "mlm+sop" and uniform(key, SWAP)[0] < 0.5:
+                    elif rule.objective == "mlm+sop" and chance(key, SWAP) < 0.5:
                         a, b, label = b, a, 1
                 removed = {"a": 0, "b": 0}
                 while len(a) + len(b or []) > rule.max_tokens:  # truncate_seq_pair
                     name = "a" if b is None or len(a) > len(b) else "b"
                     segment, j = (a if name == "a" else b), removed[name]
                     removed[name] += 1
-                    coin = int(draw(key, TRUNCATE_A if name == "a" else TRUNCATE_B, j // 64)[0]) >> (j % 64) & 1
+                    coin = mix(key, TRUNCATE_A if name == "a" else TRUNCATE_B, j // 64) >> (j % 64) & 1
                     del segment[0 if coin else -1]
                 if a and (b is None or b):
                     out.append((a, b, label))
@@ -133,6 +160,39 @@ def test_the_plan_is_googles_rule(tmp_path, objective, max_seq_length, short_seq
     if rule.pair:
         labels = [label for _, _, label in expected]
         assert 0 < sum(labels) < len(labels)
+
+
+def test_the_rules_choices_show_in_the_plan(tmp_path):
+    """Read off the plan, whatever the reference says: NSP's random B (label 1) comes from another document, its real
+    B (label 0) follows A in A's document; SOP's label 1 is B before A in one document; short_seq_prob makes shorter
+    instances. Toy token ids are unique and increase through the corpus, so an id tells its document and place."""
+    documents = toy_documents(60, 5)
+    store = write_store(tmp_path / "store", documents)
+    owner = {t: d for d, document in enumerate(documents) for sentence in document for t in sentence}
+    for objective in ("mlm+nsp", "mlm+sop"):
+        instances = planned([store], range(len(documents)), Packing(64, objective, 0.1, 5))
+        for a, b, label in instances:
+            same = owner[a[0]] == owner[a[-1]] == owner[b[0]] == owner[b[-1]]
+            if objective == "mlm+nsp":
+                assert (owner[b[0]] != owner[a[0]] and owner[b[0]] == owner[b[-1]]) if label else \
+                    (same and a[-1] < b[0])
+            else:
+                assert same and ((b[-1] < a[0]) if label else (a[-1] < b[0]))
+        assert 0.3 < np.mean([label for _, _, label in instances]) < 0.7
+    counts = {p: len(planned([store], range(len(documents)), Packing(64, "mlm", p, 5))) for p in (0.0, 1.0)}
+    assert counts[1.0] > 1.2 * counts[0.0]  # shorter targets: the same documents cut into more instances
+
+
+def test_the_references_random_source_is_packings():
+    keys = [0, 1, 12345, 2**63 + 7]
+    for key in keys:
+        for values in ((1,), (5, 2, 7), (2**40, 3)):
+            assert mix(key, *values) == int(draw(key, *values)[0])
+            assert chance(key, *values) == float(uniform(draw(key, *values[:-1]) if len(values) > 1 else key,
+                                                         values[-1])[0])
+    many = np.arange(1000)
+    assert [mix(0, 9, 4, int(i), 3) for i in many] == draw(0, 9, 4, many, 3).tolist()
+    assert [pick(2, 9, mix(0, 1, int(i)), 4) for i in many] == randint(2, 9, draw(0, 1, many), 4).tolist()
 
 
 def test_documents_named_twice_across_stores_in_a_small_pool(tmp_path, monkeypatch):
