@@ -13,6 +13,7 @@ import json
 import re
 import warnings
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -69,35 +70,54 @@ class NotTextError(ValueError):
     """A file that is not text in the encoding it is read with: binary data, or most lines undecodable."""
 
 
-def decoded_lines(path: str | Path, encoding: str = "utf-8") -> list[tuple[int, str | None]]:
-    """(line number from 1, text without the line break) per line; text is None where bytes do not decode.
+def iter_decoded_lines(path: str | Path, encoding: str = "utf-8", block_bytes: int = 1 << 20
+                       ) -> Iterator[tuple[int, str | None]]:
+    """(line number from 1, text without the line break) per line, read `block_bytes` at a time (a file of any size
+    in constant memory); text is None where the bytes do not decode.
 
     A few undecodable lines are the caller's to skip and count; a file that is not text at all is a NotTextError
     naming it: one holding NUL bytes (an image, a model, UTF-16 text), or one where most lines do not decode (text
-    in another encoding, such as GBK read as UTF-8), since skipping every line would only hide the reason."""
-    data = Path(path).read_bytes()
-    if b"\x00" in data[:1 << 16] and not encoding.lower().replace("_", "-").startswith("utf-16"):
-        raise NotTextError(f"{path} is not a text file: it holds NUL bytes (binary data, or UTF-16 text: then give "
-                           "its encoding, e.g. --encoding utf-16)")
-    if data.startswith(b"\xef\xbb\xbf"):
-        data = data[3:]
-    raw = data.split(b"\n")
-    if raw and raw[-1] == b"":
-        raw.pop()  # the final newline ends the last line; it does not start an empty one
-    out: list[tuple[int, str | None]] = []
+    in another encoding, such as GBK read as UTF-8), since skipping every line would only hide the reason. The
+    first 1,000 lines tell that early; the whole file is checked again at its end."""
     failed: list[int] = []
-    for number, line in enumerate(raw, start=1):
-        try:
-            out.append((number, line.rstrip(b"\r").decode(encoding)))
-        except UnicodeDecodeError:
-            out.append((number, None))
-            failed.append(number)
-    if failed and len(failed) * 2 > len(out):
+    number = 0
+    with open(path, "rb") as f:
+        rest = f.read(max(block_bytes, 1 << 16))  # at least what the NUL check and the byte-order mark need
+        if b"\x00" in rest[:1 << 16] and not encoding.lower().replace("_", "-").startswith("utf-16"):
+            raise NotTextError(f"{path} is not a text file: it holds NUL bytes (binary data, or UTF-16 text: then "
+                               "give its encoding, e.g. --encoding utf-16)")
+        rest = rest.removeprefix(b"\xef\xbb\xbf")
+        while True:
+            more = f.read(block_bytes)
+            lines = (rest + more).split(b"\n")
+            rest = lines.pop()  # a line cut by the block boundary waits for the next block; at the end, the last
+            if not more and rest:  # line without a final newline, or b"" after it (which starts no line)
+                lines.append(rest)
+            for raw in lines:
+                number += 1
+                try:
+                    yield number, raw.rstrip(b"\r").decode(encoding)
+                except UnicodeDecodeError:
+                    failed.append(number)
+                    yield number, None
+                if number == 1000:
+                    _check_decoded(path, encoding, failed, number)
+            if not more:
+                break
+    _check_decoded(path, encoding, failed, number)
+
+
+def _check_decoded(path: str | Path, encoding: str, failed: list[int], lines: int) -> None:
+    if failed and len(failed) * 2 > lines:
         hint = "GBK or GB18030 text? give --encoding gbk" if encoding.lower() in ("utf-8", "utf8") else \
             "give its encoding with --encoding"
-        raise NotTextError(f"{path} is not {encoding} text: {len(failed):,} of {len(out):,} lines do not decode (the "
+        raise NotTextError(f"{path} is not {encoding} text: {len(failed):,} of {lines:,} lines do not decode (the "
                            f"first is line {failed[0]}); {hint}")
-    return out
+
+
+def decoded_lines(path: str | Path, encoding: str = "utf-8") -> list[tuple[int, str | None]]:
+    """Every line of a file as `iter_decoded_lines` reads it, in a list."""
+    return list(iter_decoded_lines(path, encoding))
 
 
 def _trim_trailing_blank(lines: list[tuple[int, str | None]]) -> list[tuple[int, str | None]]:

@@ -14,23 +14,28 @@ import bisect
 import itertools
 import re
 import warnings
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
 import torch
 from torch import Tensor, nn
+from tqdm.auto import tqdm
 
 from bertkit.data.entities import get_entities
 from bertkit.data.task_kinds import task_of_model
 from bertkit.inference.batching import (
     EncodedText,
+    InputFindings,
     InputTooLongError,
     TruncationWarning,
     _check_pairs,
     _limit,
+    check_text_content,
     check_texts,
+    in_chunks,
     run_sorted,
+    show_progress,
     tokenize,
 )
 from bertkit.inference.precision import for_inference
@@ -47,44 +52,67 @@ def predict(model: nn.Module, tokenizer: Any, texts: Sequence[str] | str,
             truncation: bool = True, progress: bool | None = False, dtype: str | torch.dtype | None = None) -> list:
     """Per input, a classifier's {"label", "score", "probabilities"}, or a tagger's entity spans (character offsets).
 
-    `dtype` and `progress` as in `encode`.
+    `dtype` and `progress` as in `encode`; the texts run CHUNK_TEXTS at a time, as `predict_stream` runs a file.
     """
-    tags = task_of_model(model, "predict").token_level
     single = isinstance(texts, str)
     if single:
         texts, text_pairs = [texts], None if text_pairs is None else [text_pairs]
-    texts = check_texts(texts)
+    texts = check_texts(texts, content=False)
     pairs = _check_pairs(text_pairs, len(texts))
-    if tags:
-        if pairs is not None and any(pair is not None for pair in pairs):
-            raise ValueError("token classification (NER) tags single texts; text_pairs are for classifiers")
-        labels = label_names(model)
-        tagged = _tag_tokens(model, tokenizer, texts, batch_size, max_length, truncation, progress, dtype)
-        results = [entity_spans(text, tokenizer, row, tags, scores, labels)
-                   for text, (row, tags, scores) in zip(texts, tagged)]
-        return results[0] if single else results
+    chunks = zip(in_chunks(texts), in_chunks(pairs) if pairs is not None else itertools.repeat(None))
+    results = [result for part in predict_stream(model, tokenizer, chunks, total=len(texts), batch_size=batch_size,
+                                                 max_length=max_length, truncation=truncation, progress=progress,
+                                                 dtype=dtype)
+               for result in part]
+    return results[0] if single else results
 
+
+def predict_stream(model: nn.Module, tokenizer: Any, chunks: Iterable[tuple[Sequence[str], Sequence | None]], *,
+                   total: int | None = None, batch_size: int = 32, max_length: int | None = None,
+                   truncation: bool = True, progress: bool | None = False, dtype: str | torch.dtype | None = None
+                   ) -> Iterator[list]:
+    """`predict`'s results for each chunk of (texts, text pairs or None), chunk by chunk: a file of any length in
+    bounded memory. Empty and truncated texts are counted over all chunks and said once, after the last."""
+    tags = task_of_model(model, "predict").token_level
     labels = label_names(model)
     limit, limit_name = _limit(model, max_length)
-    if getattr(model.config, "prompt", None) is not None:  # a cloze classifier: each text inside its template
-        rows = prompt_rows(model.config.prompt["template"], tokenizer, texts, pairs, limit, truncation, limit_name)
-    else:
-        rows = tokenize(tokenizer, texts, pairs, max_length=limit, truncation=truncation, limit_name=limit_name)
+    prompt = getattr(model.config, "prompt", None)
     model = for_inference(model, dtype)
+    findings = InputFindings()
 
-    def forward(input_ids: Tensor, attention_mask: Tensor, token_type_ids: Tensor) -> np.ndarray:
+    def classify(input_ids: Tensor, attention_mask: Tensor, token_type_ids: Tensor) -> np.ndarray:
         logits = model(input_ids, attention_mask, token_type_ids).logits.float()
         # one output is a yes/no score (transformers' pipelines use a sigmoid there), several are exclusive classes
         return (torch.sigmoid(logits) if logits.size(-1) == 1 else logits.softmax(-1)).cpu().numpy()
 
-    probabilities = run_sorted(model, rows, forward, batch_size=batch_size, pad_token_id=tokenizer.pad_token_id,
-                               progress=progress, desc="predict")
-    results = []
-    for probs in probabilities:
-        best = int(probs.argmax())
-        results.append({"label": labels[best], "score": float(probs[best]),
-                        "probabilities": {label: float(p) for label, p in zip(labels, probs)}})
-    return results[0] if single else results
+    with tqdm(total=total, unit="text", desc="predict", disable=not show_progress(progress, total or 0)) as bar:
+        for texts, pairs in chunks:
+            texts = check_texts(texts, content=False)
+            pairs = _check_pairs(pairs, len(texts))
+            check_text_content(texts, findings=findings, offset=findings.total)
+            if tags:
+                if pairs is not None and any(pair is not None for pair in pairs):
+                    raise ValueError("token classification (NER) tags single texts; text_pairs are for classifiers")
+                tagged = _tag_tokens(model, tokenizer, texts, batch_size, limit, limit_name, truncation, bar, findings)
+                yield [entity_spans(text, tokenizer, row, tags, scores, labels)
+                       for text, (row, tags, scores) in zip(texts, tagged)]
+            else:
+                if prompt is not None:  # a cloze classifier: each text inside its template
+                    rows = prompt_rows(prompt["template"], tokenizer, texts, pairs, limit, truncation, limit_name)
+                else:
+                    rows = tokenize(tokenizer, texts, pairs, max_length=limit, truncation=truncation,
+                                    limit_name=limit_name, findings=findings, offset=findings.total)
+                probabilities = run_sorted(model, rows, classify, batch_size=batch_size,
+                                           pad_token_id=tokenizer.pad_token_id, bar=bar, offset=findings.total)
+                yield [_classification(probs, labels) for probs in probabilities]
+            findings.total += len(texts)
+    findings.warn()
+
+
+def _classification(probs: np.ndarray, labels: Sequence[str]) -> dict[str, Any]:
+    best = int(probs.argmax())
+    return {"label": labels[best], "score": float(probs[best]),
+            "probabilities": {label: float(p) for label, p in zip(labels, probs)}}
 
 
 def prompt_rows(template: str, tokenizer: Any, texts: list[str], pairs: list[str | None] | None, max_length: int,
@@ -105,21 +133,20 @@ def prompt_rows(template: str, tokenizer: Any, texts: list[str], pairs: list[str
     return [EncodedText(row, [0] * len(row)) for row in ids]
 
 
-def _tag_tokens(model: nn.Module, tokenizer: Any, texts: list[str], batch_size: int, max_length: int | None,
-                truncation: bool, progress: bool | None, dtype: str | torch.dtype | None = None
+def _tag_tokens(model: nn.Module, tokenizer: Any, texts: list[str], batch_size: int, limit: int, limit_name: str,
+                truncation: bool, bar: Any, findings: InputFindings
                 ) -> list[tuple[EncodedText, np.ndarray, np.ndarray]]:
     """Per text: its tokens (with offsets), each token's best tag id and that tag's probability."""
-    limit, limit_name = _limit(model, max_length)
-    rows = tokenize(tokenizer, texts, max_length=limit, truncation=truncation, offsets=True, limit_name=limit_name)
-    model = for_inference(model, dtype)
+    rows = tokenize(tokenizer, texts, max_length=limit, truncation=truncation, offsets=True, limit_name=limit_name,
+                    findings=findings, offset=findings.total)
 
     def forward(input_ids: Tensor, attention_mask: Tensor, token_type_ids: Tensor) -> list:
         probs = model(input_ids, attention_mask, token_type_ids).logits.float().softmax(-1)   # (B, T, L)
         scores, tags = (t.cpu().numpy() for t in probs.max(-1))
         return [(tag[:n], score[:n]) for tag, score, n in zip(tags, scores, attention_mask.sum(1).tolist())]
 
-    tagged = run_sorted(model, rows, forward, batch_size=batch_size, pad_token_id=tokenizer.pad_token_id,
-                        progress=progress, desc="tag")
+    tagged = run_sorted(model, rows, forward, batch_size=batch_size, pad_token_id=tokenizer.pad_token_id, bar=bar,
+                        offset=findings.total)
     return [(row, tags, scores) for row, (tags, scores) in zip(rows, tagged)]
 
 
@@ -173,8 +200,14 @@ def tag_words(model: nn.Module, tokenizer: Any, sentences: Sequence[Sequence[str
         starts.append(list(itertools.accumulate((len(word) + 1 for word in words[:-1]), initial=0)))
         texts.append(" ".join(words))
     labels = label_names(model)
+    limit, limit_name = _limit(model, max_length)
+    model = for_inference(model, dtype)
+    findings = InputFindings()
+    with tqdm(total=len(texts), unit="text", desc="tag", disable=not show_progress(progress, len(texts))) as bar:
+        tagged = _tag_tokens(model, tokenizer, texts, batch_size, limit, limit_name, truncation, bar, findings)
+    findings.total = len(texts)
+    findings.warn()
     out = []
-    tagged = _tag_tokens(model, tokenizer, texts, batch_size, max_length, truncation, progress, dtype)
     for words, word_starts, (row, tags, _) in zip(sentences, starts, tagged):
         predicted: list[str | None] = [None] * len(words)
         for k, (start, end) in enumerate(row.offsets or []):
