@@ -5,15 +5,8 @@ from __future__ import annotations
 import argparse
 import collections
 
-from bertkit.cli.common import (
-    MODEL_HELP,
-    UserError,
-    add_command,
-    add_encoding_option,
-    command_line_texts,
-    integer,
-    shorten,
-)
+from bertkit.cli.common import MODEL_HELP, UserError, add_command, integer, shorten
+from bertkit.cli.texts import add_encoding_option, command_line_texts
 from bertkit.data.task_kinds import DATASETS, FILE_FORMATS
 
 # ---- predict, evaluate, encode -------------------------------------------------------------------

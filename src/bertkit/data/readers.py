@@ -127,16 +127,21 @@ def _trim_trailing_blank(lines: list[tuple[int, str | None]]) -> list[tuple[int,
     return lines
 
 
-def _rows(path: Path, fmt: str, encoding: str, skips: _Skips) -> list[tuple[int, list[str]]]:
-    """Split a TSV/CSV file into (line number, cells); blank and undecodable lines go to `skips`."""
-    good: list[tuple[int, str]] = []
+def _usable_lines(path: str | Path, encoding: str, skips: _Skips, blank: str) -> Iterator[tuple[int, str]]:
+    """(line number, text) of the lines that decode and hold text; the others go to `skips` (blank ones under the
+    reason `blank`), except blank lines at the very end, an editor habit rather than a skipped row."""
     for number, text in _trim_trailing_blank(decoded_lines(path, encoding)):
         if text is None:
             skips.add("undecodable bytes", number)
         elif not text.strip():
-            skips.add("empty row", number)
+            skips.add(blank, number)
         else:
-            good.append((number, text))
+            yield number, text
+
+
+def _rows(path: Path, fmt: str, encoding: str, skips: _Skips) -> list[tuple[int, list[str]]]:
+    """Split a TSV/CSV file into (line number, cells); blank and undecodable lines go to `skips`."""
+    good = list(_usable_lines(path, encoding, skips, "empty row"))
     if fmt == "tsv":  # no quoting in TSV: a quote character is part of the text
         return [(number, text.split("\t")) for number, text in good]
     rows: list[tuple[int, list[str]]] = []
@@ -201,21 +206,16 @@ def read_classification_file(path: str | Path, *, format: str | None = None, hea
             examples.append(TextExample(text=text, label=label, text_pair=pair))
 
     if fmt == "jsonl":
-        for number, line in _trim_trailing_blank(decoded_lines(path, encoding)):
-            if line is None:
-                skips.add("undecodable bytes", number)
-            elif not line.strip():
-                skips.add("empty row", number)
-            else:
-                try:
-                    obj = json.loads(line)
-                except ValueError:
-                    skips.add("invalid JSON", number)
-                    continue
-                if not isinstance(obj, dict):
-                    skips.add("not a JSON object", number)
-                    continue
-                add(number, obj.get(text_field), obj.get(text_pair_field), obj.get(label_field))
+        for number, line in _usable_lines(path, encoding, skips, "empty row"):
+            try:
+                obj = json.loads(line)
+            except ValueError:
+                skips.add("invalid JSON", number)
+                continue
+            if not isinstance(obj, dict):
+                skips.add("not a JSON object", number)
+                continue
+            add(number, obj.get(text_field), obj.get(text_pair_field), obj.get(label_field))
     else:
         rows = _rows(path, fmt, encoding, skips)
         names = set(TEXT_NAMES + PAIR_NAMES + LABEL_NAMES) | {n.lower() for n in (text_field, text_pair_field,
@@ -303,12 +303,8 @@ def read_parallel(path: str | Path, *, encoding: str = "utf-8") -> list[tuple[st
     """Read a parallel corpus: `source<TAB>target` per line; unusable lines are skipped and counted."""
     skips = _Skips(path)
     pairs: list[tuple[str, str]] = []
-    for number, line in _trim_trailing_blank(decoded_lines(path, encoding)):
-        if line is None:
-            skips.add("undecodable bytes", number)
-        elif not line.strip():
-            skips.add("empty line", number)
-        elif len(cells := line.split("\t")) != 2:
+    for number, line in _usable_lines(path, encoding, skips, "empty line"):
+        if len(cells := line.split("\t")) != 2:
             skips.add("ragged row (expected 2 tab-separated columns)", number)
         elif not cells[0].strip() or not cells[1].strip():
             skips.add("empty side", number)

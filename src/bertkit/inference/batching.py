@@ -282,3 +282,40 @@ def _finite(result: Any) -> bool:
                or bool(np.isfinite(part).all()) for part in parts)
 
 
+class ChunkedRun:
+    """One encode or predict call over chunks of texts: its progress bar over all of them, the texts' checks and
+    tokenization with their indices among all texts, and what it found (empty and cut texts) said once, at the end.
+
+        run = ChunkedRun(total, progress, "encode")
+        for chunk in chunks:
+            rows = run.tokenize(tokenizer, run.check(chunk), max_length=..., truncation=..., limit_name=...)
+            yield run.results(model, rows, forward, batch_size, pad_token_id)
+        run.finish()
+    """
+
+    def __init__(self, total: int | None, progress: bool | None, desc: str) -> None:
+        self.findings = InputFindings()
+        self.bar = tqdm(total=total, unit="text", desc=desc, disable=not show_progress(progress, total or 0))
+
+    def check(self, texts: Any, name: str = "texts") -> list[str]:
+        """A chunk's texts, checked (`check_texts`); the empty ones counted."""
+        texts = check_texts(texts, name, content=False)
+        check_text_content(texts, name, findings=self.findings, offset=self.findings.total)
+        return texts
+
+    def tokenize(self, tokenizer: Any, texts: list[str], pairs: list[str | None] | None = None,
+                 **options: Any) -> list[EncodedText]:
+        """`tokenize` with the chunk's place in the run: cut texts counted, a refused one named by its index."""
+        return tokenize(tokenizer, texts, pairs, findings=self.findings, offset=self.findings.total, **options)
+
+    def results(self, model: nn.Module, rows: Sequence[EncodedText], forward: Callable, batch_size: int,
+                pad_token_id: int | None) -> list:
+        """`run_sorted` over the chunk's rows, on the run's progress bar; the next chunk's indices follow on."""
+        results = run_sorted(model, rows, forward, batch_size=batch_size, pad_token_id=pad_token_id, bar=self.bar,
+                             offset=self.findings.total)
+        self.findings.total += len(rows)
+        return results
+
+    def finish(self) -> None:
+        self.bar.close()
+        self.findings.warn()

@@ -15,19 +15,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
-from tqdm.auto import tqdm
 
-from bertkit.inference.batching import (
-    InputFindings,
-    _encoder,
-    _limit,
-    check_text_content,
-    check_texts,
-    in_chunks,
-    run_sorted,
-    show_progress,
-    tokenize,
-)
+from bertkit.inference.batching import ChunkedRun, _encoder, _limit, check_texts, in_chunks
 from bertkit.inference.precision import for_inference
 
 POOLINGS = ("cls", "mean")
@@ -76,20 +65,15 @@ def encode_stream(model: nn.Module, tokenizer: Any, chunks: Iterable[Sequence[st
     encoder = _encoder(model)
     limit, limit_name = _limit(encoder, max_length)
     encoder = for_inference(encoder, dtype)
-    findings = InputFindings()
+    run = ChunkedRun(total, progress, "encode")
 
     def forward(input_ids: Tensor, attention_mask: Tensor, token_type_ids: Tensor) -> np.ndarray:
         hidden = encoder(input_ids, attention_mask, token_type_ids).last_hidden_state.float()
         vectors = pool(hidden, attention_mask, pooling)
         return (F.normalize(vectors, dim=-1) if normalize else vectors).cpu().numpy()
 
-    with tqdm(total=total, unit="text", desc="encode", disable=not show_progress(progress, total or 0)) as bar:
-        for chunk in chunks:
-            texts = check_texts(chunk, content=False)
-            check_text_content(texts, findings=findings, offset=findings.total)
-            rows = tokenize(tokenizer, texts, max_length=limit, truncation=truncation, limit_name=limit_name,
-                            findings=findings, offset=findings.total)
-            yield np.stack(run_sorted(encoder, rows, forward, batch_size=batch_size,
-                                      pad_token_id=tokenizer.pad_token_id, bar=bar, offset=findings.total))
-            findings.total += len(texts)
-    findings.warn()
+    for chunk in chunks:
+        rows = run.tokenize(tokenizer, run.check(chunk), max_length=limit, truncation=truncation,
+                            limit_name=limit_name)
+        yield np.stack(run.results(encoder, rows, forward, batch_size, tokenizer.pad_token_id))
+    run.finish()

@@ -20,23 +20,18 @@ from typing import Any
 import numpy as np
 import torch
 from torch import Tensor, nn
-from tqdm.auto import tqdm
 
 from bertkit.data.entities import get_entities
 from bertkit.data.task_kinds import task_of_model
 from bertkit.inference.batching import (
+    ChunkedRun,
     EncodedText,
-    InputFindings,
     InputTooLongError,
     TruncationWarning,
     _check_pairs,
     _limit,
-    check_text_content,
     check_texts,
     in_chunks,
-    run_sorted,
-    show_progress,
-    tokenize,
 )
 from bertkit.inference.precision import for_inference
 
@@ -78,35 +73,31 @@ def predict_stream(model: nn.Module, tokenizer: Any, chunks: Iterable[tuple[Sequ
     limit, limit_name = _limit(model, max_length)
     prompt = getattr(model.config, "prompt", None)
     model = for_inference(model, dtype)
-    findings = InputFindings()
+    run = ChunkedRun(total, progress, "predict")
 
     def classify(input_ids: Tensor, attention_mask: Tensor, token_type_ids: Tensor) -> np.ndarray:
         logits = model(input_ids, attention_mask, token_type_ids).logits.float()
         # one output is a yes/no score (transformers' pipelines use a sigmoid there), several are exclusive classes
         return (torch.sigmoid(logits) if logits.size(-1) == 1 else logits.softmax(-1)).cpu().numpy()
 
-    with tqdm(total=total, unit="text", desc="predict", disable=not show_progress(progress, total or 0)) as bar:
-        for texts, pairs in chunks:
-            texts = check_texts(texts, content=False)
-            pairs = _check_pairs(pairs, len(texts))
-            check_text_content(texts, findings=findings, offset=findings.total)
-            if tags:
-                if pairs is not None and any(pair is not None for pair in pairs):
-                    raise ValueError("token classification (NER) tags single texts; text_pairs are for classifiers")
-                tagged = _tag_tokens(model, tokenizer, texts, batch_size, limit, limit_name, truncation, bar, findings)
-                yield [entity_spans(text, tokenizer, row, tags, scores, labels)
-                       for text, (row, tags, scores) in zip(texts, tagged)]
-            else:
-                if prompt is not None:  # a cloze classifier: each text inside its template
-                    rows = prompt_rows(prompt["template"], tokenizer, texts, pairs, limit, truncation, limit_name)
-                else:
-                    rows = tokenize(tokenizer, texts, pairs, max_length=limit, truncation=truncation,
-                                    limit_name=limit_name, findings=findings, offset=findings.total)
-                probabilities = run_sorted(model, rows, classify, batch_size=batch_size,
-                                           pad_token_id=tokenizer.pad_token_id, bar=bar, offset=findings.total)
-                yield [_classification(probs, labels) for probs in probabilities]
-            findings.total += len(texts)
-    findings.warn()
+    for texts, pairs in chunks:
+        texts = run.check(texts)
+        pairs = _check_pairs(pairs, len(texts))
+        if tags:
+            if pairs is not None and any(pair is not None for pair in pairs):
+                raise ValueError("token classification (NER) tags single texts; text_pairs are for classifiers")
+            tagged = _tag_tokens(run, model, tokenizer, texts, batch_size, limit, limit_name, truncation)
+            yield [entity_spans(text, tokenizer, row, tags, scores, labels)
+                   for text, (row, tags, scores) in zip(texts, tagged)]
+            continue
+        if prompt is not None:  # a cloze classifier: each text inside its template
+            rows = prompt_rows(prompt["template"], tokenizer, texts, pairs, limit, truncation, limit_name)
+        else:
+            rows = run.tokenize(tokenizer, texts, pairs, max_length=limit, truncation=truncation,
+                                limit_name=limit_name)
+        yield [_classification(probs, labels)
+               for probs in run.results(model, rows, classify, batch_size, tokenizer.pad_token_id)]
+    run.finish()
 
 
 def _classification(probs: np.ndarray, labels: Sequence[str]) -> dict[str, Any]:
@@ -133,20 +124,17 @@ def prompt_rows(template: str, tokenizer: Any, texts: list[str], pairs: list[str
     return [EncodedText(row, [0] * len(row)) for row in ids]
 
 
-def _tag_tokens(model: nn.Module, tokenizer: Any, texts: list[str], batch_size: int, limit: int, limit_name: str,
-                truncation: bool, bar: Any, findings: InputFindings
-                ) -> list[tuple[EncodedText, np.ndarray, np.ndarray]]:
+def _tag_tokens(run: ChunkedRun, model: nn.Module, tokenizer: Any, texts: list[str], batch_size: int, limit: int,
+                limit_name: str, truncation: bool) -> list[tuple[EncodedText, np.ndarray, np.ndarray]]:
     """Per text: its tokens (with offsets), each token's best tag id and that tag's probability."""
-    rows = tokenize(tokenizer, texts, max_length=limit, truncation=truncation, offsets=True, limit_name=limit_name,
-                    findings=findings, offset=findings.total)
+    rows = run.tokenize(tokenizer, texts, max_length=limit, truncation=truncation, offsets=True, limit_name=limit_name)
 
     def forward(input_ids: Tensor, attention_mask: Tensor, token_type_ids: Tensor) -> list:
         probs = model(input_ids, attention_mask, token_type_ids).logits.float().softmax(-1)   # (B, T, L)
         scores, tags = (t.cpu().numpy() for t in probs.max(-1))
         return [(tag[:n], score[:n]) for tag, score, n in zip(tags, scores, attention_mask.sum(1).tolist())]
 
-    tagged = run_sorted(model, rows, forward, batch_size=batch_size, pad_token_id=tokenizer.pad_token_id, bar=bar,
-                        offset=findings.total)
+    tagged = run.results(model, rows, forward, batch_size, tokenizer.pad_token_id)
     return [(row, tags, scores) for row, (tags, scores) in zip(rows, tagged)]
 
 
@@ -201,12 +189,9 @@ def tag_words(model: nn.Module, tokenizer: Any, sentences: Sequence[Sequence[str
         texts.append(" ".join(words))
     labels = label_names(model)
     limit, limit_name = _limit(model, max_length)
-    model = for_inference(model, dtype)
-    findings = InputFindings()
-    with tqdm(total=len(texts), unit="text", desc="tag", disable=not show_progress(progress, len(texts))) as bar:
-        tagged = _tag_tokens(model, tokenizer, texts, batch_size, limit, limit_name, truncation, bar, findings)
-    findings.total = len(texts)
-    findings.warn()
+    run = ChunkedRun(len(texts), progress, "tag")
+    tagged = _tag_tokens(run, for_inference(model, dtype), tokenizer, texts, batch_size, limit, limit_name, truncation)
+    run.finish()
     out = []
     for words, word_starts, (row, tags, _) in zip(sentences, starts, tagged):
         predicted: list[str | None] = [None] * len(words)
