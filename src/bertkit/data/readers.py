@@ -197,7 +197,9 @@ def read_classification_file(path: str | Path, *, format: str | None = None, hea
                 return
         text = "" if text is None else str(text).strip()
         label = "" if label is None else str(label).strip()
-        if not text:
+        if "\n" in label:  # a quoted CSV cell that ran on over the next lines: a quote was never closed
+            skips.add("label runs over several lines (an unclosed quote?)", number)
+        elif not text:
             skips.add("missing text", number)
         elif require_label and not label:
             skips.add("missing label", number)
