@@ -65,26 +65,41 @@ def predict(model: nn.Module, tokenizer: Any, texts: Sequence[str] | str,
         return results[0] if single else results
 
     labels = label_names(model)
-    limit, limit_name = _limit(model, max_length)
-    if getattr(model.config, "prompt", None) is not None:  # a cloze classifier: each text inside its template
-        rows = prompt_rows(model.config.prompt["template"], tokenizer, texts, pairs, limit, truncation, limit_name)
-    else:
-        rows = tokenize(tokenizer, texts, pairs, max_length=limit, truncation=truncation, limit_name=limit_name)
+    rows = classifier_rows(model, tokenizer, texts, pairs, max_length, truncation)
     model = for_inference(model, dtype)
 
     def forward(input_ids: Tensor, attention_mask: Tensor, token_type_ids: Tensor) -> np.ndarray:
-        logits = model(input_ids, attention_mask, token_type_ids).logits.float()
-        # one output is a yes/no score (transformers' pipelines use a sigmoid there), several are exclusive classes
-        return (torch.sigmoid(logits) if logits.size(-1) == 1 else logits.softmax(-1)).cpu().numpy()
+        return class_probabilities(model, input_ids, attention_mask, token_type_ids).cpu().numpy()
 
     probabilities = run_sorted(model, rows, forward, batch_size=batch_size, pad_token_id=tokenizer.pad_token_id,
                                progress=progress, desc="predict")
-    results = []
-    for probs in probabilities:
-        best = int(probs.argmax())
-        results.append({"label": labels[best], "score": float(probs[best]),
-                        "probabilities": {label: float(p) for label, p in zip(labels, probs)}})
+    results = [classification(probs, labels) for probs in probabilities]
     return results[0] if single else results
+
+
+def classifier_rows(model: nn.Module, tokenizer: Any, texts: list[str], pairs: list[str | None] | None,
+                    max_length: int | None, truncation: bool) -> list[EncodedText]:
+    """A classifier's inputs, tokenized unpadded: texts (with their pairs), or each text inside a cloze classifier's
+    prompt template; too long: cut with one TruncationWarning, or refused (InputTooLongError)."""
+    limit, limit_name = _limit(model, max_length)
+    if getattr(model.config, "prompt", None) is not None:  # a cloze classifier: each text inside its template
+        return prompt_rows(model.config.prompt["template"], tokenizer, texts, pairs, limit, truncation, limit_name)
+    return tokenize(tokenizer, texts, pairs, max_length=limit, truncation=truncation, limit_name=limit_name)
+
+
+def class_probabilities(model: nn.Module, input_ids: Tensor, attention_mask: Tensor, token_type_ids: Tensor
+                        ) -> Tensor:
+    """(B, labels) float32 probabilities of one padded batch. `predict` and the server both run this."""
+    logits = model(input_ids, attention_mask, token_type_ids).logits.float()
+    # one output is a yes/no score (transformers' pipelines use a sigmoid there), several are exclusive classes
+    return torch.sigmoid(logits) if logits.size(-1) == 1 else logits.softmax(-1)
+
+
+def classification(probabilities: np.ndarray, labels: Sequence[str]) -> dict[str, Any]:
+    """One text's {"label", "score", "probabilities": {label: p}} from its row of probabilities."""
+    best = int(probabilities.argmax())
+    return {"label": labels[best], "score": float(probabilities[best]),
+            "probabilities": {label: float(p) for label, p in zip(labels, probabilities)}}
 
 
 def prompt_rows(template: str, tokenizer: Any, texts: list[str], pairs: list[str | None] | None, max_length: int,
@@ -109,18 +124,31 @@ def _tag_tokens(model: nn.Module, tokenizer: Any, texts: list[str], batch_size: 
                 truncation: bool, progress: bool | None, dtype: str | torch.dtype | None = None
                 ) -> list[tuple[EncodedText, np.ndarray, np.ndarray]]:
     """Per text: its tokens (with offsets), each token's best tag id and that tag's probability."""
-    limit, limit_name = _limit(model, max_length)
-    rows = tokenize(tokenizer, texts, max_length=limit, truncation=truncation, offsets=True, limit_name=limit_name)
+    rows = tagger_rows(model, tokenizer, texts, max_length, truncation)
     model = for_inference(model, dtype)
 
     def forward(input_ids: Tensor, attention_mask: Tensor, token_type_ids: Tensor) -> list:
-        probs = model(input_ids, attention_mask, token_type_ids).logits.float().softmax(-1)   # (B, T, L)
-        scores, tags = (t.cpu().numpy() for t in probs.max(-1))
-        return [(tag[:n], score[:n]) for tag, score, n in zip(tags, scores, attention_mask.sum(1).tolist())]
+        return token_tags(model, input_ids, attention_mask, token_type_ids)
 
     tagged = run_sorted(model, rows, forward, batch_size=batch_size, pad_token_id=tokenizer.pad_token_id,
                         progress=progress, desc="tag")
     return [(row, tags, scores) for row, (tags, scores) in zip(rows, tagged)]
+
+
+def tagger_rows(model: nn.Module, tokenizer: Any, texts: list[str], max_length: int | None, truncation: bool
+                ) -> list[EncodedText]:
+    """A tagger's inputs, tokenized unpadded with each token's character offsets (for the entity spans)."""
+    limit, limit_name = _limit(model, max_length)
+    return tokenize(tokenizer, texts, max_length=limit, truncation=truncation, offsets=True, limit_name=limit_name)
+
+
+def token_tags(model: nn.Module, input_ids: Tensor, attention_mask: Tensor, token_type_ids: Tensor
+               ) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Per row of one padded batch: each real token's best tag id and that tag's probability. `predict` and the
+    server both run this."""
+    probs = model(input_ids, attention_mask, token_type_ids).logits.float().softmax(-1)   # (B, T, L)
+    scores, tags = (t.cpu().numpy() for t in probs.max(-1))
+    return [(tag[:n], score[:n]) for tag, score, n in zip(tags, scores, attention_mask.sum(1).tolist())]
 
 
 def _words(row: EncodedText, tokens: Sequence[str]) -> list[list[int]]:
