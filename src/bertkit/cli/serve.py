@@ -39,8 +39,9 @@ def _add_serve(sub: argparse._SubParsersAction) -> None:
                         f"(default: {defaults.max_concurrent_requests})")
     p.add_argument("--payload-limit", type=integer(1), default=defaults.payload_limit,
                    help=f"bytes per request body; more get 413 (default: {defaults.payload_limit:,})")
-    p.add_argument("--threads", type=integer(1), help="torch threads for the model (default: torch's choice, "
-                                                      "one per core)")
+    p.add_argument("--threads", type=integer(1), help="torch threads for the model (default: one fewer than the "
+                                                      "cores, at least 1: the event loop that reads requests keeps "
+                                                      "a core)")
 
 
 def _cmd_serve(args: argparse.Namespace) -> int:
@@ -72,10 +73,11 @@ def _cmd_serve(args: argparse.Namespace) -> int:
                         f" its longest input would fit no batch; give --max-batch-tokens {positions} or more")
     settings = ServerSettings(args.max_batch_tokens, args.max_client_batch_size, args.max_concurrent_requests,
                               args.payload_limit)
-    if args.threads:
-        import torch
+    import torch
 
-        torch.set_num_threads(args.threads)
+    from bertkit.inference.serving.model import default_threads
+
+    torch.set_num_threads(args.threads or default_threads())
     listener = _listen(args.host, args.port)
     host, port = listener.getsockname()[:2]
     address = f"http://{f'[{host}]' if ':' in host else host}:{port}"
@@ -85,6 +87,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     def ready(served: ServedModel) -> None:
         what = f"{served.task} model, {served.dtype}" + (f", {served.pooling} pooling" if served.task == "embedding"
                                                           else f", {len(served.labels)} labels")
+        what += f", {torch.get_num_threads()} torch thread{'s' if torch.get_num_threads() > 1 else ''}"
         print(f"bertkit serve: ready: {args.model} ({what}) at {address}", flush=True)
 
     def failed(err: BaseException) -> None:

@@ -48,6 +48,13 @@ TASKS = ("embedding", "classifier", "ner")
 _UNIEM_POOLING = {"last_mean": "mean", "first_last_mean": None, "cls": "cls", "last_cls": "cls"}
 
 
+def default_threads() -> int:
+    """The torch threads a server gives its model: one fewer than torch would use (its default is one per core), at
+    least one. The event loop that reads requests and writes answers then has a core of its own; with a thread per
+    core, torch's threads wait for each other whenever the event loop (or anything else) takes one of the cores."""
+    return max(1, torch.get_num_threads() - 1)
+
+
 def declared_pooling(path: str | os.PathLike) -> str | None:
     """The pooling a model directory declares for its sentence vectors: sentence-transformers' 1_Pooling/config.json
     (mean or cls), or m3e's `uniem_embedding_strategy`; None where it declares none that bertkit computes."""
