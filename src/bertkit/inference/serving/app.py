@@ -180,8 +180,8 @@ class Server:
             raise ServeError(503, "unhealthy", "the server is shutting down") from None
         outputs = await job.future
         for index, output in enumerate(outputs):
-            if isinstance(output, NonFiniteOutputError):
-                raise ServeError(424, "backend", f"input {index}: {output}")
+            if isinstance(output, NonFiniteOutputError):  # run alone, it was "text 0"
+                raise ServeError(424, "backend", str(output).replace("text 0", f"inputs[{index}]"))
             if isinstance(output, BaseException):
                 raise ServeError(500, "backend", f"inference failed: {output}")
         return outputs
