@@ -63,8 +63,10 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     except ImportError as err:
         raise UserError(f"serving needs the serve extra ({err.name} is not installed): "
                         "pip install 'bertkit[serve]'") from None
+    import torch
+
     from bertkit.inference.loading import model_family
-    from bertkit.inference.serving.model import declared_pooling
+    from bertkit.inference.serving.model import declared_pooling, default_threads
 
     path, family = model_family(args.model, "serve")  # a family the server cannot serve: refused in one line
     positions = getattr(family.load_config(path), "max_position_embeddings", 0)
@@ -73,12 +75,8 @@ def _cmd_serve(args: argparse.Namespace) -> int:
                         f" its longest input would fit no batch; give --max-batch-tokens {positions} or more")
     settings = ServerSettings(args.max_batch_tokens, args.max_client_batch_size, args.max_concurrent_requests,
                               args.payload_limit)
-    import torch
-
-    from bertkit.inference.serving.model import default_threads
-
-    torch.set_num_threads(args.threads or default_threads())
     listener = _listen(args.host, args.port)
+    torch.set_num_threads(args.threads or default_threads())  # after every refusal: a refused command changes nothing
     host, port = listener.getsockname()[:2]
     address = f"http://{f'[{host}]' if ':' in host else host}:{port}"
     pooling = args.pooling or declared_pooling(path) or "cls"
