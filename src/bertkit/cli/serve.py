@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import socket
 import sys
@@ -56,6 +57,9 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     Requests queue and run in batches of up to --max-batch-tokens. SIGTERM or Ctrl+C stops accepting, answers
     every request already accepted, and exits.
     """
+    # torch's OpenMP threads spin between parallel regions by default, taking the CPU from the event loop that shares
+    # the cores with them; set before torch loads, as OpenMP reads it then (a value already set is kept)
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     try:
         import uvicorn
 
