@@ -92,6 +92,7 @@ def test_embed_equals_encode(embedder, encoder_dir):
     assert status == 200
     with pytest.warns(UserWarning, match="truncated"):
         np.testing.assert_allclose(cut, encode(model, tokenizer, [long], normalize=True), atol=1e-5, rtol=0)
+    assert "warning" not in embedder.text()  # truncation asked for is no news: no line per request in the log
 
 
 def test_embed_from_sixteen_threads(embedder, encoder_dir):

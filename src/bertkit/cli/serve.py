@@ -7,6 +7,7 @@ import os
 import signal
 import socket
 import sys
+import warnings
 
 from bertkit.cli.common import MODEL_HELP, UserError, add_command, integer
 
@@ -69,6 +70,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
                         "pip install 'bertkit[serve]'") from None
     import torch
 
+    from bertkit.inference.batching import TruncationWarning
     from bertkit.inference.loading import model_family
     from bertkit.inference.serving.model import declared_pooling, default_threads
 
@@ -80,6 +82,8 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     settings = ServerSettings(args.max_batch_tokens, args.max_client_batch_size, args.max_concurrent_requests,
                               args.payload_limit)
     listener = _listen(args.host, args.port)
+    # a request that sends "truncate": true asks for its long texts to be cut: no warning line per request
+    warnings.filterwarnings("ignore", category=TruncationWarning)
     torch.set_num_threads(args.threads or default_threads())  # after every refusal: a refused command changes nothing
     host, port = listener.getsockname()[:2]
     address = f"http://{f'[{host}]' if ':' in host else host}:{port}"

@@ -56,7 +56,7 @@ from bertkit.utils.ranges import out_of_range
 
 logger = logging.getLogger(__name__)
 
-ROUTE_TASKS = {"/embed": "embedding", "/v1/embeddings": "embedding", "/predict": ("classifier", "ner")}
+ROUTE_TASKS = {"/embed": ("embedding",), "/v1/embeddings": ("embedding",), "/predict": ("classifier", "ner")}
 
 
 @dataclass(frozen=True)
@@ -148,8 +148,7 @@ class Server:
     def serving(self, route: str) -> ServedModel:
         """The model, when it serves `route`'s task; else 424, as TEI answers."""
         served = self.ready()
-        tasks = ROUTE_TASKS[route]
-        if served.task not in (tasks if isinstance(tasks, tuple) else (tasks,)):
+        if served.task not in ROUTE_TASKS[route]:
             other = "/embed" if served.task == "embedding" else "/predict"
             article = "an" if served.task[0] in "aeiou" else "a"
             raise ServeError(424, "backend", f"this server serves {served.name}, {article} {served.task} model: "
