@@ -57,7 +57,8 @@ class ServerProcess:
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
         self.process = subprocess.Popen(self.command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                         env=env)
-        threading.Thread(target=self._read, daemon=True).start()
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
         try:
             self.port = int(self.wait_for(r"listening at http://127\.0\.0\.1:(\d+)").group(1))
             if self.wait_ready:
@@ -70,6 +71,8 @@ class ServerProcess:
     def __exit__(self, *exc: object) -> None:
         if self.process.poll() is None:
             self.stop()
+        self.reader.join(STOP_TIMEOUT)  # the process has ended: its output ends too
+        self.process.stdout.close()
 
     def _read(self) -> None:
         for line in self.process.stdout:
@@ -110,6 +113,8 @@ class ServerProcess:
     def kill(self) -> None:
         self.process.kill()
         self.process.wait(STOP_TIMEOUT)
+        self.reader.join(STOP_TIMEOUT)
+        self.process.stdout.close()
 
     def text(self) -> str:
         """Everything the process has printed so far."""
