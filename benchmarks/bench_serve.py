@@ -271,7 +271,7 @@ def main() -> None:
     commands["naive"] = [sys.executable, str(Path(__file__).resolve()), "--naive-server", "--model", args.model,
                          "--naive-mode", args.naive_mode, "--naive-threads", str(naive_threads)]
     print(f"{args.model} ({pooling} pooling), {len(texts):,} THUCNews headlines, one per request; naive: "
-          f"transformers fp32, {args.naive_mode}, {naive_threads} torch threads; bertkit serve's default threads "
+          f"transformers fp32, {args.naive_mode}, torch threads {naive_threads}; bertkit serve's default torch threads "
           f"{default_threads()}; {os.cpu_count()} CPUs", flush=True)
 
     servers: list[Server] = []
@@ -290,7 +290,7 @@ def main() -> None:
                 for server in servers if round_ % 2 == 0 else servers[::-1]:
                     result = asyncio.run(load(server.port, bodies, clients, args.requests, args.seconds))
                     results.setdefault((server.name, clients), []).append(result)
-                    print(f"  {server.name:<24} {clients:>3} clients: {result['rps']:7.1f} req/s  p50 "
+                    print(f"  {server.name:<34} {clients:>3} clients: {result['rps']:7.1f} req/s  p50 "
                           f"{result['p50']:7.1f} ms  p99 {result['p99']:7.1f} ms  ({result['requests']} requests"
                           f"{', ' + str(result['errors']) + ' errors' if result['errors'] else ''})", flush=True)
     finally:
