@@ -15,7 +15,7 @@ from bertkit.cli import main
 from conftest import fetch_or_skip
 from serve_helpers import CALL_TIMEOUT, ServerProcess, request
 
-pytestmark = [pytest.mark.network, pytest.mark.slow, pytest.mark.xdist_group("serve")]
+pytestmark = [pytest.mark.network, pytest.mark.slow, pytest.mark.xdist_group("serve-m3e")]
 
 
 @pytest.fixture(scope="module")
