@@ -32,6 +32,15 @@ def pool(hidden: Tensor, attention_mask: Tensor, pooling: str) -> Tensor:
     raise ValueError(f"pooling must be one of {POOLINGS}, not {pooling!r}")
 
 
+def sentence_vectors(encoder: nn.Module, input_ids: Tensor, attention_mask: Tensor, token_type_ids: Tensor,
+                     pooling: str, normalize: bool = False) -> Tensor:
+    """(B, C) float32 sentence vectors of one padded batch: the encoder's last hidden states, pooled, normalized if
+    asked. `encode` and the server (bertkit.inference.serving) both run this, so they give the same vectors."""
+    hidden = encoder(input_ids, attention_mask, token_type_ids).last_hidden_state.float()
+    vectors = pool(hidden, attention_mask, pooling)
+    return F.normalize(vectors, dim=-1) if normalize else vectors
+
+
 def encode(model: nn.Module, tokenizer: Any, texts: Sequence[str] | str, batch_size: int = 32,
            pooling: str = "cls", max_length: int | None = 512, normalize: bool = False,
            progress: bool | None = False, truncation: bool = True, dtype: str | torch.dtype | None = None
@@ -68,9 +77,7 @@ def encode_stream(model: nn.Module, tokenizer: Any, chunks: Iterable[Sequence[st
     run = ChunkedRun(total, progress, "encode")
 
     def forward(input_ids: Tensor, attention_mask: Tensor, token_type_ids: Tensor) -> np.ndarray:
-        hidden = encoder(input_ids, attention_mask, token_type_ids).last_hidden_state.float()
-        vectors = pool(hidden, attention_mask, pooling)
-        return (F.normalize(vectors, dim=-1) if normalize else vectors).cpu().numpy()
+        return sentence_vectors(encoder, input_ids, attention_mask, token_type_ids, pooling, normalize).cpu().numpy()
 
     for chunk in chunks:
         rows = run.tokenize(tokenizer, run.check(chunk), max_length=limit, truncation=truncation,
