@@ -74,6 +74,7 @@ FAMILIES: tuple[ModelFamily, ...] = (
                        "pairs": "bertkit.models.bert.heads:BertForSequenceClassification",
                        "prompt": "bertkit.models.bert.heads:BertForPromptClassification",
                        "ner": "bertkit.models.bert.heads:BertForTokenClassification",
+                       "qa": "bertkit.models.bert.heads:BertForQuestionAnswering",
                        "pretraining": "bertkit.models.bert.heads:BertForPreTraining",
                        "masked-lm": "bertkit.models.bert.heads:BertForMaskedLM",
                        "encoder": "bertkit.models.bert.modeling:BertModel"}),

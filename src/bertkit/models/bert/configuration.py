@@ -15,6 +15,7 @@ from bertkit.models.configuration import (
 
 # A pre-LN BERT's config.json says this, not "bert", so that transformers' AutoModel refuses it.
 PRE_LN_MODEL_TYPE = "bertkit-bert-pre-ln"
+QA_KEYS = ("max_length", "doc_stride", "max_answer_length", "impossible")
 
 
 @dataclass
@@ -54,6 +55,9 @@ class BertConfig(PretrainedConfig, LabelsMixin):
     # "label_words": [a word per label, in id order], "label_word_ids": [[token id per [MASK]], ...],
     # "mask_token_id": id}. The weights are BertForMaskedLM's; this says how to read a class off them.
     prompt: dict[str, Any] | None = None
+    # Extractive QA (BertForQuestionAnswering): how it was fine-tuned to read questions, so that predictions read
+    # them the same way: {"max_length", "doc_stride", "max_answer_length", "impossible"} (bertkit.inference.qa).
+    qa: dict[str, Any] | None = None
 
     def validate(self) -> None:
         """Raise ConfigError naming the first value no model can be built from."""
@@ -85,6 +89,8 @@ class BertConfig(PretrainedConfig, LabelsMixin):
         self.check_labels()
         if self.prompt is not None:
             self._validate_prompt()
+        if self.qa is not None and (not isinstance(self.qa, dict) or not set(self.qa) <= set(QA_KEYS)):
+            raise ConfigError(f"qa must be a dict with some of the keys {', '.join(QA_KEYS)}, got {self.qa!r}")
 
     def _validate_prompt(self) -> None:
         prompt = self.prompt
@@ -115,7 +121,7 @@ class BertConfig(PretrainedConfig, LabelsMixin):
 
     def to_dict(self) -> dict[str, Any]:
         out = super().to_dict()
-        for optional in ("embedding_size", "classifier_dropout", "prompt"):
+        for optional in ("embedding_size", "classifier_dropout", "prompt", "qa"):
             if out[optional] is None:
                 del out[optional]
         for option, default in (("share_layers", False), ("normalize_before", False), ("use_bias", True)):
@@ -140,6 +146,8 @@ class BertConfig(PretrainedConfig, LabelsMixin):
             rows.append(("albert", f"embedding_size {self.embedding_size}  share_layers {self.share_layers}"))
         if self.id2label:
             rows.append(("labels", ", ".join(self.id2label[i] for i in sorted(self.id2label))))
+        if self.qa:
+            rows.append(("qa", "  ".join(f"{key} {value}" for key, value in self.qa.items())))
         if self.prompt:
             rows.append(("prompt", f"{self.prompt['template']}  label words {', '.join(self.prompt['label_words'])}"))
         return rows
