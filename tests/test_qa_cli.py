@@ -228,3 +228,16 @@ def test_data_show_counts_the_qa_sets(capsys):
     assert "黑豹队的防守丢了多少分？  ->  '308' @10" in out
     code, out, _ = run(capsys, "data", "show", "squad-excerpt")
     assert "train    1,027   articles 2  paragraphs 121  unanswerable 0" in out
+
+
+@pytest.mark.network
+def test_the_evaluation_sets_are_not_training_sets(ws, tmp_path, capsys):
+    from conftest import fetch_or_skip
+
+    fetch_or_skip("squad-excerpt")
+    argv = finetune_argv(ws, tmp_path, "xquad-zh")
+    assert "xquad-zh is an evaluation set (splits: test); train on squad-excerpt or a SQuAD-format file, and give " \
+           "--test xquad-zh" in refused(capsys, "finetune", *argv)
+    argv = finetune_argv(ws, tmp_path, ws / "train.json")
+    argv[argv.index("--dev") + 1] = "xquad-en"
+    assert "xquad-en has splits test, not 'dev'" in refused(capsys, "finetune", *argv)

@@ -75,6 +75,9 @@ def load_qa_splits(options: FinetuneOptions) -> dict[str, list[QAExample]]:
     task = get_task("qa")
     splits = dict(task.load_dataset(options.train)) if options.train in task.datasets else {
         "train": task.read(options.train, "train", "to train on", encoding=options.encoding)}
+    if "train" not in splits:
+        raise ValueError(f"{options.train} is an evaluation set (splits: {', '.join(splits)}); train on "
+                         f"squad-excerpt or a SQuAD-format file, and give --test {options.train}")
     for name, spec in (("dev", options.dev), ("test", options.test)):
         if spec is not None:
             splits[name] = task.read(spec, name, "to evaluate on", encoding=options.encoding)
@@ -156,7 +159,7 @@ def finetune_qa(options: FinetuneOptions) -> dict[str, Any]:
     best = BertForQuestionAnswering.from_pretrained(best_dir) if select else trainer.model.eval()
     at_best = next((r for r in state.log_history if r.get("step") == state.best_step and "eval_f1" in r), {})
     results: dict[str, Any] = {"task": "qa", "model": options.model, "random_init": options.random_init,
-                               "labels": ["start", "end"], "train_examples": len(train),
+                               "train_examples": len(train),
                                "train_windows": len(train_windows), "steps": state.step,
                                "stop_reason": state.stop_reason, "train_seconds": train_seconds,
                                "best_step": state.best_step, "dev_f1": state.best_metric,
