@@ -241,3 +241,19 @@ def test_the_evaluation_sets_are_not_training_sets(ws, tmp_path, capsys):
     argv = finetune_argv(ws, tmp_path, ws / "train.json")
     argv[argv.index("--dev") + 1] = "xquad-en"
     assert "xquad-en has splits test, not 'dev'" in refused(capsys, "finetune", *argv)
+
+
+def test_a_reader_trained_with_unanswerable_questions_can_say_so(ws, tmp_path, capsys):
+    data = toy_squad(16, 7)
+    for paragraph in data["data"][0]["paragraphs"][:5]:  # SQuAD 2.0: no answer, plausible answers kept aside
+        qa = paragraph["qas"][0]
+        qa["is_impossible"], qa["plausible_answers"], qa["answers"] = True, qa["answers"], []
+    (tmp_path / "v2.json").write_text(json.dumps(data))
+    code, _, _ = run(capsys, "finetune", *finetune_argv(ws, tmp_path, tmp_path / "v2.json"))
+    assert code == 0
+    config = json.loads((tmp_path / "out" / "best" / "config.json").read_text())
+    assert config["qa"]["impossible"] is True
+    code, out, _ = run(capsys, "evaluate", "--model", tmp_path / "out" / "best", "--data", tmp_path / "v2.json",
+                       "--json")
+    scores = json.loads(out)
+    assert code == 0 and scores["unanswerable"] == 5 and scores["examples"] == 16
