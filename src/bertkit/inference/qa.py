@@ -146,15 +146,10 @@ def answer_examples(model: nn.Module, tokenizer: Any, examples: Sequence[QAExamp
     return [{key: value for key, value in result.items() if key != "window"} for result in results]
 
 
-def answer_questions(model: nn.Module, tokenizer: Any, questions: Sequence[str] | str, contexts: Sequence[str] | str,
-                     **options: Any) -> list[dict[str, Any]] | dict[str, Any]:
-    """{"answer", "score", "start", "end"} per question in its context (one dict for one question given as a
-    str); options as `answer_examples`. An empty question or context is an error."""
-    single = isinstance(questions, str)
-    if single != isinstance(contexts, str):
-        raise ValueError("give one question and one context, or a list of each")
-    questions = check_texts([questions] if single else questions, "questions", content=False)
-    contexts = check_texts([contexts] if single else contexts, "contexts", content=False)
+def check_questions(questions: Sequence[str], contexts: Sequence[str]) -> tuple[list[str], list[str]]:
+    """The questions and contexts as lists of str, one context per question; an empty one is an error."""
+    questions = check_texts(questions, "questions", content=False)
+    contexts = check_texts(contexts, "contexts", content=False)
     if len(questions) != len(contexts):
         raise ValueError(f"{len(questions)} questions but {len(contexts)} contexts: give one context per question")
     for name, texts in (("questions", questions), ("contexts", contexts)):
@@ -163,6 +158,17 @@ def answer_questions(model: nn.Module, tokenizer: Any, questions: Sequence[str] 
             raise ValueError(f"{name}[{empty}] is empty: there is nothing to " +
                              ("ask" if name == "questions" else "find an answer in"))
         check_text_content(texts, name)  # undecoded bytes
+    return questions, contexts
+
+
+def answer_questions(model: nn.Module, tokenizer: Any, questions: Sequence[str] | str, contexts: Sequence[str] | str,
+                     **options: Any) -> list[dict[str, Any]] | dict[str, Any]:
+    """{"answer", "score", "start", "end"} per question in its context (one dict for one question given as a
+    str); options as `answer_examples`. An empty question or context is an error."""
+    single = isinstance(questions, str)
+    if single != isinstance(contexts, str):
+        raise ValueError("give one question and one context, or a list of each")
+    questions, contexts = check_questions([questions] if single else questions, [contexts] if single else contexts)
     examples = [QAExample(str(i), q, c) for i, (q, c) in enumerate(zip(questions, contexts))]
     results = answer_examples(model, tokenizer, examples, **options)
     return results[0] if single else results
@@ -173,7 +179,7 @@ def explain_answer(model: nn.Module, tokenizer: Any, question: str, context: str
     of each token), p(start) and p(end) over them, and the answer's first and last piece ({"answer", "score",
     "start", "end", "pieces", "start_probabilities", "end_probabilities", "first", "last"}; first and last None
     for no answer). With a model that can say "no answer", the first piece is [CLS]."""
-    answer_questions(model, tokenizer, question, context)  # the same checks of the inputs
+    check_questions([question], [context])
     settings = qa_settings(model, **settings)
     example = QAExample("0", question, context)
     windows = qa_windows([example], tokenizer, settings["max_length"], settings["doc_stride"], labels=False)
