@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from bertkit.cli.common import UserError, add_command, add_encoding_option, integer, shorten
+from bertkit.cli.common import UserError, add_command, integer, shorten
+from bertkit.cli.texts import add_encoding_option
 
 # ---- data ----------------------------------------------------------------------------------------
 

@@ -3,16 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import collections
 
-from bertkit.cli.common import (
-    MODEL_HELP,
-    UserError,
-    add_command,
-    add_encoding_option,
-    command_line_texts,
-    integer,
-    shorten,
-)
+from bertkit.cli.common import MODEL_HELP, UserError, add_command, integer, shorten
+from bertkit.cli.texts import add_encoding_option, command_line_texts
 from bertkit.data.task_kinds import DATASETS, FILE_FORMATS
 
 # ---- predict, evaluate, encode -------------------------------------------------------------------
@@ -83,16 +77,46 @@ def _add_encode(sub: argparse._SubParsersAction) -> None:
     _add_inference_options(p)
 
 
-def _read_text_inputs(args: argparse.Namespace) -> tuple[list[str], list | None]:
-    from bertkit.pipelines.predict import read_inputs
+def _text_inputs(args: argparse.Namespace, count: bool = False):
+    """(chunks of (texts, pairs or None), the number of texts or None): the TEXT arguments as one chunk, or --input
+    read as a stream (counted first when `count`, or when a progress bar may be drawn)."""
+    from bertkit.inference import PROGRESS_MIN_TEXTS, show_progress
+    from bertkit.pipelines.predict import InputFile
 
     if args.input and args.texts:
         raise UserError("give texts on the command line or --input FILE, not both")
     if args.input:
-        return read_inputs(args.input, encoding=args.encoding)
+        source = InputFile(args.input, encoding=args.encoding)
+        # a progress bar needs the count, and is drawn only for long inputs to a terminal
+        total = source.count() if count or show_progress(None, PROGRESS_MIN_TEXTS) else None
+        return source.chunks(), total
     if not args.texts:
         raise UserError("give one or more texts, or --input FILE")
-    return command_line_texts(args.texts, args.encoding), None
+    texts = command_line_texts(args.texts, args.encoding)
+    return [(texts, None)], len(texts)
+
+
+def _with_pairs(chunks, total: int | None, given: list[str] | None):
+    """The chunks with --pair applied: one pair for every text, or one per text."""
+    if not given:
+        yield from chunks
+        return
+    if len(given) not in (1, total):
+        raise UserError(f"{len(given)} --pair for {total} texts: give one for all, or one per text")
+    start = 0
+    for texts, pairs in chunks:
+        if pairs is not None:
+            raise UserError("--pair and a .tsv --input with pairs both give pairs; use one")
+        yield texts, given * len(texts) if len(given) == 1 else given[start:start + len(texts)]
+        start += len(texts)
+
+
+def _kept(chunks, kept: collections.deque):
+    """The chunks, each also put in `kept`: a stream consumer yields one result per chunk, and the printer takes
+    the chunk back from `kept` to show its texts beside their results."""
+    for chunk in chunks:
+        kept.append(chunk)
+        yield chunk
 
 
 def _cmd_predict(args: argparse.Namespace) -> int:
@@ -100,11 +124,12 @@ def _cmd_predict(args: argparse.Namespace) -> int:
 
     Classify texts (or text pairs), tag their entities, or answer questions with a fine-tuned model. NER spans
     and answers are character offsets [start, end) into each text (context). With an image classifier (bertkit
-    vision-train), give image files instead of texts.
+    vision-train), give image files instead of texts. A file (--input) of texts is read and answered as a
+    stream, a chunk of lines at a time.
     """
     import json
 
-    from bertkit.inference import predict
+    from bertkit.inference import predict_stream
     from bertkit.inference.loading import load_text_model, model_family
 
     path, family = model_family(args.model, "predict")
@@ -118,34 +143,33 @@ def _cmd_predict(args: argparse.Namespace) -> int:
         if value:
             raise UserError(f"{flag} is for question-answering models; {args.model} is not one (fine-tune one with "
                             "bertkit finetune --task qa)")
-    texts, pairs = _read_text_inputs(args)
-    if args.pair:
-        if pairs is not None:
-            raise UserError("--pair and a .tsv --input with pairs both give pairs; use one")
-        if len(args.pair) not in (1, len(texts)):
-            raise UserError(f"{len(args.pair)} --pair for {len(texts)} texts: give one for all, or one per text")
-        given = command_line_texts(args.pair, args.encoding, "--pair")
-        pairs = given * len(texts) if len(given) == 1 else given
+    given = command_line_texts(args.pair, args.encoding, "--pair") if args.pair else None
+    chunks, total = _text_inputs(args, count=bool(given and len(given) > 1))
     model, tokenizer = load_text_model(path, "predict")
-    results = predict(model, tokenizer, texts, pairs, batch_size=args.batch_size, max_length=args.max_length,
-                      truncation=not args.no_truncation, progress=None, dtype=args.dtype)
-    for n, (text, result) in enumerate(zip(texts, results)):
-        pair = pairs[n] if pairs else None
-        if args.json:
-            record = {"text": text, **({"text_pair": pair} if pair is not None else {})}
-            record.update({"entities": result} if isinstance(result, list) else result)
-            print(json.dumps(record, ensure_ascii=False))
-        elif isinstance(result, list):  # entity spans
-            print(text)
-            for span in result:
-                print(f"  {span['entity']:<6} {span['start']:>4}:{span['end']:<4} {span['score']:.3f}  {span['text']}")
-            if not result:
-                print("  (no entities)")
-        else:
-            others = ", ".join(f"{label} {p:.3f}" for label, p in
-                               sorted(result["probabilities"].items(), key=lambda item: -item[1]))
-            shown = shorten(text, 50) + (f" | {shorten(pair, 30)}" if pair else "")
-            print(f"{result['label']}  {result['score']:.3f}  ({others})  {shown}")
+    kept: collections.deque = collections.deque()
+    results = predict_stream(model, tokenizer, _kept(_with_pairs(chunks, total, given), kept), total=total,
+                             batch_size=args.batch_size, max_length=args.max_length,
+                             truncation=not args.no_truncation, progress=None, dtype=args.dtype)
+    for found in results:
+        texts, pairs = kept.popleft()
+        for n, (text, result) in enumerate(zip(texts, found)):
+            pair = pairs[n] if pairs else None
+            if args.json:
+                record = {"text": text, **({"text_pair": pair} if pair is not None else {})}
+                record.update({"entities": result} if isinstance(result, list) else result)
+                print(json.dumps(record, ensure_ascii=False))
+            elif isinstance(result, list):  # entity spans
+                print(text)
+                for span in result:
+                    print(f"  {span['entity']:<6} {span['start']:>4}:{span['end']:<4} {span['score']:.3f}  "
+                          f"{span['text']}")
+                if not result:
+                    print("  (no entities)")
+            else:
+                others = ", ".join(f"{label} {p:.3f}" for label, p in
+                                   sorted(result["probabilities"].items(), key=lambda item: -item[1]))
+                shown = shorten(text, 50) + (f" | {shorten(pair, 30)}" if pair else "")
+                print(f"{result['label']}  {result['score']:.3f}  ({others})  {shown}")
     return 0
 
 
@@ -257,13 +281,14 @@ def _cmd_encode(args: argparse.Namespace) -> int:
     """sentence vectors ([CLS] or mean pooling), printed or saved as .npy
 
     Encode texts into sentence vectors; with --out, row i of the .npy file is the vector of text i (of the
-    i-th non-blank line of --input).
+    i-th non-blank line of --input). A file is read, encoded and written as a stream, a chunk of lines at a
+    time, so its length does not change the memory it takes.
     """
     from pathlib import Path
 
     import numpy as np
 
-    from bertkit.inference import encode
+    from bertkit.inference import encode_stream
     from bertkit.inference.loading import load_text_model
     from bertkit.pipelines.run_directory import check_output_file
     from bertkit.utils.atomic import atomic_write
@@ -271,25 +296,39 @@ def _cmd_encode(args: argparse.Namespace) -> int:
     if args.out:  # before any work: refused outputs cost nothing
         check_output_file(args.out, args.overwrite, suffixes=(".npy",),
                           inputs=[("--input", args.input)] if args.input else ())
-    texts, pairs = _read_text_inputs(args)
-    if pairs is not None:
-        raise UserError(f"{args.input} has text pairs (a second column); encode takes single texts")
+    chunks, total = _text_inputs(args, count=bool(args.out))
     model, tokenizer = load_text_model(args.model, "encode")
-    vectors = encode(model, tokenizer, texts, batch_size=args.batch_size, pooling=args.pooling,
-                     max_length=args.max_length, normalize=args.normalize, truncation=not args.no_truncation,
-                     progress=None, dtype=args.dtype)
+    kept: collections.deque = collections.deque()
+    vectors = encode_stream(model, tokenizer, _single_texts(_kept(chunks, kept), args.input), total=total,
+                            batch_size=args.batch_size, pooling=args.pooling, max_length=args.max_length,
+                            normalize=args.normalize, truncation=not args.no_truncation, progress=None,
+                            dtype=args.dtype)
     if args.out:
         out = Path(args.out)
+        width = model.config.hidden_size
 
-        def save(path: Path) -> None:
-            with open(path, "wb") as f:  # a file object keeps the name as given (np.save would add .npy)
-                np.save(f, vectors)
+        def save(path: Path) -> None:  # the .npy header first, then each chunk's rows as they come
+            with open(path, "wb") as f:
+                np.lib.format.write_array_header_1_0(f, {"descr": np.lib.format.dtype_to_descr(np.dtype("<f4")),
+                                                         "fortran_order": False, "shape": (total, width)})
+                for block in vectors:
+                    f.write(np.ascontiguousarray(block, dtype="<f4").tobytes())
 
         atomic_write(out, save)
-        print(f"wrote {out}: {vectors.shape[0]} vectors of {vectors.shape[1]} ({args.pooling} pooling"
+        print(f"wrote {out}: {total} vectors of {width} ({args.pooling} pooling"
               f"{', normalized' if args.normalize else ''}, float32)")
         return 0
-    for text, vector in zip(texts, vectors):
-        head = " ".join(f"{x:+.4f}" for x in vector[:6])
-        print(f"[{head} ...] ({vector.shape[0]} dims, norm {np.linalg.norm(vector):.3f})  {shorten(text, 40)}")
+    for block in vectors:
+        texts, _ = kept.popleft()
+        for text, vector in zip(texts, block):
+            head = " ".join(f"{x:+.4f}" for x in vector[:6])
+            print(f"[{head} ...] ({vector.shape[0]} dims, norm {np.linalg.norm(vector):.3f})  {shorten(text, 40)}")
     return 0
+
+
+def _single_texts(chunks, source: str | None):
+    """The texts of each chunk; a chunk with text pairs is an error (encode takes single texts)."""
+    for texts, pairs in chunks:
+        if pairs is not None:
+            raise UserError(f"{source} has text pairs (a second column); encode takes single texts")
+        yield texts

@@ -11,13 +11,8 @@ from pathlib import Path
 from bertkit.cli.common import UserError, add_command
 from bertkit.cli.options import add_options, given_options, missing_flags, options_from_args
 from bertkit.data.task_kinds import FILE_FORMATS
-from bertkit.pipelines.options import (
-    PRETRAIN_RECIPE_NAMES,
-    DemoOptions,
-    FinetuneOptions,
-    PretrainOptions,
-    recipe_values,
-)
+from bertkit.pipelines.options import DemoOptions, FinetuneOptions, PretrainOptions, recipe_values
+from bertkit.pipelines.presets import PRETRAIN_RECIPE_NAMES
 
 # ---- pretrain ------------------------------------------------------------------------------------
 

@@ -211,6 +211,10 @@ def finetune(options: FinetuneOptions) -> dict[str, Any]:
             rng = np.random.default_rng(options.seed)
             train = [train[i] for i in sorted(rng.choice(len(train), options.max_train_examples, replace=False))]
         else:  # every class represented alike, and the 50 of a seed are the first 50 of its 200
+            classes = len({example.label for example in train})
+            if options.max_train_examples < classes:
+                raise ValueError(f"--max-train-examples {options.max_train_examples} is fewer than the training data's "
+                                 f"{classes} classes: every class needs at least one example")
             train = label_budget(train, options.max_train_examples, options.seed)
     report = DataReport("the training data")
     if task.token_level:

@@ -12,12 +12,13 @@ from __future__ import annotations
 import json
 import os
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from bertkit.data.readers import DataWarning, TextExample, TokenExample, decoded_lines
+from bertkit.data.readers import DataWarning, TextExample, TokenExample, decoded_lines, iter_decoded_lines
 from bertkit.data.task_kinds import task_of_model
-from bertkit.inference import label_names, predict, tag_words
+from bertkit.inference import batching, label_names, predict, tag_words
 from bertkit.inference.loading import load_text_model
 from bertkit.training import metrics
 
@@ -33,43 +34,77 @@ def load_model(spec: str | os.PathLike):
     return load_text_model(spec, "predict")
 
 
-def read_inputs(path: str | os.PathLike, encoding: str = "utf-8") -> tuple[list[str], list[str | None] | None]:
-    """Texts of a file, one per line; in a .tsv file a second column (after a tab) is the text's pair.
+class InputFile:
+    """A file of texts, one per line (in a .tsv file a second column, after a tab, is the text's pair), read as a
+    stream: `chunks()` gives its texts CHUNK_TEXTS at a time, so a file of any length runs in bounded memory.
 
-    Blank and undecodable lines are skipped and counted in one DataWarning; a file with no text, or one that is
-    not text in `encoding`, is an error.
+    Blank, undecodable and ragged lines are skipped and counted in one DataWarning at the end of a pass; a file
+    with no text, or one that is not text in `encoding`, is an error. `count()` is the number of texts (a pass that
+    keeps none of them), for a progress bar and for the rows of a .npy file written as the vectors come.
     """
-    path = Path(path)
-    if path.is_dir():
-        raise ValueError(f"input file {path} is a directory; give a file with one text per line")
-    if not path.is_file():
-        raise FileNotFoundError(f"input file {path} does not exist")
-    tsv = path.suffix.lower() == ".tsv"
+
+    def __init__(self, path: str | os.PathLike, encoding: str = "utf-8") -> None:
+        path = Path(path)
+        if path.is_dir():
+            raise ValueError(f"input file {path} is a directory; give a file with one text per line")
+        if not path.is_file():
+            raise FileNotFoundError(f"input file {path} does not exist")
+        self.path, self.encoding, self.tsv = path, encoding, path.suffix.lower() == ".tsv"
+
+    def _texts(self, warn: bool) -> Iterator[tuple[str, str | None]]:
+        skipped: dict[str, list[int]] = {}
+        kept = 0
+        for number, line in iter_decoded_lines(self.path, self.encoding):
+            if line is None:
+                skipped.setdefault("undecodable bytes", []).append(number)
+                continue
+            text, _, pair = line.partition("\t") if self.tsv else (line, "", "")
+            if not text.strip():
+                skipped.setdefault("blank", []).append(number)
+                continue
+            if self.tsv and "\t" in pair:
+                skipped.setdefault("more than 2 columns", []).append(number)
+                continue
+            kept += 1
+            yield text.strip(), pair.strip() or None
+        if not kept:
+            unusable = sum(map(len, skipped.values()))
+            raise ValueError(f"input file {self.path} has no texts"
+                             + (" (empty file)" if not skipped else f" ({unusable} unusable lines)"))
+        if skipped and warn:
+            count = sum(map(len, skipped.values()))
+            parts = [f"{reason} (line{'s' if len(numbers) > 1 else ''} {', '.join(map(str, numbers[:5]))}"
+                     f"{' ...' if len(numbers) > 5 else ''})" for reason, numbers in skipped.items()]
+            warnings.warn(f"{self.path}: skipped {count} line{'s' if count > 1 else ''}, kept {kept}: "
+                          + "; ".join(parts), DataWarning, stacklevel=3)
+
+    def count(self) -> int:
+        """The number of texts the file holds (read once, nothing kept)."""
+        return sum(1 for _ in self._texts(warn=False))
+
+    def chunks(self, size: int | None = None) -> Iterator[tuple[list[str], list[str | None] | None]]:
+        """(texts, their pairs or None when no line of the chunk has one), `size` (CHUNK_TEXTS) texts at a time:
+        the chunks `encode` and `predict` cut a list of the same texts into, so both give the same results."""
+        size = size or batching.CHUNK_TEXTS
+        texts: list[str] = []
+        pairs: list[str | None] = []
+        for text, pair in self._texts(warn=True):
+            texts.append(text)
+            pairs.append(pair)
+            if len(texts) == size:
+                yield texts, pairs if any(p is not None for p in pairs) else None
+                texts, pairs = [], []
+        if texts:
+            yield texts, pairs if any(p is not None for p in pairs) else None
+
+
+def read_inputs(path: str | os.PathLike, encoding: str = "utf-8") -> tuple[list[str], list[str | None] | None]:
+    """Every text of a file (and its pair, in a .tsv file), as `InputFile` reads them, in lists."""
     texts: list[str] = []
     pairs: list[str | None] = []
-    skipped: dict[str, list[int]] = {}
-    for number, line in decoded_lines(path, encoding):
-        if line is None:
-            skipped.setdefault("undecodable bytes", []).append(number)
-            continue
-        text, _, pair = line.partition("\t") if tsv else (line, "", "")
-        if not text.strip():
-            skipped.setdefault("blank", []).append(number)
-            continue
-        if tsv and "\t" in pair:
-            skipped.setdefault("more than 2 columns", []).append(number)
-            continue
-        texts.append(text.strip())
-        pairs.append(pair.strip() or None)
-    if not texts:
-        raise ValueError(f"input file {path} has no texts" + (" (empty file)" if not skipped else
-                                                              f" ({sum(map(len, skipped.values()))} unusable lines)"))
-    if skipped:
-        count = sum(map(len, skipped.values()))
-        parts = [f"{reason} (line{'s' if len(numbers) > 1 else ''} {', '.join(map(str, numbers[:5]))}"
-                 f"{' ...' if len(numbers) > 5 else ''})" for reason, numbers in skipped.items()]
-        warnings.warn(f"{path}: skipped {count} line{'s' if count > 1 else ''}, kept {len(texts)}: "
-                      + "; ".join(parts), DataWarning, stacklevel=2)
+    for chunk, chunk_pairs in InputFile(path, encoding).chunks():
+        texts += chunk
+        pairs += chunk_pairs or [None] * len(chunk)
     return texts, pairs if any(pair is not None for pair in pairs) else None
 
 
