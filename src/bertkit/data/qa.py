@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bertkit.data.readers import DataWarning, NotTextError
+from bertkit.data.readers import DataWarning, NotTextError, Skips
 
 QA_DATASETS = ("squad-excerpt", "xquad-en", "xquad-zh")  # named sets of the source "squad-excerpt"
 MAX_QUERY_LENGTH = 64  # question tokens kept at most (BERT's run_squad.py); the rest of the window is context
@@ -89,25 +89,6 @@ def _load_json(path: Path, encoding: str) -> Any:
         raise _not_squad(path, f"not JSON ({err.msg} at line {err.lineno} column {err.colno}){hint}") from None
 
 
-class _Skipped:
-    """Questions left out of a file, by reason, reported in one DataWarning naming the first few ids."""
-
-    def __init__(self, path: Any) -> None:
-        self.path, self.ids = path, {}
-
-    def add(self, reason: str, qid: str) -> None:
-        self.ids.setdefault(reason, []).append(qid)
-
-    def warn(self, kept: int) -> None:
-        if not self.ids:
-            return
-        count = sum(map(len, self.ids.values()))
-        parts = [f"{reason} ({'id' if len(ids) == 1 else 'ids'} {', '.join(ids[:3])}"
-                 f"{f' and {len(ids) - 3} more' if len(ids) > 3 else ''})" for reason, ids in self.ids.items()]
-        warnings.warn(f"{self.path}: skipped {count} question{'s' if count != 1 else ''}, kept {kept}: "
-                      + "; ".join(parts), DataWarning, stacklevel=3)
-
-
 def _answers(raw: Any) -> list[Answer] | None:
     """The answers of one question, or None when they are not a list of {"text": str, "answer_start": int}."""
     if not isinstance(raw, list):
@@ -147,7 +128,7 @@ def read_squad(path: str | os.PathLike, *, need_offsets: bool = True, encoding: 
             f"no \"data\" list (keys: {', '.join(list(data)[:5]) or 'none'})"
         raise _not_squad(path, got)
     examples: list[QAExample] = []
-    skipped, seen = _Skipped(path), set()
+    skipped, seen = Skips(path, "question", "id"), set()
     for a, article in enumerate(data["data"]):
         if not isinstance(article, dict) or not isinstance(article.get("paragraphs"), list):
             raise _not_squad(path, f"data[{a}] has no \"paragraphs\" list")
@@ -170,12 +151,12 @@ def read_squad(path: str | os.PathLike, *, need_offsets: bool = True, encoding: 
                 examples.append(example)
     skipped.warn(len(examples))
     if not examples:
-        raise ValueError(f"{path} has no usable questions" + (" (see the warning)" if skipped.ids else ""))
+        raise ValueError(f"{path} has no usable questions" + (" (see the warning)" if skipped else ""))
     return examples
 
 
 def _question(qa: dict, qid: str, context: Any, title: str, need_offsets: bool,
-              skipped: _Skipped) -> QAExample | None:
+              skipped: Skips) -> QAExample | None:
     """One question of a file as a QAExample, or None (counted in `skipped`) when it cannot be used."""
     question = qa.get("question")
     if not isinstance(question, str) or not question.strip():

@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from bertkit.data.readers import DataWarning, TextExample, TokenExample, decoded_lines, iter_decoded_lines
+from bertkit.data.readers import DataWarning, Skips, TextExample, TokenExample, iter_decoded_lines
 from bertkit.data.task_kinds import task_of_model
 from bertkit.inference import batching, label_names, predict, tag_words
 from bertkit.inference.loading import load_text_model
@@ -120,33 +120,28 @@ def read_questions(path: str | os.PathLike, encoding: str = "utf-8") -> tuple[li
     ids: list[str] = []
     questions: list[str] = []
     contexts: list[str] = []
-    skipped: dict[str, list[int]] = {}
-    for number, line in decoded_lines(path, encoding):
+    skips = Skips(path)
+    for number, line in iter_decoded_lines(path, encoding):
         if line is None or not line.strip():
-            skipped.setdefault("undecodable bytes" if line is None else "blank", []).append(number)
+            skips.add("undecodable bytes" if line is None else "blank", number)
             continue
         try:
             record = json.loads(line)
         except json.JSONDecodeError:
             record = None
         if not isinstance(record, dict):
-            skipped.setdefault("not a JSON object", []).append(number)
+            skips.add("not a JSON object", number)
             continue
         question, context = record.get("question"), record.get("context")
         if not isinstance(question, str) or not question.strip():
-            skipped.setdefault("no question", []).append(number)
+            skips.add("no question", number)
         elif not isinstance(context, str) or not context.strip():
-            skipped.setdefault("no context", []).append(number)
+            skips.add("no context", number)
         else:
             ids.append(str(record.get("id", number)))
             questions.append(question.strip())
             contexts.append(context)
-    if skipped:
-        count = sum(map(len, skipped.values()))
-        parts = [f"{reason} (line{'s' if len(numbers) > 1 else ''} {', '.join(map(str, numbers[:5]))}"
-                 f"{' ...' if len(numbers) > 5 else ''})" for reason, numbers in skipped.items()]
-        warnings.warn(f"{path}: skipped {count} line{'s' if count > 1 else ''}, kept {len(questions)}: "
-                      + "; ".join(parts), DataWarning, stacklevel=2)
+    skips.warn(len(questions))
     if not questions:
         raise ValueError(f"input file {path} has no question with a context: give one JSON object per line, "
                          '{"question": ..., "context": ...}')
