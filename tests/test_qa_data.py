@@ -76,6 +76,31 @@ def test_unusable_questions_are_skipped_and_counted_with_their_ids(tmp_path):
     assert [e.id for e in kept] == ["ok", "offset"]
 
 
+def test_missing_fields_are_named_by_reason_and_id(tmp_path):
+    path = tmp_path / "fields.json"
+    path.write_text(json.dumps({"data": [{"paragraphs": [
+        {"context": "w1 w2 w3", "qas": [
+            {"id": "ok", "question": "q", "answers": [{"text": "w2", "answer_start": 3}]},
+            {"id": "no-question", "answers": [{"text": "w2", "answer_start": 3}]},
+            {"id": "no-answers", "question": "q"},
+            {"id": "no-start", "question": "q", "answers": [{"text": "w2"}]},
+            {"id": "no-text", "question": "q", "answers": [{"answer_start": 3}]},
+            {"id": "empty-list", "question": "q", "answers": []}]},
+        {"qas": [{"id": "no-context", "question": "q", "answers": [{"text": "w2", "answer_start": 3}]}]}]}]}),
+        encoding="utf-8")
+    with pytest.warns(DataWarning) as caught:
+        examples = read_squad(path)
+    assert [e.id for e in examples] == ["ok"]
+    assert str(caught[0].message) == (
+        f'{path}: skipped 6 questions, kept 1: no "question" (id no-question); no "answers", and not marked '
+        'is_impossible (id no-answers); an answer without "answer_start" (id no-start); answers that are not a list '
+        'of {text, answer_start} (id no-text); no answer, and not marked is_impossible (id empty-list); '
+        'no "context" in its paragraph (id no-context)')
+    with pytest.warns(DataWarning, match=r"skipped 5 questions, kept 2: .*"):  # evaluation needs no offsets
+        kept = read_squad(path, need_offsets=False)
+    assert [(e.id, e.answers) for e in kept] == [("ok", [Answer("w2", 3)]), ("no-start", [Answer("w2", -1)])]
+
+
 def test_a_file_that_is_not_squad_json_is_named(tmp_path):
     (tmp_path / "lines.json").write_text('{"question": "q", "context": "c"}\n{"question": "r", "context": "d"}\n')
     with pytest.raises(NotSquadError, match="not SQuAD-format JSON: not JSON .*JSON Lines"):

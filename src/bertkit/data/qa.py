@@ -89,19 +89,25 @@ def _load_json(path: Path, encoding: str) -> Any:
         raise _not_squad(path, f"not JSON ({err.msg} at line {err.lineno} column {err.colno}){hint}") from None
 
 
-def _answers(raw: Any) -> list[Answer] | None:
-    """The answers of one question, or None when they are not a list of {"text": str, "answer_start": int}."""
+_NOT_ANSWERS = "answers that are not a list of {text, answer_start}"
+
+
+def _answers(raw: Any, need_offsets: bool) -> list[Answer] | str:
+    """The answers of one question, or why they cannot be used: not a list of {"text": str, "answer_start": int}
+    (an answer_start may be missing where the offsets are not needed: -1 stands in for it)."""
     if not isinstance(raw, list):
-        return None
+        return _NOT_ANSWERS
     answers = []
     for item in raw:
         if not isinstance(item, dict) or not isinstance(item.get("text"), str):
-            return None
+            return _NOT_ANSWERS
+        if "answer_start" not in item and need_offsets:
+            return 'an answer without "answer_start"'
         start = item.get("answer_start", -1)
         if isinstance(start, str) and start.lstrip("-").isdigit():  # some conversions write the offset as text
             start = int(start)
         if not isinstance(start, int) or isinstance(start, bool):
-            return None
+            return _NOT_ANSWERS
         answers.append(Answer(item["text"], start))
     return answers
 
@@ -111,9 +117,9 @@ def read_squad(path: str | os.PathLike, *, need_offsets: bool = True, encoding: 
 
     With `need_offsets` (training) an answer whose `answer_start` does not point at its text in the context is
     left out, and a question left with none is skipped; for evaluation only the answer texts count (as in the
-    official scripts). Questions that cannot be used (empty question or context, malformed answers, a repeated
-    id, no answer and not marked `is_impossible`) are skipped and counted in one DataWarning. A file that is not
-    SQuAD JSON, or has no usable question, is an error.
+    official scripts). Questions that cannot be used (a missing or empty question or context, missing or malformed
+    answers, a repeated id, no answer and not marked `is_impossible`) are skipped and counted in one DataWarning
+    naming the first few ids by reason. A file that is not SQuAD JSON, or has no usable question, is an error.
     """
     path = Path(path)
     if path.is_dir():
@@ -158,17 +164,20 @@ def read_squad(path: str | os.PathLike, *, need_offsets: bool = True, encoding: 
 def _question(qa: dict, qid: str, context: Any, title: str, need_offsets: bool,
               skipped: Skips) -> QAExample | None:
     """One question of a file as a QAExample, or None (counted in `skipped`) when it cannot be used."""
-    question = qa.get("question")
-    if not isinstance(question, str) or not question.strip():
-        skipped.add("an empty question", qid)
+    question, impossible = qa.get("question"), bool(qa.get("is_impossible", False))
+    problem = ('no "question"' if question is None else
+               "an empty question" if not isinstance(question, str) or not question.strip() else
+               'no "context" in its paragraph' if context is None else
+               "an empty context" if not isinstance(context, str) or not context.strip() else
+               'no "answers", and not marked is_impossible' if "answers" not in qa and not impossible else None)
+    answers = [] if impossible or problem else _answers(qa["answers"], need_offsets)
+    if isinstance(answers, str):
+        problem = answers
+    if problem:
+        skipped.add(problem, qid)
         return None
-    if not isinstance(context, str) or not context.strip():
-        skipped.add("an empty context", qid)
-        return None
-    impossible = bool(qa.get("is_impossible", False))
-    answers = [] if impossible else _answers(qa.get("answers", []))
-    if answers is None:
-        skipped.add("answers that are not a list of {text, answer_start}", qid)
+    if not impossible and not any(answer.text.strip() for answer in answers):
+        skipped.add("no answer, and not marked is_impossible", qid)
         return None
     if need_offsets:
         answers = [answer for answer in answers
@@ -176,9 +185,6 @@ def _question(qa: dict, qid: str, context: Any, title: str, need_offsets: bool,
         if not answers and not impossible:
             skipped.add("an answer_start that does not point at the answer in the context", qid)
             return None
-    elif not impossible and not any(answer.text.strip() for answer in answers):
-        skipped.add("no answer, and not marked is_impossible", qid)
-        return None
     return QAExample(qid, question.strip(), context, answers, impossible, title)
 
 
