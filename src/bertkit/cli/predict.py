@@ -137,7 +137,7 @@ def _cmd_predict(args: argparse.Namespace) -> int:
         from bertkit.cli.vision import predict_images
 
         return predict_images(args, path)
-    if "qa" in family.heads and family.model_class(family.load_config(path)) is family.head("qa"):
+    if family.holds_head(path, "qa"):
         return _predict_answers(args, path)
     for flag, value in (("--question", args.question), ("--context", args.context), ("--picture", args.picture)):
         if value:
