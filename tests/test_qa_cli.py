@@ -2,6 +2,7 @@
 what bad QA input gets (docs/bad-input.md)."""
 
 import json
+import os
 import random
 import string
 
@@ -211,6 +212,30 @@ def test_window_settings_that_cannot_work_name_the_flags(ws, tmp_path, capsys):
 ])
 def test_questions_and_contexts_on_the_command_line_are_checked(reader, capsys, argv, message):
     assert message in refused(capsys, "predict", "--model", reader / "best", *argv)
+
+
+def test_questions_and_contexts_are_decoded_as_the_other_command_line_texts(reader, tmp_path, capsys):
+    """--question and --context go through cli/texts.py: bytes that are not UTF-8 are named, --encoding reads them;
+    a JSON Lines --input is read in --encoding too."""
+    context = "w3 北京 w5 w6 ."
+    gbk_context, gbk_question = os.fsdecode(context.encode("gbk")), os.fsdecode("where is 北京 ?".encode("gbk"))
+    err = refused(capsys, "predict", "--model", reader / "best", "--question", "where is w5 ?", "--context",
+                  gbk_context)
+    assert "the context is not valid utf-8 text: bytes" in err and "give --encoding gbk" in err
+    err = refused(capsys, "predict", "--model", reader / "best", "--question", "w5", "--question", gbk_question,
+                  "--context", "w5 w6")
+    assert "question 2 is not valid utf-8 text: bytes" in err
+    code, out, _ = run(capsys, "predict", "--model", reader / "best", "--encoding", "gbk", "--question",
+                       gbk_question, "--context", gbk_context, "--json")
+    record = json.loads(out)
+    assert code == 0 and record["question"] == "where is 北京 ?"
+    assert context[record["start"]:record["end"]] == record["answer"] != ""
+    lines = tmp_path / "gbk.jsonl"
+    lines.write_bytes((json.dumps({"question": "where is 北京 ?", "context": context}, ensure_ascii=False) + "\n")
+                      .encode("gbk"))
+    code, out, _ = run(capsys, "predict", "--model", reader / "best", "--input", lines, "--encoding", "gbk", "--json")
+    assert code == 0 and json.loads(out)["question"] == "where is 北京 ?"
+    assert json.loads(out)["answer"] == record["answer"]
 
 
 def test_question_flags_on_a_classifier_are_refused(ws, capsys):
