@@ -69,6 +69,41 @@ def test_decoding_finds_the_best_span_over_all_windows(tokenizer, seed):
         assert decode(example, windows, logits, max_answer_length=30)["answer"] != ""  # no null without impossible
 
 
+@pytest.mark.parametrize("first, last, where", [
+    (10, 11, "at the end of window 0, inside window 1"),
+    (11, 13, "across the end of window 0: whole only in window 1"),
+    (16, 19, "from the first token of window 2 back into window 1: whole only in window 1"),
+    (28, 29, "past the first window's max_length: only in window 3"),
+])
+def test_answers_at_window_boundaries_are_decoded_to_their_characters(tokenizer, first, last, where):
+    """A 30-word context, max_length 16 and doc_stride 4: windows of context tokens [0, 12), [8, 20), [16, 28),
+    [24, 30). The logits point at the answer's first and last token wherever the window holds them (found here by
+    scanning the offsets, not through the labels), less strongly at the window's edge where it is cut: the answer
+    decoded is the whole one, at the characters of the context it came from."""
+    context = " ".join(f"w{k}" for k in range(30))
+    start = context.index(f"w{first}", 3 * first)
+    end = context.index(f"w{last}", 3 * last) + len(f"w{last}")
+    example = QAExample("x", "who", context)
+    windows = qa_windows([example], tokenizer, 16, 4, labels=False)
+    assert [(w.offsets[0][0], w.offsets[-1][1]) for w in windows] == [
+        (context.index("w0"), context.index("w11") + 3), (context.index("w8"), context.index("w19") + 3),
+        (context.index("w16"), context.index("w27") + 3), (context.index("w24"), len(context))]
+    logits = []
+    for window in windows:
+        s, e = np.full(len(window.input_ids), -5.0), np.full(len(window.input_ids), -5.0)
+        inside = [window.context_start + k for k, (a, b) in enumerate(window.offsets) if a < end and b > start]
+        if inside:
+            s[inside[0]] = 8.0 if window.offsets[inside[0] - window.context_start][0] == start else 6.0
+            e[inside[-1]] = 8.0 if window.offsets[inside[-1] - window.context_start][1] == end else 6.0
+        logits.append((s, e))
+    found = decode(example, windows, logits, max_answer_length=30)
+    assert (found["start"], found["end"]) == (start, end), where
+    assert found["answer"] == context[start:end] == " ".join(f"w{k}" for k in range(first, last + 1))
+    whole = [k for k, w in enumerate(windows) if w.offsets[0][0] <= start and end <= w.offsets[-1][1]]
+    assert found["window"] == whole[0]  # a window holding it whole (of two with the same logits, the first)
+    assert decode(example, windows, logits, max_answer_length=last - first)["answer"] != found["answer"]
+
+
 def test_spans_keep_end_after_start_and_within_the_length_limit(tokenizer):
     example = QAExample("x", "who", "w1 w2 w3 w4 w5")
     window = qa_windows([example], tokenizer, 20, 2, labels=False)[0]

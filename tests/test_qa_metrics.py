@@ -60,6 +60,34 @@ def test_cmrc_exact_match_f1_and_segments(prediction, reference, em, f1, segment
     assert mixed_segmentation(prediction, drop_punctuation=True) == segments
 
 
+def test_the_two_scripts_differ_where_their_rules_differ():
+    """Worked through both scripts by hand:
+    - "the Super Bowl 50" against "Super Bowl 50": SQuAD drops the article, so EM 1; CMRC keeps it, segments
+      the super bowl 50 against super bowl 50: LCS 3, precision 3/4, recall 1, F1 6/7, EM 0.
+    - "1963." against "1963": SQuAD drops ASCII punctuation, EM 1; CMRC's list has no ASCII ".", so it stays a
+      Treebank token of its own (1963 .): LCS 1, precision 1/2, recall 1, F1 2/3, EM 0.
+    - "、" against "。": CMRC drops both marks, so the texts are equal (EM 1) but there is no segment in common
+      (F1 0); SQuAD keeps both (not ASCII), EM 0 and F1 0.
+    """
+    cases = [("the Super Bowl 50", "Super Bowl 50", (1, 1.0), (0, 6 / 7)),
+             ("1963.", "1963", (1, 1.0), (0, 2 / 3)),
+             ("、", "。", (0, 0.0), (1, 0.0))]
+    for prediction, reference, squad, cmrc in cases:
+        assert (squad_exact_match(prediction, reference), squad_f1(prediction, reference)) == pytest.approx(squad)
+        assert (cmrc_exact_match(prediction, reference), cmrc_f1(prediction, reference)) == pytest.approx(cmrc)
+
+
+def test_exact_match_and_f1_take_their_best_reference_each():
+    """As the scripts do (metric_max_over_ground_truths, calc_em_score / calc_f1_score): each measure is the maximum
+    over the references on its own. "Denver Broncos defense" against ["Broncos", "the Denver Broncos"]: EM 0 with
+    both; F1 with "Broncos" 2 * (1/3 * 1) / (4/3) = 1/2, with "the Denver Broncos" (denver broncos) 2 * (2/3 * 1) /
+    (5/3) = 4/5, so F1 4/5. Two questions, the other answered exactly: EM 50, F1 (4/5 + 1) / 2 = 90."""
+    references = {"a": ["Broncos", "the Denver Broncos"], "b": ["Carolina Panthers"]}
+    scores = qa_scores({"a": "Denver Broncos defense", "b": "The Carolina Panthers!"}, references)
+    assert (scores["metric"], scores["exact_match"]) == ("squad", 50.0)
+    assert scores["f1"] == pytest.approx(90.0)
+
+
 def test_cmrc_f1_is_the_longest_common_substring_not_the_bag_of_characters():
     # "雨村城" shares three characters with "村雨城" but the longest run in order is one: F1 = 1/3, not 1
     assert cmrc_f1("雨村城", "村雨城") == pytest.approx(1 / 3)
