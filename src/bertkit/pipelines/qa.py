@@ -26,6 +26,7 @@ from bertkit.data.qa import QAExample, QAWindow, qa_windows
 from bertkit.data.quality import DataReport, check_tokenizer_fits, count_unknown
 from bertkit.data.sources import resolve_model
 from bertkit.data.task_kinds import get_task
+from bertkit.inference.batching import collate
 from bertkit.inference.qa import answer_windows
 from bertkit.models.bert.configuration import BertConfig
 from bertkit.models.bert.heads import BertForQuestionAnswering
@@ -49,18 +50,10 @@ class WindowCollator:
     def __call__(self, windows: Sequence[QAWindow], seeds: Sequence[int] | None = None) -> dict[str, torch.Tensor]:
         if not windows:
             raise ValueError("cannot collate an empty batch")
-        B, T = len(windows), max(len(w.input_ids) for w in windows)
-        batch = {"input_ids": torch.full((B, T), self.pad_token_id, dtype=torch.long),
-                 "token_type_ids": torch.zeros((B, T), dtype=torch.long),
-                 "attention_mask": torch.zeros((B, T), dtype=torch.long)}
-        for j, w in enumerate(windows):
-            n = len(w.input_ids)
-            batch["input_ids"][j, :n] = torch.tensor(w.input_ids)
-            batch["token_type_ids"][j, :n] = torch.tensor(w.token_type_ids)
-            batch["attention_mask"][j, :n] = 1
-        batch["start_positions"] = torch.tensor([w.start_position for w in windows])
-        batch["end_positions"] = torch.tensor([w.end_position for w in windows])
-        return batch
+        input_ids, attention_mask, token_type_ids = collate(windows, self.pad_token_id)  # as inference pads
+        return {"input_ids": input_ids, "token_type_ids": token_type_ids, "attention_mask": attention_mask,
+                "start_positions": torch.tensor([w.start_position for w in windows]),
+                "end_positions": torch.tensor([w.end_position for w in windows])}
 
 
 def score_answers(answers: Sequence[dict[str, Any]], examples: Sequence[QAExample]) -> dict[str, float]:
