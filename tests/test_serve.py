@@ -20,7 +20,11 @@ from bertkit.inference import encode, predict
 from bertkit.inference.loading import load_text_model
 from bertkit.inference.serving import ServedModel, ServerSettings, create_app, declared_pooling
 from bertkit.models.bert.configuration import BertConfig
-from bertkit.models.bert.heads import BertForSequenceClassification, BertForTokenClassification
+from bertkit.models.bert.heads import (
+    BertForQuestionAnswering,
+    BertForSequenceClassification,
+    BertForTokenClassification,
+)
 from bertkit.models.bert.modeling import BertModel
 from bertkit.models.gpt.configuration import GPT2Config
 from bertkit.models.gpt.modeling import GPT2LMHeadModel
@@ -190,6 +194,7 @@ def test_tokenize_openai_info_health_metrics(embedder, encoder_dir):
     assert (info["max_input_length"], info["max_client_batch_size"], info["max_batch_tokens"],
             info["payload_limit"]) == (16, 8, 64, 4000)
 
+    embedder.post("/embed", {"inputs": "good"})  # one of each, whichever tests ran on this server before
     embedder.post("/embed", {"inputs": []})
     status, text = embedder.get("/metrics")
     text = text.decode()
@@ -358,6 +363,17 @@ def test_unservable_models_and_bad_flags_are_refused(tmp_path, encoder_dir, caps
     with pytest.raises(SystemExit):
         main(["serve", str(encoder_dir), "--max-client-batch-size", "0"])
     assert "--max-client-batch-size: must be at least 1" in capsys.readouterr().err
+
+
+def test_a_question_answering_model_is_not_served(tmp_path, capsys):
+    reader = save(BertForQuestionAnswering(BertConfig(**TINY)), tmp_path / "reader")
+    assert main(["serve", str(reader), "--port", "0"]) == 2  # refused before it listens or loads
+    err = capsys.readouterr().err.strip()
+    assert err == (f"bertkit serve: error: {reader} is a question-answering model (BertForQuestionAnswering), which "
+                   "bertkit serve does not serve (it serves sentence vectors, classifiers and NER taggers); answer "
+                   f"questions with bertkit predict --model {reader} --question Q --context C")
+    with pytest.raises(ValueError, match="is a question-answering model .* which bertkit serve does not serve"):
+        ServedModel.load(reader)
 
 
 def test_command_line_defaults_are_the_servers():

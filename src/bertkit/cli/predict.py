@@ -16,7 +16,8 @@ def _add_inference_options(p: argparse.ArgumentParser) -> None:
                    help=MODEL_HELP + "; e.g. OUT/best of `bertkit finetune`")
     p.add_argument("--batch-size", type=integer(1), default=32, help="texts per batch; batches are sorted by length "
                                                                    "(default: 32)")
-    p.add_argument("--max-length", type=integer(2), help="tokens per text at most (default: the model's positions)")
+    p.add_argument("--max-length", type=integer(2), help="tokens per text at most; question answering: per window "
+                                                        "(default: the model's positions; as fine-tuned for QA)")
     p.add_argument("--no-truncation", action="store_true", help="refuse a text that is too long (default: cut "
                                                                           "it, with a warning)")
     p.add_argument("--dtype", default="fp32", choices=["fp32", "bf16", "int8"],
@@ -38,6 +39,17 @@ def _add_predict(sub: argparse._SubParsersAction) -> None:
                    help="the second text of a pair: once for every text, or once per text (default: single texts)")
     p.add_argument("--json", action="store_true", help="machine output: one JSON object per input, JSON Lines "
                                                          "(default: lines for people)")
+    p.add_argument("--question", action="append", metavar="TEXT",
+                   help="question answering: a question (repeat for more); with a QA model, --input is a JSON Lines "
+                        "file of {\"question\", \"context\"} objects (default: none)")
+    p.add_argument("--context", action="append", metavar="TEXT",
+                   help="question answering: the text holding the answer: once for every question, or once per "
+                        "question (default: none)")
+    p.add_argument("--picture", metavar="FILE.png",
+                   help="question answering: draw p(start) and p(end) over the context's tokens for one question "
+                        "(PNG/SVG) (default: no picture)")
+    p.add_argument("--overwrite", action="store_true", help="replace the --picture file if it exists (default: "
+                                                            "refuse)")
     _add_inference_options(p)
 
 
@@ -45,8 +57,8 @@ def _add_evaluate(sub: argparse._SubParsersAction) -> None:
     p = add_command(sub, "evaluate", _cmd_evaluate, epilog="files:\n" + FILE_FORMATS,
                     formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--data", required=True, metavar="FILE|NAME",
-                   help=f"a named dataset ({', '.join(DATASETS)}), or a TSV/CSV/JSONL (classification) or CoNLL "
-                        "(NER) file")
+                   help=f"a named dataset ({', '.join(DATASETS)}), or a TSV/CSV/JSONL (classification), CoNLL "
+                        "(NER) or SQuAD-format JSON (question answering) file")
     p.add_argument("--split", default="test", help="the named dataset's split (default: test)")
     p.add_argument("--json", action="store_true", help="machine output: the scores as one JSON object "
                                                          "(default: a table for people)")
@@ -108,11 +120,12 @@ def _kept(chunks, kept: collections.deque):
 
 
 def _cmd_predict(args: argparse.Namespace) -> int:
-    """labels and probabilities, or NER spans, from a fine-tuned model
+    """labels and probabilities, NER spans or answers from a fine-tuned model
 
-    Classify texts (or text pairs), or tag their entities, with a fine-tuned model. NER spans are character
-    offsets [start, end) into each text. With an image classifier (bertkit vision-train), give image files
-    instead of texts. A file (--input) is read and answered as a stream, a chunk of lines at a time.
+    Classify texts (or text pairs), tag their entities, or answer questions with a fine-tuned model. NER spans
+    and answers are character offsets [start, end) into each text (context). With an image classifier (bertkit
+    vision-train), give image files instead of texts. A file (--input) of texts is read and answered as a
+    stream, a chunk of lines at a time.
     """
     import json
 
@@ -124,6 +137,12 @@ def _cmd_predict(args: argparse.Namespace) -> int:
         from bertkit.cli.vision import predict_images
 
         return predict_images(args, path)
+    if family.holds_head(path, "qa"):
+        return _predict_answers(args, path)
+    for flag, value in (("--question", args.question), ("--context", args.context), ("--picture", args.picture)):
+        if value:
+            raise UserError(f"{flag} is for question-answering models; {args.model} is not one (fine-tune one with "
+                            "bertkit finetune --task qa)")
     given = command_line_texts(args.pair, args.encoding, "--pair") if args.pair else None
     chunks, total = _text_inputs(args, count=bool(given and len(given) > 1))
     model, tokenizer = load_text_model(path, "predict")
@@ -154,11 +173,72 @@ def _cmd_predict(args: argparse.Namespace) -> int:
     return 0
 
 
-def _cmd_evaluate(args: argparse.Namespace) -> int:
-    """score a fine-tuned model on labelled data: accuracy/macro-F1 or entity F1
+def _question_inputs(args: argparse.Namespace) -> tuple[list[str] | None, list[str], list[str]]:
+    """(ids or None, questions, contexts) from --question/--context or a JSON Lines --input."""
+    from bertkit.pipelines.predict import read_questions
 
-    Score a classifier (accuracy, macro-F1) or an NER tagger (entity precision, recall, F1) on a named
-    dataset's split or on your file.
+    if args.texts or args.pair:
+        raise UserError("a question-answering model reads --question and --context (or --input FILE.jsonl), not "
+                        "TEXT arguments or --pair")
+    if args.input:
+        if args.question or args.context:
+            raise UserError("give questions with --question/--context or in --input FILE.jsonl, not both")
+        return read_questions(args.input, encoding=args.encoding)
+    if not args.question or not args.context:
+        raise UserError("give --question TEXT and --context TEXT (or --input FILE.jsonl with one {\"question\", "
+                        "\"context\"} object per line)")
+    questions = command_line_texts(args.question, args.encoding, "question")
+    contexts = command_line_texts(args.context, args.encoding, "context")
+    if len(contexts) not in (1, len(questions)):
+        raise UserError(f"{len(contexts)} --context for {len(questions)} --question: give one context for all, or "
+                        "one per question")
+    return None, questions, contexts * len(questions) if len(contexts) == 1 else contexts
+
+
+def _predict_answers(args: argparse.Namespace, path) -> int:
+    """`predict` with an extractive QA model: the answer, its score and its character offsets per question."""
+    import json
+
+    from bertkit.inference.loading import load_text_model
+    from bertkit.inference.qa import answer_questions, explain_answer
+
+    if args.picture:  # before any work: a refused output costs nothing
+        from bertkit.pipelines.run_directory import check_output_file
+
+        check_output_file(args.picture, args.overwrite, flag="--picture", suffixes=(".png", ".svg"),
+                          inputs=[("--input", args.input)] if args.input else ())
+    ids, questions, contexts = _question_inputs(args)
+    if args.picture and len(questions) != 1:
+        raise UserError(f"--picture draws one question's answer; {len(questions)} questions were given")
+    model, tokenizer = load_text_model(path, "predict")
+    results = answer_questions(model, tokenizer, questions, contexts, batch_size=args.batch_size,
+                               max_length=args.max_length, progress=None, dtype=args.dtype)
+    for n, (question, result) in enumerate(zip(questions, results)):
+        if args.json:
+            record = {**({"id": ids[n]} if ids else {}), "question": question, **result}
+            print(json.dumps(record, ensure_ascii=False))
+        elif result["start"] is None:
+            print(f"(no answer)  {result['score']:.3f}  {shorten(question, 50)}")
+        else:
+            print(f"{result['answer']}  {result['score']:.3f}  {result['start']}:{result['end']}  "
+                  f"{shorten(question, 50)}")
+    if args.picture:
+        from bertkit.pictures import figures
+
+        shown = explain_answer(model, tokenizer, questions[0], contexts[0], max_length=args.max_length)
+        title = shorten(questions[0], 60) + f"  →  {shown['answer'] or '(no answer)'}"
+        fig = figures.answer_probabilities(shown["pieces"], shown["start_probabilities"], shown["end_probabilities"],
+                                           shown["first"], shown["last"], title=title)
+        print(f"wrote {figures.save_figure(fig, args.picture)}")
+    return 0
+
+
+def _cmd_evaluate(args: argparse.Namespace) -> int:
+    """score a fine-tuned model on labelled data: accuracy/macro-F1, entity F1, or exact match/F1
+
+    Score a classifier (accuracy, macro-F1), an NER tagger (entity precision, recall, F1) or a reader
+    (extractive QA: exact match and F1 as SQuAD's evaluation script computes them for English, CMRC 2018's
+    for Chinese) on a named dataset's split or on your file.
     """
     import json
 
@@ -178,6 +258,11 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
         print(json.dumps(scores, ensure_ascii=False))
         return 0
     where = f"{args.data} ({scores['split']})" if named else args.data
+    if scores["task"] == "qa":
+        metric = "SQuAD v1.1's" if scores["metric"] == "squad" else "CMRC 2018's"
+        print(f"{where}: {scores['examples']:,} questions ({metric} exact match and F1)")
+        print(f"exact match  {scores['exact_match']:.2f}\nF1           {scores['f1']:.2f}")
+        return 0
     if scores["task"] == "classification":
         print(f"{where}: {scores['examples']:,} examples")
         print(f"accuracy   {scores['accuracy']:.4f}\nmacro-F1   {scores['macro_f1']:.4f}")

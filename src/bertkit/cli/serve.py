@@ -72,9 +72,11 @@ def _cmd_serve(args: argparse.Namespace) -> int:
 
     from bertkit.inference.batching import TruncationWarning
     from bertkit.inference.loading import model_family
-    from bertkit.inference.serving.model import declared_pooling, default_threads
+    from bertkit.inference.serving.model import declared_pooling, default_threads, qa_not_served
 
     path, family = model_family(args.model, "serve")  # a family the server cannot serve: refused in one line
+    if family.holds_head(path, "qa"):
+        raise UserError(qa_not_served(args.model))
     positions = getattr(family.load_config(path), "max_position_embeddings", 0)
     if args.max_batch_tokens < positions:
         raise UserError(f"--max-batch-tokens {args.max_batch_tokens} is less than the model's {positions} positions:"

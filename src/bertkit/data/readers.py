@@ -44,15 +44,16 @@ class DataWarning(UserWarning):
     """Lines or rows of a data file were skipped; the message counts them and names the first few."""
 
 
-class _Skips:
-    """Collects skipped units per reason and reports them in one warning."""
+class Skips:
+    """Collects skipped lines (or rows, sentences, questions) per reason and reports them in one warning that names
+    the first few by `name` ("line 3", "lines 3, 5", "id q7")."""
 
-    def __init__(self, path: str | Path, unit: str = "line"):
-        self.path, self.unit = path, unit
-        self.lines: dict[str, list[int]] = {}
+    def __init__(self, path: str | Path, unit: str = "line", name: str = "line"):
+        self.path, self.unit, self.name = path, unit, name
+        self.lines: dict[str, list[int | str]] = {}
 
-    def add(self, reason: str, lineno: int) -> None:
-        self.lines.setdefault(reason, []).append(lineno)
+    def add(self, reason: str, where: int | str) -> None:
+        self.lines.setdefault(reason, []).append(where)
 
     def warn(self, kept: int) -> None:
         if not self.lines:
@@ -61,9 +62,12 @@ class _Skips:
         parts = []
         for reason, numbers in self.lines.items():
             shown = ", ".join(map(str, numbers[:5])) + (f" and {len(numbers) - 5} more" if len(numbers) > 5 else "")
-            parts.append(f"{reason} ({'line' if len(numbers) == 1 else 'lines'} {shown})")
+            parts.append(f"{reason} ({self.name}{'' if len(numbers) == 1 else 's'} {shown})")
         warnings.warn(f"{self.path}: skipped {count} {self.unit}{'s' if count != 1 else ''}, kept {kept}: "
                       + "; ".join(parts), DataWarning, stacklevel=3)
+
+    def __bool__(self) -> bool:
+        return bool(self.lines)
 
 
 class NotTextError(ValueError):
@@ -127,7 +131,7 @@ def _trim_trailing_blank(lines: list[tuple[int, str | None]]) -> list[tuple[int,
     return lines
 
 
-def _usable_lines(path: str | Path, encoding: str, skips: _Skips, blank: str) -> Iterator[tuple[int, str]]:
+def _usable_lines(path: str | Path, encoding: str, skips: Skips, blank: str) -> Iterator[tuple[int, str]]:
     """(line number, text) of the lines that decode and hold text; the others go to `skips` (blank ones under the
     reason `blank`), except blank lines at the very end, an editor habit rather than a skipped row."""
     for number, text in _trim_trailing_blank(decoded_lines(path, encoding)):
@@ -139,7 +143,7 @@ def _usable_lines(path: str | Path, encoding: str, skips: _Skips, blank: str) ->
             yield number, text
 
 
-def _rows(path: Path, fmt: str, encoding: str, skips: _Skips) -> list[tuple[int, list[str]]]:
+def _rows(path: Path, fmt: str, encoding: str, skips: Skips) -> list[tuple[int, list[str]]]:
     """Split a TSV/CSV file into (line number, cells); blank and undecodable lines go to `skips`."""
     good = list(_usable_lines(path, encoding, skips, "empty row"))
     if fmt == "tsv":  # no quoting in TSV: a quote character is part of the text
@@ -186,7 +190,7 @@ def read_classification_file(path: str | Path, *, format: str | None = None, hea
     fmt = (format or {".csv": "csv", ".jsonl": "jsonl", ".json": "jsonl"}.get(path.suffix.lower(), "tsv")).lower()
     if fmt not in ("tsv", "csv", "jsonl"):
         raise ValueError(f"unknown format {format!r} for {path}; use 'tsv', 'csv' or 'jsonl'")
-    skips = _Skips(path, "row")
+    skips = Skips(path, "row")
     examples: list[TextExample] = []
 
     def add(number: int, text: object, pair: object, label: object) -> None:
@@ -252,7 +256,7 @@ def read_conll(path: str | Path, *, encoding: str = "utf-8") -> list[TokenExampl
     """Read CoNLL-style token tagging: `token ... tag` per line (first and last column), blank line between
     sentences, `-DOCSTART-` lines ignored. A sentence with an unusable line is skipped as a whole; a file
     mixing BIO's I- tags with BMES's M- tags is an error naming the first line of each."""
-    skips = _Skips(path, "sentence")
+    skips = Skips(path, "sentence")
     examples: list[TokenExample] = []
     tokens: list[str] = []
     tags: list[str] = []
@@ -303,7 +307,7 @@ def read_conll(path: str | Path, *, encoding: str = "utf-8") -> list[TokenExampl
 
 def read_parallel(path: str | Path, *, encoding: str = "utf-8") -> list[tuple[str, str]]:
     """Read a parallel corpus: `source<TAB>target` per line; unusable lines are skipped and counted."""
-    skips = _Skips(path)
+    skips = Skips(path)
     pairs: list[tuple[str, str]] = []
     for number, line in _usable_lines(path, encoding, skips, "empty line"):
         if len(cells := line.split("\t")) != 2:

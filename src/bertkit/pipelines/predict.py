@@ -1,5 +1,6 @@
 """What `bertkit predict`, `encode` and `evaluate` do around `bertkit.inference`: load a model directory,
-read input files, and score a fine-tuned model on labelled data (a named source or the user's file).
+read input files, and score a fine-tuned model on labelled data (a named source or the user's file): a
+classifier's accuracy, a tagger's entity F1, a reader's exact match and F1 (extractive QA).
 
     model, tokenizer = load_text_model(DIR)    # bertkit.inference.loading: the class config.json names
     evaluate(model, tokenizer, "inews", split="test")
@@ -8,13 +9,14 @@ read input files, and score a fine-tuned model on labelled data (a named source 
 
 from __future__ import annotations
 
+import json
 import os
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from bertkit.data.readers import DataWarning, TextExample, TokenExample, iter_decoded_lines
+from bertkit.data.readers import DataWarning, Skips, TextExample, TokenExample, iter_decoded_lines
 from bertkit.data.task_kinds import task_of_model
 from bertkit.inference import batching, label_names, predict, tag_words
 from bertkit.inference.loading import load_text_model
@@ -106,6 +108,46 @@ def read_inputs(path: str | os.PathLike, encoding: str = "utf-8") -> tuple[list[
     return texts, pairs if any(pair is not None for pair in pairs) else None
 
 
+def read_questions(path: str | os.PathLike, encoding: str = "utf-8") -> tuple[list[str], list[str], list[str]]:
+    """(ids, questions, contexts) of a JSON Lines file of {"question": ..., "context": ...} objects (an "id" is
+    kept; the line number stands in for a missing one). Lines that are not such an object, or whose question or
+    context is empty, are skipped and counted in one DataWarning; a file with none is an error."""
+    path = Path(path)
+    if path.is_dir():
+        raise ValueError(f"input file {path} is a directory; give a JSON Lines file of {{\"question\", \"context\"}}")
+    if not path.is_file():
+        raise FileNotFoundError(f"input file {path} does not exist")
+    ids: list[str] = []
+    questions: list[str] = []
+    contexts: list[str] = []
+    skips = Skips(path)
+    for number, line in iter_decoded_lines(path, encoding):
+        if line is None or not line.strip():
+            skips.add("undecodable bytes" if line is None else "blank", number)
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            record = None
+        if not isinstance(record, dict):
+            skips.add("not a JSON object", number)
+            continue
+        question, context = record.get("question"), record.get("context")
+        if not isinstance(question, str) or not question.strip():
+            skips.add("no question", number)
+        elif not isinstance(context, str) or not context.strip():
+            skips.add("no context", number)
+        else:
+            ids.append(str(record.get("id", number)))
+            questions.append(question.strip())
+            contexts.append(context)
+    skips.warn(len(questions))
+    if not questions:
+        raise ValueError(f"input file {path} has no question with a context: give one JSON object per line, "
+                         '{"question": ..., "context": ...}')
+    return ids, questions, contexts
+
+
 # ---- evaluation ----------------------------------------------------------------------------------
 
 def _scheme(labels: list[str]) -> str:
@@ -127,6 +169,11 @@ def evaluate(model: Any, tokenizer: Any, data: str, split: str = "test", batch_s
     """Accuracy and macro-F1 of a classifier, or entity P/R/F1 of a tagger, on `data` (source name or file, read
     as `encoding`); `dtype` runs a converted copy of the model (bertkit.inference.precision)."""
     task = task_of_model(model, "evaluate")
+    if task.spans:
+        examples = task.read(data, split, "to evaluate on", encoding=encoding)
+        return {"task": task.family, "data": data, "examples": len(examples),
+                **_evaluate_qa(model, tokenizer, examples, batch_size=batch_size, max_length=max_length,
+                               progress=progress, dtype=dtype)}
     labels = label_names(model)
     examples = task.read(data, split, "to evaluate on", scheme=_scheme(labels), encoding=encoding)
     result: dict[str, Any] = {"task": task.family, "data": data, "examples": len(examples)}
@@ -162,3 +209,15 @@ def _evaluate_ner(model: Any, tokenizer: Any, examples: list[TokenExample], labe
     scores = metrics.entity_scores(gold, predicted, by_type=True)
     return {key: scores[key] for key in ("precision", "recall", "f1", "num_true", "num_pred", "num_correct",
                                          "by_type")}
+
+
+def _evaluate_qa(model: Any, tokenizer: Any, examples: list, **options: Any) -> dict[str, Any]:
+    """Exact match and F1 (the official scripts': SQuAD's for English, CMRC 2018's for Chinese) of a QA model."""
+    from bertkit.inference.qa import answer_examples
+    from bertkit.training.qa_metrics import qa_scores
+
+    answers = answer_examples(model, tokenizer, examples, **options)
+    scores = qa_scores({e.id: a["answer"] for e, a in zip(examples, answers)},
+                       {e.id: [answer.text for answer in e.answers] for e in examples})
+    return {"exact_match": scores["exact_match"], "f1": scores["f1"], "metric": scores["metric"],
+            "unanswerable": sum(e.is_impossible for e in examples)}

@@ -48,6 +48,14 @@ TASKS = ("embedding", "classifier", "ner")
 _UNIEM_POOLING = {"last_mean": "mean", "first_last_mean": None, "cls": "cls", "last_cls": "cls"}
 
 
+def qa_not_served(spec: str | os.PathLike) -> str:
+    """Why a question-answering model is refused: a reader's answer is a span over windows of a question and its
+    context, which no TEI route asks for."""
+    return (f"{spec} is a question-answering model (BertForQuestionAnswering), which bertkit serve does not serve "
+            "(it serves sentence vectors, classifiers and NER taggers); answer questions with bertkit predict "
+            f"--model {spec} --question Q --context C")
+
+
 def default_threads() -> int:
     """The torch threads a server gives its model: one fewer than torch would use (its default is one per core), at
     least one. The event loop that reads requests and writes answers then has a core of its own; with a thread per
@@ -93,8 +101,8 @@ class ServedModel:
     def load(cls, spec: str | os.PathLike, dtype: str = "fp32", pooling: str | None = None,
              name: str | None = None) -> ServedModel:
         """The model of a directory or built-in name, for `bertkit serve` (`name`: how /info names it, default
-        `spec`); a family the server cannot serve, a model that reads images, or an unknown pooling is a clear
-        error."""
+        `spec`); a family the server cannot serve, a model that reads images, a question-answering model, or an
+        unknown pooling is a clear error."""
         if pooling is not None and pooling not in POOLINGS:
             raise ValueError(f"pooling must be one of {POOLINGS}, not {pooling!r}")
         model, tokenizer = load_text_model(spec, "serve")
@@ -103,6 +111,8 @@ class ServedModel:
         except ValueError:  # not a fine-tuned head: its encoder makes sentence vectors
             task, model, labels = "embedding", _encoder(model), []
         else:
+            if kind.spans:
+                raise ValueError(qa_not_served(spec))
             task, labels = ("ner" if kind.token_level else "classifier"), label_names(model)
         max_length, _ = _limit(model, None)
         model = for_inference(model, dtype).eval()

@@ -9,6 +9,7 @@ from bertkit.models.configuration import ConfigError, EncoderConfig, LabelsMixin
 
 # A pre-LN BERT's config.json says this, not "bert", so that transformers' AutoModel refuses it.
 PRE_LN_MODEL_TYPE = "bertkit-bert-pre-ln"
+QA_KEYS = ("max_length", "doc_stride", "max_answer_length", "impossible")
 
 
 @dataclass
@@ -39,6 +40,9 @@ class BertConfig(EncoderConfig, LabelsMixin):
     # "label_words": [a word per label, in id order], "label_word_ids": [[token id per [MASK]], ...],
     # "mask_token_id": id}. The weights are BertForMaskedLM's; this says how to read a class off them.
     prompt: dict[str, Any] | None = None
+    # Extractive QA (BertForQuestionAnswering): how it was fine-tuned to read questions, so that predictions read
+    # them the same way: {"max_length", "doc_stride", "max_answer_length", "impossible"} (bertkit.inference.qa).
+    qa: dict[str, Any] | None = None
 
     def validate(self) -> None:
         """Raise ConfigError naming the first value no model can be built from."""
@@ -52,6 +56,8 @@ class BertConfig(EncoderConfig, LabelsMixin):
         self.check_labels()
         if self.prompt is not None:
             self._validate_prompt()
+        if self.qa is not None and (not isinstance(self.qa, dict) or not set(self.qa) <= set(QA_KEYS)):
+            raise ConfigError(f"qa must be a dict with some of the keys {', '.join(QA_KEYS)}, got {self.qa!r}")
 
     def _validate_prompt(self) -> None:
         prompt = self.prompt
@@ -78,7 +84,7 @@ class BertConfig(EncoderConfig, LabelsMixin):
 
     def to_dict(self) -> dict[str, Any]:
         out = super().to_dict()
-        for optional in ("embedding_size", "classifier_dropout", "prompt"):
+        for optional in ("embedding_size", "classifier_dropout", "prompt", "qa"):
             if out[optional] is None:
                 del out[optional]
         for option, default in (("share_layers", False), ("normalize_before", False), ("use_bias", True)):
@@ -103,6 +109,8 @@ class BertConfig(EncoderConfig, LabelsMixin):
             rows.append(("albert", f"embedding_size {self.embedding_size}  share_layers {self.share_layers}"))
         if self.id2label:
             rows.append(("labels", ", ".join(self.id2label[i] for i in sorted(self.id2label))))
+        if self.qa:
+            rows.append(("qa", "  ".join(f"{key} {value}" for key, value in self.qa.items())))
         if self.prompt:
             rows.append(("prompt", f"{self.prompt['template']}  label words {', '.join(self.prompt['label_words'])}"))
         return rows
