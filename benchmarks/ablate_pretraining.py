@@ -51,7 +51,7 @@ LEVERS: list[tuple[str, list[dict]]] = [
     ("dropout off", [dict(dropout=0.1)]),
     ("dynamic masking", [dict(masking="static")]),
     ("sentence objective", [dict(objective="mlm"), dict(objective="mlm+sop")]),
-    ("masking rate", [dict(mlm_probability=0.3)]),
+    ("masking rate", [dict(mlm_probability=0.15)]),
     ("pre-LN", [dict(normalize_before=True)]),
     ("biases off", [dict(use_bias=False)]),
     ("schedule", [dict(lr_schedule="cosine")]),

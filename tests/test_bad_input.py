@@ -700,3 +700,24 @@ def test_predicting_with_an_encoder_points_to_encode_not_to_python(ws, tmp_path,
     BertTokenizer.from_pretrained(ws / "classifier").save_pretrained(tmp_path / "encoder")
     err = refused(capsys, "predict", "--model", tmp_path / "encoder", "张三")
     assert "(bertkit encode)" in err and "()" not in err
+
+
+# ---- 13. a second sample, tried as a new user would -----------------------------------------------
+
+def test_an_output_where_no_file_can_be_written_names_the_file_asked_for(ws, tmp_path, capsys):
+    assert run(capsys, "encode", "--model", ws / "classifier", "张三", "--out", tmp_path / "new" / "v.npy")[0] == 0
+    err = refused(capsys, "encode", "--model", ws / "classifier", "张三", "--out", "/proc/v.npy")
+    assert err.endswith("/proc/v.npy: cannot write a file there (No such file or directory)") and ".tmp" not in err
+
+
+def test_an_unclosed_csv_quote_is_named_not_read_as_a_label(ws, tmp_path, capsys):
+    (tmp_path / "broken.csv").write_text('张三,"好\n北京,差\n', encoding="utf-8")
+    argv = finetune_argv(ws, tmp_path, "--max-steps", "1")
+    argv[argv.index("--train") + 1] = tmp_path / "broken.csv"
+    code, _, err = run(capsys, "finetune", *argv)
+    assert code == 2 and "label runs over several lines (an unclosed quote?) (line 1)" in err
+
+
+def test_a_label_budget_smaller_than_the_classes_is_refused(ws, tmp_path, capsys):
+    argv = finetune_argv(ws, tmp_path, "--max-steps", "1", "--max-train-examples", "1")
+    assert "--max-train-examples 1 is fewer than the training data's 2 classes" in refused(capsys, "finetune", *argv)

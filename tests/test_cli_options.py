@@ -137,7 +137,7 @@ MODEL_COMMANDS = [
     ["predict", "--model", "nope", "text"], ["evaluate", "--model", "nope", "--data", "inews"],
     ["encode", "--model", "nope", "text"], ["attention", "--model", "nope", "text"],
     ["explain", "attention", "--model", "nope"], ["info", "nope"], ["translate", "--model", "nope", "text"],
-    ["generate", "--model", "nope", "text"],
+    ["generate", "--model", "nope", "text"], ["serve", "nope"],
     ["finetune", "--task", "classify", "--model", "nope", "--train", "inews", "--out", "unused"],
 ]
 

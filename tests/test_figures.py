@@ -218,3 +218,23 @@ def test_training_curves_errors(tmp_path):
         figures.training_curves([])
     with pytest.raises(ValueError, match="nothing to plot"):
         figures.training_curves([{"step": 1, "seconds": 2.0}])
+
+
+def test_answer_probabilities_draw_a_bar_per_token_and_the_answer_in_orange(tmp_path):
+    pieces = ["[CLS]", *"黑豹队的防守丢了", "308", "分", "。"]
+    rng = np.random.default_rng(0)
+    p_start, p_end = rng.dirichlet(np.ones(len(pieces))), rng.dirichlet(np.ones(len(pieces)))
+    fig = figures.answer_probabilities(pieces, p_start, p_end, first=9, last=10, title="丢了多少分？")
+    top, bottom = fig.axes
+    assert [round(bar.get_height(), 6) for bar in top.patches] == [round(p, 6) for p in p_start]
+    assert [round(bar.get_height(), 6) for bar in bottom.patches] == [round(p, 6) for p in p_end]
+    orange = [k for k, bar in enumerate(top.patches) if bar.get_facecolor() == matplotlib.colors.to_rgba("tab:orange")]
+    assert orange == [9, 10]
+    assert [label.get_text() for label in bottom.get_xticklabels()] == pieces
+    assert_real_picture(figures.save_figure(fig, tmp_path / "answer.png"))
+    long = [f"t{k}" for k in range(300)]
+    fig = figures.answer_probabilities(long, np.full(300, 1 / 300), np.full(300, 1 / 300), 250, 252, max_pieces=80)
+    labels = [label.get_text() for label in fig.axes[1].get_xticklabels()]
+    assert len(labels) == 80 and "t251" in labels and "tokens 212-291 of 300" in fig.axes[0].get_title()
+    with pytest.raises(ValueError, match="3 pieces but 2 start and 3 end probabilities"):
+        figures.answer_probabilities(["a", "b", "c"], [0.5, 0.5], [0.2, 0.3, 0.5])

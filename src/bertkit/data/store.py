@@ -40,7 +40,7 @@ import numpy as np
 
 from bertkit.data import corpus_stream
 from bertkit.data.corpus_stream import CorpusInput, Tokenized, corpus_inputs
-from bertkit.data.readers import NotTextError, _Skips
+from bertkit.data.readers import NotTextError, Skips
 from bertkit.data.sources import home
 from bertkit.utils.atomic import atomic_write_text, fsync_directory
 
@@ -346,7 +346,7 @@ class _FileCounts:
 
     def __init__(self, name: str, documents_before: int = 0) -> None:
         self.name, self.documents_before, self.lines = name, documents_before, 0
-        self.skips = _Skips(name)
+        self.skips = Skips(name)
 
     def add(self, part: Tokenized) -> None:
         self.lines += part.lines

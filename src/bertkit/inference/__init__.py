@@ -21,6 +21,7 @@ inputs drawn to a terminal (`progress=None`).
 """
 
 from bertkit.inference.batching import (
+    CHUNK_TEXTS,
     PROGRESS_MIN_TEXTS,
     EmptyTextWarning,
     EncodedText,
@@ -29,15 +30,16 @@ from bertkit.inference.batching import (
     TruncationWarning,
     check_texts,
     collate,
+    in_chunks,
     run_sorted,
     show_progress,
     sorted_batches,
     tokenize,
 )
-from bertkit.inference.encode import POOLINGS, encode, pool
-from bertkit.inference.predict import entity_spans, label_names, predict, prompt_rows, tag_words
+from bertkit.inference.encode import POOLINGS, encode, encode_stream, pool
+from bertkit.inference.predict import entity_spans, label_names, predict, predict_stream, prompt_rows, tag_words
 
-__all__ = ["POOLINGS", "PROGRESS_MIN_TEXTS", "EmptyTextWarning", "EncodedText", "InputTooLongError",
-           "NonFiniteOutputError", "TruncationWarning", "check_texts", "collate", "encode", "entity_spans",
-           "label_names", "pool", "predict", "prompt_rows", "run_sorted", "show_progress", "sorted_batches",
-           "tag_words", "tokenize"]
+__all__ = ["CHUNK_TEXTS", "POOLINGS", "PROGRESS_MIN_TEXTS", "EmptyTextWarning", "EncodedText", "InputTooLongError",
+           "NonFiniteOutputError", "TruncationWarning", "check_texts", "collate", "encode", "encode_stream",
+           "entity_spans", "in_chunks", "label_names", "pool", "predict", "predict_stream", "prompt_rows",
+           "run_sorted", "show_progress", "sorted_batches", "tag_words", "tokenize"]

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import sys
 import warnings
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -22,6 +22,7 @@ from torch import Tensor, nn
 from tqdm.auto import tqdm
 
 PROGRESS_MIN_TEXTS = 1000  # progress=None: fewer texts than this finish before a progress bar would tell anything
+CHUNK_TEXTS = 16_384  # texts tokenized, sorted by length and run together: memory stays bounded for any number
 
 
 class TruncationWarning(UserWarning):
@@ -39,6 +40,39 @@ class InputTooLongError(ValueError):
 class NonFiniteOutputError(ValueError, FloatingPointError):
     """The model's output for a text holds NaN or infinite values: no prediction is made from it (a trainer
     evaluating a diverging model catches it as the FloatingPointError it is)."""
+
+
+@dataclass
+class InputFindings:
+    """What a run over texts found that makes its results mean less: texts that are empty and texts cut to fit,
+    by their index among all texts of the run. A run over many chunks says each kind once, after the last chunk."""
+
+    name: str = "texts"
+    total: int = 0                                              # texts seen so far (the next chunk's first index)
+    empty: list[int] = field(default_factory=list)
+    cut: list[tuple[int, int]] = field(default_factory=list)   # (index, tokens before cutting)
+    limit_name: str = ""
+    max_length: int = 0
+
+    def warn(self, stacklevel: int = 3) -> None:
+        if self.empty:
+            verb = "are" if len(self.empty) > 1 else "is"
+            warnings.warn(f"{len(self.empty):,} of {self.total:,} {self.name} {verb} empty or only white space (the "
+                          f"first is {self.name}[{self.empty[0]}]): with no tokens, each gets what [CLS] [SEP] alone "
+                          "gets", EmptyTextWarning, stacklevel=stacklevel)
+        if self.cut:
+            index = min(self.cut)[0]
+            warnings.warn(f"{len(self.cut):,} of {self.total:,} texts are longer than {self.limit_name} (up to "
+                          f"{max(n for _, n in self.cut)} tokens; the first is text {index}): truncated to "
+                          f"{self.max_length} tokens", TruncationWarning, stacklevel=stacklevel)
+
+
+def in_chunks(items: Sequence, size: int | None = None) -> Iterator[Sequence]:
+    """`items` in consecutive slices of `size` (CHUNK_TEXTS): how encode and predict cut a list, and how a file is
+    streamed."""
+    size = size or CHUNK_TEXTS
+    for start in range(0, len(items), size):
+        yield items[start:start + size]
 
 
 @dataclass
@@ -69,16 +103,17 @@ def check_texts(texts: Any, name: str = "texts", content: bool = True) -> list[s
     return texts
 
 
-def check_text_content(texts: Sequence[str | None], name: str = "texts") -> None:
-    """An EmptyTextWarning counting the texts that are empty or only white space (they have no tokens: what is
-    made for them is made from [CLS] and [SEP] alone, the same for every such text), and a clear error for a text
-    holding lone surrogates (undecoded bytes, which no tokenizer reads)."""
-    empty = [i for i, text in enumerate(texts) if text is not None and not text.strip()]
-    if empty:
-        verb = "are" if len(empty) > 1 else "is"
-        warnings.warn(f"{len(empty):,} of {len(texts):,} {name} {verb} empty or only white space (the first is "
-                      f"{name}[{empty[0]}]): with no tokens, each gets what [CLS] [SEP] alone gets", EmptyTextWarning,
-                      stacklevel=4)
+def check_text_content(texts: Sequence[str | None], name: str = "texts", findings: InputFindings | None = None,
+                       offset: int = 0) -> None:
+    """Count the texts that are empty or only white space (they have no tokens: what is made for them is made from
+    [CLS] and [SEP] alone, the same for every such text) into `findings`, or without findings say them now in an
+    EmptyTextWarning; a text holding lone surrogates (undecoded bytes, which no tokenizer reads) is an error.
+    `offset` is the index of texts[0] among all texts of the run."""
+    empty = [offset + i for i, text in enumerate(texts) if text is not None and not text.strip()]
+    if findings is not None:
+        findings.empty += empty
+    elif empty:
+        InputFindings(name, total=len(texts), empty=empty).warn(stacklevel=4)
     for i, text in enumerate(texts):
         if text is None:
             continue
@@ -86,7 +121,7 @@ def check_text_content(texts: Sequence[str | None], name: str = "texts") -> None
             try:
                 text.encode("utf-8")
             except UnicodeEncodeError as err:
-                raise ValueError(f"{name}[{i}] is not valid text: it holds undecoded bytes (lone surrogate "
+                raise ValueError(f"{name}[{offset + i}] is not valid text: it holds undecoded bytes (lone surrogate "
                                  f"{text[err.start]!r} at character {err.start}); decode it with its encoding "
                                  "first") from None
 
@@ -122,9 +157,10 @@ def _limit(model: nn.Module, max_length: int | None) -> tuple[int, str]:
 
 
 def tokenize(tokenizer: Any, texts: list[str], text_pairs: list[str | None] | None = None, *,
-             max_length: int, truncation: bool = True, offsets: bool = False,
-             limit_name: str | None = None) -> list[EncodedText]:
-    """Tokenize unpadded; texts over `max_length` tokens are cut with one TruncationWarning, or refused."""
+             max_length: int, truncation: bool = True, offsets: bool = False, limit_name: str | None = None,
+             findings: InputFindings | None = None, offset: int = 0) -> list[EncodedText]:
+    """Tokenize unpadded; texts over `max_length` tokens are cut (counted into `findings`, or without findings said
+    now in one TruncationWarning), or refused. `offset` is the index of texts[0] among all texts of the run."""
     limit_name = limit_name or f"max_length {max_length}"
     out: list[EncodedText | None] = [None] * len(texts)
     too_long: list[tuple[int, int]] = []  # (input index, tokens)
@@ -138,7 +174,7 @@ def tokenize(tokenizer: Any, texts: list[str], text_pairs: list[str | None] | No
                              verbose=False)
         rows = [_row(encoding, k, offsets) for k in range(len(indices))]
         long = [k for k, row in enumerate(rows) if len(row.input_ids) > max_length]
-        too_long += [(indices[k], len(rows[k].input_ids)) for k in long]
+        too_long += [(offset + indices[k], len(rows[k].input_ids)) for k in long]
         if long and truncation:  # only the few long texts are tokenized again, with truncation on
             cut = tokenizer([texts[indices[k]] for k in long], [pairs[k] for k in long] if has_pair else None,
                             truncation=True, max_length=max_length, return_offsets_mapping=offsets, verbose=False)
@@ -153,9 +189,11 @@ def tokenize(tokenizer: Any, texts: list[str], text_pairs: list[str | None] | No
             raise InputTooLongError(
                 f"text {index} has {length} tokens, more than {limit_name} ({len(too_long)} of {len(texts)} texts "
                 f"are too long); shorten it, or turn truncation on")
-        warnings.warn(f"{len(too_long)} of {len(texts)} texts are longer than {limit_name} (up to "
-                      f"{max(n for _, n in too_long)} tokens; the first is text {index}): truncated to "
-                      f"{max_length} tokens", TruncationWarning, stacklevel=3)
+        if findings is not None:
+            findings.cut += too_long
+            findings.limit_name, findings.max_length = limit_name, max_length
+        else:
+            InputFindings(total=len(texts), cut=too_long, limit_name=limit_name, max_length=max_length).warn(4)
     return out  # type: ignore[return-value]
 
 
@@ -207,27 +245,33 @@ def show_progress(progress: bool | None, count: int) -> bool:
 
 def run_sorted(model: nn.Module, rows: Sequence[EncodedText], forward: Callable[[Tensor, Tensor, Tensor], Sequence],
                *, batch_size: int, pad_token_id: int | None, progress: bool | None = False,
-               desc: str = "inference") -> list:
+               desc: str = "inference", bar: Any = None, offset: int = 0) -> list:
     """`forward(input_ids, attention_mask, token_type_ids)` -> one result per row, over length-sorted batches;
-    the results come back in the order of `rows`. A progress bar only when asked for (`show_progress`)."""
+    the results come back in the order of `rows`. A progress bar only when asked for (`show_progress`), or `bar`,
+    one a caller running several chunks keeps; `offset` is the index of rows[0] among all texts of the run."""
     batches = sorted_batches([len(row.input_ids) for row in rows], batch_size)
     device = next(model.parameters()).device
-    show = show_progress(progress, len(rows))
     results: list = [None] * len(rows)
-    with _eval_mode(model), torch.inference_mode(), tqdm(total=len(rows), unit="text", desc=desc,
-                                                         disable=not show) as bar:
-        for chosen in batches:
-            batch = collate([rows[i] for i in chosen], pad_token_id or 0, device)
-            for i, result in zip(chosen, forward(*batch), strict=True):
-                if not _finite(result):
-                    low = next(model.parameters()).dtype in (torch.bfloat16, torch.float16)
-                    raise NonFiniteOutputError(
-                        f"the model's output for text {i} is not finite (NaN or infinite values): its "
-                        + ("activations overflowed in its 16-bit number format (try fp32)" if low else
-                           "weights or activations overflowed (a diverged model?)")
-                        + ", so there is no prediction to give")
-                results[i] = result
-            bar.update(len(chosen))
+    own = bar is None
+    if own:
+        bar = tqdm(total=len(rows), unit="text", desc=desc, disable=not show_progress(progress, len(rows)))
+    try:
+        with _eval_mode(model), torch.inference_mode():
+            for chosen in batches:
+                batch = collate([rows[i] for i in chosen], pad_token_id or 0, device)
+                for i, result in zip(chosen, forward(*batch), strict=True):
+                    if not _finite(result):
+                        low = next(model.parameters()).dtype in (torch.bfloat16, torch.float16)
+                        raise NonFiniteOutputError(
+                            f"the model's output for text {offset + i} is not finite (NaN or infinite values): its "
+                            + ("activations overflowed in its 16-bit number format (try fp32)" if low else
+                               "weights or activations overflowed (a diverged model?)")
+                            + ", so there is no prediction to give")
+                    results[i] = result
+                bar.update(len(chosen))
+    finally:
+        if own:
+            bar.close()
     return results
 
 
@@ -238,3 +282,40 @@ def _finite(result: Any) -> bool:
                or bool(np.isfinite(part).all()) for part in parts)
 
 
+class ChunkedRun:
+    """One encode or predict call over chunks of texts: its progress bar over all of them, the texts' checks and
+    tokenization with their indices among all texts, and what it found (empty and cut texts) said once, at the end.
+
+        run = ChunkedRun(total, progress, "encode")
+        for chunk in chunks:
+            rows = run.tokenize(tokenizer, run.check(chunk), max_length=..., truncation=..., limit_name=...)
+            yield run.results(model, rows, forward, batch_size, pad_token_id)
+        run.finish()
+    """
+
+    def __init__(self, total: int | None, progress: bool | None, desc: str) -> None:
+        self.findings = InputFindings()
+        self.bar = tqdm(total=total, unit="text", desc=desc, disable=not show_progress(progress, total or 0))
+
+    def check(self, texts: Any, name: str = "texts") -> list[str]:
+        """A chunk's texts, checked (`check_texts`); the empty ones counted."""
+        texts = check_texts(texts, name, content=False)
+        check_text_content(texts, name, findings=self.findings, offset=self.findings.total)
+        return texts
+
+    def tokenize(self, tokenizer: Any, texts: list[str], pairs: list[str | None] | None = None,
+                 **options: Any) -> list[EncodedText]:
+        """`tokenize` with the chunk's place in the run: cut texts counted, a refused one named by its index."""
+        return tokenize(tokenizer, texts, pairs, findings=self.findings, offset=self.findings.total, **options)
+
+    def results(self, model: nn.Module, rows: Sequence[EncodedText], forward: Callable, batch_size: int,
+                pad_token_id: int | None) -> list:
+        """`run_sorted` over the chunk's rows, on the run's progress bar; the next chunk's indices follow on."""
+        results = run_sorted(model, rows, forward, batch_size=batch_size, pad_token_id=pad_token_id, bar=self.bar,
+                             offset=self.findings.total)
+        self.findings.total += len(rows)
+        return results
+
+    def finish(self) -> None:
+        self.bar.close()
+        self.findings.warn()

@@ -8,7 +8,7 @@ float32 either way.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from bertkit.inference.batching import _encoder, _limit, check_texts, run_sorted, tokenize
+from bertkit.inference.batching import ChunkedRun, _encoder, _limit, check_texts, in_chunks
 from bertkit.inference.precision import for_inference
 
 POOLINGS = ("cls", "mean")
@@ -32,6 +32,15 @@ def pool(hidden: Tensor, attention_mask: Tensor, pooling: str) -> Tensor:
     raise ValueError(f"pooling must be one of {POOLINGS}, not {pooling!r}")
 
 
+def sentence_vectors(encoder: nn.Module, input_ids: Tensor, attention_mask: Tensor, token_type_ids: Tensor,
+                     pooling: str, normalize: bool = False) -> Tensor:
+    """(B, C) float32 sentence vectors of one padded batch: the encoder's last hidden states, pooled, normalized if
+    asked. `encode` and the server (bertkit.inference.serving) both run this, so they give the same vectors."""
+    hidden = encoder(input_ids, attention_mask, token_type_ids).last_hidden_state.float()
+    vectors = pool(hidden, attention_mask, pooling)
+    return F.normalize(vectors, dim=-1) if normalize else vectors
+
+
 def encode(model: nn.Module, tokenizer: Any, texts: Sequence[str] | str, batch_size: int = 32,
            pooling: str = "cls", max_length: int | None = 512, normalize: bool = False,
            progress: bool | None = False, truncation: bool = True, dtype: str | torch.dtype | None = None
@@ -39,24 +48,39 @@ def encode(model: nn.Module, tokenizer: Any, texts: Sequence[str] | str, batch_s
     """Sentence vectors, float32 (N, C) (one text: (C,)): [CLS]'s or the mean of the real tokens' last hidden states.
 
     `dtype` ("float32"/"fp32", "bfloat16"/"bf16", "int8") runs a converted copy of the model (`precision.py`);
-    None runs the model as it is. `progress`: a progress bar (None: for long inputs drawn to a terminal).
+    None runs the model as it is. `progress`: a progress bar (None: for long inputs drawn to a terminal). The
+    texts run CHUNK_TEXTS at a time, as `encode_stream` runs a file: the same vectors either way.
     """
-    if pooling not in POOLINGS:
-        raise ValueError(f"pooling must be one of {POOLINGS}, not {pooling!r}")
     single = isinstance(texts, str)
-    texts = check_texts([texts] if single else texts)
-    encoder = _encoder(model)
-    limit, limit_name = _limit(encoder, max_length)
-    rows = tokenize(tokenizer, texts, max_length=limit, truncation=truncation, limit_name=limit_name)
-    encoder = for_inference(encoder, dtype)
-
-    def forward(input_ids: Tensor, attention_mask: Tensor, token_type_ids: Tensor) -> np.ndarray:
-        hidden = encoder(input_ids, attention_mask, token_type_ids).last_hidden_state.float()
-        vectors = pool(hidden, attention_mask, pooling)
-        return (F.normalize(vectors, dim=-1) if normalize else vectors).cpu().numpy()
-
-    vectors = np.stack(run_sorted(encoder, rows, forward, batch_size=batch_size, pad_token_id=tokenizer.pad_token_id,
-                                  progress=progress, desc="encode"))
+    texts = check_texts([texts] if single else texts, content=False)
+    vectors = np.concatenate(list(encode_stream(model, tokenizer, in_chunks(texts), total=len(texts),
+                                                batch_size=batch_size, pooling=pooling, max_length=max_length,
+                                                normalize=normalize, progress=progress, truncation=truncation,
+                                                dtype=dtype)))
     return vectors[0] if single else vectors
 
 
+def encode_stream(model: nn.Module, tokenizer: Any, chunks: Iterable[Sequence[str]], *, total: int | None = None,
+                  batch_size: int = 32, pooling: str = "cls", max_length: int | None = 512, normalize: bool = False,
+                  progress: bool | None = False, truncation: bool = True, dtype: str | torch.dtype | None = None
+                  ) -> Iterator[np.ndarray]:
+    """The vectors of each chunk of texts, chunk by chunk, in order: a file of any length in bounded memory.
+
+    Each chunk is tokenized, sorted by length and run in batches on its own; empty and truncated texts are counted
+    over all chunks and said once, after the last. `total` (the number of texts, when known) sizes the progress bar.
+    """
+    if pooling not in POOLINGS:
+        raise ValueError(f"pooling must be one of {POOLINGS}, not {pooling!r}")
+    encoder = _encoder(model)
+    limit, limit_name = _limit(encoder, max_length)
+    encoder = for_inference(encoder, dtype)
+    run = ChunkedRun(total, progress, "encode")
+
+    def forward(input_ids: Tensor, attention_mask: Tensor, token_type_ids: Tensor) -> np.ndarray:
+        return sentence_vectors(encoder, input_ids, attention_mask, token_type_ids, pooling, normalize).cpu().numpy()
+
+    for chunk in chunks:
+        rows = run.tokenize(tokenizer, run.check(chunk), max_length=limit, truncation=truncation,
+                            limit_name=limit_name)
+        yield np.stack(run.results(encoder, rows, forward, batch_size, tokenizer.pad_token_id))
+    run.finish()

@@ -14,7 +14,7 @@ import bisect
 import itertools
 import re
 import warnings
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -24,13 +24,14 @@ from torch import Tensor, nn
 from bertkit.data.entities import get_entities
 from bertkit.data.task_kinds import task_of_model
 from bertkit.inference.batching import (
+    ChunkedRun,
     EncodedText,
     InputTooLongError,
     TruncationWarning,
     _check_pairs,
     _limit,
     check_texts,
-    run_sorted,
+    in_chunks,
     tokenize,
 )
 from bertkit.inference.precision import for_inference
@@ -47,44 +48,76 @@ def predict(model: nn.Module, tokenizer: Any, texts: Sequence[str] | str,
             truncation: bool = True, progress: bool | None = False, dtype: str | torch.dtype | None = None) -> list:
     """Per input, a classifier's {"label", "score", "probabilities"}, or a tagger's entity spans (character offsets).
 
-    `dtype` and `progress` as in `encode`.
+    `dtype` and `progress` as in `encode`; the texts run CHUNK_TEXTS at a time, as `predict_stream` runs a file.
     """
-    tags = task_of_model(model, "predict").token_level
     single = isinstance(texts, str)
     if single:
         texts, text_pairs = [texts], None if text_pairs is None else [text_pairs]
-    texts = check_texts(texts)
+    texts = check_texts(texts, content=False)
     pairs = _check_pairs(text_pairs, len(texts))
-    if tags:
-        if pairs is not None and any(pair is not None for pair in pairs):
-            raise ValueError("token classification (NER) tags single texts; text_pairs are for classifiers")
-        labels = label_names(model)
-        tagged = _tag_tokens(model, tokenizer, texts, batch_size, max_length, truncation, progress, dtype)
-        results = [entity_spans(text, tokenizer, row, tags, scores, labels)
-                   for text, (row, tags, scores) in zip(texts, tagged)]
-        return results[0] if single else results
+    chunks = zip(in_chunks(texts), in_chunks(pairs) if pairs is not None else itertools.repeat(None))
+    results = [result for part in predict_stream(model, tokenizer, chunks, total=len(texts), batch_size=batch_size,
+                                                 max_length=max_length, truncation=truncation, progress=progress,
+                                                 dtype=dtype)
+               for result in part]
+    return results[0] if single else results
 
+
+def predict_stream(model: nn.Module, tokenizer: Any, chunks: Iterable[tuple[Sequence[str], Sequence | None]], *,
+                   total: int | None = None, batch_size: int = 32, max_length: int | None = None,
+                   truncation: bool = True, progress: bool | None = False, dtype: str | torch.dtype | None = None
+                   ) -> Iterator[list]:
+    """`predict`'s results for each chunk of (texts, text pairs or None), chunk by chunk: a file of any length in
+    bounded memory. Empty and truncated texts are counted over all chunks and said once, after the last."""
+    tags = task_of_model(model, "predict").token_level
     labels = label_names(model)
-    limit, limit_name = _limit(model, max_length)
-    if getattr(model.config, "prompt", None) is not None:  # a cloze classifier: each text inside its template
-        rows = prompt_rows(model.config.prompt["template"], tokenizer, texts, pairs, limit, truncation, limit_name)
-    else:
-        rows = tokenize(tokenizer, texts, pairs, max_length=limit, truncation=truncation, limit_name=limit_name)
     model = for_inference(model, dtype)
+    run = ChunkedRun(total, progress, "predict")
 
     def forward(input_ids: Tensor, attention_mask: Tensor, token_type_ids: Tensor) -> np.ndarray:
-        logits = model(input_ids, attention_mask, token_type_ids).logits.float()
-        # one output is a yes/no score (transformers' pipelines use a sigmoid there), several are exclusive classes
-        return (torch.sigmoid(logits) if logits.size(-1) == 1 else logits.softmax(-1)).cpu().numpy()
+        return class_probabilities(model, input_ids, attention_mask, token_type_ids).cpu().numpy()
 
-    probabilities = run_sorted(model, rows, forward, batch_size=batch_size, pad_token_id=tokenizer.pad_token_id,
-                               progress=progress, desc="predict")
-    results = []
-    for probs in probabilities:
-        best = int(probs.argmax())
-        results.append({"label": labels[best], "score": float(probs[best]),
-                        "probabilities": {label: float(p) for label, p in zip(labels, probs)}})
-    return results[0] if single else results
+    for texts, pairs in chunks:
+        texts = run.check(texts)
+        pairs = _check_pairs(pairs, len(texts))
+        if tags:
+            if pairs is not None and any(pair is not None for pair in pairs):
+                raise ValueError("token classification (NER) tags single texts; text_pairs are for classifiers")
+            tagged = _tag_tokens(run, model, tokenizer, texts, batch_size, max_length, truncation)
+            yield [entity_spans(text, tokenizer, row, tags, scores, labels)
+                   for text, (row, tags, scores) in zip(texts, tagged)]
+            continue
+        rows = classifier_rows(model, tokenizer, texts, pairs, max_length, truncation, run)
+        yield [classification(probs, labels)
+               for probs in run.results(model, rows, forward, batch_size, tokenizer.pad_token_id)]
+    run.finish()
+
+
+def classifier_rows(model: nn.Module, tokenizer: Any, texts: list[str], pairs: list[str | None] | None,
+                    max_length: int | None, truncation: bool, run: ChunkedRun | None = None) -> list[EncodedText]:
+    """A classifier's inputs, tokenized unpadded: texts (with their pairs), or each text inside a cloze classifier's
+    prompt template; too long: cut (counted by `run`, or said in one TruncationWarning), or refused."""
+    limit, limit_name = _limit(model, max_length)
+    if getattr(model.config, "prompt", None) is not None:  # a cloze classifier: each text inside its template
+        return prompt_rows(model.config.prompt["template"], tokenizer, texts, pairs, limit, truncation, limit_name)
+    if run is not None:
+        return run.tokenize(tokenizer, texts, pairs, max_length=limit, truncation=truncation, limit_name=limit_name)
+    return tokenize(tokenizer, texts, pairs, max_length=limit, truncation=truncation, limit_name=limit_name)
+
+
+def class_probabilities(model: nn.Module, input_ids: Tensor, attention_mask: Tensor, token_type_ids: Tensor
+                        ) -> Tensor:
+    """(B, labels) float32 probabilities of one padded batch. `predict` and the server both run this."""
+    logits = model(input_ids, attention_mask, token_type_ids).logits.float()
+    # one output is a yes/no score (transformers' pipelines use a sigmoid there), several are exclusive classes
+    return torch.sigmoid(logits) if logits.size(-1) == 1 else logits.softmax(-1)
+
+
+def classification(probabilities: np.ndarray, labels: Sequence[str]) -> dict[str, Any]:
+    """One text's {"label", "score", "probabilities": {label: p}} from its row of probabilities."""
+    best = int(probabilities.argmax())
+    return {"label": labels[best], "score": float(probabilities[best]),
+            "probabilities": {label: float(p) for label, p in zip(labels, probabilities)}}
 
 
 def prompt_rows(template: str, tokenizer: Any, texts: list[str], pairs: list[str | None] | None, max_length: int,
@@ -105,22 +138,33 @@ def prompt_rows(template: str, tokenizer: Any, texts: list[str], pairs: list[str
     return [EncodedText(row, [0] * len(row)) for row in ids]
 
 
-def _tag_tokens(model: nn.Module, tokenizer: Any, texts: list[str], batch_size: int, max_length: int | None,
-                truncation: bool, progress: bool | None, dtype: str | torch.dtype | None = None
-                ) -> list[tuple[EncodedText, np.ndarray, np.ndarray]]:
+def _tag_tokens(run: ChunkedRun, model: nn.Module, tokenizer: Any, texts: list[str], batch_size: int,
+                max_length: int | None, truncation: bool) -> list[tuple[EncodedText, np.ndarray, np.ndarray]]:
     """Per text: its tokens (with offsets), each token's best tag id and that tag's probability."""
-    limit, limit_name = _limit(model, max_length)
-    rows = tokenize(tokenizer, texts, max_length=limit, truncation=truncation, offsets=True, limit_name=limit_name)
-    model = for_inference(model, dtype)
+    rows = tagger_rows(model, tokenizer, texts, max_length, truncation, run)
 
     def forward(input_ids: Tensor, attention_mask: Tensor, token_type_ids: Tensor) -> list:
-        probs = model(input_ids, attention_mask, token_type_ids).logits.float().softmax(-1)   # (B, T, L)
-        scores, tags = (t.cpu().numpy() for t in probs.max(-1))
-        return [(tag[:n], score[:n]) for tag, score, n in zip(tags, scores, attention_mask.sum(1).tolist())]
+        return token_tags(model, input_ids, attention_mask, token_type_ids)
 
-    tagged = run_sorted(model, rows, forward, batch_size=batch_size, pad_token_id=tokenizer.pad_token_id,
-                        progress=progress, desc="tag")
+    tagged = run.results(model, rows, forward, batch_size, tokenizer.pad_token_id)
     return [(row, tags, scores) for row, (tags, scores) in zip(rows, tagged)]
+
+
+def tagger_rows(model: nn.Module, tokenizer: Any, texts: list[str], max_length: int | None, truncation: bool,
+                run: ChunkedRun | None = None) -> list[EncodedText]:
+    """A tagger's inputs, tokenized unpadded with each token's character offsets (for the entity spans)."""
+    limit, limit_name = _limit(model, max_length)
+    options = dict(max_length=limit, truncation=truncation, offsets=True, limit_name=limit_name)
+    return run.tokenize(tokenizer, texts, **options) if run is not None else tokenize(tokenizer, texts, **options)
+
+
+def token_tags(model: nn.Module, input_ids: Tensor, attention_mask: Tensor, token_type_ids: Tensor
+               ) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Per row of one padded batch: each real token's best tag id and that tag's probability. `predict` and the
+    server both run this."""
+    probs = model(input_ids, attention_mask, token_type_ids).logits.float().softmax(-1)   # (B, T, L)
+    scores, tags = (t.cpu().numpy() for t in probs.max(-1))
+    return [(tag[:n], score[:n]) for tag, score, n in zip(tags, scores, attention_mask.sum(1).tolist())]
 
 
 def _words(row: EncodedText, tokens: Sequence[str]) -> list[list[int]]:
@@ -173,8 +217,10 @@ def tag_words(model: nn.Module, tokenizer: Any, sentences: Sequence[Sequence[str
         starts.append(list(itertools.accumulate((len(word) + 1 for word in words[:-1]), initial=0)))
         texts.append(" ".join(words))
     labels = label_names(model)
+    run = ChunkedRun(len(texts), progress, "tag")
+    tagged = _tag_tokens(run, for_inference(model, dtype), tokenizer, texts, batch_size, max_length, truncation)
+    run.finish()
     out = []
-    tagged = _tag_tokens(model, tokenizer, texts, batch_size, max_length, truncation, progress, dtype)
     for words, word_starts, (row, tags, _) in zip(sentences, starts, tagged):
         predicted: list[str | None] = [None] * len(words)
         for k, (start, end) in enumerate(row.offsets or []):

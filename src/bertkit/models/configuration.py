@@ -133,6 +133,85 @@ class PretrainedConfig:
         """(label, value) rows that describe the model for people (`bertkit info`)."""
         return []
 
+    # ---- value checks: each raises a ConfigError naming the value (the families' validate() use them) ----------
+
+    def check_positive(self, names: tuple[str, ...]) -> None:
+        """The first of `names` that is not a positive integer is an error."""
+        for name in names:
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+                raise ConfigError(f"{name} must be a positive integer, got {value!r}")
+
+    def check_probabilities(self, names: tuple[str, ...]) -> None:
+        """The first of `names` outside [0, 1) is an error."""
+        for name in names:
+            value = getattr(self, name)
+            if not isinstance(value, (int, float)) or isinstance(value, bool) or not 0.0 <= value < 1.0:
+                raise ConfigError(f"{name} must be in [0, 1), got {value!r}")
+
+    def check_divisible(self, width: str, heads: str) -> None:
+        """The model width `width` must split into `heads` heads of equal size."""
+        if getattr(self, width) % getattr(self, heads):
+            raise ConfigError(f"{width} ({getattr(self, width)}) is not divisible by {heads} "
+                              f"({getattr(self, heads)}); each head needs {width} / {heads} dims")
+
+    def check_choice(self, name: str, choices: tuple[str, ...]) -> None:
+        """`name` must be one of `choices`."""
+        value = getattr(self, name)
+        if value not in choices:
+            raise ConfigError(f"{name} {value!r} is not one of {', '.join(choices)}")
+
+    def check_token_ids(self, names: tuple[str, ...], vocab_size: int, harmless: bool = False) -> None:
+        """A token id outside [0, vocab_size) is an error, or with `harmless` (ids only generation reads, never a
+        weight) one ConfigWarning naming them; a negative or non-integer id is always an error."""
+        outside = []
+        for name in names:
+            value = getattr(self, name)
+            if value is None:
+                continue
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                raise ConfigError(f"{name} must be a token id (an integer from 0), got {value!r}")
+            if value >= vocab_size:
+                if not harmless:
+                    raise ConfigError(f"{name} {value} is outside the vocabulary (size {vocab_size})")
+                outside.append(f"{name} {value}")
+        if outside:
+            them = "it" if len(outside) == 1 else "them"
+            warnings.warn(f"{' and '.join(outside)} {'is' if len(outside) == 1 else 'are'} outside the vocabulary "
+                          f"(size {vocab_size}): generation cannot start from or stop at {them} (give a prompt; "
+                          "continuations run to max_new_tokens)", ConfigWarning, stacklevel=5)
+
+
+@dataclass
+class EncoderConfig(PretrainedConfig):
+    """The shape of a Transformer encoder, as BERT and the ViT (which runs BERT's blocks on patches) both name it;
+    the families' configs add their own fields after these. Defaults are bert-base's."""
+
+    hidden_size: int = 768
+    num_hidden_layers: int = 12
+    num_attention_heads: int = 12
+    intermediate_size: int = 3072
+    hidden_act: str = "gelu"
+    hidden_dropout_prob: float = 0.1
+    attention_probs_dropout_prob: float = 0.1
+    initializer_range: float = 0.02
+    layer_norm_eps: float = 1e-12
+    position_embedding_type: str = "absolute"   # learned; or bertkit's fixed sinusoidal positions
+
+    def validate(self) -> None:
+        """Raise ConfigError naming the first value no encoder can be built from."""
+        self.check_positive(("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size"))
+        self.check_divisible("hidden_size", "num_attention_heads")
+        self.check_choice("hidden_act", ACTIVATIONS)
+        self.check_choice("position_embedding_type", POSITION_EMBEDDING_TYPES)
+        self.check_probabilities(("hidden_dropout_prob", "attention_probs_dropout_prob"))
+        if self.layer_norm_eps <= 0:
+            raise ConfigError(f"layer_norm_eps must be positive, got {self.layer_norm_eps!r}")
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden_size // self.num_attention_heads
+
 
 def read_config_json(path: str | os.PathLike) -> dict[str, Any]:
     """A config.json file's object, or a clear error for a missing, unreadable or non-object file."""
@@ -183,48 +262,3 @@ class LabelsMixin:
             self.id2label = {int(k): str(v) for k, v in self.id2label.items()}
             if not self.id2label or sorted(self.id2label) != list(range(len(self.id2label))):
                 raise ConfigError(f"id2label keys must be 0..n-1, got {sorted(self.id2label)}")
-
-
-# ---- value checks the families share -------------------------------------------------------------
-
-def check_positive(config: Any, names: tuple[str, ...]) -> None:
-    """A ConfigError naming the first of `names` that is not a positive integer."""
-    for name in names:
-        value = getattr(config, name)
-        if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-            raise ConfigError(f"{name} must be a positive integer, got {value!r}")
-
-
-def check_probabilities(config: Any, names: tuple[str, ...]) -> None:
-    """A ConfigError naming the first of `names` outside [0, 1)."""
-    for name in names:
-        value = getattr(config, name)
-        if not isinstance(value, (int, float)) or isinstance(value, bool) or not 0.0 <= value < 1.0:
-            raise ConfigError(f"{name} must be in [0, 1), got {value!r}")
-
-
-def check_choice(config: Any, name: str, choices: tuple[str, ...]) -> None:
-    """A ConfigError when `name` is not one of `choices`."""
-    value = getattr(config, name)
-    if value not in choices:
-        raise ConfigError(f"{name} {value!r} is not one of {', '.join(choices)}")
-
-
-def check_token_ids(config: Any, names: tuple[str, ...], vocab_size: int, harmless: bool = False) -> None:
-    """A token id outside [0, vocab_size) is a ConfigError, or with `harmless` (ids only generation reads, never a
-    weight) one ConfigWarning naming them; a negative or non-integer id is always an error."""
-    outside = []
-    for name in names:
-        value = getattr(config, name)
-        if value is None:
-            continue
-        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-            raise ConfigError(f"{name} must be a token id (an integer from 0), got {value!r}")
-        if value >= vocab_size:
-            if not harmless:
-                raise ConfigError(f"{name} {value} is outside the vocabulary (size {vocab_size})")
-            outside.append(f"{name} {value}")
-    if outside:
-        warnings.warn(f"{' and '.join(outside)} {'is' if len(outside) == 1 else 'are'} outside the vocabulary (size "
-                      f"{vocab_size}): generation cannot start from or stop at {'it' if len(outside) == 1 else 'them'} "
-                      "(give a prompt; continuations run to max_new_tokens)", ConfigWarning, stacklevel=5)

@@ -50,6 +50,17 @@ class ClassifierOutput:
 
 
 @dataclass
+class QuestionAnsweringOutput:
+    """What an extractive QA head returns; names as transformers' QuestionAnsweringModelOutput."""
+
+    loss: Tensor | None = None
+    start_logits: Tensor | None = None             # (B, T): where the answer starts
+    end_logits: Tensor | None = None               # (B, T): where it ends
+    hidden_states: tuple[Tensor, ...] | None = None
+    attentions: tuple[Tensor, ...] | None = None
+
+
+@dataclass
 class Seq2SeqLMOutput:
     """What the encoder–decoder models return; names as transformers' Seq2SeqLMOutput."""
 

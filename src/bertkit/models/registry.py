@@ -59,6 +59,10 @@ class ModelFamily:
         config = config if config is not None else self.load_config(path)
         return self.model_class(config).from_pretrained(path, config=config, **config_changes)
 
+    def holds_head(self, path: str | os.PathLike, task: str) -> bool:
+        """Whether the directory was saved from this family's head for the task kind `task` (reads config.json)."""
+        return task in self.heads and self.model_class(self.load_config(path)) is self.head(task)
+
     def head(self, task: str) -> type:
         """The model class that serves the task kind `task` (e.g. "classify", "ner") in this family."""
         if task not in self.heads:
@@ -74,6 +78,7 @@ FAMILIES: tuple[ModelFamily, ...] = (
                        "pairs": "bertkit.models.bert.heads:BertForSequenceClassification",
                        "prompt": "bertkit.models.bert.heads:BertForPromptClassification",
                        "ner": "bertkit.models.bert.heads:BertForTokenClassification",
+                       "qa": "bertkit.models.bert.heads:BertForQuestionAnswering",
                        "pretraining": "bertkit.models.bert.heads:BertForPreTraining",
                        "masked-lm": "bertkit.models.bert.heads:BertForMaskedLM",
                        "encoder": "bertkit.models.bert.modeling:BertModel"}),

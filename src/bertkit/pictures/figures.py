@@ -1,4 +1,5 @@
-"""Pictures of the Transformer's insides: positional encodings, attention maps, training curves.
+"""Pictures of the Transformer's insides: positional encodings, attention maps, training curves, a reader's
+answer probabilities.
 
 Every function builds a matplotlib `Figure` (no pyplot, so no global state and no display needed) and
 `save_figure` writes it as PNG or SVG. Chinese tokens need a CJK font: `cjk_font_family` registers the one
@@ -276,6 +277,38 @@ def bar_plot(labels: Sequence[str], series: Mapping[str, Sequence[float]], ylabe
         ax.legend(fontsize=7, ncol=min(len(series), 4))
         if title:
             ax.set_title(title)
+    return fig
+
+
+def answer_probabilities(pieces: Sequence[str], start_probabilities, end_probabilities, first: int | None = None,
+                         last: int | None = None, title: str | None = None, max_pieces: int = 80) -> Figure:
+    """Where a reader (extractive QA) thinks the answer starts and ends: p(start) above, p(end) below, one bar per
+    context token (labelled with its characters), the answer's tokens `first`..`last` in orange. A context longer
+    than `max_pieces` tokens is shown around the answer (the title says which tokens)."""
+    p_start, p_end = _as_array(start_probabilities), _as_array(end_probabilities)
+    if not len(pieces) == len(p_start) == len(p_end):
+        raise ValueError(f"{len(pieces)} pieces but {len(p_start)} start and {len(p_end)} end probabilities")
+    lo = 0
+    if len(pieces) > max_pieces:
+        centre = (first + last) // 2 if first is not None and last is not None else int(np.argmax(p_start))
+        lo = min(max(0, centre - max_pieces // 2), len(pieces) - max_pieces)
+    hi = min(len(pieces), lo + max_pieces)
+    shown = [" ".join(piece.split()) or "␣" for piece in pieces[lo:hi]]
+    _warn_if_no_cjk_font(shown)
+    answer = set(range(first, last + 1)) if first is not None and last is not None else set()
+    colours = ["tab:orange" if lo + k in answer else "tab:blue" for k in range(hi - lo)]
+    with _style():
+        fig = Figure(figsize=(max(6.0, min(16.0, 1.0 + 0.16 * (hi - lo))), 4.2), layout="constrained")
+        axes = fig.subplots(2, 1, sharex=True)
+        for ax, probabilities, name in ((axes[0], p_start, "p(start)"), (axes[1], p_end, "p(end)")):
+            ax.bar(range(hi - lo), probabilities[lo:hi], color=colours)
+            ax.set_ylabel(name)
+            ax.set_ylim(0, 1)
+            ax.grid(alpha=0.3, axis="y")
+        axes[1].set_xticks(range(hi - lo), labels=shown, rotation=90, fontsize=7)
+        where = f" (tokens {lo + 1}-{hi} of {len(pieces)})" if (lo, hi) != (0, len(pieces)) else ""
+        if title or where:
+            axes[0].set_title((title or "") + where)
     return fig
 
 

@@ -1,8 +1,9 @@
 """Fine-tuning, end to end: examples -> features -> a task head on BERT -> Trainer -> best model -> test scores.
 
 Tasks: "classify" (one text, a label), "pairs" (two texts, a label), "ner" (a tag per token; tokens are
-characters for Chinese). The best checkpoint on the dev set (accuracy, or entity F1 for NER) is kept,
-training stops early when dev stops improving, and the label names are saved in the model's config.
+characters for Chinese); extractive QA has its own pipeline (pipelines/qa.py). The best checkpoint on the dev
+set (accuracy, or entity F1 for NER) is kept, training stops early when dev stops improving, and the label names
+are saved in the model's config.
 """
 
 from __future__ import annotations
@@ -28,8 +29,8 @@ from bertkit.models.bert.heads import IGNORE_INDEX, BertForPromptClassification
 from bertkit.pipelines.options import FinetuneOptions
 from bertkit.pipelines.run_directory import holds_out
 from bertkit.training import metrics
-from bertkit.training.budget import length_probes, steps_in_budget
-from bertkit.training.trainer import Trainer, example_length
+from bertkit.training.budget import planned_steps
+from bertkit.training.trainer import Trainer
 from bertkit.utils.atomic import atomic_write_text
 
 RESULTS_NAME = "finetune_results.json"
@@ -198,6 +199,9 @@ def finetune(options: FinetuneOptions) -> dict[str, Any]:
 
     started = time.perf_counter()
     task = get_task(options.task)
+    if task.spans:
+        raise ValueError("extractive question answering has its own pipeline: bertkit.pipelines.qa.finetune_qa "
+                         "(`bertkit finetune --task qa` runs it)")
     model_dir = resolve_model(options.model)
     tokenizer = BertTokenizer.from_pretrained(model_dir)
     splits = load_task_data(task, options.train, options.dev, options.test, options.encoding)
@@ -207,6 +211,10 @@ def finetune(options: FinetuneOptions) -> dict[str, Any]:
             rng = np.random.default_rng(options.seed)
             train = [train[i] for i in sorted(rng.choice(len(train), options.max_train_examples, replace=False))]
         else:  # every class represented alike, and the 50 of a seed are the first 50 of its 200
+            classes = len({example.label for example in train})
+            if options.max_train_examples < classes:
+                raise ValueError(f"--max-train-examples {options.max_train_examples} is fewer than the training data's "
+                                 f"{classes} classes: every class needs at least one example")
             train = label_budget(train, options.max_train_examples, options.seed)
     report = DataReport("the training data")
     if task.token_level:
@@ -260,15 +268,9 @@ def finetune(options: FinetuneOptions) -> dict[str, Any]:
     dev_tags = [e.tags for e in splits["dev"]] if task.token_level else None
     steps_per_epoch = max(1, len(train_features) // options.batch_size)
     max_steps = options.max_steps or max(1, round(options.epochs * steps_per_epoch))
-    if options.minutes and not options.max_steps:  # size the schedule to the time budget, so it decays fully
-        B = min(options.batch_size, len(train_features))
-        if options.group_by_length:  # batches of like lengths: time one at each quartile of the lengths
-            lengths = [example_length(f) for f in train_features]
-            probes = [collator([train_features[i] for i in batch])
-                      for batch in length_probes(lengths, B, (0.25, 0.5, 0.75))]
-        else:
-            probes = [collator(train_features[i * B:(i + 1) * B]) for i in range(3)]
-        max_steps = min(max_steps, steps_in_budget(model, probes, options.minutes * 60, options.bf16, reserve=0.15))
+    if not options.max_steps:  # size the schedule to the time budget, so it decays fully
+        max_steps = planned_steps(model, train_features, collator, options.batch_size, max_steps, options.minutes,
+                                  options.bf16, options.group_by_length)
     best_metric = task.metric
     select = options.select_best
     args = options.training_arguments(

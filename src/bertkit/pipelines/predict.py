@@ -1,5 +1,6 @@
 """What `bertkit predict`, `encode` and `evaluate` do around `bertkit.inference`: load a model directory,
-read input files, and score a fine-tuned model on labelled data (a named source or the user's file).
+read input files, and score a fine-tuned model on labelled data (a named source or the user's file): a
+classifier's accuracy, a tagger's entity F1, a reader's exact match and F1 (extractive QA).
 
     model, tokenizer = load_text_model(DIR)    # bertkit.inference.loading: the class config.json names
     evaluate(model, tokenizer, "inews", split="test")
@@ -8,14 +9,16 @@ read input files, and score a fine-tuned model on labelled data (a named source 
 
 from __future__ import annotations
 
+import json
 import os
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from bertkit.data.readers import DataWarning, TextExample, TokenExample, decoded_lines
+from bertkit.data.readers import DataWarning, Skips, TextExample, TokenExample, iter_decoded_lines
 from bertkit.data.task_kinds import task_of_model
-from bertkit.inference import label_names, predict, tag_words
+from bertkit.inference import batching, label_names, predict, tag_words
 from bertkit.inference.loading import load_text_model
 from bertkit.training import metrics
 
@@ -31,44 +34,118 @@ def load_model(spec: str | os.PathLike):
     return load_text_model(spec, "predict")
 
 
-def read_inputs(path: str | os.PathLike, encoding: str = "utf-8") -> tuple[list[str], list[str | None] | None]:
-    """Texts of a file, one per line; in a .tsv file a second column (after a tab) is the text's pair.
+class InputFile:
+    """A file of texts, one per line (in a .tsv file a second column, after a tab, is the text's pair), read as a
+    stream: `chunks()` gives its texts CHUNK_TEXTS at a time, so a file of any length runs in bounded memory.
 
-    Blank and undecodable lines are skipped and counted in one DataWarning; a file with no text, or one that is
-    not text in `encoding`, is an error.
+    Blank, undecodable and ragged lines are skipped and counted in one DataWarning at the end of a pass; a file
+    with no text, or one that is not text in `encoding`, is an error. `count()` is the number of texts (a pass that
+    keeps none of them), for a progress bar and for the rows of a .npy file written as the vectors come.
     """
-    path = Path(path)
-    if path.is_dir():
-        raise ValueError(f"input file {path} is a directory; give a file with one text per line")
-    if not path.is_file():
-        raise FileNotFoundError(f"input file {path} does not exist")
-    tsv = path.suffix.lower() == ".tsv"
+
+    def __init__(self, path: str | os.PathLike, encoding: str = "utf-8") -> None:
+        path = Path(path)
+        if path.is_dir():
+            raise ValueError(f"input file {path} is a directory; give a file with one text per line")
+        if not path.is_file():
+            raise FileNotFoundError(f"input file {path} does not exist")
+        self.path, self.encoding, self.tsv = path, encoding, path.suffix.lower() == ".tsv"
+
+    def _texts(self, warn: bool) -> Iterator[tuple[str, str | None]]:
+        skipped: dict[str, list[int]] = {}
+        kept = 0
+        for number, line in iter_decoded_lines(self.path, self.encoding):
+            if line is None:
+                skipped.setdefault("undecodable bytes", []).append(number)
+                continue
+            text, _, pair = line.partition("\t") if self.tsv else (line, "", "")
+            if not text.strip():
+                skipped.setdefault("blank", []).append(number)
+                continue
+            if self.tsv and "\t" in pair:
+                skipped.setdefault("more than 2 columns", []).append(number)
+                continue
+            kept += 1
+            yield text.strip(), pair.strip() or None
+        if not kept:
+            unusable = sum(map(len, skipped.values()))
+            raise ValueError(f"input file {self.path} has no texts"
+                             + (" (empty file)" if not skipped else f" ({unusable} unusable lines)"))
+        if skipped and warn:
+            count = sum(map(len, skipped.values()))
+            parts = [f"{reason} (line{'s' if len(numbers) > 1 else ''} {', '.join(map(str, numbers[:5]))}"
+                     f"{' ...' if len(numbers) > 5 else ''})" for reason, numbers in skipped.items()]
+            warnings.warn(f"{self.path}: skipped {count} line{'s' if count > 1 else ''}, kept {kept}: "
+                          + "; ".join(parts), DataWarning, stacklevel=3)
+
+    def count(self) -> int:
+        """The number of texts the file holds (read once, nothing kept)."""
+        return sum(1 for _ in self._texts(warn=False))
+
+    def chunks(self, size: int | None = None) -> Iterator[tuple[list[str], list[str | None] | None]]:
+        """(texts, their pairs or None when no line of the chunk has one), `size` (CHUNK_TEXTS) texts at a time:
+        the chunks `encode` and `predict` cut a list of the same texts into, so both give the same results."""
+        size = size or batching.CHUNK_TEXTS
+        texts: list[str] = []
+        pairs: list[str | None] = []
+        for text, pair in self._texts(warn=True):
+            texts.append(text)
+            pairs.append(pair)
+            if len(texts) == size:
+                yield texts, pairs if any(p is not None for p in pairs) else None
+                texts, pairs = [], []
+        if texts:
+            yield texts, pairs if any(p is not None for p in pairs) else None
+
+
+def read_inputs(path: str | os.PathLike, encoding: str = "utf-8") -> tuple[list[str], list[str | None] | None]:
+    """Every text of a file (and its pair, in a .tsv file), as `InputFile` reads them, in lists."""
     texts: list[str] = []
     pairs: list[str | None] = []
-    skipped: dict[str, list[int]] = {}
-    for number, line in decoded_lines(path, encoding):
-        if line is None:
-            skipped.setdefault("undecodable bytes", []).append(number)
-            continue
-        text, _, pair = line.partition("\t") if tsv else (line, "", "")
-        if not text.strip():
-            skipped.setdefault("blank", []).append(number)
-            continue
-        if tsv and "\t" in pair:
-            skipped.setdefault("more than 2 columns", []).append(number)
-            continue
-        texts.append(text.strip())
-        pairs.append(pair.strip() or None)
-    if not texts:
-        raise ValueError(f"input file {path} has no texts" + (" (empty file)" if not skipped else
-                                                              f" ({sum(map(len, skipped.values()))} unusable lines)"))
-    if skipped:
-        count = sum(map(len, skipped.values()))
-        parts = [f"{reason} (line{'s' if len(numbers) > 1 else ''} {', '.join(map(str, numbers[:5]))}"
-                 f"{' ...' if len(numbers) > 5 else ''})" for reason, numbers in skipped.items()]
-        warnings.warn(f"{path}: skipped {count} line{'s' if count > 1 else ''}, kept {len(texts)}: "
-                      + "; ".join(parts), DataWarning, stacklevel=2)
+    for chunk, chunk_pairs in InputFile(path, encoding).chunks():
+        texts += chunk
+        pairs += chunk_pairs or [None] * len(chunk)
     return texts, pairs if any(pair is not None for pair in pairs) else None
+
+
+def read_questions(path: str | os.PathLike, encoding: str = "utf-8") -> tuple[list[str], list[str], list[str]]:
+    """(ids, questions, contexts) of a JSON Lines file of {"question": ..., "context": ...} objects (an "id" is
+    kept; the line number stands in for a missing one). Lines that are not such an object, or whose question or
+    context is empty, are skipped and counted in one DataWarning; a file with none is an error."""
+    path = Path(path)
+    if path.is_dir():
+        raise ValueError(f"input file {path} is a directory; give a JSON Lines file of {{\"question\", \"context\"}}")
+    if not path.is_file():
+        raise FileNotFoundError(f"input file {path} does not exist")
+    ids: list[str] = []
+    questions: list[str] = []
+    contexts: list[str] = []
+    skips = Skips(path)
+    for number, line in iter_decoded_lines(path, encoding):
+        if line is None or not line.strip():
+            skips.add("undecodable bytes" if line is None else "blank", number)
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            record = None
+        if not isinstance(record, dict):
+            skips.add("not a JSON object", number)
+            continue
+        question, context = record.get("question"), record.get("context")
+        if not isinstance(question, str) or not question.strip():
+            skips.add("no question", number)
+        elif not isinstance(context, str) or not context.strip():
+            skips.add("no context", number)
+        else:
+            ids.append(str(record.get("id", number)))
+            questions.append(question.strip())
+            contexts.append(context)
+    skips.warn(len(questions))
+    if not questions:
+        raise ValueError(f"input file {path} has no question with a context: give one JSON object per line, "
+                         '{"question": ..., "context": ...}')
+    return ids, questions, contexts
 
 
 # ---- evaluation ----------------------------------------------------------------------------------
@@ -92,6 +169,11 @@ def evaluate(model: Any, tokenizer: Any, data: str, split: str = "test", batch_s
     """Accuracy and macro-F1 of a classifier, or entity P/R/F1 of a tagger, on `data` (source name or file, read
     as `encoding`); `dtype` runs a converted copy of the model (bertkit.inference.precision)."""
     task = task_of_model(model, "evaluate")
+    if task.spans:
+        examples = task.read(data, split, "to evaluate on", encoding=encoding)
+        return {"task": task.family, "data": data, "examples": len(examples),
+                **_evaluate_qa(model, tokenizer, examples, batch_size=batch_size, max_length=max_length,
+                               progress=progress, dtype=dtype)}
     labels = label_names(model)
     examples = task.read(data, split, "to evaluate on", scheme=_scheme(labels), encoding=encoding)
     result: dict[str, Any] = {"task": task.family, "data": data, "examples": len(examples)}
@@ -127,3 +209,15 @@ def _evaluate_ner(model: Any, tokenizer: Any, examples: list[TokenExample], labe
     scores = metrics.entity_scores(gold, predicted, by_type=True)
     return {key: scores[key] for key in ("precision", "recall", "f1", "num_true", "num_pred", "num_correct",
                                          "by_type")}
+
+
+def _evaluate_qa(model: Any, tokenizer: Any, examples: list, **options: Any) -> dict[str, Any]:
+    """Exact match and F1 (the official scripts': SQuAD's for English, CMRC 2018's for Chinese) of a QA model."""
+    from bertkit.inference.qa import answer_examples
+    from bertkit.training.qa_metrics import qa_scores
+
+    answers = answer_examples(model, tokenizer, examples, **options)
+    scores = qa_scores({e.id: a["answer"] for e, a in zip(examples, answers)},
+                       {e.id: [answer.text for answer in e.answers] for e in examples})
+    return {"exact_match": scores["exact_match"], "f1": scores["f1"], "metric": scores["metric"],
+            "unanswerable": sum(e.is_impossible for e in examples)}

@@ -51,7 +51,7 @@ GPT_PRESETS: dict[str, dict[str, int]] = {
 NATIVE = "where the CPU computes it natively"  # bf16 in a recipe: emulated bf16 would be slower than fp32
 PRETRAIN_RECIPES: dict[str, dict[str, Any]] = {
     "bert": {},
-    "crammed": dict(config="tiny", objective="mlm+nsp", masking="dynamic", dropout=0.0, learning_rate=1e-3,
-                    warmup_ratio=0.02, bf16=NATIVE, dupe_factor=1),
+    "crammed": dict(config="tiny", objective="mlm+nsp", masking="dynamic", mlm_probability=0.3, dropout=0.0,
+                    learning_rate=1e-3, warmup_ratio=0.02, bf16=NATIVE, dupe_factor=1),
 }
 PRETRAIN_RECIPE_NAMES = tuple(PRETRAIN_RECIPES)

@@ -5,7 +5,8 @@ from __future__ import annotations
 import copy
 import statistics
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
 
 import numpy as np
 import torch
@@ -70,3 +71,22 @@ def steps_in_budget(model: nn.Module, batches: Sequence[dict[str, Tensor]], seco
             timed, spent = timed + 1, spent + elapsed
         step += 1
     return max(1, int((1.0 - reserve) * seconds / mean_step_seconds(times.values())))
+
+
+def planned_steps(model: nn.Module, features: Sequence[Any], collate: Callable[[list[Any]], dict[str, Tensor]],
+                  batch_size: int, max_steps: int, minutes: float | None, bf16: bool = False,
+                  group_by_length: bool = True, reserve: float = 0.15) -> int:
+    """`max_steps`, or fewer when `minutes` is given and fewer fit: a fine-tuning run's schedule sized to its time
+    budget, so that it decays fully. Batches of like lengths are timed at each quartile of the lengths (the run
+    groups them so), plain batches otherwise."""
+    if not minutes:
+        return max_steps
+    from bertkit.training.trainer import example_length
+
+    B = min(batch_size, len(features))
+    if group_by_length:
+        lengths = [example_length(f) for f in features]
+        probes = [collate([features[i] for i in batch]) for batch in length_probes(lengths, B, (0.25, 0.5, 0.75))]
+    else:
+        probes = [collate(list(features[i * B:(i + 1) * B])) for i in range(3) if features[i * B:(i + 1) * B]]
+    return min(max_steps, steps_in_budget(model, probes, minutes * 60, bf16, reserve=reserve))

@@ -54,6 +54,8 @@ def _new_temp_file(path: Path) -> Path:
             return tmp
         except FileExistsError:  # another writer drew the same name; draw again
             continue
+        except OSError as err:  # say so of the file asked for, not of the hidden name beside it
+            raise OSError(err.errno, f"cannot write a file there ({err.strerror})", str(path)) from None
 
 
 def atomic_write(path: str | os.PathLike, write: Callable[[Path], Any]) -> Path:

@@ -5,40 +5,26 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from bertkit.models.configuration import (
-    ACTIVATIONS,
-    POSITION_EMBEDDING_TYPES,
-    ConfigError,
-    LabelsMixin,
-    PretrainedConfig,
-)
+from bertkit.models.configuration import ConfigError, EncoderConfig, LabelsMixin
 
 # A pre-LN BERT's config.json says this, not "bert", so that transformers' AutoModel refuses it.
 PRE_LN_MODEL_TYPE = "bertkit-bert-pre-ln"
+QA_KEYS = ("max_length", "doc_stride", "max_answer_length", "impossible")
 
 
 @dataclass
-class BertConfig(PretrainedConfig, LabelsMixin):
+class BertConfig(EncoderConfig, LabelsMixin):
     """BERT hyper-parameters (Hugging Face `BertConfig` names) plus bertkit's ALBERT and positional options."""
 
     model_type = "bert"
     family = "BERT"
     other_model_types = (PRE_LN_MODEL_TYPE,)
 
+    # the encoder's shape (hidden_size, num_hidden_layers, ..., position_embedding_type) is EncoderConfig's
     vocab_size: int = 30522
-    hidden_size: int = 768
-    num_hidden_layers: int = 12
-    num_attention_heads: int = 12
-    intermediate_size: int = 3072
-    hidden_act: str = "gelu"
-    hidden_dropout_prob: float = 0.1
-    attention_probs_dropout_prob: float = 0.1
     max_position_embeddings: int = 512
     type_vocab_size: int = 2
-    initializer_range: float = 0.02
-    layer_norm_eps: float = 1e-12
     pad_token_id: int = 0
-    position_embedding_type: str = "absolute"
     # ALBERT: factorised embeddings (E < H, projected up) and one layer's weights reused N times.
     embedding_size: int | None = None
     share_layers: bool = False
@@ -54,29 +40,14 @@ class BertConfig(PretrainedConfig, LabelsMixin):
     # "label_words": [a word per label, in id order], "label_word_ids": [[token id per [MASK]], ...],
     # "mask_token_id": id}. The weights are BertForMaskedLM's; this says how to read a class off them.
     prompt: dict[str, Any] | None = None
+    # Extractive QA (BertForQuestionAnswering): how it was fine-tuned to read questions, so that predictions read
+    # them the same way: {"max_length", "doc_stride", "max_answer_length", "impossible"} (bertkit.inference.qa).
+    qa: dict[str, Any] | None = None
 
     def validate(self) -> None:
         """Raise ConfigError naming the first value no model can be built from."""
-        for name in ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
-                     "intermediate_size", "max_position_embeddings", "type_vocab_size"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-                raise ConfigError(f"{name} must be a positive integer, got {value!r}")
-        if self.hidden_size % self.num_attention_heads:
-            raise ConfigError(
-                f"hidden_size ({self.hidden_size}) is not divisible by num_attention_heads "
-                f"({self.num_attention_heads}); each head needs hidden_size / num_attention_heads dims")
-        if self.hidden_act not in ACTIVATIONS:
-            raise ConfigError(f"hidden_act {self.hidden_act!r} is not one of {', '.join(ACTIVATIONS)}")
-        if self.position_embedding_type not in POSITION_EMBEDDING_TYPES:
-            raise ConfigError(f"position_embedding_type {self.position_embedding_type!r} is not one of "
-                              f"{', '.join(POSITION_EMBEDDING_TYPES)}")
-        for name in ("hidden_dropout_prob", "attention_probs_dropout_prob"):
-            value = getattr(self, name)
-            if not 0.0 <= value < 1.0:
-                raise ConfigError(f"{name} must be in [0, 1), got {value!r}")
-        if self.layer_norm_eps <= 0:
-            raise ConfigError(f"layer_norm_eps must be positive, got {self.layer_norm_eps!r}")
+        super().validate()
+        self.check_positive(("vocab_size", "max_position_embeddings", "type_vocab_size"))
         if not 0 <= self.pad_token_id < self.vocab_size:
             raise ConfigError(f"pad_token_id {self.pad_token_id} is outside the vocabulary (size {self.vocab_size})")
         if self.embedding_size is not None and (
@@ -85,6 +56,8 @@ class BertConfig(PretrainedConfig, LabelsMixin):
         self.check_labels()
         if self.prompt is not None:
             self._validate_prompt()
+        if self.qa is not None and (not isinstance(self.qa, dict) or not set(self.qa) <= set(QA_KEYS)):
+            raise ConfigError(f"qa must be a dict with some of the keys {', '.join(QA_KEYS)}, got {self.qa!r}")
 
     def _validate_prompt(self) -> None:
         prompt = self.prompt
@@ -101,10 +74,6 @@ class BertConfig(PretrainedConfig, LabelsMixin):
             if not isinstance(token, int) or not 0 <= token < self.vocab_size:
                 raise ConfigError(f"prompt token id {token!r} is outside the vocabulary (size {self.vocab_size})")
 
-    @property
-    def head_dim(self) -> int:
-        return self.hidden_size // self.num_attention_heads
-
     # ---- config.json ---------------------------------------------------------------------------
 
     @classmethod
@@ -115,7 +84,7 @@ class BertConfig(PretrainedConfig, LabelsMixin):
 
     def to_dict(self) -> dict[str, Any]:
         out = super().to_dict()
-        for optional in ("embedding_size", "classifier_dropout", "prompt"):
+        for optional in ("embedding_size", "classifier_dropout", "prompt", "qa"):
             if out[optional] is None:
                 del out[optional]
         for option, default in (("share_layers", False), ("normalize_before", False), ("use_bias", True)):
@@ -140,6 +109,8 @@ class BertConfig(PretrainedConfig, LabelsMixin):
             rows.append(("albert", f"embedding_size {self.embedding_size}  share_layers {self.share_layers}"))
         if self.id2label:
             rows.append(("labels", ", ".join(self.id2label[i] for i in sorted(self.id2label))))
+        if self.qa:
+            rows.append(("qa", "  ".join(f"{key} {value}" for key, value in self.qa.items())))
         if self.prompt:
             rows.append(("prompt", f"{self.prompt['template']}  label words {', '.join(self.prompt['label_words'])}"))
         return rows

@@ -5,6 +5,8 @@
 - BertForSequenceClassification: a Linear on the pooled [CLS] vector (single sentences and pairs).
 - BertForTokenClassification: a Linear on every token's vector (NER).
 - BertForPromptClassification: the masked-LM head read as a classifier through a cloze template (PET, LM-BFF).
+- BertForQuestionAnswering: a Linear on every token's vector giving the scores of "the answer starts here" and
+  "ends here" (extractive QA, SQuAD; Devlin et al., 4.2).
 
 Dimension letters: B batch, T sequence, C hidden, E embedding size, V vocabulary, N predicted positions,
 K [MASK]s of a cloze template, L labels.
@@ -18,10 +20,16 @@ from torch import Tensor, nn
 
 from bertkit.models.bert.configuration import BertConfig
 from bertkit.models.bert.modeling import BertModel, BertPreTrainedModel
+from bertkit.models.configuration import ConfigError
 from bertkit.models.dropout import Dropout
 from bertkit.models.functional import ACT2FN, cloze_scores
 from bertkit.models.losses import IGNORE_INDEX, mean_or_zero
-from bertkit.models.outputs import BertForPreTrainingOutput, ClassifierOutput, MaskedLMOutput
+from bertkit.models.outputs import (
+    BertForPreTrainingOutput,
+    ClassifierOutput,
+    MaskedLMOutput,
+    QuestionAnsweringOutput,
+)
 from bertkit.models.pretrained import check_labels
 
 # The MLM decoder is the word-embedding matrix, and its bias the head's `bias` (Hugging Face's layout).
@@ -255,9 +263,51 @@ class BertForPromptClassification(BertForMaskedLM):
         return ClassifierOutput(loss, logits, out.hidden_states, out.attentions)
 
 
+class BertForQuestionAnswering(BertPreTrainedModel):
+    """Extractive QA: `qa_outputs`, a Linear(hidden -> 2) on every token's vector, scores each position as the
+    answer's start and its end (transformers' names, so directories load both ways). No pooler, no dropout on
+    the head, as in transformers."""
+
+    head_prefixes = ("qa_outputs.",)
+    other_head_prefixes = ("cls.", "bert.pooler.", "classifier.")
+
+    def __init__(self, config: BertConfig) -> None:
+        if config.num_labels != 2:
+            raise ConfigError(f"a question-answering head has 2 outputs (answer start and end), but the config has "
+                              f"{config.num_labels} labels")
+        super().__init__(config)
+        self.bert = BertModel(config, add_pooling_layer=False)
+        self.qa_outputs = nn.Linear(config.hidden_size, 2)
+        self.init_weights()
+
+    def forward(self, input_ids: Tensor, attention_mask: Tensor | None = None, token_type_ids: Tensor | None = None,
+                position_ids: Tensor | None = None, start_positions: Tensor | None = None,
+                end_positions: Tensor | None = None, output_attentions: bool = False,
+                output_hidden_states: bool = False) -> QuestionAnsweringOutput:
+        """start_positions, end_positions (B,): the answer's first and last token; 0 ([CLS]) for no answer here."""
+        out = self.bert(input_ids, attention_mask, token_type_ids, position_ids, output_attentions,
+                        output_hidden_states)
+        start_logits, end_logits = self.qa_outputs(out.last_hidden_state).unbind(-1)   # (B, T) each
+        loss = None
+        if start_positions is not None and end_positions is not None:
+            loss = span_loss(start_logits, end_logits, start_positions, end_positions)
+        return QuestionAnsweringOutput(loss, start_logits, end_logits, out.hidden_states, out.attentions)
+
+
+def span_loss(start_logits: Tensor, end_logits: Tensor, start_positions: Tensor, end_positions: Tensor) -> Tensor:
+    """The mean of the start and end cross-entropies, as transformers computes it: positions are clamped to
+    [0, T], and a position of T or more (an answer cut off beyond the input) is left out of its term."""
+    T = start_logits.size(1)
+    start_positions = start_positions.view(-1).clamp(0, T)
+    end_positions = end_positions.view(-1).clamp(0, T)
+    start = F.cross_entropy(start_logits.float(), start_positions, ignore_index=T)
+    end = F.cross_entropy(end_logits.float(), end_positions, ignore_index=T)
+    return (start + end) / 2
+
+
 MODEL_CLASSES = {cls.__name__: cls for cls in (BertModel, BertForPreTraining, BertForMaskedLM,
                                                 BertForSequenceClassification, BertForTokenClassification,
-                                                BertForPromptClassification)}
+                                                BertForPromptClassification, BertForQuestionAnswering)}
 
 
 def model_class_for(config: BertConfig) -> type[BertPreTrainedModel]:

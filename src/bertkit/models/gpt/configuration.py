@@ -5,15 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from bertkit.models.configuration import (
-    ACTIVATIONS,
-    POSITION_EMBEDDING_TYPES,
-    ConfigError,
-    PretrainedConfig,
-    check_positive,
-    check_probabilities,
-    check_token_ids,
-)
+from bertkit.models.configuration import ACTIVATIONS, POSITION_EMBEDDING_TYPES, ConfigError, PretrainedConfig
 
 
 @dataclass
@@ -68,21 +60,16 @@ class GPT2Config(PretrainedConfig):
 
     def validate(self) -> None:
         """Raise ConfigError naming the first value no model can be built from."""
-        check_positive(self, ("vocab_size", "n_positions", "n_embd", "n_layer", "n_head", "inner_size"))
-        if self.n_embd % self.n_head:
-            raise ConfigError(f"n_embd ({self.n_embd}) is not divisible by n_head ({self.n_head})")
-        if self.activation_function not in ACTIVATIONS:
-            raise ConfigError(f"activation_function {self.activation_function!r} is not one of "
-                              f"{', '.join(ACTIVATIONS)}")
-        if self.position_embedding_type not in POSITION_EMBEDDING_TYPES:
-            raise ConfigError(f"position_embedding_type {self.position_embedding_type!r} is not one of "
-                              f"{', '.join(POSITION_EMBEDDING_TYPES)}")
+        self.check_positive(("vocab_size", "n_positions", "n_embd", "n_layer", "n_head", "inner_size"))
+        self.check_divisible("n_embd", "n_head")
+        self.check_choice("activation_function", ACTIVATIONS)
+        self.check_choice("position_embedding_type", POSITION_EMBEDDING_TYPES)
         if self.add_cross_attention:
             raise ConfigError("add_cross_attention: bertkit's GPT-2 has no cross-attention (use Seq2SeqTransformer)")
-        check_probabilities(self, ("resid_pdrop", "embd_pdrop", "attn_pdrop"))
+        self.check_probabilities(("resid_pdrop", "embd_pdrop", "attn_pdrop"))
         # transformers' GPT2Config keeps GPT-2's 50256 as bos/eos whatever the vocabulary, and its models load and
         # run: these ids are read only by generation (gpt.py and generation.py check them where they are used)
-        check_token_ids(self, ("pad_token_id", "bos_token_id", "eos_token_id"), self.vocab_size, harmless=True)
+        self.check_token_ids(("pad_token_id", "bos_token_id", "eos_token_id"), self.vocab_size, harmless=True)
 
     def to_dict(self) -> dict[str, Any]:
         out = super().to_dict()

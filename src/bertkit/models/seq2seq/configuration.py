@@ -5,14 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from bertkit.models.configuration import (
-    ACTIVATIONS,
-    ConfigError,
-    PretrainedConfig,
-    check_positive,
-    check_probabilities,
-    check_token_ids,
-)
+from bertkit.models.configuration import ACTIVATIONS, ConfigError, PretrainedConfig
 
 SEQ2SEQ_ARCHITECTURES = ("transformer", "rnn")
 RNN_CELLS = ("rnn", "lstm", "gru")
@@ -57,23 +50,18 @@ class Seq2SeqConfig(PretrainedConfig):
 
     def validate(self) -> None:
         """Raise ConfigError naming the first value no model can be built from."""
-        if self.architecture not in SEQ2SEQ_ARCHITECTURES:
-            raise ConfigError(f"architecture {self.architecture!r} is not one of {', '.join(SEQ2SEQ_ARCHITECTURES)}")
-        check_positive(self, ("vocab_size", "target_vocab_size", "d_model", "encoder_layers", "decoder_layers",
+        self.check_choice("architecture", SEQ2SEQ_ARCHITECTURES)
+        self.check_positive(("vocab_size", "target_vocab_size", "d_model", "encoder_layers", "decoder_layers",
                                "attention_heads", "ffn_dim", "max_position_embeddings"))
-        if self.d_model % self.attention_heads:
-            raise ConfigError(f"d_model ({self.d_model}) is not divisible by attention_heads ({self.attention_heads})")
-        if self.activation_function not in ACTIVATIONS:
-            raise ConfigError(f"activation_function {self.activation_function!r} is not one of "
-                              f"{', '.join(ACTIVATIONS)}")
-        if self.rnn_cell not in RNN_CELLS:
-            raise ConfigError(f"rnn_cell {self.rnn_cell!r} is not one of {', '.join(RNN_CELLS)}")
-        check_probabilities(self, ("dropout", "attention_dropout", "activation_dropout", "label_smoothing"))
+        self.check_divisible("d_model", "attention_heads")
+        self.check_choice("activation_function", ACTIVATIONS)
+        self.check_choice("rnn_cell", RNN_CELLS)
+        self.check_probabilities(("dropout", "attention_dropout", "activation_dropout", "label_smoothing"))
         if self.share_encoder_decoder_embeddings and self.target_vocab_size != self.vocab_size:
             raise ConfigError(f"shared source/target embeddings need one vocabulary, got sizes {self.vocab_size} "
                               f"and {self.target_vocab_size}")
-        check_token_ids(self, ("pad_token_id",), min(self.vocab_size, self.target_vocab_size))
-        check_token_ids(self, ("bos_token_id", "eos_token_id"), self.target_vocab_size)
+        self.check_token_ids(("pad_token_id",), min(self.vocab_size, self.target_vocab_size))
+        self.check_token_ids(("bos_token_id", "eos_token_id"), self.target_vocab_size)
 
 
 

@@ -5,15 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from bertkit.models.configuration import (
-    ACTIVATIONS,
-    POSITION_EMBEDDING_TYPES,
-    ConfigError,
-    LabelsMixin,
-    PretrainedConfig,
-    check_positive,
-    check_probabilities,
-)
+from bertkit.models.configuration import ACTIVATIONS, ConfigError, EncoderConfig, LabelsMixin
 
 # A ViT with fixed 2-D sinusoidal positions says this, not "vit": transformers' ViT has learned positions only,
 # so its Auto classes must refuse the directory rather than load it with random ones.
@@ -29,7 +21,7 @@ def _pair(value: Any) -> tuple[int, int]:
 
 
 @dataclass
-class ViTConfig(PretrainedConfig, LabelsMixin):
+class ViTConfig(EncoderConfig, LabelsMixin):
     """Vision Transformer hyper-parameters (Dosovitskiy et al., 2020), as transformers' ViTConfig: the same field
     names and defaults (ViT-Base/16 at 224 × 224). bertkit adds `position_embedding_type="sinusoidal"`: fixed 2-D
     sine/cosine positions instead of learned ones, saved as model_type "bertkit-vit" (transformers has no such
@@ -39,15 +31,9 @@ class ViTConfig(PretrainedConfig, LabelsMixin):
     family = "ViT"
     other_model_types = (VIT_SINUSOIDAL_MODEL_TYPE,)
 
-    hidden_size: int = 768
-    num_hidden_layers: int = 12
-    num_attention_heads: int = 12
-    intermediate_size: int = 3072
-    hidden_act: str = "gelu"
+    # the encoder's shape is EncoderConfig's (hidden_size, num_hidden_layers, ...); a ViT trains without dropout
     hidden_dropout_prob: float = 0.0
     attention_probs_dropout_prob: float = 0.0
-    initializer_range: float = 0.02
-    layer_norm_eps: float = 1e-12
     image_size: int | list[int] = 224            # pixels, or [height, width]
     patch_size: int | list[int] = 16             # pixels, or [height, width]
     num_channels: int = 3
@@ -56,15 +42,11 @@ class ViTConfig(PretrainedConfig, LabelsMixin):
     pooler_output_size: int | None = None        # None = hidden_size
     pooler_act: str = "tanh"
     id2label: dict[int, str] | None = None       # class names in id order (ViTForImageClassification)
-    position_embedding_type: str = "absolute"    # learned; or bertkit's fixed 2-D "sinusoidal"
 
     def validate(self) -> None:
         """Raise ConfigError naming the first value no model can be built from."""
-        check_positive(self, ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
-                               "num_channels"))
-        if self.hidden_size % self.num_attention_heads:
-            raise ConfigError(f"hidden_size ({self.hidden_size}) is not divisible by num_attention_heads "
-                              f"({self.num_attention_heads})")
+        super().validate()
+        self.check_positive(("num_channels",))
         for name in ("image_size", "patch_size"):
             value = getattr(self, name)
             sides = value if isinstance(value, (list, tuple)) else [value]
@@ -75,18 +57,9 @@ class ViTConfig(PretrainedConfig, LabelsMixin):
             if image % patch:
                 raise ConfigError(f"image {side} {image} is not a multiple of the patch {side} {patch}: "
                                   f"the last {image % patch} pixels would never be seen")
-        if self.hidden_act not in ACTIVATIONS:
-            raise ConfigError(f"hidden_act {self.hidden_act!r} is not one of {', '.join(ACTIVATIONS)}")
-        if self.pooler_act not in POOLER_ACTIVATIONS:
-            raise ConfigError(f"pooler_act {self.pooler_act!r} is not one of {', '.join(POOLER_ACTIVATIONS)}")
-        if self.position_embedding_type not in POSITION_EMBEDDING_TYPES:
-            raise ConfigError(f"position_embedding_type {self.position_embedding_type!r} is not one of "
-                              f"{', '.join(POSITION_EMBEDDING_TYPES)}")
-        check_probabilities(self, ("hidden_dropout_prob", "attention_probs_dropout_prob"))
-        if self.layer_norm_eps <= 0:
-            raise ConfigError(f"layer_norm_eps must be positive, got {self.layer_norm_eps!r}")
+        self.check_choice("pooler_act", POOLER_ACTIVATIONS)
         if self.pooler_output_size is not None:
-            check_positive(self, ("pooler_output_size",))
+            self.check_positive(("pooler_output_size",))
         self.check_labels()
 
     @property

@@ -1,0 +1,99 @@
+"""Which lever moves the main job's margin: pretrain the demo's tiny BERT (`--recipe crammed`, the demo's corpus and
+vocabulary) for a FIXED number of steps with one change, fine-tune it, and once its random-init twin, on 200 THUCNews
+labels x 3 seeds as the demo fine-tunes, and print the margin. Steps, not minutes, and one thread a run: the result
+does not depend on how busy the machine is (a lever that makes a step dearer is then judged by its step time apart).
+
+    python benchmarks/levers_main_job.py --out runs/levers --steps 6300 \
+        --variant base --variant mlm15:--mlm-probability=0.15 --variant tapt16:--tapt=16
+
+A variant is NAME:FLAG=VALUE,FLAG=VALUE (flags of `bertkit pretrain`); --tapt=K weights the training headlines K
+times (the demo's weight is 8). Each line is appended to OUT/levers.log.
+"""
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+BERTKIT = str(Path(sys.executable).with_name("bertkit"))
+ENV = dict(os.environ, OMP_NUM_THREADS=os.environ.get("THREADS", "1"))
+
+
+def sh(*argv: object) -> str:
+    """Run a bertkit command; its stdout, or exit with its stderr's tail."""
+    result = subprocess.run([BERTKIT, *map(str, argv)], env=ENV, capture_output=True, text=True)
+    if result.returncode:
+        raise SystemExit(f"failed: {' '.join(map(str, argv))}\n{result.stderr[-2000:]}")
+    return result.stdout
+
+
+def vocab(out: Path) -> Path:
+    """The demo's character vocabulary, built once in OUT/vocab."""
+    if not (out / "vocab" / "vocab.txt").exists():
+        from bertkit.pipelines.demo import build_demo_vocab
+
+        build_demo_vocab(out / "vocab")
+    return out / "vocab"
+
+
+def finetune(model: Path, out: Path, labels: int, seeds: int, random_init: bool = False) -> list[float]:
+    """Test accuracies of `seeds` fine-tuning runs on `labels` THUCNews headlines, as the demo's tiny-BERT rows."""
+    from bertkit.pipelines.demo import ROW_SETTINGS, finetune_steps
+
+    settings = ROW_SETTINGS["bertkit-pretrained"]
+    steps = finetune_steps(labels, settings.batch_size, 1.0)
+    accuracies = []
+    for seed in range(seeds):
+        run = out / f"{'random' if random_init else 'pretrained'}-{labels}-{seed}"
+        if not (run / "finetune_results.json").exists():
+            sh("finetune", "--task", "classify", "--model", model, "--train", "thucnews", "--out", run,
+               "--max-train-examples", labels, "--max-steps", steps, "--batch-size", settings.batch_size,
+               "--learning-rate", settings.learning_rate,
+               "--warmup-ratio", 0.1, "--max-length", 64, "--keep-last", "--seed", 42 + seed, "--no-progress",
+               *(["--random-init"] if random_init else []), "--overwrite")
+        accuracies.append(json.loads((run / "finetune_results.json").read_text())["test_accuracy"])
+    return accuracies
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--steps", type=int, default=6300)
+    parser.add_argument("--variant", action="append", default=[], help="name:flag=value,flag=value")
+    parser.add_argument("--labels", type=int, nargs="+", default=[200])
+    parser.add_argument("--tapt", type=int, default=None, help="the training headlines' weight (default: the demo's)")
+    args = parser.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    from bertkit.pipelines.demo import DEMO_TASKS
+
+    v = vocab(args.out)
+    for spec in args.variant:
+        name, _, flags = spec.partition(":")
+        extra = [part for flag in flags.split(",") if flag for part in flag.split("=", 1)]
+        tapt = args.tapt or DEMO_TASKS["thucnews"].tapt_weight
+        if "--tapt" in extra:
+            tapt = int(extra[extra.index("--tapt") + 1])
+            del extra[extra.index("--tapt"):extra.index("--tapt") + 2]
+        corpus = ["zh"] + ["thucnews-train"] * tapt
+        run = args.out / f"{name}-{args.steps}"
+        if not (run / "train_results.json").exists():
+            sh("pretrain", "--recipe", "crammed", "--corpus", *corpus, "--vocab", v, "--config", "tiny",
+               "--max-steps", args.steps, "--out", run, "--no-progress", "--overwrite", *extra)
+        evals = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+        mlm = [e["eval_mlm_accuracy"] for e in evals if "eval_mlm_accuracy" in e][-1]
+        for labels in args.labels:
+            pre = finetune(run, args.out / f"ft-{name}-{args.steps}", labels, 3)
+            rnd = finetune(run, args.out / "ft-random", labels, 3, random_init=True)
+            line = (f"{name:<14} steps {args.steps}  labels {labels:>4}  mlm {mlm:.4f}  pretrained "
+                    f"{statistics.mean(pre):.3f} ± {statistics.stdev(pre):.3f}  random {statistics.mean(rnd):.3f}  "
+                    f"margin {100 * (statistics.mean(pre) - statistics.mean(rnd)):+.1f}  {pre}")
+            print(line, flush=True)
+            with open(args.out / "levers.log", "a") as f:
+                f.write(line + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,137 @@
+"""`bertkit serve`: a model over HTTP, with text-embeddings-inference's routes (bertkit.inference.serving)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import socket
+import sys
+import warnings
+
+from bertkit.cli.common import MODEL_HELP, UserError, add_command, integer
+
+# bertkit.inference.serving.ServerSettings' defaults (tests hold them equal), written out so that `bertkit --help`
+# imports neither torch nor the web server
+DEFAULTS = argparse.Namespace(max_batch_tokens=2048, max_client_batch_size=32, max_concurrent_requests=512,
+                              payload_limit=2_000_000)
+
+
+def _add_serve(sub: argparse._SubParsersAction) -> None:
+    defaults = DEFAULTS
+    p = add_command(sub, "serve", _cmd_serve, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("model", metavar="DIR|NAME", help=MODEL_HELP)
+    p.add_argument("--host", default="127.0.0.1", help="the address to listen on; 0.0.0.0 for every interface "
+                                                       "(default: 127.0.0.1, this machine only)")
+    p.add_argument("--port", type=integer(0, 65535), default=3000, help="the port; 0 picks a free one and prints "
+                                                                       "it (default: 3000)")
+    p.add_argument("--dtype", default="fp32", choices=["fp32", "bf16", "int8"],
+                   help="number format: bf16 where the CPU computes it natively (else fp32, with a warning), int8 "
+                        "Linear layers (dynamic quantization) (default: fp32)")
+    p.add_argument("--pooling", choices=["cls", "mean"],
+                   help="sentence vectors: the [CLS] token's or the mean of the tokens' (default: what the model "
+                        "directory declares, as sentence-transformers' 1_Pooling; else cls)")
+    p.add_argument("--max-batch-tokens", type=integer(1), default=defaults.max_batch_tokens,
+                   help="padded tokens per forward (inputs x the longest): the batch's size limit; at least the "
+                        f"model's positions (default: {defaults.max_batch_tokens})")
+    p.add_argument("--max-client-batch-size", type=integer(1), default=defaults.max_client_batch_size,
+                   help=f"inputs per request; more get 413 (default: {defaults.max_client_batch_size})")
+    p.add_argument("--max-concurrent-requests", type=integer(1), default=defaults.max_concurrent_requests,
+                   help="requests accepted and not yet answered; more get 429 "
+                        f"(default: {defaults.max_concurrent_requests})")
+    p.add_argument("--payload-limit", type=integer(1), default=defaults.payload_limit,
+                   help=f"bytes per request body; more get 413 (default: {defaults.payload_limit:,})")
+    p.add_argument("--threads", type=integer(1), help="torch threads for the model (default: one fewer than the "
+                                                      "cores, at least 1: the event loop that reads requests keeps "
+                                                      "a core)")
+
+
+def _cmd_serve(args: argparse.Namespace) -> int:
+    """an HTTP server for sentence vectors, predictions and NER, with dynamic batching (TEI's routes)
+
+    Serve a model over HTTP with text-embeddings-inference's routes, so its clients carry over:
+      POST /embed           {"inputs": "text" | ["text", ...], "normalize": true, "truncate": false}
+      POST /predict         a classifier's labels and scores, or a tagger's entity spans
+      POST /tokenize        tokens with their character offsets
+      POST /v1/embeddings   OpenAI's embeddings API
+      GET  /health, /info, /metrics (Prometheus)
+    Requests queue and run in batches of up to --max-batch-tokens. SIGTERM or Ctrl+C stops accepting, answers
+    every request already accepted, and exits.
+    """
+    # torch's OpenMP threads spin between parallel regions by default, taking the CPU from the event loop that shares
+    # the cores with them; set before torch loads, as OpenMP reads it then (a value already set is kept)
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    try:
+        import uvicorn
+
+        from bertkit.inference.serving import ServedModel, ServerSettings, create_app
+    except ImportError as err:
+        raise UserError(f"serving needs the serve extra ({err.name} is not installed): "
+                        "pip install 'bertkit[serve]'") from None
+    import torch
+
+    from bertkit.inference.batching import TruncationWarning
+    from bertkit.inference.loading import model_family
+    from bertkit.inference.serving.model import declared_pooling, default_threads, qa_not_served
+
+    path, family = model_family(args.model, "serve")  # a family the server cannot serve: refused in one line
+    if family.holds_head(path, "qa"):
+        raise UserError(qa_not_served(args.model))
+    positions = getattr(family.load_config(path), "max_position_embeddings", 0)
+    if args.max_batch_tokens < positions:
+        raise UserError(f"--max-batch-tokens {args.max_batch_tokens} is less than the model's {positions} positions:"
+                        f" its longest input would fit no batch; give --max-batch-tokens {positions} or more")
+    settings = ServerSettings(args.max_batch_tokens, args.max_client_batch_size, args.max_concurrent_requests,
+                              args.payload_limit)
+    listener = _listen(args.host, args.port)
+    # a request that sends "truncate": true asks for its long texts to be cut: no warning line per request
+    warnings.filterwarnings("ignore", category=TruncationWarning)
+    torch.set_num_threads(args.threads or default_threads())  # after every refusal: a refused command changes nothing
+    host, port = listener.getsockname()[:2]
+    address = f"http://{f'[{host}]' if ':' in host else host}:{port}"
+    pooling = args.pooling or declared_pooling(path) or "cls"
+    failures: list[BaseException] = []
+
+    def ready(served: ServedModel) -> None:
+        what = f"{served.task} model, {served.dtype}" + (f", {served.pooling} pooling" if served.task == "embedding"
+                                                          else f", {len(served.labels)} labels")
+        what += f", {torch.get_num_threads()} torch thread{'s' if torch.get_num_threads() > 1 else ''}"
+        print(f"bertkit serve: ready: {args.model} ({what}) at {address}", flush=True)
+
+    def failed(err: BaseException) -> None:
+        failures.append(err)
+        server.should_exit = True
+
+    app = create_app(lambda: ServedModel.load(path, args.dtype, pooling, name=args.model), settings, ready,
+                     failed)
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on"))
+    # uvicorn answers SIGTERM by finishing the requests it accepted, then raises the signal again for the handler
+    # that was there before it: this one, so the server exits 0 (and a SIGTERM before uvicorn listens stops it too)
+    previous = signal.signal(signal.SIGTERM, lambda *_: setattr(server, "should_exit", True))
+    print(f"bertkit serve: loading {args.model} ({family.name}, {args.dtype}); listening at {address}", flush=True)
+    try:
+        server.run(sockets=[listener])
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    if failures:
+        err = failures[0]
+        raise err if isinstance(err, (ValueError, OSError, UserError)) else UserError(str(err))
+    print("bertkit serve: stopped", file=sys.stderr, flush=True)
+    return 0
+
+
+def _listen(host: str, port: int) -> socket.socket:
+    """A socket bound to (host, port), before the model loads: an address in use is refused at once."""
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM,
+                                                             flags=socket.AI_PASSIVE)[0]
+    except socket.gaierror as err:
+        raise UserError(f"--host {host}: cannot resolve it ({err.strerror})") from None
+    listener = socket.socket(family, kind, proto)
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        listener.bind(address)
+    except OSError as err:
+        listener.close()
+        raise UserError(f"cannot listen on {host}:{port}: {err.strerror[0].lower()}{err.strerror[1:]}") from None
+    return listener

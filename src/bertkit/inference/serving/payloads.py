@@ -1,0 +1,214 @@
+"""Request bodies read and checked, in text-embeddings-inference's shapes; what is wrong with one is a ServeError
+carrying TEI's status code and error type, with a message for people.
+
+    413  more inputs than --max-client-batch-size, or a body larger than the payload limit
+    422  a body that is not JSON, not an object, or holds empty, wrongly typed or (without truncate) too long inputs
+    429  the server already holds --max-concurrent-requests requests
+    503  the model is still loading
+    424  the model cannot do what the route asks (/predict on an embedding model) or gave no finite output
+
+Fields TEI has and bertkit does not compute (a left truncation, prompt names, fewer dimensions, raw scores) are
+refused with 422 rather than ignored, so no client gets an answer to a question it did not ask.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+
+class ServeError(Exception):
+    """A request the server cannot answer: an HTTP status, TEI's error type, and a message for people."""
+
+    def __init__(self, status: int, error_type: str, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.error_type = error_type
+        self.message = message
+
+
+def invalid(message: str) -> ServeError:
+    """422: the request is malformed or its inputs cannot be run."""
+    return ServeError(422, "validation", message)
+
+
+# ---- the body ------------------------------------------------------------------------------------
+
+async def read_json(request: Any, limit: int) -> dict[str, Any]:
+    """The request's body as a JSON object, read at most `limit` bytes (413 past it; 422 if not a JSON object)."""
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise _too_large(int(declared), limit)
+    body = bytearray()
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > limit:
+            raise _too_large(len(body), limit)
+    if not body:
+        raise invalid('the request has no body; send a JSON object such as {"inputs": "some text"}')
+    try:
+        value = orjson.loads(body)
+    except orjson.JSONDecodeError as err:
+        raise invalid(f"the body is not valid JSON: {err}") from None
+    if not isinstance(value, dict):
+        raise invalid(f'the body must be a JSON object such as {{"inputs": "some text"}}, not {_kind(value)}')
+    return value
+
+
+def _too_large(size: int, limit: int) -> ServeError:
+    return ServeError(413, "validation", f"the body has {size:,} bytes, more than the server's limit of {limit:,} "
+                                         "(--payload-limit); send fewer or shorter inputs per request")
+
+
+def _kind(value: Any) -> str:
+    """How a JSON value is named in messages."""
+    names = {bool: "a boolean", int: "a number", float: "a number", str: "a string", list: "a list",
+             dict: "an object", type(None): "null"}
+    return names.get(type(value), type(value).__name__)
+
+
+# ---- fields --------------------------------------------------------------------------------------
+
+def flag(body: dict[str, Any], name: str, default: bool) -> bool:
+    """A true/false field (null or absent: `default`)."""
+    value = body.get(name)
+    if value is None:
+        return default
+    if not isinstance(value, bool):
+        raise invalid(f"{name} must be true or false, not {_kind(value)} ({value!r:.40})")
+    return value
+
+
+def check_unsupported(body: dict[str, Any]) -> None:
+    """422 for TEI's options that bertkit does not compute, when a request asks for them."""
+    direction = body.get("truncation_direction")
+    if direction is not None and direction not in ("right", "Right"):
+        raise invalid(f"truncation_direction {direction!r} is not supported: texts too long are cut at the right")
+    for name in ("prompt_name", "dimensions"):
+        if body.get(name) is not None:
+            raise invalid(f"{name} is not supported by this server; leave it out")
+    if body.get("raw_scores"):
+        raise invalid("raw_scores is not supported by this server: /predict answers probabilities")
+
+
+def check_count(count: int, max_client_batch_size: int, name: str = "inputs") -> None:
+    """413 for more inputs in one request than the server takes."""
+    if count > max_client_batch_size:
+        raise ServeError(413, "validation", f"{name} holds {count} texts, more than the server's maximum of "
+                                            f"{max_client_batch_size} per request (--max-client-batch-size); send "
+                                            "them in smaller requests")
+
+
+def text_list(value: Any, name: str, max_client_batch_size: int) -> tuple[list[str], bool]:
+    """(texts, whether one text was sent as a string) of a field that is a text or a list of texts."""
+    if isinstance(value, str):
+        texts, single = [value], True
+    elif isinstance(value, list):
+        texts, single = value, False
+    elif value is None:
+        raise invalid(f'the body has no {name}; send {{"{name}": "some text"}} or a list of texts')
+    else:
+        raise invalid(f"{name} must be a text or a list of texts, not {_kind(value)}")
+    if not texts:
+        raise invalid(f"{name} is an empty list: give at least one text")
+    check_count(len(texts), max_client_batch_size, name)
+    for index, text in enumerate(texts):
+        where = name if single else f"{name}[{index}]"
+        if not isinstance(text, str):
+            hint = " (this server takes texts, not token ids)" if isinstance(text, (int, list)) else ""
+            raise invalid(f"{where} is {_kind(text)}, not a text{hint}")
+        if not text.strip():
+            raise invalid(f"{where} is {'empty' if not text else 'only white space'}: it has no tokens, so nothing "
+                          "made for it could mean anything")
+    return texts, single
+
+
+# ---- the routes' requests ------------------------------------------------------------------------
+
+@dataclass
+class EmbedRequest:
+    texts: list[str]
+    normalize: bool = True
+    truncate: bool = False
+
+
+@dataclass
+class PredictRequest:
+    texts: list[str]
+    pairs: list[str | None] | None
+    single: bool
+    truncate: bool = False
+
+
+@dataclass
+class TokenizeRequest:
+    texts: list[str]
+    add_special_tokens: bool = True
+
+
+@dataclass
+class OpenAIRequest:
+    texts: list[str]
+    base64: bool = False
+
+
+def embed_request(body: dict[str, Any], max_client_batch_size: int) -> EmbedRequest:
+    """POST /embed: {"inputs": text | [text], "normalize": true, "truncate": false}."""
+    check_unsupported(body)
+    texts, _ = text_list(body.get("inputs"), "inputs", max_client_batch_size)
+    return EmbedRequest(texts, flag(body, "normalize", True), flag(body, "truncate", False))
+
+
+def predict_request(body: dict[str, Any], max_client_batch_size: int) -> PredictRequest:
+    """POST /predict, TEI's grammar: "text", ["text"] or ["text", "pair"] is one input; [["text"], ["text", "pair"],
+    ...] a batch."""
+    check_unsupported(body)
+    value = body.get("inputs")
+    truncate = flag(body, "truncate", False)
+    if isinstance(value, list) and value and all(isinstance(item, list) for item in value):
+        check_count(len(value), max_client_batch_size)
+        sequences = [_sequence(item, f"inputs[{index}]") for index, item in enumerate(value)]
+        single = False
+    elif isinstance(value, list) and value and not any(isinstance(item, list) for item in value):
+        if len(value) > 2:
+            raise invalid(f"inputs is a list of {len(value)} texts, but one input is a text or a [text, pair]; send "
+                          'a batch as a list of lists: [["text"], ["text", "pair"], ...]')
+        sequences, single = [_sequence(value, "inputs")], True
+    elif isinstance(value, list) and value:
+        raise invalid('inputs mixes texts and lists; send one input ("text" or ["text", "pair"]) or a batch of '
+                      'lists ([["text"], ["text", "pair"], ...])')
+    else:
+        texts, single = text_list(value, "inputs", max_client_batch_size)
+        sequences = [(texts[0], None)]
+    texts = [text for text, _ in sequences]
+    pairs = [pair for _, pair in sequences]
+    return PredictRequest(texts, pairs if any(pair is not None for pair in pairs) else None, single, truncate)
+
+
+def _sequence(item: list, where: str) -> tuple[str, str | None]:
+    """One /predict input given as a list: [text] or [text, pair]."""
+    if len(item) not in (1, 2):
+        raise invalid(f"{where} holds {len(item)} items; an input is [text] or [text, pair]")
+    texts, _ = text_list(item, where, 2)
+    return texts[0], texts[1] if len(texts) == 2 else None
+
+
+def tokenize_request(body: dict[str, Any], max_client_batch_size: int) -> TokenizeRequest:
+    """POST /tokenize: {"inputs": text | [text], "add_special_tokens": true}."""
+    check_unsupported(body)
+    texts, _ = text_list(body.get("inputs"), "inputs", max_client_batch_size)
+    return TokenizeRequest(texts, flag(body, "add_special_tokens", True))
+
+
+def openai_request(body: dict[str, Any], max_client_batch_size: int) -> OpenAIRequest:
+    """POST /v1/embeddings, OpenAI's request: {"input": text | [text], "model": ..., "encoding_format": "float" |
+    "base64"}; the model named is ignored (the server serves one)."""
+    if body.get("dimensions") is not None:
+        raise invalid("dimensions is not supported by this server; leave it out")
+    encoding = body.get("encoding_format")
+    if encoding not in (None, "float", "base64"):
+        raise invalid(f"encoding_format must be \"float\" or \"base64\", not {encoding!r:.40}")
+    texts, _ = text_list(body.get("input"), "input", max_client_batch_size)
+    return OpenAIRequest(texts, encoding == "base64")

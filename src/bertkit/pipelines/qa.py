@@ -1,0 +1,169 @@
+"""Fine-tuning for extractive question answering, end to end: SQuAD-format questions -> windows -> a
+BertForQuestionAnswering -> Trainer -> the best model on dev (F1) -> test scores and predictions.
+
+    finetune_qa(FinetuneOptions(task="qa", model="all-MiniLM-L6-v2", train="squad-excerpt", out="runs/qa",
+                                minutes=30))
+
+Windows are bertkit.data.qa's (a long context in windows that overlap by --doc-stride tokens); answers are
+decoded by bertkit.inference.qa over all windows of a question; exact match and F1 are the official scripts'
+(bertkit.training.qa_metrics: SQuAD's for English, CMRC 2018's for Chinese). The window and decoding settings are
+saved in the model's config (`qa`), so `bertkit predict` and `evaluate` read questions as they were trained.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import warnings
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from bertkit.data.qa import QAExample, QAWindow, qa_windows
+from bertkit.data.quality import DataReport, check_tokenizer_fits, count_unknown
+from bertkit.data.sources import resolve_model
+from bertkit.data.task_kinds import get_task
+from bertkit.inference.batching import collate
+from bertkit.inference.qa import answer_windows
+from bertkit.models.bert.configuration import BertConfig
+from bertkit.models.bert.heads import BertForQuestionAnswering
+from bertkit.pipelines.options import FinetuneOptions
+from bertkit.pipelines.run_directory import holds_out
+from bertkit.training.budget import planned_steps
+from bertkit.training.qa_metrics import qa_scores
+from bertkit.training.trainer import Trainer
+from bertkit.utils.atomic import atomic_write_text
+
+RESULTS_NAME = "finetune_results.json"
+PREDICTIONS_NAME = "predictions.json"
+
+
+class WindowCollator:
+    """Pads windows to the batch's longest; start_positions / end_positions come along for training."""
+
+    def __init__(self, pad_token_id: int) -> None:
+        self.pad_token_id = pad_token_id
+
+    def __call__(self, windows: Sequence[QAWindow], seeds: Sequence[int] | None = None) -> dict[str, torch.Tensor]:
+        if not windows:
+            raise ValueError("cannot collate an empty batch")
+        input_ids, attention_mask, token_type_ids = collate(windows, self.pad_token_id)  # as inference pads
+        return {"input_ids": input_ids, "token_type_ids": token_type_ids, "attention_mask": attention_mask,
+                "start_positions": torch.tensor([w.start_position for w in windows]),
+                "end_positions": torch.tensor([w.end_position for w in windows])}
+
+
+def score_answers(answers: Sequence[dict[str, Any]], examples: Sequence[QAExample]) -> dict[str, float]:
+    """Exact match and F1 (0-100) of decoded answers (in example order) against the examples' references."""
+    scores = qa_scores({e.id: answer["answer"] for e, answer in zip(examples, answers)},
+                       {e.id: [a.text for a in e.answers] for e in examples})
+    return {"exact_match": scores["exact_match"], "f1": scores["f1"]}
+
+
+def load_qa_splits(options: FinetuneOptions) -> dict[str, list[QAExample]]:
+    """train and dev (and test) questions: a named set's splits, or SQuAD-format files."""
+    task = get_task("qa")
+    splits = dict(task.load_dataset(options.train)) if options.train in task.datasets else {
+        "train": task.read(options.train, "train", "to train on", encoding=options.encoding)}
+    if "train" not in splits:
+        raise ValueError(f"{options.train} is an evaluation set (splits: {', '.join(splits)}); train on "
+                         f"squad-excerpt or a SQuAD-format file, and give --test {options.train}")
+    for name, spec in (("dev", options.dev), ("test", options.test)):
+        if spec is not None:
+            splits[name] = task.read(spec, name, "to evaluate on", encoding=options.encoding)
+    for name in ("train", "dev"):
+        if not splits.get(name):
+            raise ValueError(f"no {name} questions (give --{name} FILE, or a named dataset)")
+    if not any(e.answers for e in splits["train"]):
+        raise ValueError("every training question is unanswerable: there is no answer to learn to point at")
+    return splits
+
+
+@holds_out("bertkit finetune")
+def finetune_qa(options: FinetuneOptions) -> dict[str, Any]:
+    """Train a BertForQuestionAnswering, keep the best dev checkpoint (F1), score it on test; returns (and writes)
+    the results. The run holds options.out, as `bertkit finetune` does."""
+    from bertkit.tokenizer import BertTokenizer
+
+    if options.task != "qa":
+        raise ValueError(f"finetune_qa trains the qa task, not {options.task!r}")
+    if options.prompt is not None:
+        raise ValueError("a prompt template classifies texts; it has no meaning for question answering")
+    started = time.perf_counter()
+    model_dir = resolve_model(options.model)
+    tokenizer = BertTokenizer.from_pretrained(model_dir)
+    splits = load_qa_splits(options)
+    train = splits["train"]
+    if options.max_train_examples and len(train) > options.max_train_examples:
+        rng = np.random.default_rng(options.seed)
+        train = [train[i] for i in sorted(rng.choice(len(train), options.max_train_examples, replace=False))]
+    settings = {"max_length": options.max_length, "doc_stride": options.doc_stride,
+                "max_answer_length": options.max_answer_length, "impossible": any(e.is_impossible for e in train)}
+
+    torch.manual_seed(options.seed)
+    if options.random_init:
+        model = BertForQuestionAnswering(BertConfig.from_pretrained(model_dir).replace(qa=settings))
+    else:
+        with warnings.catch_warnings():  # the fresh head is the point here, not news
+            warnings.filterwarnings("ignore", message=".*initialised fresh.*")
+            model = BertForQuestionAnswering.from_pretrained(model_dir, qa=settings)
+    if options.max_length > model.config.max_position_embeddings:
+        raise ValueError(f"max_length {options.max_length} exceeds the model's {model.config.max_position_embeddings} "
+                         "positions")
+    check_tokenizer_fits(len(tokenizer), model.config.vocab_size, str(model_dir))
+
+    train_windows = qa_windows(train, tokenizer, options.max_length, options.doc_stride)
+    dev = splits["dev"]
+    dev_windows = qa_windows(dev, tokenizer, options.max_length, options.doc_stride, labels=False)
+    report = DataReport("the training data")
+    report.unknown_tokens(*count_unknown((w.input_ids for w in train_windows), tokenizer.unk_token_id,
+                                         tokenizer.all_special_ids), f"the tokenizer of {options.model}")
+    report.check().save(options.out)
+    if options.batch_size > len(train_windows):
+        warnings.warn(f"--batch-size {options.batch_size} is more than the {len(train_windows)} training windows: "
+                      f"each step takes all {len(train_windows)}", stacklevel=2)
+    collator = WindowCollator(tokenizer.pad_token_id)
+    steps_per_epoch = max(1, len(train_windows) // options.batch_size)
+    max_steps = options.max_steps or max(1, round(options.epochs * steps_per_epoch))
+    if not options.max_steps:
+        max_steps = planned_steps(model, train_windows, collator, options.batch_size, max_steps, options.minutes,
+                                  options.bf16, options.group_by_length)
+    select = options.select_best
+    args = options.training_arguments(
+        max_steps, batch_size=min(options.batch_size, len(train_windows)),
+        eval_every=options.eval_every or max(1, min(max_steps, steps_per_epoch // 2)),  # twice per epoch
+        metric_for_best="f1" if select else None,
+        early_stopping_patience=options.early_stopping_patience if select else None, save_total_limit=1)
+
+    decoding = {"max_answer_length": options.max_answer_length, "impossible": settings["impossible"]}
+
+    def evaluate_dev(m) -> dict[str, float]:
+        return score_answers(answer_windows(m, dev, dev_windows, tokenizer.pad_token_id, **decoding), dev)
+
+    trainer = Trainer(model, args, train_windows, collator, eval_fn=evaluate_dev if select else None,
+                      tokenizer=tokenizer)
+    state = trainer.train()
+    train_seconds = time.perf_counter() - started
+
+    best_dir = Path(options.out) / "best" if select else Path(options.out)
+    best = BertForQuestionAnswering.from_pretrained(best_dir) if select else trainer.model.eval()
+    at_best = next((r for r in state.log_history if r.get("step") == state.best_step and "eval_f1" in r), {})
+    results: dict[str, Any] = {"task": "qa", "model": options.model, "random_init": options.random_init,
+                               "train_examples": len(train),
+                               "train_windows": len(train_windows), "steps": state.step,
+                               "stop_reason": state.stop_reason, "train_seconds": train_seconds,
+                               "best_step": state.best_step, "dev_f1": state.best_metric,
+                               "dev_exact_match": at_best.get("eval_exact_match"), "settings": settings,
+                               "best_model": str(best_dir)}
+    if splits.get("test"):
+        test = splits["test"]
+        test_windows = qa_windows(test, tokenizer, options.max_length, options.doc_stride, labels=False)
+        answers = answer_windows(best, test, test_windows, tokenizer.pad_token_id, **decoding)
+        results.update({f"test_{k}": v for k, v in score_answers(answers, test).items()})
+        atomic_write_text(Path(options.out) / PREDICTIONS_NAME, json.dumps(
+            {e.id: a["answer"] for e, a in zip(test, answers)}, indent=1, ensure_ascii=False))
+    atomic_write_text(Path(options.out) / RESULTS_NAME, json.dumps(results, indent=2, ensure_ascii=False))
+    return results
