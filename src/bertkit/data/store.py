@@ -40,7 +40,8 @@ import numpy as np
 
 from bertkit.data import corpus_stream
 from bertkit.data.corpus_stream import CorpusInput, Tokenized, corpus_inputs
-from bertkit.data.readers import NotTextError, Skips
+from bertkit.data.lines import check_decoded
+from bertkit.data.readers import Skips
 from bertkit.data.sources import home
 from bertkit.utils.atomic import atomic_write_text, fsync_directory
 
@@ -309,7 +310,7 @@ def prepare_store(specs: list[str], tokenizer, out: str | os.PathLike, *, whole_
         writer = StoreWriter(staging, dtype, whole_word)
         bar = tqdm(total=file_bytes or None, unit="B", unit_scale=True, desc="prepare", disable=not progress,
                    dynamic_ncols=True)
-        with bar, _tokenizing(tokenizer, whole_word, encoding, dtype, workers) as tokenize:
+        with bar, _tokenizing(tokenizer, whole_word, dtype, workers) as tokenize:
             stream = ((index, chunk) for index, item in enumerate(inputs)
                       for chunk in corpus_stream.chunks(item, encoding))
             current, seen = -1, _FileCounts("")
@@ -356,22 +357,20 @@ class _FileCounts:
 
 
 def _end_input(writer: StoreWriter, seen: _FileCounts, encoding: str) -> None:
-    """An input ends a document; most of its lines undecodable make it not text (data/readers.decoded_lines's rule)."""
+    """An input ends a document; most of its lines undecodable make it not text (data/lines.py's rule, as for every
+    file read by lines)."""
     writer.end_document()
     if not seen.name:
         return
-    failed = len(seen.skips.lines.get("undecodable bytes", []))
-    if failed and failed * 2 > seen.lines:
-        raise NotTextError(f"{seen.name} is not {encoding} text: {failed:,} of {seen.lines:,} lines do "
-                           "not decode; give its encoding with --encoding (GBK or GB18030 text? --encoding gbk)")
+    check_decoded(seen.name, encoding, seen.skips.lines.get("undecodable bytes", []), seen.lines)
     seen.skips.warn(writer.documents - seen.documents_before)
 
 
 @contextlib.contextmanager
-def _tokenizing(tokenizer, whole_word: bool, encoding: str, dtype: str, workers: int) -> Iterator:
+def _tokenizing(tokenizer, whole_word: bool, dtype: str, workers: int) -> Iterator:
     """A function from (index, chunk) pairs to (index, Tokenized) pairs in the same order: in `workers` processes,
     a few chunks ahead of the writer (never the whole input in memory), or in this one."""
-    settings = (tokenizer, whole_word, encoding, dtype)
+    settings = (tokenizer, whole_word, dtype)
     if workers <= 0:
         corpus_stream.start_worker(*settings, single_thread=False)
         yield lambda stream: ((index, corpus_stream.tokenize_chunk(chunk)) for index, chunk in stream)
