@@ -11,7 +11,7 @@ and the first steps weigh on fewer). The runs alternate (--rounds), so a machine
 the median is reported. The commit's source is unpacked with `git archive` into a temporary directory and run with
 this checkout's .venv.
 
-    .venv/bin/python benchmarks/bench_demo_pretraining.py --before 1562860 --minutes 7.5 --rounds 2
+    .venv/bin/python benchmarks/bench_demo_pretraining.py --before main --minutes 7.5 --rounds 2   # main: no store yet
     .venv/bin/python benchmarks/bench_demo_pretraining.py --max-steps 20 --rounds 1   # a check that it runs
 """
 
@@ -81,7 +81,7 @@ def main() -> None:
     budget = parser.add_mutually_exclusive_group()
     budget.add_argument("--minutes", type=float, default=7.5, help="a time budget, as the demo's (default 7.5)")
     budget.add_argument("--max-steps", type=int, help="train this many steps instead")
-    parser.add_argument("--before", metavar="REV", help="also run the code of this commit, e.g. 1562860")
+    parser.add_argument("--before", metavar="REV", help="also run the code of this commit or branch, e.g. main")
     parser.add_argument("--rounds", type=int, default=1, help="runs of each, alternating")
     parser.add_argument("--json", help="write the figures here")
     args = parser.parse_args()
