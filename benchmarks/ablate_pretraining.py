@@ -32,17 +32,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_time_to_quality import EVAL_FRACTION, PROBE_SIZE, SEED, SEQ, probe_finetune, score  # noqa: E402
-from bertkit.data.pretraining import tokenize_documents  # noqa: E402
+from bench_time_to_quality import EVAL_FRACTION, PROBE_SIZE, SEED, SEQ, bert_data, probe_finetune, score  # noqa: E402
 from bertkit.pipelines.demo import build_demo_vocab, pretraining_corpus  # noqa: E402
 from bertkit.pipelines.options import PretrainOptions, recipe_values  # noqa: E402
-from bertkit.pipelines.pretrain import (  # noqa: E402
-    corpus_split,
-    heldout_instances,
-    plan_steps,
-    prepare,
-    pretrain,
-)
+from bertkit.pipelines.pretrain import plan_steps, prepare, pretrain  # noqa: E402
 
 # BERT's recipe as transformers' side of bench_time_to_quality.py runs it: the reference row
 BERT = dict(config="mini", objective="mlm+nsp", masking="static", dupe_factor=1, max_seq_length=SEQ, batch_size=32,
@@ -84,20 +77,17 @@ def train_one(spec: dict) -> dict:
     """Train one recipe for its planned steps and score it (run in a subprocess by `main`)."""
     from bertkit.models.bert.configuration import BertConfig
     from bertkit.models.bert.heads import model_class_for
-    from bertkit.tokenizer import BertTokenizer
 
     out, vocab = Path(spec["out"]), Path(spec["vocab"])
     options = dataclasses.replace(options_for(spec["recipe"], out, vocab, spec["minutes"]),
                                   max_steps=spec["steps"], minutes=None)
     started = time.perf_counter()
     state = pretrain(options)
-    tokenizer = BertTokenizer.from_pretrained(vocab)
-    _, held = corpus_split(pretraining_corpus(), EVAL_FRACTION, SEED)
-    singles, pairs = heldout_instances(tokenize_documents(held, tokenizer), tokenizer, SEQ, "mlm+nsp", SEED + 1,
-                                       PROBE_SIZE)
+    probe = bert_data(vocab, out.parent / ".probe")  # the stores and the plan are cached: nothing is tokenized again
     model = model_class_for(BertConfig.from_pretrained(out)).from_pretrained(out)
     result = {"name": spec["name"], "recipe": spec["recipe"], "steps": state.step,
-              "train_seconds": time.perf_counter() - started, **score(model, singles, pairs, tokenizer.pad_token_id)}
+              "train_seconds": time.perf_counter() - started,
+              **score(model, probe.eval_singles, probe.eval_pairs, probe.tokenizer.pad_token_id)}
     result.update(probe_finetune(out, out.parent / f"{out.name}-probe", 200, 3))
     return result
 
@@ -140,12 +130,11 @@ def main() -> None:
     vocab = build_demo_vocab(out / "vocab")
     log = out / "ablation.jsonl"
     done = {json.loads(line)["name"]: json.loads(line) for line in log.read_text().splitlines()} if log.exists() else {}
-    tokenized: dict = {}
 
     def plan(recipe: dict) -> dict:
         name = name_of(recipe)
         options = options_for(recipe, out / name, vocab, args.minutes)
-        steps = plan_steps(prepare(options, tokenized), options)
+        steps = plan_steps(prepare(options), options)
         print(f"  planned {name}: {steps} steps in {args.minutes:g} minutes", flush=True)
         return {"name": name, "recipe": recipe, "steps": steps, "out": str(out / name), "vocab": str(vocab),
                 "minutes": args.minutes}

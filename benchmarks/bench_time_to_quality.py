@@ -31,17 +31,28 @@ from pathlib import Path
 
 import torch
 
-from bertkit.data.pretraining import MaskingSpec, PretrainingCollator, create_instances, tokenize_documents
+from bertkit.data.pretraining import PretrainingCollator
 from bertkit.pipelines.demo import build_demo_vocab, finetune_steps, pretraining_corpus
 from bertkit.pipelines.finetune import finetune
-from bertkit.pipelines.options import PRETRAIN_RECIPES, FinetuneOptions, recipe_options
-from bertkit.pipelines.pretrain import corpus_split, heldout_instances, pretrain
-from bertkit.tokenizer import BertTokenizer
+from bertkit.pipelines.options import PRETRAIN_RECIPES, FinetuneOptions, PretrainOptions, recipe_options
+from bertkit.pipelines.pretrain import PretrainingRun, prepare, pretrain
 
 SEQ = 128
 PROBE_SIZE = 512
 SEED = 42
 EVAL_FRACTION = 0.01  # bertkit pretrain's default: both sides hold out the same documents
+
+
+# ---- the data and the probe ---------------------------------------------------------------------
+
+def bert_data(vocab: Path, out: Path) -> PretrainingRun:
+    """The corpus as BERT's recipe trains on it (15% static masks, at most 20 per sequence, one copy, NSP, sequences
+    of 128), and the held-out probe: what `bertkit pretrain` builds with these options and the same documents held
+    out, read from the same token store."""
+    return prepare(PretrainOptions(corpus=pretraining_corpus(), vocab=str(vocab), out=str(out), max_steps=1,
+                                   config="mini", masking="static", dupe_factor=1, max_predictions_per_seq=20,
+                                   max_seq_length=SEQ, eval_fraction=EVAL_FRACTION, seed=SEED,
+                                   max_eval_instances=PROBE_SIZE, progress=False))
 
 
 # ---- the probe -----------------------------------------------------------------------------------
@@ -93,16 +104,13 @@ def probe_finetune(model_dir: Path, out: Path, labels: int, seeds: int) -> dict[
 
 # ---- transformers' standard recipe ---------------------------------------------------------------
 
-def train_transformers(tokenizer, train_docs, singles, pairs, minutes: float, out: Path) -> dict:
+def train_transformers(data: PretrainingRun, minutes: float, out: Path) -> dict:
     """BertForPreTraining, BERT's recipe, until the clock stops; held-out scores at ten points on the way."""
     import transformers
 
     transformers.logging.set_verbosity_error()
-    spec = MaskingSpec(mask_token_id=tokenizer.mask_token_id, vocab_size=len(tokenizer),
-                       special_ids=frozenset(tokenizer.all_special_ids), max_predictions_per_seq=20)
-    instances = create_instances(tokenize_documents(train_docs, tokenizer), SEQ, tokenizer.cls_token_id,
-                                 tokenizer.sep_token_id, "mlm+nsp", short_seq_prob=0.1, masking=spec, seed=SEED)
-    collate = PretrainingCollator(tokenizer.pad_token_id, spec)
+    tokenizer, instances, singles, pairs = data.tokenizer, data.train_dataset, data.eval_singles, data.eval_pairs
+    collate = PretrainingCollator(tokenizer.pad_token_id, data.spec)
     config = transformers.BertConfig(vocab_size=len(tokenizer), hidden_size=256, num_hidden_layers=4,
                                      num_attention_heads=4, intermediate_size=1024, max_position_embeddings=512,
                                      pad_token_id=tokenizer.pad_token_id)
@@ -221,20 +229,17 @@ def main() -> None:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     vocab = build_demo_vocab(out / "vocab")
-    tokenizer = BertTokenizer.from_pretrained(vocab)
-    train_docs, held_docs = corpus_split(pretraining_corpus(), EVAL_FRACTION, SEED)
-    singles, pairs = heldout_instances(tokenize_documents(held_docs, tokenizer), tokenizer, SEQ, "mlm+nsp",
-                                       SEED + 1, PROBE_SIZE)
+    data = bert_data(vocab, out / "transformers")
+    tokenizer, singles, pairs = data.tokenizer, data.eval_singles, data.eval_pairs
     print(f"probe: {len(singles)} held-out segments ({sum(len(i.input_ids) for i in singles):,} tokens), "
-          f"{len(pairs)} pairs, from {len(held_docs)} held-out documents ({len(train_docs):,} to train on)", flush=True)
+          f"{len(pairs)} pairs ({data.report.measured['documents']:,} documents to train on)", flush=True)
 
     results: dict = {}
     print(f"bertkit, recipe {args.recipe}, {args.minutes:g} minutes", flush=True)
     results["bertkit"] = train_bertkit(args.recipe, vocab, singles, pairs, args.minutes, out / "bertkit", tokenizer)
     if not args.skip_transformers:
         print(f"transformers, BERT's standard recipe, {args.factor * args.minutes:g} minutes", flush=True)
-        results["transformers"] = train_transformers(tokenizer, train_docs, singles, pairs,
-                                                     args.factor * args.minutes, out / "transformers")
+        results["transformers"] = train_transformers(data, args.factor * args.minutes, out / "transformers")
     for name in results:
         print(f"probe fine-tuning of {name} on {args.probe_labels} headlines x {args.probe_seeds} seeds", flush=True)
         results[name].update(probe_finetune(out / name, out / f"{name}-probe", args.probe_labels, args.probe_seeds))

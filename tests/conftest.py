@@ -22,6 +22,16 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
     torch.set_num_threads(1)
 
 
+@pytest.fixture(scope="session", autouse=True)
+def store_cache(tmp_path_factory):
+    """Token stores made for test runs go under the session's temporary directory (shared by the xdist workers),
+    not into the user's $BERTKIT_HOME/stores: a test corpus is new each session, so its store would never be met
+    again."""
+    if "BERTKIT_STORES" not in os.environ:
+        os.environ["BERTKIT_STORES"] = str(tmp_path_factory.getbasetemp().parent / "stores")
+    return Path(os.environ["BERTKIT_STORES"])
+
+
 @pytest.fixture(scope="module")
 def one_thread():
     """Torch on one thread for a module of tiny models (`pytestmark = pytest.mark.usefixtures("one_thread")`):

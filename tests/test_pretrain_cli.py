@@ -9,6 +9,7 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 import transformers
@@ -17,6 +18,7 @@ from safetensors.torch import load_file
 from bertkit.cli import main
 from bertkit.models.bert.heads import BertForPreTraining
 from tolerance import assert_close
+from torchrun import run_torchrun
 
 CHARS = (
     "的一是在不了有和人这中大为上个国我以要他时来用们生到作地于出就分对成会可主发年动同工也能下过子说产种"
@@ -54,10 +56,28 @@ def workspace(tmp_path_factory):
     return root
 
 
-def pretrain_args(ws: Path, out: Path, *extra: str, config: str = "tiny.json") -> list[str]:
-    return ["pretrain", "--corpus", str(ws / "corpus.txt"), "--vocab", str(ws / "vocab"), "--config",
+def pretrain_args(ws: Path, out: Path, *extra: str, config: str = "tiny.json", corpus: str = "corpus.txt"
+                  ) -> list[str]:
+    return ["pretrain", "--corpus", str(ws / corpus), "--vocab", str(ws / "vocab"), "--config",
             str(ws / config), "--max-seq-length", "32", "--batch-size", "8", "--dupe-factor", "2",
             "--log-every", "1", "--no-progress", "--out", str(out), *extra]
+
+
+@pytest.fixture(scope="module")
+def store(workspace) -> str:
+    """The workspace's corpus prepared into a token store (`bertkit prepare`): the name of its directory."""
+    assert main(["prepare", "--corpus", str(workspace / "corpus.txt"), "--vocab", str(workspace / "vocab"), "--out",
+                 str(workspace / "store"), "--no-progress"]) == 0
+    return "store"
+
+
+TIMINGS = ("seconds", "examples_per_second", "tokens_per_second")
+
+
+def trained(run: Path) -> list[dict]:
+    """A run's metrics.jsonl records without their timings: what the data and the model decide."""
+    return [{k: v for k, v in json.loads(line).items() if k not in TIMINGS}
+            for line in (run / "metrics.jsonl").read_text().splitlines()]
 
 
 def test_pretrain_writes_a_model_transformers_loads(workspace, tmp_path, capsys):
@@ -92,13 +112,17 @@ def run(cmd, **kw):
 
 
 @pytest.mark.slow
-def test_resume_after_sigkill_equals_an_uninterrupted_run(workspace, tmp_path):
-    steps = ["--max-steps", "40", "--save-every", "4", "--masking", "dynamic"]
-    full = run(["-m", "bertkit", *pretrain_args(workspace, tmp_path / "full", *steps)])
+@pytest.mark.parametrize("loader_workers", ["0", "1"])
+def test_resume_after_sigkill_equals_an_uninterrupted_run(workspace, store, tmp_path, loader_workers):
+    """On a prepared store, with batches assembled in the training process or in a data loader's worker: a run
+    killed with SIGKILL and resumed ends with the uninterrupted run's weights, bit for bit, and its metrics."""
+    steps = ["--max-steps", "40", "--save-every", "4", "--masking", "dynamic", "--eval-every", "10",
+             "--loader-workers", loader_workers]
+    full = run(["-m", "bertkit", *pretrain_args(workspace, tmp_path / "full", *steps, corpus=store)])
     assert full.returncode == 0, full.stderr[-2000:]
 
     killed = tmp_path / "killed"
-    proc = subprocess.Popen([sys.executable, "-m", "bertkit", *pretrain_args(workspace, killed, *steps)],
+    proc = subprocess.Popen([sys.executable, "-m", "bertkit", *pretrain_args(workspace, killed, *steps, corpus=store)],
                             env={**os.environ, "OMP_NUM_THREADS": "1"}, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)
     deadline = time.time() + 240
@@ -107,29 +131,38 @@ def test_resume_after_sigkill_equals_an_uninterrupted_run(workspace, tmp_path):
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     assert not (killed / "model.safetensors").exists(), "the run ended before it was killed"
+    # the resumed run reads the store and its instance plans back: nothing is tokenized or planned again
+    made = sorted((p.relative_to(workspace / store), p.stat().st_mtime_ns) for p in (workspace / store).rglob("*"))
+    assert any(p.name == "plan.json" for p, _ in made)
     resumed = run(["-m", "bertkit", "pretrain", "--resume", str(killed)])
     assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert sorted((p.relative_to(workspace / store), p.stat().st_mtime_ns)
+                  for p in (workspace / store).rglob("*")) == made
     a, b = load_file(tmp_path / "full" / "model.safetensors"), load_file(killed / "model.safetensors")
     assert a.keys() == b.keys()
     for name in a:
-        torch.testing.assert_close(a[name], b[name], atol=1e-6, rtol=0, msg=name)
-    losses = lambda p: [json.loads(x)["loss"] for x in (p / "metrics.jsonl").read_text().splitlines()]  # noqa: E731
-    assert losses(tmp_path / "full") == losses(killed)
+        assert torch.equal(a[name], b[name]), name
+    assert trained(tmp_path / "full") == trained(killed) and len(trained(killed)) == 40
 
 
 @pytest.mark.slow
-def test_torchrun_two_processes_match_one(workspace, tmp_path):
-    common = ["--max-steps", "4", "--accumulation", "2"]
-    one = run(["-m", "bertkit", *pretrain_args(workspace, tmp_path / "one", *common, config="tiny-no-dropout.json")])
+def test_torchrun_two_processes_match_one(workspace, store, tmp_path):
+    """On a prepared store, each process assembling its own share of every batch: the losses, the held-out metrics
+    and the weights of two processes are those of one."""
+    common = ["--max-steps", "4", "--accumulation", "2", "--eval-every", "2"]
+    one = run(["-m", "bertkit", *pretrain_args(workspace, tmp_path / "one", *common, config="tiny-no-dropout.json",
+                                               corpus=store)])
     assert one.returncode == 0, one.stderr[-2000:]
-    # --standalone: the launcher binds a free port itself and keeps it (choosing one here and passing it
-    # on leaves a moment in which another process can take it)
-    two = run(["-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", "-m", "bertkit",
-               *pretrain_args(workspace, tmp_path / "two", *common, config="tiny-no-dropout.json")])
-    assert two.returncode == 0, two.stderr[-3000:]
-    read = lambda p: [json.loads(x)["loss"] for x in (p / "metrics.jsonl").read_text().splitlines()]  # noqa: E731
-    assert len(read(tmp_path / "one")) == 4
-    assert_close(read(tmp_path / "two"), read(tmp_path / "one"), rtol=1e-4, msg="losses, two processes against one")
+    run_torchrun(["-m", "bertkit", *pretrain_args(workspace, tmp_path / "two", *common, config="tiny-no-dropout.json",
+                                                  corpus=store)], tmp_path / "two", tmp_path / "torchrun.log")
+    single, double = trained(tmp_path / "one"), trained(tmp_path / "two")
+    assert len(single) == 4 and [r.keys() for r in single] == [r.keys() for r in double]
+    for key in ("loss", "eval_mlm_loss", "eval_mlm_accuracy", "eval_nsp_accuracy"):
+        assert_close([r[key] for r in double if key in r], [r[key] for r in single if key in r], rtol=1e-4,
+                     msg=f"{key}, two processes against one")
+    weights = load_file(tmp_path / "two" / "model.safetensors")
+    for name, value in load_file(tmp_path / "one" / "model.safetensors").items():
+        assert_close(weights[name], value, rtol=1e-4, msg=name)
 
 
 def test_recipe_sets_the_options_and_typed_flags_win(workspace, tmp_path):
@@ -176,17 +209,26 @@ def test_probe_does_not_depend_on_the_training_masking(workspace):
     static = [prepare(PretrainOptions(corpus=[str(workspace / "corpus.txt")], vocab=str(workspace / "vocab"),
                                       out="x", max_steps=1, max_seq_length=32, mlm_probability=p,
                                       config=str(workspace / "tiny.json"))) for p in (0.15, 0.4)]
-    shares = [sum(sum(label != -100 for label in i.labels) for i in run.train_instances)
-              / sum(len(i.input_ids) - 3 for i in run.train_instances) for run in static]
+    instances = [[run.train_dataset[i] for i in range(len(run.train_dataset))] for run in static]
+    shares = [sum(sum(label != -100 for label in i.labels) for i in items) / sum(len(i.input_ids) - 3 for i in items)
+              for items in instances]
     assert shares[0] == pytest.approx(0.15, abs=0.03) and shares[1] == pytest.approx(0.4, abs=0.05)
 
 
-def test_a_corpus_named_twice_weighs_twice_but_is_held_out_once(workspace):
-    from bertkit.pipelines.pretrain import corpus_split, load_corpus, split_documents
+def test_a_corpus_named_twice_weighs_twice_but_is_held_out_once(workspace, tmp_path):
+    from bertkit.data.store import cached_store
+    from bertkit.pipelines.pretrain import split_documents, training_documents
+    from bertkit.tokenizer import BertTokenizer
 
-    corpus = str(workspace / "corpus.txt")
-    once, held_once = corpus_split([corpus], 0.2, 7)
-    assert (once, held_once) == split_documents(load_corpus([corpus]), 0.2, 7)    # one corpus: the plain split
-    twice, held_twice = corpus_split([corpus, corpus], 0.2, 7)
-    assert held_twice == held_once and len(twice) == 2 * len(once)
-    assert not any(doc in twice for doc in held_twice)                         # no held-out text is trained on
+    corpus, other = str(workspace / "corpus.txt"), tmp_path / "other.txt"
+    other.write_text("另一篇。\n\n第二篇。", encoding="utf-8")
+    tokenizer = BertTokenizer.from_pretrained(workspace / "vocab")
+    stores = [cached_store([corpus], tokenizer), cached_store([str(other)], tokenizer)]
+    once, held_once = training_documents([corpus], stores[:1], 0.2, 7)
+    assert [a.tolist() for a in (once, held_once)] == [a.tolist() for a in split_documents(40, 0.2, 7)]
+    assert len(held_once) == 8 and not set(once) & set(held_once)
+    twice, held_twice = training_documents([corpus, str(other), corpus], stores, 0.2, 7)
+    assert len(held_twice) == 8 and not set(twice) & set(held_twice)          # no held-out text is trained on
+    trained = np.bincount(twice, minlength=42)
+    assert set(trained[:40][~np.isin(np.arange(40), held_twice)]) == {2}        # named twice: two copies
+    assert set(trained[40:][~np.isin(np.arange(40, 42), held_twice)]) <= {1}

@@ -215,6 +215,26 @@ def test_a_lock_left_by_a_killed_run_is_taken_over(tmp_path):
     assert not (tmp_path / LOCK_NAME).exists()
 
 
+FORK_AND_HOLD = ("import multiprocessing, sys, time\nfrom bertkit.pipelines.run_directory import RunLock\n"
+                 "RunLock(sys.argv[1], 'bertkit pretrain').acquire()\n"
+                 "child = multiprocessing.get_context('fork').Process(target=time.sleep, args=(120,))\n"
+                 "child.start()\nprint(child.pid, flush=True)\ntime.sleep(120)\n")
+
+
+def test_a_process_forked_by_a_run_does_not_hold_its_lock(tmp_path):
+    """A data loader's worker outlives a run killed with SIGKILL by a few seconds: meanwhile the run can be resumed."""
+    holder = subprocess.Popen([sys.executable, "-c", FORK_AND_HOLD, str(tmp_path)], stdout=subprocess.PIPE, text=True)
+    child = int(holder.stdout.readline())
+    try:
+        holder.send_signal(signal.SIGKILL)
+        holder.wait()
+        os.kill(child, 0)  # the forked child still runs
+        with pytest.warns(UserWarning, match=f"no longer running: bertkit pretrain \\(pid {holder.pid} "):
+            RunLock(tmp_path, "bertkit pretrain").acquire().release()
+    finally:
+        os.kill(child, signal.SIGKILL)
+
+
 def test_only_the_main_process_of_a_torchrun_job_checks_and_locks(tmp_path):
     (tmp_path / "config.json").write_text("{}")  # a model: refused for the main process, not looked at by others
     with run_directory(tmp_path, "bertkit pretrain", main=False):

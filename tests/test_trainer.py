@@ -6,10 +6,8 @@ import json
 import math
 import os
 import signal
-import socket
 import subprocess
 import sys
-import time
 import types
 from pathlib import Path
 
@@ -23,6 +21,7 @@ from bertkit.training.distributed import Distributed
 from bertkit.training.schedule import WarmupSchedule, build_optimizer
 from bertkit.training.trainer import Trainer, TrainingArguments, TrainingError, example_seed, length_grouped
 from tolerance import assert_close
+from torchrun import run_torchrun
 
 WORKER = Path(__file__).with_name("_trainer_worker.py")
 _spec = importlib.util.spec_from_file_location("_trainer_worker", WORKER)
@@ -206,6 +205,29 @@ def test_run_writes_metrics_checkpoints_and_final_model(tmp_path):
     assert not list(tmp_path.glob(".*"))  # no temp directories left
     with pytest.raises(FileExistsError, match="resume=True"):
         make_trainer(tmp_path, max_steps=7).train()
+
+
+def test_data_loader_workers_train_the_same_steps(tmp_path):
+    """Batches collated by worker processes while the model computes: the same batches, so the same run."""
+    data = [{**example, "input_ids": example["tokens"]} for example in tiny.make_dataset(40)]
+    states = [make_trainer(tmp_path / str(workers), max_steps=5, dataloader_workers=workers, group_by_length=True,
+                           data=data).train() for workers in (0, 2)]
+    assert states[0].losses == states[1].losses and states[1].step == 5
+    for key, value in states[0].to_json().items():
+        if key not in ("seconds", "log_history"):
+            assert states[1].to_json()[key] == value, key
+
+
+def test_data_loader_workers_leave_torchs_random_state_alone(tmp_path):
+    """Starting the workers draws nothing from torch's global generator: dropout after it (and after a resume, which
+    starts them at another step) is what it would be without them."""
+    trainer = make_trainer(tmp_path, max_steps=5, dataloader_workers=1)
+    torch.manual_seed(0)
+    before = torch.get_rng_state()
+    loaded = trainer._loader(0)
+    assert next(loaded)[0] == 0
+    assert torch.equal(torch.get_rng_state(), before)
+    del loaded
 
 
 def test_invalid_arguments_are_named(tmp_path, monkeypatch):
@@ -416,64 +438,10 @@ def test_resume_loads_a_bertkit_model_in_place_and_ends_bitwise_equal(tmp_path, 
     assert want.keys() == got.keys() and all(torch.equal(want[k], got[k]) for k in want)
 
 
-def _loopback_works() -> bool:
-    """Whether a socket on 127.0.0.1 accepts a connection; torchrun and gloo need it, and with the loopback
-    interface down (a bare network namespace) they wait forever instead of failing."""
-    try:
-        with socket.socket() as server:
-            server.bind(("127.0.0.1", 0))
-            server.listen(1)
-            with socket.create_connection(server.getsockname(), timeout=5):
-                return True
-    except OSError:
-        return False
-
-
-def _pids_mentioning(text: str) -> list[int]:
-    """Processes whose command line contains `text` (Linux /proc; none elsewhere)."""
-    pids = []
-    for entry in Path("/proc").glob("[0-9]*"):
-        try:
-            if text in (entry / "cmdline").read_bytes().decode(errors="replace"):
-                pids.append(int(entry.name))
-        except OSError:  # ended meanwhile, or not ours to read
-            pass
-    return pids
-
-
-def _signal_all(pids: list[int], sig: int) -> None:
-    for pid in pids:
-        try:
-            os.kill(pid, sig)
-        except ProcessLookupError:
-            pass
-
-
 @pytest.mark.slow
 def test_torchrun_two_processes_match_one_process_losses(tmp_path):
-    if not _loopback_works():
-        pytest.skip("the loopback network is down here (bring it up: `ip link set lo up`); torchrun needs it")
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-               str(WORKER), "ddp", str(tmp_path / "ddp"), "--max-steps", "4", "--accumulation", "2"]
-    # Output to a file, not a pipe: a worker left behind cannot then keep the test waiting for its end.
-    log = tmp_path / "torchrun.log"
-    with log.open("w") as out:
-        launched = subprocess.Popen(command, env={**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"},
-                                    stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
-        try:  # normally 6-25 s; the long limit is for a machine shared with other jobs
-            launched.wait(timeout=240)
-        except subprocess.TimeoutExpired:
-            # The workers run in sessions of their own: find them by their output directory, have each print
-            # where it waits (faulthandler), then end them and the launcher.
-            workers = [pid for pid in _pids_mentioning(str(tmp_path / "ddp")) if pid != launched.pid]
-            _signal_all(workers, signal.SIGUSR1)
-            time.sleep(2)
-            _signal_all([launched.pid, *workers], signal.SIGKILL)
-            launched.wait()
-            pytest.fail(f"torchrun did not finish in 240 s; workers {workers}; it printed:\n"
-                        f"{log.read_text()[-6000:]}")
-    output = log.read_text()
-    assert launched.returncode == 0, output[-3000:]
+    run_torchrun([str(WORKER), "ddp", str(tmp_path / "ddp"), "--max-steps", "4", "--accumulation", "2"],
+                 tmp_path / "ddp", tmp_path / "torchrun.log")
     ddp_losses = [r["loss"] for r in read_metrics(tmp_path / "ddp")]
 
     single = make_trainer(tmp_path / "one", model=tiny.build_model(), data=tiny.make_dataset(30),

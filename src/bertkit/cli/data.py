@@ -1,4 +1,5 @@
-"""`bertkit data` and `bertkit vocab`: the built-in sources, and vocabularies from a corpus."""
+"""`bertkit data`, `bertkit vocab` and `bertkit prepare`: the built-in sources, vocabularies from a corpus, and a
+corpus tokenized into a store for pretraining."""
 
 from __future__ import annotations
 
@@ -207,4 +208,39 @@ def _cmd_vocab(args: argparse.Namespace) -> int:
     print(f"[UNK] in the first {min(len(texts), 2000):,} sentences: {unknown:,} of {total:,} tokens")
     DataReport(f"the first {min(len(texts), 2000):,} sentences").unknown_tokens(unknown, total, "the new vocabulary"
                                                                               ).check()
+    return 0
+
+
+# ---- prepare -------------------------------------------------------------------------------------
+
+def _add_prepare(sub: argparse._SubParsersAction) -> None:
+    from bertkit.cli.options import add_options
+    from bertkit.pipelines.options import PrepareOptions
+
+    add_options(add_command(sub, "prepare", _cmd_prepare), PrepareOptions)
+
+
+def _cmd_prepare(args: argparse.Namespace) -> int:
+    """tokenize a corpus once, in parallel, into a store that pretraining memory-maps (pretrain --corpus DIR)
+
+    Read text files, JSONL, gzipped files, directories or named corpora in blocks, tokenize them in worker
+    processes on every core, and write the token ids, sentence and document offsets (and, with --wwm, jieba's word
+    starts) as flat arrays in --out. `bertkit pretrain --corpus DIR --vocab VOCAB` then starts at once and keeps
+    only the batches it trains on in memory, whatever the corpus's size.
+    """
+    from bertkit.cli.options import options_from_args
+    from bertkit.data.quality import DataReport
+    from bertkit.pipelines.options import PrepareOptions
+    from bertkit.pipelines.prepare import prepare_corpus
+
+    options = options_from_args(PrepareOptions, args)
+    store = prepare_corpus(options)
+    meta = store.meta
+    seconds, megabytes = max(meta["seconds"], 1e-9), meta["input_bytes"] / 1e6
+    speed = f", {megabytes / seconds:.1f} MB/s" if megabytes else ""
+    print(f"prepared {meta['tokens']:,} tokens, {meta['sentences']:,} sentences, {meta['documents']:,} documents in "
+          f"{seconds:.1f} s{speed}")
+    print(f"store in {store.path}: pretrain with --corpus {store.path} --vocab {options.vocab}")
+    DataReport("the corpus").unknown_tokens(meta["unknown_tokens"], meta["tokens"], f"the vocabulary {options.vocab}"
+                                            ).check()
     return 0

@@ -28,21 +28,13 @@ _ABBREVIATIONS = {"mr", "mrs", "ms", "dr", "prof", "sr", "jr", "st", "mt", "vs",
                   "cf", "al", "approx", "dept", "est", "u.s", "u.k"}
 
 
+# A Chinese sentence: anything up to a run of sentence ends (！？ and …… stay together) and the closing quotes and
+# brackets after them (。” belongs to the sentence it closes); or, at the end of a line, whatever is left.
+_ZH_SENTENCE = re.compile("[^{e}]*[{e}]+[{c}]*|[^{e}]+".format(e=re.escape(_ZH_ENDS), c=re.escape(_CLOSERS)))
+
+
 def _split_zh(line: str) -> list[str]:
-    sentences, start, i = [], 0, 0
-    while i < len(line):
-        if line[i] in _ZH_ENDS:
-            i += 1
-            while i < len(line) and line[i] in _ZH_ENDS:  # ！？ and …… stay together
-                i += 1
-            while i < len(line) and line[i] in _CLOSERS:  # 。” belongs to the sentence it closes
-                i += 1
-            sentences.append(line[start:i])
-            start = i
-        else:
-            i += 1
-    sentences.append(line[start:])
-    return sentences
+    return _ZH_SENTENCE.findall(line)
 
 
 def _split_en(line: str) -> list[str]:

@@ -1,15 +1,18 @@
-"""Pretraining data: documents of sentences -> instances (segment pairs) -> masked batches.
+"""Pretraining data: a plan of instances over token stores -> instances assembled when drawn -> masked batches.
 
-Follows google-research/bert's `create_pretraining_data.py`:
+After google-research/bert's `create_pretraining_data.py` (data/packing.py holds the packing rule):
 - an instance packs consecutive sentences of one document up to `max_seq_length` tokens (shorter with
   probability `short_seq_prob`, so the model also sees short inputs);
 - NSP: segment B is the real continuation (label 0) or, half the time, text from another document (1);
 - SOP (ALBERT): B is the real continuation (0) or A and B are swapped (1): same topic, order differs;
 - MLM only (RoBERTa): one segment, no sentence label;
 - masking: 15% of the non-special tokens are predicted; of those 80% become [MASK], 10% a random token,
-  10% stay. Static masking fixes the choice when instances are built (`dupe_factor` differently masked
-  copies); dynamic masking draws it afresh every time an instance is batched (RoBERTa). Whole-word
-  masking masks all pieces of a word together (for Chinese, words from jieba).
+  10% stay. Static masking fixes the choice per instance and copy (`dupe_factor` differently masked copies, each
+  seeded by (seed, copy, instance), none stored); dynamic masking draws it afresh every time an instance is
+  batched (RoBERTa). Whole-word masking masks all pieces of a word together (for Chinese, words from jieba).
+
+`PretrainingDataset` is what the trainer trains on: `dataset[i]` reads instance i's two token ranges from the
+memory-mapped store and assembles it, so the corpus is never in memory, whatever its size.
 """
 
 from __future__ import annotations
@@ -18,19 +21,14 @@ import random
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
+from bertkit.data.packing import MASKING, OBJECTIVES, Corpus, Plan, draw
 from bertkit.models.functional import IGNORE_INDEX
 
-OBJECTIVES = ("mlm+nsp", "mlm+sop", "mlm")
-
-
-@dataclass
-class Segment:
-    """One sentence as token ids, with a flag per token: does a new word start here (for whole-word masking)."""
-
-    ids: list[int]
-    word_starts: list[bool]
+__all__ = ["IGNORE_INDEX", "OBJECTIVES", "Instance", "MaskingSpec", "PretrainingCollator", "PretrainingDataset",
+           "mask_tokens"]
 
 
 @dataclass
@@ -58,160 +56,69 @@ class MaskingSpec:
     whole_word: bool = False
 
 
-# ---- sentences -> token segments -----------------------------------------------------------------
+# ---- instances from a plan -----------------------------------------------------------------------
 
-def tokenize_documents(documents: Sequence[Sequence[str]], tokenizer, whole_word: bool = False) -> list[list[Segment]]:
-    """Tokenize every sentence; word starts come from `##` pieces, or from jieba's words when `whole_word`.
+class PretrainingDataset:
+    """The instances of `plan` over `corpus`, `copies` times: item i is copy i // len(plan) of instance i % len(plan).
 
-    Chinese is tokenized one character per token, so without jieba every character would be a "word";
-    whole-word masking for Chinese therefore asks jieba where words begin and end.
+    With `masking` (static) each copy is masked once and for all, seeded by (seed, copy, instance); without it the
+    collator masks afresh from the trainer's per-example seeds (dynamic). `subword[id]` says whether a token is a
+    "##" piece: a word starts at every other token (whole-word stores keep jieba's starts instead).
     """
-    sentences = [s for doc in documents for s in doc]
-    if whole_word:
-        import jieba
 
-        jieba.setLogLevel(60)  # jieba prints its dictionary loading to stderr otherwise
-        words_per_sentence = [[w for w in jieba.lcut(s) if w.strip()] for s in sentences]
-        flat_words = [w for words in words_per_sentence for w in words]
-        word_ids = _encode(tokenizer, flat_words)
-        segments, k = [], 0
-        for words in words_per_sentence:
-            ids, starts = [], []
-            for _ in words:
-                piece_ids = word_ids[k]
-                k += 1
-                ids += piece_ids
-                starts += [True] + [False] * (len(piece_ids) - 1)
-            segments.append(Segment(ids, starts))
-    else:
-        segments = []
-        for ids in _encode(tokenizer, sentences):
-            tokens = tokenizer.convert_ids_to_tokens(ids)
-            segments.append(Segment(ids, [not t.startswith("##") for t in tokens]))
-    out, k = [], 0
-    for doc in documents:
-        segs = [s for s in segments[k:k + len(doc)] if s.ids]
-        k += len(doc)
-        if segs:
-            out.append(segs)
-    return out
+    def __init__(self, corpus: Corpus, plan: Plan, *, cls_id: int, sep_id: int, pair: bool, subword: np.ndarray,
+                 masking: MaskingSpec | None = None, seed: int = 0, copies: int = 1) -> None:
+        self.corpus, self.plan, self.cls_id, self.sep_id, self.pair = corpus, plan, cls_id, sep_id, pair
+        self.subword, self.masking, self.seed, self.copies = subword, masking, seed, copies
 
+    def __len__(self) -> int:
+        return len(self.plan) * self.copies
 
-def _encode(tokenizer, texts: list[str]) -> list[list[int]]:
-    if not texts:
-        return []
-    # long sentences are fine here: instances are cut to max_seq_length later, so no length warning
-    return tokenizer(texts, add_special_tokens=False, return_token_type_ids=False, return_attention_mask=False,
-                     verbose=False)["input_ids"]
+    def lengths(self) -> np.ndarray:
+        """Tokens per item, read from the plan (for batches of like lengths; no instance is assembled)."""
+        lengths = self.plan.lengths(3 if self.pair else 2)
+        return np.tile(lengths, self.copies) if self.copies > 1 else lengths
 
+    def __getitem__(self, index: int) -> Instance:
+        if not 0 <= index < len(self):
+            raise IndexError(f"instance {index} of {len(self)}")
+        copy, k = divmod(int(index), len(self.plan))
+        a_start, a_len, b_start, b_len, label = self.plan.row(k)
+        a = self._segment(a_start, a_len)
+        b = self._segment(b_start, b_len) if self.pair else None
+        instance = _assemble(a, b, label if self.pair else None, self.cls_id, self.sep_id)
+        if self.masking is not None:
+            seed = int(draw(self.seed, k, copy, MASKING)[0] >> np.uint64(1))
+            instance.masked_input_ids, instance.labels = mask_tokens(instance, self.masking, random.Random(seed))
+        return instance
 
-# ---- segments -> instances -----------------------------------------------------------------------
-
-def create_instances(documents: list[list[Segment]], max_seq_length: int, cls_id: int, sep_id: int,
-                     objective: str = "mlm+nsp", short_seq_prob: float = 0.1, dupe_factor: int = 1,
-                     masking: MaskingSpec | None = None, seed: int = 12345) -> list[Instance]:
-    """Build instances from every document, `dupe_factor` times; with `masking`, mask each copy (static)."""
-    if objective not in OBJECTIVES:
-        raise ValueError(f"objective {objective!r} is not one of {', '.join(OBJECTIVES)}")
-    if max_seq_length < 8:
-        raise ValueError(f"max_seq_length {max_seq_length} is too short for pretraining instances (need >= 8)")
-    if objective == "mlm+nsp" and len(documents) < 2:
-        raise ValueError(f"next-sentence prediction needs at least 2 documents, and the corpus has {len(documents)} "
-                         "(random next segments come from another document; a blank line separates documents); use "
-                         "objective mlm+sop or mlm, or give more documents")
-    rng = random.Random(seed)
-    instances = []
-    for _ in range(dupe_factor):
-        for index in range(len(documents)):
-            instances += _instances_from_document(documents, index, max_seq_length, cls_id, sep_id, objective,
-                                                  short_seq_prob, rng)
-    rng.shuffle(instances)
-    if masking is not None:
-        for inst in instances:
-            inst.masked_input_ids, inst.labels = mask_tokens(inst, masking, rng)
-    return instances
+    def _segment(self, start: int, length: int) -> tuple[list[int], list[bool]]:
+        ids = self.corpus.tokens(start, length)
+        if len(ids) and int(ids.max()) >= len(self.subword):
+            store, _ = self.corpus._store_of(start)
+            raise ValueError(f"{store.path} holds token id {int(ids.max())} past the vocabulary's {len(self.subword)} "
+                             "tokens: the store is damaged, or was made with another vocabulary; prepare it again")
+        starts = self.corpus.word_starts(start, length)
+        if starts is None:
+            starts = ~self.subword[ids]
+        if length:
+            starts[0] = True  # a segment cut inside a word: its remaining pieces form a word of their own
+        return ids.tolist(), starts.tolist()
 
 
-def _instances_from_document(documents, index, max_seq_length, cls_id, sep_id, objective, short_seq_prob, rng):
-    document = documents[index]
-    pair = objective != "mlm"
-    max_tokens = max_seq_length - (3 if pair else 2)        # room for [CLS] and one or two [SEP]
-    target = rng.randint(2, max_tokens) if rng.random() < short_seq_prob else max_tokens
-    instances, chunk, length, i = [], [], 0, 0
-    while i < len(document):
-        chunk.append(document[i])
-        length += len(document[i].ids)
-        if i == len(document) - 1 or length >= target:
-            if not pair:
-                a, b, label = _concat(chunk), None, None
-            else:
-                a, b, label, unused = _make_pair(chunk, documents, index, target, objective, rng)
-                i -= unused                                   # put back what a random B did not use
-            _truncate(a, b, max_tokens, rng)
-            if a.ids and (b is None or b.ids):
-                instances.append(_assemble(a, b, label, cls_id, sep_id))
-            chunk, length = [], 0
-        i += 1
-    return instances
-
-
-def _make_pair(chunk, documents, index, target, objective, rng):
-    """Split the chunk into A and B; NSP may replace B by text from another document, SOP may swap them.
-
-    Returns (A, B, label, unused): `unused` is how many of the chunk's sentences a random B left over,
-    to be read again for the next instance (as google-research/bert does).
-    """
-    single = len(chunk) == 1
-    if single:  # one long sentence: split it in two at a random token
-        only = chunk[0]
-        cut = rng.randint(1, len(only.ids) - 1) if len(only.ids) > 1 else 1
-        chunk = [Segment(only.ids[:cut], only.word_starts[:cut]), Segment(only.ids[cut:], only.word_starts[cut:])]
-    a_end = rng.randint(1, len(chunk) - 1)
-    a, b = _concat(chunk[:a_end]), _concat(chunk[a_end:])
-    if objective == "mlm+nsp" and rng.random() < 0.5:
-        other = index
-        for _ in range(10):
-            other = rng.randint(0, len(documents) - 1)
-            if other != index:
-                break
-        random_doc = documents[other]
-        b = Segment([], [])
-        for seg in random_doc[rng.randint(0, len(random_doc) - 1):]:
-            b.ids += seg.ids
-            b.word_starts += seg.word_starts
-            if len(b.ids) >= max(1, target - len(a.ids)):
-                break
-        return a, b, 1, 0 if single else len(chunk) - a_end
-    if objective == "mlm+sop" and rng.random() < 0.5:
-        return b, a, 1, 0
-    return a, b, 0, 0
-
-
-def _concat(segments: list[Segment]) -> Segment:
-    return Segment([t for s in segments for t in s.ids], [w for s in segments for w in s.word_starts])
-
-
-def _truncate(a: Segment, b: Segment | None, max_tokens: int, rng: random.Random) -> None:
-    """Trim the longer segment, from the front or back at random, until the pair fits."""
-    while len(a.ids) + (len(b.ids) if b else 0) > max_tokens:
-        longer = a if b is None or len(a.ids) > len(b.ids) else b
-        cut = 0 if rng.random() < 0.5 else -1
-        del longer.ids[cut], longer.word_starts[cut]
-    for seg in (a, b):
-        if seg is not None and seg.word_starts:
-            seg.word_starts[0] = True  # a trimmed word's remaining pieces form a word of their own
-
-
-def _assemble(a: Segment, b: Segment | None, label: int | None, cls_id: int, sep_id: int) -> Instance:
-    ids = [cls_id] + a.ids + [sep_id]
+def _assemble(a: tuple[list[int], list[bool]], b: tuple[list[int], list[bool]] | None, label: int | None,
+              cls_id: int, sep_id: int) -> Instance:
+    """[CLS] A [SEP] (B [SEP]) with its segment ids, word starts and special-token flags."""
+    (a_ids, a_starts) = a
+    ids = [cls_id, *a_ids, sep_id]
     types = [0] * len(ids)
-    starts = [True] + a.word_starts + [True]
+    starts = [True, *a_starts, True]
     if b is not None:
-        ids += b.ids + [sep_id]
-        types += [1] * (len(b.ids) + 1)
-        starts += b.word_starts + [True]
+        ids += [*b[0], sep_id]
+        types += [1] * (len(b[0]) + 1)
+        starts += [*b[1], True]
     special = [False] * len(ids)
-    for k in (0, len(a.ids) + 1, len(ids) - 1):  # [CLS], the first [SEP], the last [SEP]
+    for k in (0, len(a_ids) + 1, len(ids) - 1):  # [CLS], the first [SEP], the last [SEP]
         special[k] = True
     return Instance(ids, types, starts, special, label)
 
@@ -280,18 +187,19 @@ class PretrainingCollator:
                 rows.append((inst.masked_input_ids, inst.labels))
         T = max(len(inst.input_ids) for inst in instances)
         B = len(instances)
-        batch = {
-            "input_ids": torch.full((B, T), self.pad_token_id, dtype=torch.long),
-            "token_type_ids": torch.zeros((B, T), dtype=torch.long),
-            "attention_mask": torch.zeros((B, T), dtype=torch.long),
-            "labels": torch.full((B, T), IGNORE_INDEX, dtype=torch.long),
-        }
-        for j, (inst, (masked, labels)) in enumerate(zip(instances, rows)):
+        # filled in numpy, one tensor each at the end: a tensor per row costs more than the row (it runs every step)
+        input_ids = np.full((B, T), self.pad_token_id, dtype=np.int64)
+        token_type_ids = np.zeros((B, T), dtype=np.int64)
+        attention_mask = np.zeros((B, T), dtype=np.int64)
+        labels = np.full((B, T), IGNORE_INDEX, dtype=np.int64)
+        for j, (inst, (masked, row_labels)) in enumerate(zip(instances, rows)):
             n = len(masked)
-            batch["input_ids"][j, :n] = torch.tensor(masked)
-            batch["token_type_ids"][j, :n] = torch.tensor(inst.token_type_ids)
-            batch["attention_mask"][j, :n] = 1
-            batch["labels"][j, :n] = torch.tensor(labels)
+            input_ids[j, :n] = masked
+            token_type_ids[j, :n] = inst.token_type_ids
+            attention_mask[j, :n] = 1
+            labels[j, :n] = row_labels
+        batch = {"input_ids": torch.from_numpy(input_ids), "token_type_ids": torch.from_numpy(token_type_ids),
+                 "attention_mask": torch.from_numpy(attention_mask), "labels": torch.from_numpy(labels)}
         if instances[0].next_sentence_label is not None:
             batch["next_sentence_label"] = torch.tensor([inst.next_sentence_label for inst in instances])
         return batch

@@ -27,7 +27,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bertkit.data.readers import DataWarning, NotTextError, Skips
+from bertkit.data.lines import NotTextError, check_not_binary
+from bertkit.data.readers import DataWarning, Skips
 
 QA_DATASETS = ("squad-excerpt", "xquad-en", "xquad-zh")  # named sets of the source "squad-excerpt"
 MAX_QUERY_LENGTH = 64  # question tokens kept at most (BERT's run_squad.py); the rest of the window is context
@@ -72,9 +73,7 @@ def _not_squad(path: Any, what: str) -> NotSquadError:
 
 def _load_json(path: Path, encoding: str) -> Any:
     data = path.read_bytes()
-    if b"\x00" in data[:1 << 16] and not encoding.lower().replace("_", "-").startswith("utf-16"):
-        raise NotTextError(f"{path} is not a text file: it holds NUL bytes (binary data, or UTF-16 text: then give "
-                           "its encoding, e.g. --encoding utf-16)")
+    check_not_binary(path, data, encoding)
     try:
         text = data.decode(encoding)
     except UnicodeDecodeError as err:

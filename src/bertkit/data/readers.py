@@ -17,6 +17,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from bertkit.data.lines import NotTextError as NotTextError  # where the readers' callers have always found it
+from bertkit.data.lines import check_decoded, line_blocks
+
 _ENTITY_TAG = re.compile(r"O|[BIMES]-\S+")
 TEXT_NAMES = ("text", "sentence", "sentence1", "text_a", "content", "review", "src")
 PAIR_NAMES = ("text_pair", "sentence2", "text_b", "pair")
@@ -70,53 +73,28 @@ class Skips:
         return bool(self.lines)
 
 
-class NotTextError(ValueError):
-    """A file that is not text in the encoding it is read with: binary data, or most lines undecodable."""
-
-
 def iter_decoded_lines(path: str | Path, encoding: str = "utf-8", block_bytes: int = 1 << 20
                        ) -> Iterator[tuple[int, str | None]]:
-    """(line number from 1, text without the line break) per line, read `block_bytes` at a time (a file of any size
-    in constant memory); text is None where the bytes do not decode.
+    """(line number from 1, text without the line break) per line, read `block_bytes` at a time (data/lines.py: a
+    file of any size in constant memory); text is None where the bytes do not decode.
 
     A few undecodable lines are the caller's to skip and count; a file that is not text at all is a NotTextError
-    naming it: one holding NUL bytes (an image, a model, UTF-16 text), or one where most lines do not decode (text
-    in another encoding, such as GBK read as UTF-8), since skipping every line would only hide the reason. The
-    first 1,000 lines tell that early; the whole file is checked again at its end."""
+    naming it: one holding NUL bytes (an image, a model, UTF-16 text read as UTF-8), or one where most lines do not
+    decode (text in another encoding, such as GBK read as UTF-8), since skipping every line would only hide the
+    reason. The first 1,000 lines tell that early; the whole file is checked again at its end."""
     failed: list[int] = []
     number = 0
-    with open(path, "rb") as f:
-        rest = f.read(max(block_bytes, 1 << 16))  # at least what the NUL check and the byte-order mark need
-        if b"\x00" in rest[:1 << 16] and not encoding.lower().replace("_", "-").startswith("utf-16"):
-            raise NotTextError(f"{path} is not a text file: it holds NUL bytes (binary data, or UTF-16 text: then "
-                               "give its encoding, e.g. --encoding utf-16)")
-        rest = rest.removeprefix(b"\xef\xbb\xbf")
-        while True:
-            more = f.read(block_bytes)
-            lines = (rest + more).split(b"\n")
-            rest = lines.pop()  # a line cut by the block boundary waits for the next block; at the end, the last
-            if not more and rest:  # line without a final newline, or b"" after it (which starts no line)
-                lines.append(rest)
-            for raw in lines:
-                number += 1
-                try:
-                    yield number, raw.rstrip(b"\r").decode(encoding)
-                except UnicodeDecodeError:
-                    failed.append(number)
-                    yield number, None
-                if number == 1000:
-                    _check_decoded(path, encoding, failed, number)
-            if not more:
-                break
-    _check_decoded(path, encoding, failed, number)
-
-
-def _check_decoded(path: str | Path, encoding: str, failed: list[int], lines: int) -> None:
-    if failed and len(failed) * 2 > lines:
-        hint = "GBK or GB18030 text? give --encoding gbk" if encoding.lower() in ("utf-8", "utf8") else \
-            "give its encoding with --encoding"
-        raise NotTextError(f"{path} is not {encoding} text: {len(failed):,} of {lines:,} lines do not decode (the "
-                           f"first is line {failed[0]}); {hint}")
+    for block in line_blocks(path, encoding, block_bytes):
+        for raw in block.lines.split(b"\n")[:-1]:  # every line ends with b"\n": nothing follows the last
+            number += 1
+            try:
+                yield number, raw.rstrip(b"\r").decode(block.encoding)
+            except UnicodeDecodeError:
+                failed.append(number)
+                yield number, None
+            if number == 1000:
+                check_decoded(path, encoding, failed, number)
+    check_decoded(path, encoding, failed, number)
 
 
 def decoded_lines(path: str | Path, encoding: str = "utf-8") -> list[tuple[int, str | None]]:

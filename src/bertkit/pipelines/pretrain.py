@@ -1,30 +1,37 @@
-"""Pretraining, end to end: corpus -> tokenized documents -> instances -> BertForPreTraining -> Trainer.
+"""Pretraining, end to end: corpus -> token stores -> a plan of instances -> BertForPreTraining -> Trainer.
 
-`pretrain(PretrainOptions(...))` is what `bertkit pretrain` runs. Everything is seeded, so a resumed
-run rebuilds exactly the same instances and the trainer continues from its saved data position.
+`pretrain(PretrainOptions(...))` is what `bertkit pretrain` runs. Each --corpus value becomes a token store
+(`data/store.py`): a store prepared with `bertkit prepare` is read as it is; text is tokenized once into a store in
+$BERTKIT_HOME/stores, which later runs and `--resume` find again. Documents are split into training and held-out
+ones, the packing rule plans the training instances (`data/packing.py`, cached beside the store), and the trainer
+draws them by index, each assembled from the memory-mapped store when its batch is drawn. Everything is seeded,
+so a resumed run continues with exactly the data it would have had.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import json
 import math
-import random
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 
+from bertkit.data.packing import Corpus, Packing, cached_plan
 from bertkit.data.pretraining import (
     IGNORE_INDEX,
     Instance,
     MaskingSpec,
     PretrainingCollator,
-    Segment,
-    create_instances,
-    tokenize_documents,
+    PretrainingDataset,
 )
-from bertkit.data.quality import DataReport, count_unknown
+from bertkit.data.quality import DataReport
+from bertkit.data.store import FILES, META, TokenStore, cached_store, store_key
 from bertkit.models.bert.configuration import BertConfig
 from bertkit.models.bert.heads import BertForMaskedLM, BertForPreTraining
 from bertkit.pipelines.options import PretrainOptions
@@ -33,27 +40,57 @@ from bertkit.pipelines.run_directory import run_directory
 from bertkit.training.budget import length_probes, steps_in_budget
 from bertkit.training.checkpointing import check_not_finished
 from bertkit.training.distributed import process_count, process_rank
-from bertkit.training.trainer import Trainer, example_length
+from bertkit.training.trainer import Trainer
 
 OPTIONS_NAME = "pretrain_options.json"
+STORES_NAME = "corpus_stores.json"  # which store each --corpus value was read from: a resumed run checks it
 
 
-def load_corpus(specs: list[str], encoding: str = "utf-8") -> list[list[str]]:
-    """Documents of sentences from files (plain text, blank line between documents, read as `encoding`) or named
-    corpora."""
-    from bertkit.data.corpus import CORPORA, load_documents, read_text_documents
+def is_store(spec: str) -> bool:
+    """Whether a --corpus value is a prepared token store: a directory holding store.json, or the arrays of a store
+    whose store.json is gone (its preparation did not finish: TokenStore.open says so)."""
+    return (Path(spec) / META).is_file() or (Path(spec) / FILES["ids"]).is_file()
 
-    documents = []
-    for spec in specs:
-        if Path(spec).exists():
-            documents += read_text_documents([spec], encoding=encoding)
-        elif spec == "zh" or spec in CORPORA:
-            documents += load_documents(spec)
+
+def corpus_stores(specs: list[str], tokenizer, options: PretrainOptions) -> list[TokenStore]:
+    """A store per distinct --corpus value, in order of first appearance: a prepared store as it is (made with
+    this tokenizer, its inputs unchanged), text from the cache (prepared there on first use)."""
+    stores = []
+    for spec in dict.fromkeys(specs):
+        if is_store(spec):
+            store = TokenStore.open(spec)
+            store.check_tokenizer(tokenizer, options.vocab)
+            store.check_inputs()
+            if options.wwm and not store.meta["whole_word"]:
+                raise ValueError(f"{spec} was prepared without whole-word masking: --wwm needs jieba's word starts; "
+                                 "prepare it again with --wwm")
         else:
-            raise FileNotFoundError(f"corpus {spec!r} is neither a file nor one of zh, {', '.join(sorted(CORPORA))}")
-    if not documents:
-        raise ValueError(f"the corpus {specs} holds no text")
-    return documents
+            store = cached_store([spec], tokenizer, whole_word=options.wwm, encoding=options.encoding,
+                                 progress=options.progress and process_rank() == 0)
+        stores.append(store)
+    return stores
+
+
+def split_documents(count: int, fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """(training, held-out) document numbers: a seeded share of whole documents held out (at least 2, so NSP has a
+    random document to draw from, and at most half)."""
+    n_eval = min(max(2, round(count * fraction)), count // 2) if fraction > 0 else 0
+    held = np.zeros(count, bool)
+    held[np.random.default_rng(seed).permutation(count)[:n_eval]] = True
+    return np.flatnonzero(~held), np.flatnonzero(held)
+
+
+def training_documents(specs: list[str], stores: list[TokenStore], fraction: float,
+                       seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """(training entries, held-out documents) of the corpus `specs` over their `stores`. A corpus named k times
+    weighs k times in training (each copy packed and masked afresh), but is read, and split, once: no held-out
+    document has a copy in training."""
+    counts = Counter(specs)
+    train, held = split_documents(sum(s.num_documents for s in stores), fraction, seed)
+    if set(counts.values()) == {1}:
+        return train, held
+    copies = np.repeat([counts[spec] for spec in dict.fromkeys(specs)], [s.num_documents for s in stores])
+    return np.repeat(train, copies[train]), held
 
 
 def model_config(spec: str, vocab_size: int, albert: bool, max_seq_length: int, pad_token_id: int) -> BertConfig:
@@ -75,46 +112,48 @@ def model_config(spec: str, vocab_size: int, albert: bool, max_seq_length: int, 
     return config
 
 
-def corpus_split(specs: list[str], fraction: float, seed: int,
-                 encoding: str = "utf-8") -> tuple[list[list[str]], list[list[str]]]:
-    """(training documents, held-out documents) of a corpus list. A corpus named k times weighs k times in
-    training (each copy masked afresh), but is read, and split, once: no held-out document has a copy in training."""
-    counts: dict[str, int] = {}
-    for spec in specs:
-        counts[spec] = counts.get(spec, 0) + 1
-    sources = [(spec, load_corpus([spec], encoding)) for spec in counts]
-    documents = [doc for _, docs in sources for doc in docs]
-    copies = [counts[spec] for spec, docs in sources for _ in docs]
-    train, held = split_documents(list(range(len(documents))), fraction, seed)
-    return [documents[i] for i in train for _ in range(copies[i])], [documents[i] for i in held]
-
-
-def split_documents(documents: list, fraction: float, seed: int) -> tuple[list, list]:
-    """Hold out a seeded share of whole documents (at least 2, so NSP has a random document to draw from)."""
-    order = list(range(len(documents)))
-    random.Random(seed).shuffle(order)
-    n_eval = min(max(2, round(len(documents) * fraction)), len(documents) // 2) if fraction > 0 else 0
-    held = set(order[:n_eval])
-    return ([d for i, d in enumerate(documents) if i not in held], [d for i, d in enumerate(documents) if i in held])
-
-
 # The held-out probe is the same whatever the run's recipe: BERT's masking (15%, 80/10/10) of single
 # segments at the run's sequence length, so accuracies of runs with other masking rates compare.
 PROBE_MLM_PROBABILITY = 0.15
 
 
-def heldout_instances(documents: list[list[Segment]], tokenizer, max_seq_length: int, objective: str,
+def subword_table(tokenizer) -> np.ndarray:
+    """Per token id: is it a "##" piece (a word goes on), so that a word starts wherever it is not."""
+    table = np.zeros(len(tokenizer), bool)
+    for token, index in tokenizer.get_vocab().items():
+        table[index] = token.startswith("##")
+    return table
+
+
+def heldout_instances(corpus: Corpus, documents: np.ndarray, tokenizer, max_seq_length: int, objective: str,
                       seed: int, limit: int) -> tuple[list[Instance], list[Instance]]:
-    """The held-out probe: up to `limit` single segments masked as BERT masks, for masked-LM accuracy, and
-    (for "mlm+nsp" / "mlm+sop") up to `limit` segment pairs of that task, for NSP / SOP accuracy."""
+    """The held-out probe: up to `limit` single segments of the held-out `documents` masked as BERT masks, for
+    masked-LM accuracy, and (for "mlm+nsp" / "mlm+sop") up to `limit` segment pairs of that task, for NSP / SOP
+    accuracy. A seeded choice among the instances of a seeded choice of documents, as few as give `limit`
+    instances (a big corpus holds out many thousand documents; the probe needs a few hundred instances)."""
     spec = MaskingSpec(mask_token_id=tokenizer.mask_token_id, vocab_size=len(tokenizer),
                        special_ids=frozenset(tokenizer.all_special_ids), mlm_probability=PROBE_MLM_PROBABILITY,
                        max_predictions_per_seq=math.ceil(PROBE_MLM_PROBABILITY * max_seq_length))
-    build = dict(max_seq_length=max_seq_length, cls_id=tokenizer.cls_token_id, sep_id=tokenizer.sep_token_id,
-                 short_seq_prob=0.0, masking=spec, seed=seed)
-    singles = create_instances(documents, objective="mlm", **build)[:limit]
-    pairs = create_instances(documents, objective=objective, **build)[:limit] if objective != "mlm" else []
-    return singles, pairs
+    subword = subword_table(tokenizer)
+
+    order = np.random.default_rng(seed).permutation(len(documents))
+
+    def probe(kind: str) -> list[Instance]:
+        packing = Packing(max_seq_length, kind, short_seq_prob=0.0, seed=seed)
+        take = min(len(documents), max(limit, 2))
+        while True:  # planned (and cached) apart, like the training plan: this process reads no sentence offsets
+            plan = cached_plan(corpus, np.sort(documents[order[:take]]), packing)
+            if len(plan) >= limit or take == len(documents):
+                break
+            take = min(len(documents), 2 * take)
+        dataset = PretrainingDataset(corpus, plan, cls_id=tokenizer.cls_token_id, sep_id=tokenizer.sep_token_id,
+                                     pair=packing.pair, subword=subword, masking=spec, seed=seed)
+        chosen = np.random.default_rng(seed).permutation(len(dataset))[:limit]
+        return [dataset[int(i)] for i in chosen]
+
+    if not len(documents):
+        return [], []
+    return probe("mlm"), probe(objective) if objective != "mlm" else []
 
 
 def pretraining_eval(instances: list, collator: PretrainingCollator, pairs: list | None = None,
@@ -161,51 +200,49 @@ class PretrainingRun:
     """Everything a pretraining run trains with, built from its options (see `prepare`)."""
 
     tokenizer: Any
-    train_instances: list[Instance]
+    train_dataset: PretrainingDataset
     eval_singles: list[Instance]
     eval_pairs: list[Instance]
     spec: MaskingSpec
     collator: PretrainingCollator
     model: torch.nn.Module
     report: DataReport
+    stores: list[TokenStore]
 
 
-def prepare(options: PretrainOptions, tokenized: dict | None = None) -> PretrainingRun:
-    """The tokenizer, the instances (training, and the held-out probe) and the freshly initialised model.
+def prepare(options: PretrainOptions) -> PretrainingRun:
+    """The tokenizer, the data (the training instances' plan, the held-out probe) and the freshly initialised model.
 
-    `tokenized`, a dict shared between calls, keeps the tokenized corpus of each (corpus, vocab, whole-word
-    setting): runs of one corpus that differ in other options (an ablation) tokenize it once.
+    The corpus is tokenized only where no store holds it yet (`corpus_stores`), and the plan is built only where
+    none of these settings is cached beside the store: runs of one corpus that differ in other options (an
+    ablation), later runs and resumed ones read both back.
     """
     from bertkit.tokenizer import BertTokenizer
 
     tokenizer = BertTokenizer.from_pretrained(options.vocab)
-    key = (tuple(options.corpus), str(options.vocab), options.wwm, options.eval_fraction, options.seed)
-    if tokenized is None or key not in tokenized:
-        train_docs, eval_docs = corpus_split(options.corpus, options.eval_fraction, options.seed, options.encoding)
-        documents = (tokenize_documents(train_docs, tokenizer, options.wwm), tokenize_documents(eval_docs, tokenizer))
-        if tokenized is not None:
-            tokenized[key] = documents
-    else:
-        documents = tokenized[key]
-    train_docs, eval_docs = documents
+    stores = corpus_stores(options.corpus, tokenizer, options)
+    corpus = Corpus(stores)
+    train, held = training_documents(options.corpus, stores, options.eval_fraction, options.seed)
+    counts = Counter(options.corpus)
+    weights = [counts[spec] for spec in dict.fromkeys(options.corpus)]
     report = DataReport("the training corpus").unknown_tokens(
-        *count_unknown((segment.ids for document in train_docs for segment in document), tokenizer.unk_token_id),
-        f"the vocabulary {options.vocab}")
-    report.measured["documents"] = len(train_docs)
+        sum(w * s.meta["unknown_tokens"] for w, s in zip(weights, stores)),
+        sum(w * s.num_tokens for w, s in zip(weights, stores)), f"the vocabulary {options.vocab}")
+    report.measured["documents"] = len(train)
     report.check(stacklevel=3)
     max_predictions = options.max_predictions_per_seq or math.ceil(options.mlm_probability * options.max_seq_length)
     spec = MaskingSpec(mask_token_id=tokenizer.mask_token_id, vocab_size=len(tokenizer),
                        special_ids=frozenset(tokenizer.all_special_ids), mlm_probability=options.mlm_probability,
                        max_predictions_per_seq=max_predictions, whole_word=options.wwm)
     static = options.masking == "static"
-    train_instances = create_instances(
-        train_docs, max_seq_length=options.max_seq_length, cls_id=tokenizer.cls_token_id,
-        sep_id=tokenizer.sep_token_id, objective=options.objective, short_seq_prob=options.short_seq_prob,
-        dupe_factor=options.dupe_factor if static else 1, masking=spec if static else None, seed=options.seed)
-    eval_singles, eval_pairs = [], []
-    if eval_docs:
-        eval_singles, eval_pairs = heldout_instances(eval_docs, tokenizer, options.max_seq_length, options.objective,
-                                                     options.seed + 1, options.max_eval_instances)
+    packing = Packing(options.max_seq_length, options.objective, options.short_seq_prob, options.seed)
+    plan = cached_plan(corpus, train, packing)
+    train_dataset = PretrainingDataset(corpus, plan, cls_id=tokenizer.cls_token_id, sep_id=tokenizer.sep_token_id,
+                                       pair=packing.pair, subword=subword_table(tokenizer),
+                                       masking=spec if static else None, seed=options.seed,
+                                       copies=options.dupe_factor if static else 1)
+    eval_singles, eval_pairs = heldout_instances(corpus, held, tokenizer, options.max_seq_length, options.objective,
+                                                 options.seed + 1, options.max_eval_instances)
 
     config = model_config(options.config, len(tokenizer), options.albert, options.max_seq_length,
                           tokenizer.pad_token_id)
@@ -218,31 +255,33 @@ def prepare(options: PretrainOptions, tokenized: dict | None = None) -> Pretrain
     torch.manual_seed(options.seed)
     model = (BertForMaskedLM if options.objective == "mlm" else BertForPreTraining)(config)
     collator = PretrainingCollator(tokenizer.pad_token_id, spec, dynamic=not static)
-    return PretrainingRun(tokenizer, train_instances, eval_singles, eval_pairs, spec, collator, model, report)
+    return PretrainingRun(tokenizer, train_dataset, eval_singles, eval_pairs, spec, collator, model, report, stores)
 
 
 def plan_steps(run: PretrainingRun, options: PretrainOptions) -> int:
     """The steps that fit in `options.minutes`, from training steps timed on a copy of the run's model."""
-    B, instances = options.batch_size, run.train_instances
+    B, dataset = options.batch_size, run.train_dataset
     if options.group_by_length:  # batches of like lengths: time seven, short to long
-        batches = length_probes([example_length(i) for i in instances], B, (0.05, 0.2, 0.35, 0.5, 0.65, 0.8, 0.95))
+        batches = length_probes(dataset.lengths(), B, (0.05, 0.2, 0.35, 0.5, 0.65, 0.8, 0.95))
     else:
-        batches = [list(range(i * B, min((i + 1) * B, len(instances)))) for i in range(4)]
-    probes = [run.collator([instances[i] for i in batch], list(range(len(batch)))) for batch in batches]
+        batches = [list(range(i * B, min((i + 1) * B, len(dataset)))) for i in range(4)]
+    probes = [run.collator([dataset[i] for i in batch], list(range(len(batch)))) for batch in batches]
     return steps_in_budget(run.model, probes, options.minutes * 60, options.bf16)
 
 
-def pretrain(options: PretrainOptions, resume: bool = False, tokenized: dict | None = None):
+def pretrain(options: PretrainOptions, resume: bool = False):
     """Build the data and model and train in options.out, holding it for the run (`bertkit.pipelines.run_directory`: an
     earlier run or model there is refused unless options.overwrite); returns the trainer's final TrainState."""
     with run_directory(options.out, "bertkit pretrain", overwrite=options.overwrite, resume=resume,
                        main=process_rank() == 0, inputs=options.inputs()):
-        return _pretrain(options, resume, tokenized)
+        return _pretrain(options, resume)
 
 
-def _pretrain(options: PretrainOptions, resume: bool, tokenized: dict | None):
+def _pretrain(options: PretrainOptions, resume: bool):
     out = Path(options.out)
-    run = prepare(options, tokenized)
+    if resume:
+        check_corpus_unchanged(options, out)
+    run = prepare(options)
     if not resume:
         if options.max_steps is None:
             if process_count() > 1:  # each process would time itself differently
@@ -253,14 +292,50 @@ def _pretrain(options: PretrainOptions, resume: bool, tokenized: dict | None):
             out.mkdir(parents=True, exist_ok=True)
             options.save(out / OPTIONS_NAME)
             run.report.save(out)
+            record_stores(options, run.stores, out)
     args = options.training_arguments(options.max_steps, save_total_limit=2)
     eval_fn = None
     if run.eval_singles:  # the probe is masked already: a static collator
         eval_fn = pretraining_eval(run.eval_singles, PretrainingCollator(run.tokenizer.pad_token_id, run.spec),
                                    run.eval_pairs)
-    trainer = Trainer(run.model, args, run.train_instances, run.collator, eval_fn=eval_fn,
+    trainer = Trainer(run.model, args, run.train_dataset, run.collator, eval_fn=eval_fn,
                       count_items=run.model.count_loss_items, tokenizer=run.tokenizer)
     return trainer.train(resume=resume)
+
+
+def record_stores(options: PretrainOptions, stores: list[TokenStore], out: Path) -> None:
+    """Write which store each --corpus value was read from (and its key), for `check_corpus_unchanged`."""
+    from bertkit.utils.atomic import atomic_write_text
+
+    records = [{"corpus": spec, "store": str(store.path.resolve()), "key": store.meta.get("key")}
+               for spec, store in zip(dict.fromkeys(options.corpus), stores)]
+    atomic_write_text(out / STORES_NAME, json.dumps(records, indent=2, ensure_ascii=False) + "\n")
+
+
+def check_corpus_unchanged(options: PretrainOptions, out: Path) -> None:
+    """A ValueError naming a corpus file that changed since the run in `out` started: resuming would train on
+    other text than the run's data order and plan were made for."""
+    from bertkit.data.corpus_stream import corpus_inputs
+    from bertkit.tokenizer import BertTokenizer
+
+    path = out / STORES_NAME
+    if not path.is_file():
+        return  # a run from before stores were recorded
+    tokenizer = BertTokenizer.from_pretrained(options.vocab)
+    # the options' paths are resolved for where the run now is; the records are in the same order
+    for spec, record in zip(dict.fromkeys(options.corpus), json.loads(path.read_text(encoding="utf-8"))):
+        if is_store(spec) or record.get("key") is None:
+            continue  # a prepared store checks its own inputs when opened
+        inputs = corpus_inputs([spec])
+        if store_key(inputs, tokenizer, options.wwm, options.encoding) == record["key"]:
+            continue
+        then = {}
+        with contextlib.suppress(OSError, ValueError, KeyError):
+            then = {i.get("path"): i for i in json.loads((Path(record["store"]) / META).read_text())["inputs"]}
+        changed = [i.name for i in inputs if i.kind != "corpus" and i.identity() != then.get(i.identity()["path"])]
+        raise ValueError(f"{', '.join(changed) or spec} changed since the run in {out} started (its size or time "
+                         "differ): resuming would train on other text than the run's; put back the corpus it started "
+                         "with, or start a new run")
 
 
 def resume_pretraining(out: str | Path, given: dict | None = None):

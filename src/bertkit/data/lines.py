@@ -1,0 +1,122 @@
+"""Text files read a block of whole lines at a time: the one reading path of every file bertkit reads by lines.
+
+`line_blocks` reads a file (gzipped or not) in blocks, never whole, and hands on the whole lines of each block, the
+line cut by the block's end waiting for the next. The rules every reader shares live here, so that a file is text,
+or not, the same way for every command:
+
+- a file with NUL bytes in its first 64 KiB is not text (an image, a model, UTF-16 read as UTF-8): a NotTextError
+  naming it, at once;
+- a UTF-8 byte-order mark is no text;
+- UTF-16 and UTF-32, whose line break is not the byte b"\\n", are decoded here and handed on as UTF-8
+  (`LineBlock.encoding` says which encoding the lines are in);
+- a line longer than MAX_LINE_BYTES is cut, so that no line is read whole;
+- a file where most lines do not decode is not text in that encoding (`check_decoded`): skipping every line would
+  only hide the reason. The readers count the few undecodable lines of a text file and go on.
+"""
+
+from __future__ import annotations
+
+import codecs
+import gzip
+import zlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+NUL_WINDOW = 1 << 16        # the bytes looked at for NULs
+MAX_LINE_BYTES = 1 << 26    # a longer line is cut (at a space, or a character boundary)
+UTF8_BOM = b"\xef\xbb\xbf"
+
+
+class NotTextError(ValueError):
+    """A file that is not text in the encoding it is read with: binary data, or most lines undecodable."""
+
+
+@dataclass
+class LineBlock:
+    """Whole lines of a file, each ended by b"\\n"."""
+
+    first_line: int   # the file's number (from 1) of the first of them
+    lines: bytes
+    size: int         # bytes of the file read for them (compressed bytes for a .gz): for progress bars
+    encoding: str     # the encoding of `lines`: the file's, or UTF-8 where the file's is UTF-16 or UTF-32
+
+
+def is_wide(encoding: str) -> bool:
+    """Whether an encoding's line break is not the byte b"\\n" (UTF-16, UTF-32): its lines are found after decoding."""
+    return "\n".encode(encoding) != b"\n"
+
+
+def check_not_binary(path: str | Path, head: bytes, encoding: str) -> None:
+    """A NotTextError naming `path` when its first bytes `head` hold a NUL (UTF-16 and UTF-32 text have them)."""
+    if b"\x00" in head[:NUL_WINDOW] and not is_wide(encoding):
+        raise NotTextError(f"{path} is not a text file: it holds NUL bytes (binary data, or UTF-16 text: then give "
+                           "its encoding, e.g. --encoding utf-16)")
+
+
+def check_decoded(path: str | Path, encoding: str, failed: list[int], lines: int) -> None:
+    """A NotTextError naming `path` when most of its `lines` (those numbered in `failed`) did not decode."""
+    if failed and len(failed) * 2 > lines:
+        hint = "GBK or GB18030 text? give --encoding gbk" if encoding.lower() in ("utf-8", "utf8") else \
+            "give its encoding with --encoding"
+        raise NotTextError(f"{path} is not {encoding} text: {len(failed):,} of {lines:,} lines do not decode (the "
+                           f"first is line {failed[0]}); {hint}")
+
+
+def line_blocks(path: str | Path, encoding: str = "utf-8", block_bytes: int = 1 << 20,
+                compressed: bool = False) -> Iterator[LineBlock]:
+    """The file's lines a block (about `block_bytes`) at a time, in order; `compressed`: the file is gzipped.
+
+    The lines are bytes, in `LineBlock.encoding`: decoding them is the caller's (a worker process's, for a corpus),
+    so one bad byte costs one line. A last line without a line break gets one; an empty file gives no block."""
+    wide = is_wide(encoding)
+    with open(path, "rb") as raw:
+        stream = gzip.GzipFile(fileobj=raw) if compressed else raw
+        reader = codecs.getreader(encoding)(stream) if wide else None
+        carry, line, position, first = b"", 1, 0, True
+        while True:
+            # the first read takes at least what the NUL check and the byte-order mark need
+            block = _read(path, stream, reader, encoding, max(block_bytes, NUL_WINDOW) if first else block_bytes)
+            if first:
+                if not wide:
+                    check_not_binary(path, block, encoding)
+                block, first = block.removeprefix(UTF8_BOM), False
+            if not block:
+                break
+            data = carry + block
+            cut = data.rfind(b"\n") + 1
+            if cut == 0 and len(data) > MAX_LINE_BYTES:
+                cut = _character_boundary(data, MAX_LINE_BYTES)
+                data = data[:cut] + b"\n" + data[cut:]
+                cut += 1
+            if cut:
+                now = raw.tell()
+                yield LineBlock(line, data[:cut], now - position, "utf-8" if wide else encoding)
+                line += data.count(b"\n", 0, cut)
+                carry, position = data[cut:], now
+            else:
+                carry = data
+        if carry:
+            yield LineBlock(line, carry + b"\n", raw.tell() - position, "utf-8" if wide else encoding)
+
+
+def _read(path: str | Path, stream, reader, encoding: str, block_bytes: int) -> bytes:
+    """The next block of the file: its bytes, or (a wide encoding) its text as UTF-8."""
+    try:
+        return reader.read(max(1, block_bytes // 2)).encode("utf-8") if reader else stream.read(block_bytes)
+    except UnicodeDecodeError as err:
+        raise NotTextError(f"{path} is not {encoding} text: {err.reason} at byte {err.start} of a block; give its "
+                           "encoding with --encoding") from None
+    except (gzip.BadGzipFile, EOFError, zlib.error) as err:  # a .gz cut off (a copy that did not finish), or damaged
+        raise NotTextError(f"{path} cannot be read as gzip: {err}") from None
+
+
+def _character_boundary(data: bytes, limit: int) -> int:
+    """A cut at most `limit` bytes in, after a space or, in UTF-8, not inside a character."""
+    space = data.rfind(b" ", 0, limit)
+    if space > limit // 2:
+        return space + 1
+    cut = limit
+    while cut > 0 and 0x80 <= data[cut] < 0xC0:  # a UTF-8 continuation byte: still inside a character
+        cut -= 1
+    return cut

@@ -1,0 +1,453 @@
+"""Pretraining instances from token stores: google-research/bert's packing rule, run on every document at once.
+
+The rule (create_pretraining_data.py, `create_instances_from_document`, as bertkit applies it). For each document:
+
+1. the target length is max_tokens (max_seq_length less the room for [CLS] and [SEP]s), or, with probability
+   short_seq_prob, a random length in [2, max_tokens], so the model also sees short inputs;
+2. a chunk is the consecutive sentences from where the last one stopped until they hold >= target tokens, or the
+   document ends;
+3. pair objectives cut the chunk in two: A is its first `a_end` sentences (random in [1, n - 1]), B the rest; a
+   chunk of one sentence is cut at a random token instead. NSP (label 1 half the time): B is replaced by text of
+   another document (from a random sentence on, until it holds target - len(A) tokens), and the chunk's sentences
+   that B did not use are *put back*: the next chunk starts after A. SOP (label 1 half the time): A and B swap.
+   MLM alone: the chunk is one segment;
+4. the longer segment loses a token from its front or its back (at random) until the pair fits max_tokens;
+5. an instance with an empty segment is dropped.
+
+Every random choice is a pure function of (seed, document entry, instance number, what is chosen) (`draw`): nothing
+depends on the order in which choices are made. So the rule runs with numpy on all documents together, one
+instance per document per round (`build_plan`), and a direct implementation that walks one document at a time, as
+google's code does, gives the same instances (tests/test_packing.py holds one). Instances are a *plan* of small
+integers: the token range of A and of B in the stores and the label (`Plan`); they are assembled from the stores
+when a batch is drawn (data/pretraining.PretrainingDataset).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+from bisect import bisect_right
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+
+from bertkit.data.store import PLANS, FileReader, TokenStore, _locked
+
+OBJECTIVES = ("mlm+nsp", "mlm+sop", "mlm")
+PLAN_VERSION = 2
+# An instance of the plan: A is tokens a_start..a_start+a_len of the corpus, B likewise (b_len 0: no B).
+PLAN_ROW = np.dtype([("a_start", "<i8"), ("b_start", "<i8"), ("a_len", "<u2"), ("b_len", "<u2"), ("label", "i1")])
+POOL = 1 << 16             # documents packed together: bounds the memory of a round
+
+# What each draw chooses (the 4th value of `draw`).
+SHORT, TARGET, CUT, SPLIT, RANDOM_NEXT, OTHER, START, SWAP, TRUNCATE_A, TRUNCATE_B, MASKING = range(1, 12)
+
+
+@dataclass(frozen=True)
+class Packing:
+    """The settings of the rule."""
+
+    max_seq_length: int
+    objective: str = "mlm+nsp"
+    short_seq_prob: float = 0.1
+    seed: int = 12345
+
+    def __post_init__(self) -> None:
+        if self.objective not in OBJECTIVES:
+            raise ValueError(f"objective {self.objective!r} is not one of {', '.join(OBJECTIVES)}")
+        if self.max_seq_length < 8:
+            raise ValueError(f"max_seq_length {self.max_seq_length} is too short for pretraining instances "
+                             "(need >= 8)")
+
+    @property
+    def pair(self) -> bool:
+        return self.objective != "mlm"
+
+    @property
+    def max_tokens(self) -> int:
+        return self.max_seq_length - (3 if self.pair else 2)  # room for [CLS] and one or two [SEP]
+
+
+# ---- random choices as pure functions ------------------------------------------------------------
+
+_GOLDEN, _M1, _M2 = 0x9E3779B97F4A7C15, 0xBF58476D1CE4E5B9, 0x94D049BB133111EB
+_M64 = (1 << 64) - 1
+
+
+def draw(key, *values) -> np.ndarray:
+    """64 random bits per element: `key` (0 to start, or an earlier draw) with `values` (integers, arrays
+    broadcast) mixed in one after another by splitmix64. So `draw(draw(0, seed, entry, k), CUT)` equals
+    `draw(0, seed, entry, k, CUT)`: one key of (seed, entry, instance) serves every choice of that instance. Plain
+    integers are mixed in Python while they can be, the rest with numpy, whose unsigned arithmetic wraps as the
+    mixing wants."""
+    h, k = key, 0
+    while isinstance(h, int) and k < len(values) and isinstance(values[k], int | np.integer):
+        h = _mix_int(h ^ int(values[k]))
+        k += 1
+    if k == len(values):
+        return np.atleast_1d(np.asarray(h, np.uint64))
+    rest = [np.asarray(v) for v in values[k:]]
+    out = np.empty(np.broadcast_shapes(np.shape(h), *(a.shape for a in rest)), np.uint64)
+    out[...] = h
+    for value in rest:
+        out ^= value.astype(np.uint64, copy=False)
+        out += np.uint64(_GOLDEN)
+        out ^= out >> np.uint64(30)
+        out *= np.uint64(_M1)
+        out ^= out >> np.uint64(27)
+        out *= np.uint64(_M2)
+        out ^= out >> np.uint64(31)
+    return np.atleast_1d(out)
+
+
+def _mix_int(h: int) -> int:
+    h = (h + _GOLDEN) & _M64
+    h = ((h ^ (h >> 30)) * _M1) & _M64
+    h = ((h ^ (h >> 27)) * _M2) & _M64
+    return h ^ (h >> 31)
+
+
+def uniform(key, *values) -> np.ndarray:
+    """A float in [0, 1) per element: 53 bits of `draw(key, *values)`."""
+    return (draw(key, *values) >> np.uint64(11)).astype(np.float64) * 2.0 ** -53
+
+
+def randint(low, high, key, *values) -> np.ndarray:
+    """An integer in [low, high] (both included, high >= low) per element, from `draw(key, *values)`."""
+    low, span = np.asarray(low, np.int64), np.asarray(high, np.int64) - low + 1
+    return low + np.minimum((uniform(key, *values) * span).astype(np.int64), span - 1)
+
+
+def front_removals(key: np.ndarray, what: int, count) -> np.ndarray:
+    """How many of a segment's `count` removed tokens come off its front: the first `count` coins of its stream
+    (coin j is bit j % 64 of draw(key, what, j // 64); 1 means the front)."""
+    count = np.asarray(count, np.int64)
+    words = (count + 63) // 64
+    rows = np.repeat(np.arange(len(count)), words)
+    if not len(rows):
+        return np.zeros(len(count), np.int64)
+    word = np.arange(len(rows)) - np.repeat(np.cumsum(words) - words, words)
+    bits = draw(key[rows], what, word)
+    left = count[rows] - 64 * word  # coins still wanted from this word
+    mask = np.where(left >= 64, np.uint64(_M64), (np.uint64(1) << np.minimum(left, 63).astype(np.uint64))
+                    - np.uint64(1))
+    return np.bincount(rows, weights=_popcount(bits & mask), minlength=len(count)).astype(np.int64)
+
+
+def _popcount(words: np.ndarray) -> np.ndarray:
+    if hasattr(np, "bitwise_count"):  # numpy >= 2
+        return np.bitwise_count(words)
+    table = np.array([bin(i).count("1") for i in range(256)], np.uint8)
+    return table[words.view(np.uint8)].reshape(-1, 8).sum(1)
+
+
+def removals(a_len: np.ndarray, b_len: np.ndarray, max_tokens: int) -> tuple[np.ndarray, np.ndarray]:
+    """Tokens the rule removes from A and from B: one at a time from the longer (B on a tie) until they fit. So the
+    longer loses the difference first, then B and A take turns, B first."""
+    excess = np.maximum(a_len + b_len - max_tokens, 0)
+    head = np.minimum(excess, np.abs(a_len - b_len))
+    rest = excess - head
+    a_longer = a_len > b_len
+    return np.where(a_longer, head, 0) + rest // 2, np.where(a_longer, 0, head) + (rest + 1) // 2
+
+
+# ---- stores seen as one corpus -------------------------------------------------------------------
+
+class Corpus:
+    """Token stores seen as one: documents, sentences and tokens numbered across them."""
+
+    def __init__(self, stores: list[TokenStore]) -> None:
+        self.stores = stores
+        self.token_base = np.cumsum([0] + [s.num_tokens for s in stores])
+        self.sentence_base = np.cumsum([0] + [len(s.sentence_offsets) - 1 for s in stores])
+        self.document_base = np.cumsum([0] + [s.num_documents for s in stores])
+        # each document's first sentence, and the end of the last, across the stores (one store: its own array)
+        self.document_starts = stores[0].document_offsets if len(stores) == 1 else np.concatenate(
+            [s.document_offsets[:-1] + base for s, base in zip(stores, self.sentence_base)] + [self.sentence_base[-1:]])
+
+    @property
+    def num_documents(self) -> int:
+        return int(self.document_base[-1])
+
+    def _by_store(self, sentences: np.ndarray) -> list[tuple[TokenStore, np.ndarray, int, int]]:
+        if len(self.stores) == 1:
+            return [(self.stores[0], slice(None), 0, 0)]
+        which = np.searchsorted(self.sentence_base[1:-1], sentences, side="right")
+        return [(store, which == k, self.sentence_base[k], self.token_base[k]) for k, store in enumerate(self.stores)]
+
+    def offsets(self, sentences: np.ndarray) -> np.ndarray:
+        """Where each sentence starts, as a token position (a store's end sentence: where its tokens end)."""
+        out = np.empty(len(sentences), np.int64)
+        for store, rows, sentence_base, token_base in self._by_store(sentences):
+            out[rows] = store.sentence_offsets[sentences[rows] - sentence_base] + token_base
+        return out
+
+    def reaching(self, start: np.ndarray, tokens: np.ndarray, end: np.ndarray) -> np.ndarray:
+        """The first sentence e in (start, end] such that sentences start..e-1 hold >= `tokens` tokens, else end."""
+        out = np.empty(len(start), np.int64)
+        for store, rows, sentence_base, _ in self._by_store(start):
+            local = start[rows] - sentence_base
+            wanted = store.sentence_offsets[local] + tokens[rows]
+            out[rows] = np.searchsorted(store.sentence_offsets, wanted, side="left") + sentence_base
+        return np.clip(out, start + 1, end)
+
+    def _store_of(self, position: int) -> tuple[TokenStore, int]:
+        k = bisect_right(self.token_base, position) - 1
+        return self.stores[k], position - int(self.token_base[k])
+
+    def tokens(self, position: int, length: int) -> np.ndarray:
+        """`length` token ids from token position `position` (within one store)."""
+        store, local = self._store_of(position)
+        return store.read_ids(local, local + length)
+
+    def word_starts(self, position: int, length: int) -> np.ndarray | None:
+        """The stored word starts of those tokens (whole-word stores), else None."""
+        store, local = self._store_of(position)
+        return store.word_starts(local, local + length) if store.word_bits is not None else None
+
+
+# ---- the plan ------------------------------------------------------------------------------------
+
+@dataclass
+class Plan:
+    """Instances as PLAN_ROW records (token ranges of A and B, the label): in memory, or a cached plan's file, whose
+    rows are read one at a time when batches are drawn (`row`) and whose columns are read in blocks (`lengths`)."""
+
+    rows: np.ndarray                  # in memory, or memory-mapped (for whole columns: never touched in training)
+    entry: np.ndarray | None = None   # (in memory) the position in `entries` of each instance's document
+    reader: FileReader | None = None  # the cached plan's file
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def __getattr__(self, name: str) -> np.ndarray:
+        if name in PLAN_ROW.names:  # a column: plan.a_start, ...
+            return self.rows[name]
+        raise AttributeError(name)
+
+    def row(self, k: int) -> tuple[int, int, int, int, int]:
+        """(a_start, a_len, b_start, b_len, label) of instance k."""
+        record = self.rows[k] if self.reader is None else self.reader.read(k, 1)[0]
+        return (int(record["a_start"]), int(record["a_len"]), int(record["b_start"]), int(record["b_len"]),
+                int(record["label"]))
+
+    def lengths(self, specials: int) -> np.ndarray:
+        """Tokens per instance with its `specials` ([CLS] and [SEP]s), for batches of like lengths."""
+        out = np.empty(len(self), np.uint16)
+        for first in range(0, len(self), 1 << 16):  # a block at a time: the whole plan is never in memory
+            block = self.rows[first:first + (1 << 16)] if self.reader is None else \
+                self.reader.read(first, min(1 << 16, len(self) - first))
+            out[first:first + len(block)] = block["a_len"] + block["b_len"] + specials
+        return out
+
+
+def _records(*columns: np.ndarray) -> np.ndarray:
+    """PLAN_ROW records from the columns a_start, a_len, b_start, b_len, label."""
+    rows = np.empty(len(columns[0]), PLAN_ROW)
+    for name, column in zip(("a_start", "a_len", "b_start", "b_len", "label"), columns):
+        rows[name] = column
+    return rows
+
+
+def build_plan(corpus: Corpus, entries: np.ndarray, packing: Packing, sink) -> None:
+    """Run the rule on the documents `entries` (document numbers of the corpus; a document may come more than once,
+    each copy packed afresh), calling sink(entry, a_start, a_len, b_start, b_len, label) with each round's
+    instances (entry: the position in `entries`; a document's instances come in order)."""
+    if packing.objective == "mlm+nsp" and len(entries) < 2:
+        raise ValueError(f"next-sentence prediction needs at least 2 documents, and the corpus has {len(entries)} "
+                         "(random next segments come from another document; a blank line separates documents); "
+                         "use objective mlm+sop or mlm, or give more documents")
+    # A pool of documents takes one instance each per round; finished ones leave, and the pool is topped up from
+    # `entries` whenever it falls under half: every round is a big numpy step, however long the longest document.
+    pool = _Pool.empty()
+    taken = 0
+    while taken < len(entries) or len(pool.entry):
+        if len(pool.entry) < POOL // 2 and taken < len(entries):
+            more = np.arange(taken, min(taken + POOL - len(pool.entry), len(entries)), dtype=np.int64)
+            pool = pool.join(_Pool.start(corpus, entries, more, packing))
+            taken += len(more)
+        rows, pool = _round(corpus, entries, pool, packing)
+        sink(*rows)
+
+
+@dataclass
+class _Pool:
+    """The documents being packed: entry, next sentence, end sentence, target length, instance number."""
+
+    entry: np.ndarray
+    position: np.ndarray
+    end: np.ndarray
+    target: np.ndarray
+    number: np.ndarray
+
+    @classmethod
+    def empty(cls) -> _Pool:
+        return cls(*(np.zeros(0, np.int64) for _ in range(5)))
+
+    @classmethod
+    def start(cls, corpus: Corpus, entries: np.ndarray, entry: np.ndarray, packing: Packing) -> _Pool:
+        doc = entries[entry]
+        key = draw(0, packing.seed, entry, 0)  # the document's choices share its first instance's key
+        target = np.where(uniform(key, SHORT) < packing.short_seq_prob,
+                          randint(2, packing.max_tokens, key, TARGET), packing.max_tokens)
+        return cls(entry, corpus.document_starts[doc], corpus.document_starts[doc + 1], target,
+                   np.zeros(len(entry), np.int64))
+
+    def join(self, other: _Pool) -> _Pool:
+        return _Pool(*(np.concatenate([a, b]) for a, b in zip(vars(self).values(), vars(other).values())))
+
+    def select(self, rows: np.ndarray) -> _Pool:
+        return _Pool(*(column[rows] for column in vars(self).values()))
+
+
+def _round(corpus: Corpus, entries: np.ndarray, pool: _Pool, packing: Packing) -> tuple[tuple, _Pool]:
+    """One instance of every document in the pool (steps 2-5 of the rule); the pool of those with sentences left."""
+    entry, position, end, target = pool.entry, pool.position, pool.end, pool.target
+    key = draw(0, packing.seed, entry, pool.number)
+    start = corpus.offsets(position)
+    chunk_end = corpus.reaching(position, target, end)
+    stop = corpus.offsets(chunk_end)
+    label = np.full(len(entry), -1, np.int8)
+    following = chunk_end
+    if not packing.pair:
+        a_start, a_stop, b_start, b_stop = start, stop, stop, stop
+    else:
+        sentences = chunk_end - position
+        single = sentences == 1
+        first_len = corpus.offsets(position + 1) - start
+        cut = randint(1, np.maximum(first_len - 1, 1), key, CUT)
+        a_end = np.where(single, 1, randint(1, np.maximum(sentences - 1, 1), key, SPLIT))
+        a_start, a_stop = start, np.where(single, start + cut, corpus.offsets(position + a_end))
+        b_start, b_stop = a_stop.copy(), stop.copy()
+        label[:] = 0
+        if packing.objective == "mlm+nsp":
+            rand = np.flatnonzero(uniform(key, RANDOM_NEXT) < 0.5)
+            b_start[rand], b_stop[rand] = _random_next(corpus, entries, entry[rand], key[rand],
+                                                       target[rand] - (a_stop - a_start)[rand])
+            label[rand] = 1
+            put_back = np.zeros(len(entry), bool)
+            put_back[rand] = ~single[rand]
+            following = np.where(put_back, position + a_end, chunk_end)
+        else:
+            swap = uniform(key, SWAP) < 0.5
+            a_start, a_stop, b_start, b_stop = (np.where(swap, b_start, a_start), np.where(swap, b_stop, a_stop),
+                                                np.where(swap, a_start, b_start), np.where(swap, a_stop, b_stop))
+            label[:] = swap
+    a_len, b_len = a_stop - a_start, b_stop - b_start
+    cut_a, cut_b = removals(a_len, b_len, packing.max_tokens)
+    a_start = a_start + front_removals(key, TRUNCATE_A, cut_a)
+    b_start = b_start + front_removals(key, TRUNCATE_B, cut_b)
+    a_len, b_len = a_len - cut_a, b_len - cut_b
+    keep = np.flatnonzero((a_len > 0) & ((b_len > 0) if packing.pair else True))
+    rows = (entry[keep], a_start[keep], a_len[keep].astype(np.uint16), b_start[keep], b_len[keep].astype(np.uint16),
+            label[keep])
+    going = np.flatnonzero(following < end)
+    pool = _Pool(entry[going], following[going], end[going], target[going], pool.number[going] + 1)
+    return rows, pool
+
+
+def _random_next(corpus: Corpus, entries: np.ndarray, entry: np.ndarray, key: np.ndarray,
+                 wanted: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """NSP's random B: another entry (ten tries to draw one that is not this; the tenth stands), from a random
+    sentence on until it holds max(1, wanted) tokens or that document ends."""
+    other = randint(0, len(entries) - 1, key, OTHER, 0)
+    for attempt in range(1, 10):
+        again = np.flatnonzero(other == entry)
+        if not len(again):
+            break
+        other[again] = randint(0, len(entries) - 1, key[again], OTHER, attempt)
+    doc = entries[other]
+    first, end = corpus.document_starts[doc], corpus.document_starts[doc + 1]
+    start = first + randint(0, end - first - 1, key, START)
+    order = np.argsort(start)  # searching in order reads the offsets in order: far fewer cache misses
+    stop = np.empty_like(start)
+    stop[order] = corpus.reaching(start[order], np.maximum(wanted, 1)[order], end[order])
+    return corpus.offsets(start), corpus.offsets(stop)
+
+
+def plan_in_memory(corpus: Corpus, entries: np.ndarray, packing: Packing) -> Plan:
+    """The plan of `entries`, kept in memory, with each instance's entry (small corpora: tests, a look at a plan)."""
+    parts: list[tuple] = []
+    build_plan(corpus, entries, packing, lambda entry, *columns: parts.append((entry, _records(*columns))))
+    if not parts:
+        return Plan(np.zeros(0, PLAN_ROW), entry=np.zeros(0, np.int64))
+    return Plan(np.concatenate([rows for _, rows in parts]), entry=np.concatenate([entry for entry, _ in parts]))
+
+
+# ---- plans cached beside the store ---------------------------------------------------------------
+
+def plan_key(stores: list[TokenStore], entries: np.ndarray, packing: Packing) -> str:
+    """What decides a plan: the stores, the documents packed (which and how often), the rule's settings."""
+    described = {"version": PLAN_VERSION, "stores": [s.meta.get("key") or str(s.path.resolve()) for s in stores],
+                 "entries": hashlib.sha256(memoryview(np.ascontiguousarray(entries, np.int64))).hexdigest(),
+                 "packing": asdict(packing)}
+    return hashlib.sha256(json.dumps(described, sort_keys=True).encode("utf-8")).hexdigest()[:24]
+
+
+def cached_plan(corpus: Corpus, entries: np.ndarray, packing: Packing) -> Plan:
+    """The plan of `entries`, built once and kept in the first store's store.plans/KEY: a second run with the same
+    settings, or a resumed one, reads it back. It is built in a process of its own: planning reads every sentence's
+    offset, and a process that ends gives all of that memory back (one that trains would keep it)."""
+    root = corpus.stores[0].path / PLANS
+    key = plan_key(corpus.stores, entries, packing)
+    directory = root / key
+    with _locked(root, key):
+        if not (directory / "plan.json").exists():
+            staging = root / f".{key}.tmp-{os.getpid()}"
+            shutil.rmtree(staging, ignore_errors=True)
+            staging.mkdir(parents=True)
+            try:
+                with _planner() as pool:
+                    pool.apply(_plan_into, ([str(store.path) for store in corpus.stores], entries, packing, staging))
+                os.replace(staging, directory)
+            finally:
+                shutil.rmtree(staging, ignore_errors=True)
+    return _open_plan(directory)
+
+
+def _planner():
+    """One worker process: forked where that is safe (Linux; it runs numpy only), else spawned."""
+    import multiprocessing
+    import sys
+    import warnings
+
+    with warnings.catch_warnings():  # Python 3.12+ warns about forking a process with threads: it runs numpy only
+        warnings.filterwarnings("ignore", message=".*fork.*", category=DeprecationWarning)
+        return multiprocessing.get_context("fork" if sys.platform.startswith("linux") else "spawn").Pool(1)
+
+
+def _plan_into(stores: list[str], entries: np.ndarray, packing: Packing, directory: Path) -> None:
+    """(In the planning process) open the stores, check their sentence offsets, and write the plan into `directory`."""
+    opened = [TokenStore.open(path) for path in stores]
+    for store in opened:
+        store.check_offsets()
+    _write_plan(Corpus(opened), entries, packing, directory)
+
+
+def _write_plan(corpus: Corpus, entries: np.ndarray, packing: Packing, directory: Path) -> None:
+    count = 0
+    with open(directory / "plan.rows", "wb") as f:
+        def sink(entry, *columns) -> None:
+            nonlocal count
+            f.write(_records(*columns).tobytes())
+            count += len(entry)
+
+        build_plan(corpus, entries, packing, sink)
+        f.flush()
+        os.fsync(f.fileno())
+    meta = {"instances": count, "packing": asdict(packing), "documents": len(entries)}
+    (directory / "plan.json").write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")  # last: it is whole
+
+
+def _open_plan(directory: Path) -> Plan:
+    from bertkit.data.store import StoreError, _mapped
+
+    try:
+        count = json.loads((directory / "plan.json").read_text(encoding="utf-8"))["instances"]
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        raise StoreError(f"{directory / 'plan.json'} cannot be read ({err}); delete {directory} and run again"
+                         ) from None
+    return Plan(_mapped(directory / "plan.rows", count, PLAN_ROW), reader=FileReader(directory / "plan.rows", PLAN_ROW))
