@@ -101,7 +101,7 @@ def test_one_budget_check_for_every_training_command(command, capsys):
 
 def test_missing_required_flags_are_named(capsys):
     assert main(["pretrain", "--max-steps", "1"]) == 2
-    assert "give --corpus, --vocab, --out (or --resume OUT)" in capsys.readouterr().err
+    assert "give --corpus, --vocab (or --init MODEL), --out (or --resume OUT)" in capsys.readouterr().err
 
 
 def test_finetune_help_documents_the_file_formats(capsys):

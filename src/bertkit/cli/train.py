@@ -44,9 +44,13 @@ def _cmd_pretrain(args: argparse.Namespace) -> int:
         out = args.resume
     else:
         missing = missing_flags(PretrainOptions, args)
+        if getattr(args, "vocab", None) is None and getattr(args, "init", None) is None:
+            missing.insert(min(1, len(missing)), "--vocab (or --init MODEL)")
         if missing:
             raise UserError(f"give {', '.join(missing)} (or --resume OUT)")
-        options = options_from_args(PretrainOptions, args, base=recipe_values(args.recipe or "bert"))
+        # a run that continues an --init model keeps its size: the recipe's gives way
+        recipe = recipe_values(args.recipe or "bert", init=getattr(args, "init", None))
+        options = options_from_args(PretrainOptions, args, base=recipe)
         state = pretrain(options)
         out = options.out
     if process_rank() == 0:

@@ -22,7 +22,7 @@ from typing import Any
 
 from bertkit.models.configuration import CONFIG_NAME, ConfigError, read_config_json
 
-COMMANDS = ("encode", "predict", "evaluate", "attention", "export", "generate", "translate", "serve")
+COMMANDS = ("encode", "predict", "evaluate", "attention", "export", "generate", "translate", "serve", "pretrain")
 
 
 def _resolve(dotted: str) -> Any:
@@ -73,7 +73,7 @@ class ModelFamily:
 FAMILIES: tuple[ModelFamily, ...] = (
     ModelFamily("BERT", ("bert", "bertkit-bert-pre-ln"), "bertkit.models.bert.configuration:BertConfig",
                 "bertkit.models.bert.heads:model_class_for",
-                serves=frozenset({"encode", "predict", "evaluate", "attention", "export", "serve"}),
+                serves=frozenset({"encode", "predict", "evaluate", "attention", "export", "serve", "pretrain"}),
                 heads={"classify": "bertkit.models.bert.heads:BertForSequenceClassification",
                        "pairs": "bertkit.models.bert.heads:BertForSequenceClassification",
                        "prompt": "bertkit.models.bert.heads:BertForPromptClassification",

@@ -16,6 +16,7 @@ from bertkit.data.task_kinds import TASKS
 from bertkit.data.tasks import TRANSLATION_LANGUAGES
 from bertkit.pipelines.option_fields import Options, option
 from bertkit.pipelines.presets import (
+    DEFAULT_PRESET,
     GPT_PRESETS,
     NATIVE,
     PRESETS,
@@ -102,8 +103,13 @@ class PretrainOptions(TrainingOptions):
     """A pretraining run; saved as pretrain_options.json so `--resume` needs only OUT."""
 
     corpus: list[str] = option(help=PRETRAIN_CORPUS_HELP, metavar="FILE|DIR|NAME", path=True)
-    vocab: str = option(help="tokenizer directory (vocab.txt or tokenizer.json)", metavar="DIR", path=True)
-    config: str = option("mini", f"a preset ({' | '.join(PRESETS)}) or a BertConfig JSON file", path=True)
+    init: str | None = option(None, "continue pretraining a BERT: a model directory or a model name "
+                                    f"({', '.join(model_names())}); its weights, vocabulary and shape",
+                              metavar="DIR|NAME", shown="fresh weights", path=True)
+    vocab: str | None = option(None, "tokenizer directory (vocab.txt or tokenizer.json)", metavar="DIR",
+                               shown="--init's (required without --init)", path=True)
+    config: str | None = option(None, f"a preset ({' | '.join(PRESETS)}) or a BertConfig JSON file",
+                                shown=f"{DEFAULT_PRESET}; --init's own with --init", path=True)
     albert: bool = option(False, "ALBERT: factorised embeddings (128) and one layer shared by all")
     objective: str = option("mlm+nsp", "masked LM with next-sentence or sentence-order prediction, or alone",
                             choices=OBJECTIVES)
@@ -152,6 +158,20 @@ class PretrainOptions(TrainingOptions):
             raise ValueError("no corpus given")
         check_encoding(self.encoding)
         check_sequence_length("--max-seq-length", self.max_seq_length)
+        if self.init is None:
+            if self.vocab is None:
+                raise ValueError("give --vocab (a tokenizer directory), or --init MODEL to continue pretraining a "
+                                 "model with its own vocabulary")
+            if self.config is None:
+                self.config = DEFAULT_PRESET
+            return
+        # Continued pretraining takes the model as it is: its shape is in its config.json.
+        changes = [flag for flag, given in (("--config", self.config is not None), ("--albert", self.albert),
+                                            ("--pre-ln", self.normalize_before), ("--no-bias", not self.use_bias))
+                   if given]
+        if changes:
+            raise ValueError(f"--init {self.init} continues that model with its own shape; {', '.join(changes)} "
+                             "would change it (leave them out, or pretrain from fresh weights without --init)")
 
 
 @dataclass(kw_only=True)
@@ -179,16 +199,19 @@ class PrepareOptions(Options):
         check_encoding(self.encoding)
 
 
-def recipe_values(name: str) -> dict[str, Any]:
-    """The option values of the recipe `name`; bf16 "where native" resolved for this machine."""
+def recipe_values(name: str, init: str | None = None) -> dict[str, Any]:
+    """The option values of the recipe `name`; bf16 "where native" resolved for this machine. A run that continues
+    an `init` model keeps that model's size: the recipe's gives way."""
     if name not in PRETRAIN_RECIPES:
         raise ValueError(f"recipe {name!r} is not one of {', '.join(PRETRAIN_RECIPES)}")
-    return {k: native_bf16() if v is NATIVE else v for k, v in PRETRAIN_RECIPES[name].items()}
+    return {k: native_bf16() if v is NATIVE else v for k, v in PRETRAIN_RECIPES[name].items()
+            if not (init is not None and k == "config")}
 
 
 def recipe_options(name: str, **given: Any) -> PretrainOptions:
     """PretrainOptions from the recipe `name`, with the `given` values over it."""
-    return PretrainOptions(**{**recipe_values(name), **given})
+    values = recipe_values(name, given.get("init"))
+    return PretrainOptions(**{**values, **given})
 
 
 @dataclass(kw_only=True)

@@ -13,6 +13,7 @@ PRESETS: dict[str, dict[str, int]] = {
     "small": dict(hidden_size=512, num_hidden_layers=4, num_attention_heads=8, intermediate_size=2048),
     "base": dict(hidden_size=768, num_hidden_layers=12, num_attention_heads=12, intermediate_size=3072),
 }
+DEFAULT_PRESET = "mini"  # the size of a BERT pretrained from fresh weights when none is named
 
 # `bertkit translate-train --model NAME` -> the Seq2SeqConfig fields that make it
 TRANSLATION_MODELS: dict[str, dict[str, Any]] = {

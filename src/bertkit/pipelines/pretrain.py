@@ -52,14 +52,14 @@ def is_store(spec: str) -> bool:
     return (Path(spec) / META).is_file() or (Path(spec) / FILES["ids"]).is_file()
 
 
-def corpus_stores(specs: list[str], tokenizer, options: PretrainOptions) -> list[TokenStore]:
+def corpus_stores(specs: list[str], tokenizer, vocab: Path, options: PretrainOptions) -> list[TokenStore]:
     """A store per distinct --corpus value, in order of first appearance: a prepared store as it is (made with
     this tokenizer, its inputs unchanged), text from the cache (prepared there on first use)."""
     stores = []
     for spec in dict.fromkeys(specs):
         if is_store(spec):
             store = TokenStore.open(spec)
-            store.check_tokenizer(tokenizer, options.vocab)
+            store.check_tokenizer(tokenizer, str(vocab))
             store.check_inputs()
             if options.wwm and not store.meta["whole_word"]:
                 raise ValueError(f"{spec} was prepared without whole-word masking: --wwm needs jieba's word starts; "
@@ -210,6 +210,56 @@ class PretrainingRun:
     stores: list[TokenStore]
 
 
+def tokenizer_directory(options: PretrainOptions) -> Path:
+    """Where the run's tokenizer comes from: --vocab, or the --init model's own (a --vocab beside --init must hold
+    the same vocabulary: the model's embedding rows are indexed by it)."""
+    from bertkit.data.sources import resolve_model
+    from bertkit.models.registry import require
+    from bertkit.tokenizer import BertTokenizer
+
+    if options.init is None:
+        return Path(options.vocab)
+    model = resolve_model(options.init)
+    require(model, "pretrain")  # a BERT: another family's weights mean nothing here
+    if options.vocab is not None and Path(options.vocab).resolve() != model.resolve():
+        if BertTokenizer.from_pretrained(options.vocab).get_vocab() != BertTokenizer.from_pretrained(model).get_vocab():
+            raise ValueError(f"--vocab {options.vocab} is not the vocabulary of --init {options.init}: the model's "
+                             "embeddings are indexed by its own; leave --vocab out")
+    return model
+
+
+def initial_model(options: PretrainOptions, tokenizer) -> torch.nn.Module:
+    """The model a run starts from: fresh weights of --config's shape, or the --init model's encoder (and the
+    pretraining heads its checkpoint has; those it lacks start fresh, and a warning says which)."""
+    head = BertForMaskedLM if options.objective == "mlm" else BertForPreTraining
+    torch.manual_seed(options.seed)  # fresh weights, and fresh heads of an --init model, are seeded
+    if options.init is None:
+        config = model_config(options.config, len(tokenizer), options.albert, options.max_seq_length,
+                              tokenizer.pad_token_id)
+        if options.normalize_before:
+            config = config.replace(normalize_before=True)
+        if not options.use_bias:
+            config = config.replace(use_bias=False)
+        if options.dropout is not None:
+            config = config.replace(hidden_dropout_prob=options.dropout, attention_probs_dropout_prob=options.dropout)
+        return head(config)
+    return init_model(head, tokenizer_directory(options), options, len(tokenizer))
+
+
+def init_model(head: type, directory: Path, options: PretrainOptions, vocab_size: int) -> torch.nn.Module:
+    """`head` (BertForPreTraining or BertForMaskedLM) loaded from the model `directory` for --init, in train mode."""
+    config = BertConfig.from_pretrained(directory)
+    if config.vocab_size != vocab_size:
+        raise ValueError(f"{directory} has {config.vocab_size} embedding rows but its tokenizer {vocab_size} tokens: "
+                         "--init needs a model and vocabulary that belong together")
+    if options.max_seq_length > config.max_position_embeddings:
+        raise ValueError(f"--max-seq-length {options.max_seq_length} exceeds the {config.max_position_embeddings} "
+                         f"positions of --init {options.init}")
+    if options.dropout is not None:
+        config = config.replace(hidden_dropout_prob=options.dropout, attention_probs_dropout_prob=options.dropout)
+    return head.from_pretrained(directory, config=config).train()
+
+
 def prepare(options: PretrainOptions) -> PretrainingRun:
     """The tokenizer, the data (the training instances' plan, the held-out probe) and the freshly initialised model.
 
@@ -219,15 +269,16 @@ def prepare(options: PretrainOptions) -> PretrainingRun:
     """
     from bertkit.tokenizer import BertTokenizer
 
-    tokenizer = BertTokenizer.from_pretrained(options.vocab)
-    stores = corpus_stores(options.corpus, tokenizer, options)
+    vocab = tokenizer_directory(options)
+    tokenizer = BertTokenizer.from_pretrained(vocab)
+    stores = corpus_stores(options.corpus, tokenizer, vocab, options)
     corpus = Corpus(stores)
     train, held = training_documents(options.corpus, stores, options.eval_fraction, options.seed)
     counts = Counter(options.corpus)
     weights = [counts[spec] for spec in dict.fromkeys(options.corpus)]
     report = DataReport("the training corpus").unknown_tokens(
         sum(w * s.meta["unknown_tokens"] for w, s in zip(weights, stores)),
-        sum(w * s.num_tokens for w, s in zip(weights, stores)), f"the vocabulary {options.vocab}")
+        sum(w * s.num_tokens for w, s in zip(weights, stores)), f"the vocabulary {vocab}")
     report.measured["documents"] = len(train)
     report.check(stacklevel=3)
     max_predictions = options.max_predictions_per_seq or math.ceil(options.mlm_probability * options.max_seq_length)
@@ -244,16 +295,7 @@ def prepare(options: PretrainOptions) -> PretrainingRun:
     eval_singles, eval_pairs = heldout_instances(corpus, held, tokenizer, options.max_seq_length, options.objective,
                                                  options.seed + 1, options.max_eval_instances)
 
-    config = model_config(options.config, len(tokenizer), options.albert, options.max_seq_length,
-                          tokenizer.pad_token_id)
-    if options.normalize_before:
-        config = config.replace(normalize_before=True)
-    if not options.use_bias:
-        config = config.replace(use_bias=False)
-    if options.dropout is not None:
-        config = config.replace(hidden_dropout_prob=options.dropout, attention_probs_dropout_prob=options.dropout)
-    torch.manual_seed(options.seed)
-    model = (BertForMaskedLM if options.objective == "mlm" else BertForPreTraining)(config)
+    model = initial_model(options, tokenizer)
     collator = PretrainingCollator(tokenizer.pad_token_id, spec, dynamic=not static)
     return PretrainingRun(tokenizer, train_dataset, eval_singles, eval_pairs, spec, collator, model, report, stores)
 
@@ -321,7 +363,7 @@ def check_corpus_unchanged(options: PretrainOptions, out: Path) -> None:
     path = out / STORES_NAME
     if not path.is_file():
         return  # a run from before stores were recorded
-    tokenizer = BertTokenizer.from_pretrained(options.vocab)
+    tokenizer = BertTokenizer.from_pretrained(tokenizer_directory(options))
     # the options' paths are resolved for where the run now is; the records are in the same order
     for spec, record in zip(dict.fromkeys(options.corpus), json.loads(path.read_text(encoding="utf-8"))):
         if is_store(spec) or record.get("key") is None:
