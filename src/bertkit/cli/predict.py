@@ -299,7 +299,9 @@ def _cmd_encode(args: argparse.Namespace) -> int:
     chunks, total = _text_inputs(args, count=bool(args.out))
     model, tokenizer = load_text_model(args.model, "encode")
     kept: collections.deque = collections.deque()
-    vectors = encode_stream(model, tokenizer, _single_texts(_kept(chunks, kept), args.input), total=total,
+    if not args.out:  # the printer shows each chunk's texts beside its vectors; a file of vectors keeps none
+        chunks = _kept(chunks, kept)
+    vectors = encode_stream(model, tokenizer, _single_texts(chunks, args.input), total=total,
                             batch_size=args.batch_size, pooling=args.pooling, max_length=args.max_length,
                             normalize=args.normalize, truncation=not args.no_truncation, progress=None,
                             dtype=args.dtype)
