@@ -113,6 +113,10 @@ class DataReport:
             self.warnings.append(f"asked for {asked:,} {what}, {holder} has {delivered:,}{': ' + why if why else ''}")
         return self
 
+    def tokenized(self, rows: Iterable[Sequence[int]], tokenizer: Any, vocabulary: str) -> DataReport:
+        """`unknown_tokens` of rows of token ids made by `tokenizer` (its other special tokens not counted)."""
+        return self.unknown_tokens(*count_unknown(rows, tokenizer.unk_token_id, tokenizer.all_special_ids), vocabulary)
+
     def check(self, stacklevel: int = 2) -> DataReport:
         """Raise the first error; give each warning not given yet (a report checked after each stage says each once)."""
         if self.errors:

@@ -19,7 +19,7 @@ import numpy as np
 import torch
 
 from bertkit.data.prompts import PromptTemplate
-from bertkit.data.quality import DataReport, check_tokenizer_fits, count_unknown
+from bertkit.data.quality import DataReport, check_tokenizer_fits
 from bertkit.data.sources import resolve_model
 from bertkit.data.task_kinds import TaskKind, collect_labels, get_task
 from bertkit.data.tasks import DATASET_LABEL_WORDS, label_budget
@@ -29,7 +29,7 @@ from bertkit.models.bert.heads import IGNORE_INDEX, BertForPromptClassification
 from bertkit.pipelines.options import FinetuneOptions
 from bertkit.pipelines.run_directory import holds_out
 from bertkit.training import metrics
-from bertkit.training.budget import planned_steps
+from bertkit.training.budget import planned_steps, steps_per_epoch
 from bertkit.training.trainer import Trainer
 from bertkit.utils.atomic import atomic_write_text
 
@@ -258,16 +258,12 @@ def finetune(options: FinetuneOptions) -> dict[str, Any]:
         return classification_features(examples, tokenizer, label2id, options.max_length)
 
     train_features, dev_features = featurize(train), featurize(splits["dev"])
-    report.unknown_tokens(*count_unknown((f["input_ids"] for f in train_features), tokenizer.unk_token_id,
-                                         tokenizer.all_special_ids), f"the tokenizer of {options.model}")
+    report.tokenized((f["input_ids"] for f in train_features), tokenizer, f"the tokenizer of {options.model}")
     report.check().save(options.out)
-    if options.batch_size > len(train_features):
-        warnings.warn(f"--batch-size {options.batch_size} is more than the {len(train_features)} training examples: "
-                      f"each step takes all {len(train_features)}", stacklevel=2)
     collator = Collator(tokenizer.pad_token_id)
     dev_tags = [e.tags for e in splits["dev"]] if task.token_level else None
-    steps_per_epoch = max(1, len(train_features) // options.batch_size)
-    max_steps = options.max_steps or max(1, round(options.epochs * steps_per_epoch))
+    epoch_steps = steps_per_epoch(len(train_features), options.batch_size)
+    max_steps = options.max_steps or max(1, round(options.epochs * epoch_steps))
     if not options.max_steps:  # size the schedule to the time budget, so it decays fully
         max_steps = planned_steps(model, train_features, collator, options.batch_size, max_steps, options.minutes,
                                   options.bf16, options.group_by_length)
@@ -275,7 +271,7 @@ def finetune(options: FinetuneOptions) -> dict[str, Any]:
     select = options.select_best
     args = options.training_arguments(
         max_steps, batch_size=min(options.batch_size, len(train_features)),
-        eval_every=options.eval_every or max(1, min(max_steps, steps_per_epoch // 2)),  # twice per epoch
+        eval_every=options.eval_every or max(1, min(max_steps, epoch_steps // 2)),  # twice per epoch
         metric_for_best=best_metric if select else None,
         early_stopping_patience=options.early_stopping_patience if select else None, save_total_limit=1)
     trainer = Trainer(model, args, train_features, collator,

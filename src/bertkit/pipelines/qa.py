@@ -16,6 +16,7 @@ import json
 import time
 import warnings
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +24,7 @@ import numpy as np
 import torch
 
 from bertkit.data.qa import QAExample, QAWindow, qa_windows
-from bertkit.data.quality import DataReport, check_tokenizer_fits, count_unknown
+from bertkit.data.quality import DataReport, check_tokenizer_fits
 from bertkit.data.sources import resolve_model
 from bertkit.data.task_kinds import get_task
 from bertkit.inference.batching import collate
@@ -32,7 +33,7 @@ from bertkit.models.bert.configuration import BertConfig
 from bertkit.models.bert.heads import BertForQuestionAnswering
 from bertkit.pipelines.options import FinetuneOptions
 from bertkit.pipelines.run_directory import holds_out
-from bertkit.training.budget import planned_steps
+from bertkit.training.budget import planned_steps, steps_per_epoch
 from bertkit.training.qa_metrics import qa_scores
 from bertkit.training.trainer import Trainer
 from bertkit.utils.atomic import atomic_write_text
@@ -41,13 +42,14 @@ RESULTS_NAME = "finetune_results.json"
 PREDICTIONS_NAME = "predictions.json"
 
 
+@dataclass(frozen=True)
 class WindowCollator:
     """Pads windows to the batch's longest; start_positions / end_positions come along for training."""
 
-    def __init__(self, pad_token_id: int) -> None:
-        self.pad_token_id = pad_token_id
+    pad_token_id: int
 
     def __call__(self, windows: Sequence[QAWindow], seeds: Sequence[int] | None = None) -> dict[str, torch.Tensor]:
+        """The batch of `windows` (the trainer's `seeds` are not needed: nothing here is random)."""
         if not windows:
             raise ValueError("cannot collate an empty batch")
         input_ids, attention_mask, token_type_ids = collate(windows, self.pad_token_id)  # as inference pads
@@ -119,22 +121,18 @@ def finetune_qa(options: FinetuneOptions) -> dict[str, Any]:
     dev = splits["dev"]
     dev_windows = qa_windows(dev, tokenizer, options.max_length, options.doc_stride, labels=False)
     report = DataReport("the training data")
-    report.unknown_tokens(*count_unknown((w.input_ids for w in train_windows), tokenizer.unk_token_id,
-                                         tokenizer.all_special_ids), f"the tokenizer of {options.model}")
+    report.tokenized((w.input_ids for w in train_windows), tokenizer, f"the tokenizer of {options.model}")
     report.check().save(options.out)
-    if options.batch_size > len(train_windows):
-        warnings.warn(f"--batch-size {options.batch_size} is more than the {len(train_windows)} training windows: "
-                      f"each step takes all {len(train_windows)}", stacklevel=2)
     collator = WindowCollator(tokenizer.pad_token_id)
-    steps_per_epoch = max(1, len(train_windows) // options.batch_size)
-    max_steps = options.max_steps or max(1, round(options.epochs * steps_per_epoch))
+    epoch_steps = steps_per_epoch(len(train_windows), options.batch_size, "windows")
+    max_steps = options.max_steps or max(1, round(options.epochs * epoch_steps))
     if not options.max_steps:
         max_steps = planned_steps(model, train_windows, collator, options.batch_size, max_steps, options.minutes,
                                   options.bf16, options.group_by_length)
     select = options.select_best
     args = options.training_arguments(
         max_steps, batch_size=min(options.batch_size, len(train_windows)),
-        eval_every=options.eval_every or max(1, min(max_steps, steps_per_epoch // 2)),  # twice per epoch
+        eval_every=options.eval_every or max(1, min(max_steps, epoch_steps // 2)),  # twice per epoch
         metric_for_best="f1" if select else None,
         early_stopping_patience=options.early_stopping_patience if select else None, save_total_limit=1)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import statistics
 import time
+import warnings
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
@@ -90,3 +91,12 @@ def planned_steps(model: nn.Module, features: Sequence[Any], collate: Callable[[
     else:
         probes = [collate(list(features[i * B:(i + 1) * B])) for i in range(3) if features[i * B:(i + 1) * B]]
     return min(max_steps, steps_in_budget(model, probes, minutes * 60, bf16, reserve=reserve))
+
+
+def steps_per_epoch(examples: int, batch_size: int, what: str = "examples") -> int:
+    """Optimizer steps in one pass over `examples` training `what`; a warning when a batch is more than all of them
+    (each step then takes them all)."""
+    if batch_size > examples:
+        warnings.warn(f"--batch-size {batch_size} is more than the {examples} training {what}: each step takes all "
+                      f"{examples}", stacklevel=3)
+    return max(1, examples // batch_size)
