@@ -14,6 +14,7 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -229,6 +230,11 @@ def test_a_process_forked_by_a_run_does_not_hold_its_lock(tmp_path):
         holder.send_signal(signal.SIGKILL)
         holder.wait()
         os.kill(child, 0)  # the forked child still runs
+        # the child lets go in its fork handler, which a busy machine may not have scheduled yet: wait for it
+        lock, deadline = str(tmp_path / LOCK_NAME), time.time() + 30
+        while time.time() < deadline and any(os.path.realpath(f"/proc/{child}/fd/{fd}") == lock
+                                             for fd in os.listdir(f"/proc/{child}/fd")):
+            time.sleep(0.05)
         with pytest.warns(UserWarning, match=f"no longer running: bertkit pretrain \\(pid {holder.pid} "):
             RunLock(tmp_path, "bertkit pretrain").acquire().release()
     finally:
