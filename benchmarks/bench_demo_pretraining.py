@@ -11,7 +11,8 @@ and the first steps weigh on fewer). The runs alternate (--rounds), so a machine
 the median is reported. The commit's source is unpacked with `git archive` into a temporary directory and run with
 this checkout's .venv.
 
-    .venv/bin/python benchmarks/bench_demo_pretraining.py --before main --minutes 7.5 --rounds 2   # main: no store yet
+    .venv/bin/python benchmarks/bench_demo_pretraining.py --before b3e7fb5 --max-steps 2000 --rounds 2
+    # b3e7fb5: the last commit before the corpus store (the same recipe, instances held in memory)
     .venv/bin/python benchmarks/bench_demo_pretraining.py --max-steps 20 --rounds 1   # a check that it runs
 """
 
