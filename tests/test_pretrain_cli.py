@@ -3,10 +3,8 @@
 import json
 import os
 import random
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -17,6 +15,7 @@ from safetensors.torch import load_file
 
 from bertkit.cli import main
 from bertkit.models.bert.heads import BertForPreTraining
+from killed_run import kill_at_checkpoint
 from tolerance import assert_close
 from torchrun import run_torchrun
 
@@ -122,15 +121,7 @@ def test_resume_after_sigkill_equals_an_uninterrupted_run(workspace, store, tmp_
     assert full.returncode == 0, full.stderr[-2000:]
 
     killed = tmp_path / "killed"
-    proc = subprocess.Popen([sys.executable, "-m", "bertkit", *pretrain_args(workspace, killed, *steps, corpus=store)],
-                            env={**os.environ, "OMP_NUM_THREADS": "1"}, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
-    deadline = time.time() + 240
-    while not (killed / "checkpoint-8").exists() and proc.poll() is None and time.time() < deadline:
-        time.sleep(0.05)
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
-    assert not (killed / "model.safetensors").exists(), "the run ended before it was killed"
+    kill_at_checkpoint(pretrain_args(workspace, killed, *steps, corpus=store), killed)
     # the resumed run reads the store and its instance plans back: nothing is tokenized or planned again
     made = sorted((p.relative_to(workspace / store), p.stat().st_mtime_ns) for p in (workspace / store).rglob("*"))
     assert any(p.name == "plan.json" for p, _ in made)

@@ -3,10 +3,8 @@
 import json
 import os
 import random
-import signal
 import subprocess
 import sys
-import time
 import warnings
 from pathlib import Path
 
@@ -20,6 +18,7 @@ from bertkit.models.bert.heads import BertForMaskedLM, BertForPreTraining
 from bertkit.pipelines.options import PretrainOptions, recipe_options
 from bertkit.pipelines.pretrain import initial_model, prepare
 from bertkit.tokenizer import BertTokenizer
+from killed_run import kill_at_checkpoint
 from tolerance import assert_close
 
 CHARS = "的一是在不了有和人这中大为上个国我以要他时来用们生到作地于出就分对成会可主发年动同工也能下过子说产种面而方后多"
@@ -178,14 +177,7 @@ def test_a_run_from_init_resumes_exactly_after_sigkill(workspace, tmp_path):
     assert full.stderr.count("initialised fresh") == 1  # the fresh heads, said once
 
     killed = tmp_path / "killed"
-    proc = subprocess.Popen([sys.executable, *args(killed)], env={**os.environ, "OMP_NUM_THREADS": "1"},
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.time() + 240
-    while not (killed / "checkpoint-8").exists() and proc.poll() is None and time.time() < deadline:
-        time.sleep(0.05)
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
-    assert not (killed / "model.safetensors").exists(), "the run ended before it was killed"
+    kill_at_checkpoint(args(killed)[2:], killed)
     resumed = run(["-m", "bertkit", "pretrain", "--resume", str(killed)])
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     a, b = load_file(tmp_path / "full" / "model.safetensors"), load_file(killed / "model.safetensors")
