@@ -39,11 +39,13 @@ def vocab(out: Path) -> Path:
     return out / "vocab"
 
 
-def finetune(model: Path, out: Path, labels: int, seeds: int, random_init: bool = False) -> list[float]:
-    """Test accuracies of `seeds` fine-tuning runs on `labels` THUCNews headlines, as the demo's tiny-BERT rows."""
+def finetune(model: Path | str, out: Path, labels: int, seeds: int, random_init: bool = False,
+             row: str = "bertkit-pretrained") -> list[float]:
+    """Test accuracies of `seeds` fine-tuning runs on `labels` THUCNews headlines, as the demo fine-tunes `row`."""
     from bertkit.pipelines.demo import ROW_SETTINGS, finetune_steps
+    from bertkit.pipelines.options import native_bf16
 
-    settings = ROW_SETTINGS["bertkit-pretrained"]
+    settings = ROW_SETTINGS[row]
     steps = finetune_steps(labels, settings.batch_size, 1.0)
     accuracies = []
     for seed in range(seeds):
@@ -53,7 +55,8 @@ def finetune(model: Path, out: Path, labels: int, seeds: int, random_init: bool 
                "--max-train-examples", labels, "--max-steps", steps, "--batch-size", settings.batch_size,
                "--learning-rate", settings.learning_rate,
                "--warmup-ratio", 0.1, "--max-length", 64, "--keep-last", "--seed", 42 + seed, "--no-progress",
-               *(["--random-init"] if random_init else []), "--overwrite")
+               *(["--random-init"] if random_init else []), *(["--bf16"] if settings.bf16 and native_bf16() else []),
+               "--overwrite")
         accuracies.append(json.loads((run / "finetune_results.json").read_text())["test_accuracy"])
     return accuracies
 

@@ -39,6 +39,17 @@ def option(default: Any = MISSING, help: str = "", *, flag: str | None = None, a
     return field(default=default, metadata=metadata)
 
 
+def progress_option(what: str = "the progress bars") -> Any:
+    """--no-progress, the same flag for every command that shows progress."""
+    return option(True, f"hide {what}", flag="--no-progress", shown="shown")
+
+
+def overwrite_option(what: str) -> Any:
+    """--overwrite: replace `what` in --out. Only what bertkit wrote there is deleted (bertkit.pipelines.run_directory
+    enforces it), so a user's own files in --out, or the run's own input, survive."""
+    return option(False, f"replace {what} already in --out (only what bertkit wrote there is deleted)")
+
+
 def flag_of(f: dataclasses.Field) -> str:
     """The command-line flag of an options field: its metadata's `flag`, else --the-field-name."""
     return f.metadata.get("flag") or "--" + f.name.replace("_", "-")

@@ -14,7 +14,7 @@ from typing import Any
 from bertkit.data.sources import model_names
 from bertkit.data.task_kinds import TASKS
 from bertkit.data.tasks import TRANSLATION_LANGUAGES
-from bertkit.pipelines.option_fields import Options, option
+from bertkit.pipelines.option_fields import Options, option, overwrite_option, progress_option
 from bertkit.pipelines.presets import (
     DEFAULT_PRESET,
     GPT_PRESETS,
@@ -68,9 +68,8 @@ class TrainingOptions(Options):
     minutes: float | None = option(None, "wall-clock budget: time a few steps, plan the steps that fit, stop at "
                                          "the clock at the latest", shown="no limit", above=0)
     bf16: bool = option(False, "bfloat16 autocast")
-    progress: bool = option(True, "hide the progress bars", flag="--no-progress", shown="shown")
-    overwrite: bool = option(False, "replace the run or model already in --out (only what bertkit wrote there is "
-                                    "deleted)")
+    progress: bool = progress_option()
+    overwrite: bool = overwrite_option("the run or model")
 
     def require_budget(self) -> None:
         """The one check behind every "give --max-steps or --minutes": a run must know when to stop."""
@@ -189,8 +188,8 @@ class PrepareOptions(Options):
     wwm: bool = option(False, "keep jieba's word starts, for whole-word masking (pretrain --wwm)")
     workers: int | None = option(None, "worker processes that tokenize", shown="one per core", minimum=1)
     encoding: str = option("utf-8", "the encoding of the corpus files, e.g. gbk or gb18030")
-    progress: bool = option(True, "hide the progress bar", flag="--no-progress", shown="shown")
-    overwrite: bool = option(False, "replace the store already in --out (only what bertkit wrote there is deleted)")
+    progress: bool = progress_option("the progress bar")
+    overwrite: bool = overwrite_option("the store")
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -387,8 +386,8 @@ class DemoOptions(Options):
     vocab_min_count: int = option(3, "keep characters seen at least this often in the vocabulary", minimum=1)
     seed: int = option(42, "random seed", minimum=0, maximum=2**32 - 1)
     bf16: bool | None = option(None, "bfloat16 autocast for m3e-small", shown="when the CPU has native bf16")
-    progress: bool = option(True, "hide the progress bars", flag="--no-progress", shown="shown")
-    overwrite: bool = option(False, "replace an earlier demo in --out (only what bertkit wrote there is deleted)")
+    progress: bool = progress_option()
+    overwrite: bool = overwrite_option("an earlier demo")
 
     def __post_init__(self) -> None:
         super().__post_init__()
