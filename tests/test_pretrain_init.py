@@ -117,6 +117,28 @@ def test_a_bertkit_run_continues_from_another_bertkit_run(workspace, tmp_path, c
     transformers.BertForPreTraining.from_pretrained(first)
 
 
+def test_freeze_encoder_steps_trains_only_the_heads_first(workspace, tmp_path):
+    """--freeze-encoder-steps N: N steps move the fresh heads only; the encoder (and the word embeddings the decoder
+    shares) is the source's bit for bit; without --init there is nothing to hold, and it is refused."""
+    out = tmp_path / "held"
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*initialised fresh")
+        main(["pretrain", "--corpus", str(workspace / "corpus.txt"), "--init", str(workspace / "encoder"),
+              "--objective", "mlm", "--max-steps", "3", "--freeze-encoder-steps", "3", "--max-seq-length", "32",
+              "--batch-size", "4", "--no-progress", "--out", str(out)])
+        fresh = initial_model(init_options(workspace, workspace / "encoder", tmp_path / "x", objective="mlm"),
+                              BertTokenizer.from_pretrained(workspace / "encoder"))  # the same seed: the same head
+    trained, source = load_file(out / "model.safetensors"), load_file(workspace / "encoder" / "model.safetensors")
+    for name, tensor in source.items():
+        if not name.startswith("pooler."):  # masked LM alone has no pooler
+            assert torch.equal(trained[f"bert.{name}"], tensor), name
+    assert not torch.equal(trained["cls.predictions.transform.dense.weight"],
+                           fresh.cls.predictions.transform.dense.weight)
+    with pytest.raises(ValueError, match="--freeze-encoder-steps .* needs --init"):
+        PretrainOptions(corpus=[str(workspace / "corpus.txt")], vocab=str(workspace / "encoder"), out=str(tmp_path),
+                        max_steps=2, freeze_encoder_steps=1)
+
+
 def test_the_crammed_recipe_keeps_the_models_size(workspace, tmp_path):
     options = recipe_options("crammed", corpus=[str(workspace / "corpus.txt")], init=str(workspace / "pretrained"),
                              out=str(tmp_path / "a"), max_steps=2, max_seq_length=32)

@@ -438,6 +438,53 @@ def test_resume_loads_a_bertkit_model_in_place_and_ends_bitwise_equal(tmp_path, 
     assert want.keys() == got.keys() and all(torch.equal(want[k], got[k]) for k in want)
 
 
+def test_frozen_parameters_hold_for_freeze_steps_then_learn_and_resume_exactly(tmp_path):
+    """`freeze` / `freeze_steps`: the named parameters stay bit for bit as they were (no update, no weight decay)
+    while the rest learns; from step freeze_steps on they move; a resume inside the frozen span ends equal."""
+    import shutil
+
+    from bertkit.models.bert.configuration import BertConfig
+    from bertkit.models.bert.heads import BertForSequenceClassification
+
+    def build() -> BertForSequenceClassification:
+        torch.manual_seed(0)
+        return BertForSequenceClassification(BertConfig(vocab_size=tiny.VOCAB, hidden_size=16, num_hidden_layers=1,
+                                                        num_attention_heads=2, intermediate_size=32,
+                                                        max_position_embeddings=16))
+
+    def collate(examples, seeds):
+        batch = tiny.collate(examples, seeds)
+        return {"input_ids": batch["input_ids"], "attention_mask": batch["attention_mask"],
+                "labels": batch["cls_label"]}
+
+    def run(out, model, max_steps, **kwargs) -> None:
+        args = TrainingArguments(output_dir=str(out), batch_size=12, learning_rate=1e-2, log_every=1, progress=False,
+                                 seed=3, device="cpu", max_steps=max_steps, save_every=2, freeze=("bert.",),
+                                 freeze_steps=3)
+        Trainer(model, args, tiny.make_dataset(36), collate).train(**kwargs)
+
+    start = {k: v.clone() for k, v in build().state_dict().items()}
+    held = build()
+    run(tmp_path / "held", held, 3)
+    after = held.state_dict()
+    assert all(torch.equal(after[k], start[k]) for k in start if k.startswith("bert."))
+    assert not torch.equal(after["classifier.weight"], start["classifier.weight"])
+    moved = build()
+    run(tmp_path / "moved", moved, 4)
+    assert not torch.equal(moved.state_dict()["bert.encoder.layer.0.output.dense.weight"],
+                           start["bert.encoder.layer.0.output.dense.weight"])
+    shutil.copytree(tmp_path / "moved" / "checkpoint-2", tmp_path / "resumed" / "checkpoint-2")
+    resumed = build()
+    run(tmp_path / "resumed", resumed, 4, resume=True)
+    want, got = moved.state_dict(), resumed.state_dict()
+    assert all(torch.equal(want[k], got[k]) for k in want)
+    with pytest.raises(ValueError, match="names no parameter"):
+        Trainer(build(), TrainingArguments(output_dir=str(tmp_path / "none"), freeze=("encoder.",), freeze_steps=1,
+                                           device="cpu"), tiny.make_dataset(36), collate)
+    with pytest.raises(ValueError, match="prefixes"):
+        TrainingArguments(output_dir=str(tmp_path), freeze_steps=2)
+
+
 @pytest.mark.slow
 def test_torchrun_two_processes_match_one_process_losses(tmp_path):
     run_torchrun([str(WORKER), "ddp", str(tmp_path / "ddp"), "--max-steps", "4", "--accumulation", "2"],

@@ -109,6 +109,10 @@ class PretrainOptions(TrainingOptions):
                                shown="--init's (required without --init)", path=True)
     config: str | None = option(None, f"a preset ({' | '.join(PRESETS)}) or a BertConfig JSON file",
                                 shown=f"{DEFAULT_PRESET}; --init's own with --init", path=True)
+    freeze_encoder_steps: int = option(0, "with --init: the first N steps train only the heads (the encoder, and "
+                                          "the word embeddings its masked-LM decoder shares, held fixed), so a "
+                                          "fresh head learns before its gradients reach the model", minimum=0,
+                                       metavar="N")
     albert: bool = option(False, "ALBERT: factorised embeddings (128) and one layer shared by all")
     objective: str = option("mlm+nsp", "masked LM with next-sentence or sentence-order prediction, or alone",
                             choices=OBJECTIVES)
@@ -163,6 +167,9 @@ class PretrainOptions(TrainingOptions):
                                  "model with its own vocabulary")
             if self.config is None:
                 self.config = DEFAULT_PRESET
+            if self.freeze_encoder_steps:
+                raise ValueError("--freeze-encoder-steps holds a pretrained encoder while fresh heads learn; it "
+                                 "needs --init MODEL (fresh weights have nothing to keep)")
             return
         # Continued pretraining takes the model as it is: its shape is in its config.json.
         changes = [flag for flag, given in (("--config", self.config is not None), ("--albert", self.albert),

@@ -335,7 +335,9 @@ def _pretrain(options: PretrainOptions, resume: bool):
             options.save(out / OPTIONS_NAME)
             run.report.save(out)
             record_stores(options, run.stores, out)
-    args = options.training_arguments(options.max_steps, save_total_limit=2)
+    args = options.training_arguments(options.max_steps, save_total_limit=2,
+                                      freeze=("bert.",) if options.freeze_encoder_steps else (),
+                                      freeze_steps=options.freeze_encoder_steps)
     eval_fn = None
     if run.eval_singles:  # the probe is masked already: a static collator
         eval_fn = pretraining_eval(run.eval_singles, PretrainingCollator(run.tokenizer.pad_token_id, run.spec),

@@ -18,7 +18,8 @@ _RANGES = {name: dict(minimum=1) for name in ("batch_size", "gradient_accumulati
                                               "early_stopping_patience")}
 _RANGES.update(num_epochs=dict(above=0), learning_rate=dict(minimum=0), seed=dict(minimum=0),
                dataloader_workers=dict(minimum=0),
-               warmup_steps=dict(minimum=0), warmup_ratio=dict(minimum=0, below=1), max_seconds=dict(minimum=0),
+               warmup_steps=dict(minimum=0), freeze_steps=dict(minimum=0), warmup_ratio=dict(minimum=0, below=1),
+               max_seconds=dict(minimum=0),
                max_grad_norm=dict(minimum=0))
 
 
@@ -42,6 +43,8 @@ class TrainingArguments:
     adam_beta2: float = 0.999
     adam_epsilon: float = 1e-8
     max_grad_norm: float | None = 1.0     # None or 0 = no clipping
+    freeze: tuple[str, ...] = ()          # parameter-name prefixes held fixed for the first freeze_steps steps ...
+    freeze_steps: int = 0                 # ... while the rest (e.g. fresh heads) learns
     bf16: bool = False                    # bfloat16 autocast for forward passes
     compile: bool = False                 # torch.compile the model
     log_every: int = 10
@@ -63,6 +66,9 @@ class TrainingArguments:
             value = getattr(self, name)
             if value is not None:
                 check_number(name, value, **bounds)
+        self.freeze = tuple(self.freeze)  # a list after a JSON round trip
+        if self.freeze_steps and not self.freeze:
+            raise ValueError("freeze_steps holds the parameters named by freeze; give their prefixes (e.g. 'bert.')")
         if self.lr_schedule not in SCHEDULES:
             raise ValueError(f"unknown lr_schedule {self.lr_schedule!r}; expected one of {SCHEDULES}")
         if self.time_aware_schedule and self.max_seconds is None:

@@ -160,6 +160,9 @@ class Trainer:
         self.optimizer = build_optimizer(model, args.learning_rate, args.weight_decay,
                                          (args.adam_beta1, args.adam_beta2), args.adam_epsilon)
         self.scheduler = build_scheduler(self.optimizer, args.lr_schedule, self.warmup_steps, self.total_steps)
+        self.frozen = [p for name, p in model.named_parameters() if name.startswith(args.freeze)] if args.freeze else []
+        if args.freeze and not self.frozen:
+            raise ValueError(f"freeze {list(args.freeze)} names no parameter of {type(model).__name__}")
         self.dist = Distributed()
         self._perm_epoch, self._perm, self._order = -1, np.empty(0, dtype=np.int64), None
         self._loaded: Iterator | None = None
@@ -289,6 +292,11 @@ class Trainer:
         lr = self.optimizer.param_groups[0]["lr"]
         if not math.isfinite(loss_value):
             self._fail(step + 1, f"loss is {loss_value}")
+        if step < args.freeze_steps:
+            # Held fixed: no gradient, so AdamW neither moves nor decays them. Dropping the gradient after the
+            # backward (rather than switching requires_grad) keeps DDP's reducer and the resume state unchanged.
+            for p in self.frozen:
+                p.grad = None
         max_norm = args.max_grad_norm or math.inf
         grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), max_norm).item()
         if not math.isfinite(grad_norm):
