@@ -47,6 +47,23 @@ def make_trainer(out, model=None, data=None, count=True, eval_fn=None, **kwargs)
                    tokenizer=tiny.TinyTokenizer())
 
 
+def tiny_bert_classifier(seed: int = 0):
+    """A one-layer bertkit BertForSequenceClassification over the tiny worker's vocabulary, seeded."""
+    from bertkit.models.bert.configuration import BertConfig
+    from bertkit.models.bert.heads import BertForSequenceClassification
+
+    torch.manual_seed(seed)
+    return BertForSequenceClassification(BertConfig(vocab_size=tiny.VOCAB, hidden_size=16, num_hidden_layers=1,
+                                                    num_attention_heads=2, intermediate_size=32,
+                                                    max_position_embeddings=16))
+
+
+def bert_classifier_collate(examples, seeds) -> dict[str, torch.Tensor]:
+    """The tiny worker's batches as BertForSequenceClassification reads them."""
+    batch = tiny.collate(examples, seeds)
+    return {"input_ids": batch["input_ids"], "attention_mask": batch["attention_mask"], "labels": batch["cls_label"]}
+
+
 def read_metrics(out) -> list[dict]:
     return [json.loads(line) for line in (Path(out) / "metrics.jsonl").read_text().splitlines()]
 
@@ -405,19 +422,9 @@ def test_resume_loads_a_bertkit_model_in_place_and_ends_bitwise_equal(tmp_path, 
     """A bertkit model resumes through its own load_weights (strict checks, no second model built)."""
     import shutil
 
-    from bertkit.models.bert.configuration import BertConfig
     from bertkit.models.bert.heads import BertForSequenceClassification
 
-    def build(seed: int) -> BertForSequenceClassification:
-        torch.manual_seed(seed)
-        return BertForSequenceClassification(BertConfig(vocab_size=tiny.VOCAB, hidden_size=16, num_hidden_layers=1,
-                                                        num_attention_heads=2, intermediate_size=32,
-                                                        max_position_embeddings=16))
-
-    def collate(examples, seeds):
-        batch = tiny.collate(examples, seeds)
-        return {"input_ids": batch["input_ids"], "attention_mask": batch["attention_mask"],
-                "labels": batch["cls_label"]}
+    build, collate = tiny_bert_classifier, bert_classifier_collate
 
     def run(out, model, **kwargs) -> None:
         args = TrainingArguments(output_dir=str(out), batch_size=12, learning_rate=1e-2, log_every=1, progress=False,
@@ -443,19 +450,7 @@ def test_frozen_parameters_hold_for_freeze_steps_then_learn_and_resume_exactly(t
     while the rest learns; from step freeze_steps on they move; a resume inside the frozen span ends equal."""
     import shutil
 
-    from bertkit.models.bert.configuration import BertConfig
-    from bertkit.models.bert.heads import BertForSequenceClassification
-
-    def build() -> BertForSequenceClassification:
-        torch.manual_seed(0)
-        return BertForSequenceClassification(BertConfig(vocab_size=tiny.VOCAB, hidden_size=16, num_hidden_layers=1,
-                                                        num_attention_heads=2, intermediate_size=32,
-                                                        max_position_embeddings=16))
-
-    def collate(examples, seeds):
-        batch = tiny.collate(examples, seeds)
-        return {"input_ids": batch["input_ids"], "attention_mask": batch["attention_mask"],
-                "labels": batch["cls_label"]}
+    build, collate = tiny_bert_classifier, bert_classifier_collate
 
     def run(out, model, max_steps, **kwargs) -> None:
         args = TrainingArguments(output_dir=str(out), batch_size=12, learning_rate=1e-2, log_every=1, progress=False,
