@@ -61,6 +61,19 @@ def finetune(model: Path | str, out: Path, labels: int, seeds: int, random_init:
     return accuracies
 
 
+def final_mlm_accuracy(run: Path) -> float:
+    """A pretraining run's last held-out masked-LM accuracy (metrics.jsonl)."""
+    evals = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    return [e["eval_mlm_accuracy"] for e in evals if "eval_mlm_accuracy" in e][-1]
+
+
+def record(out: Path, line: str) -> None:
+    """Print a result line and append it to OUT/levers.log."""
+    print(line, flush=True)
+    with open(out / "levers.log", "a") as f:
+        f.write(line + "\n")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", type=Path, required=True)
@@ -85,17 +98,14 @@ def main() -> None:
         if not (run / "train_results.json").exists():
             sh("pretrain", "--recipe", "crammed", "--corpus", *corpus, "--vocab", v, "--config", "tiny",
                "--max-steps", args.steps, "--out", run, "--no-progress", "--overwrite", *extra)
-        evals = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
-        mlm = [e["eval_mlm_accuracy"] for e in evals if "eval_mlm_accuracy" in e][-1]
+        mlm = final_mlm_accuracy(run)
         for labels in args.labels:
             pre = finetune(run, args.out / f"ft-{name}-{args.steps}", labels, 3)
             rnd = finetune(run, args.out / "ft-random", labels, 3, random_init=True)
             line = (f"{name:<14} steps {args.steps}  labels {labels:>4}  mlm {mlm:.4f}  pretrained "
                     f"{statistics.mean(pre):.3f} ± {statistics.stdev(pre):.3f}  random {statistics.mean(rnd):.3f}  "
                     f"margin {100 * (statistics.mean(pre) - statistics.mean(rnd)):+.1f}  {pre}")
-            print(line, flush=True)
-            with open(args.out / "levers.log", "a") as f:
-                f.write(line + "\n")
+            record(args.out, line)
 
 
 if __name__ == "__main__":

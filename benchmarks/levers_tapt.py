@@ -14,12 +14,11 @@ Each line is appended to OUT/levers.log.
 """
 
 import argparse
-import json
 import os
 import statistics
 from pathlib import Path
 
-from levers_main_job import finetune, sh
+from levers_main_job import final_mlm_accuracy, finetune, record, sh
 
 # What every variant starts from: masked LM alone (a headline is a one-sentence document), the demo's fine-tuning
 # length, m3e-small's own fine-tuning learning rate.
@@ -72,8 +71,7 @@ def main() -> None:
                 pretrain_holding(hold, argv)
             else:
                 sh("pretrain", *argv)
-        evals = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
-        mlm = [e["eval_mlm_accuracy"] for e in evals if "eval_mlm_accuracy" in e][-1]
+        mlm = final_mlm_accuracy(run)
         for labels in args.labels:
             tapt = finetune(run, args.out / f"ft-{name}-{args.steps}", labels, 3, row="m3e-small")
             plain = finetune("m3e-small", args.out / "ft-plain", labels, 3, row="m3e-small")
@@ -81,9 +79,7 @@ def main() -> None:
             line = (f"{name:<14} steps {args.steps}  labels {labels:>4}  mlm {mlm:.4f}  tapt "
                     f"{statistics.mean(tapt):.3f} ± {statistics.stdev(tapt):.3f}  plain {statistics.mean(plain):.3f}"
                     f" ± {statistics.stdev(plain):.3f}  margin {margin:+.1f}  {tapt}")
-            print(line, flush=True)
-            with open(args.out / "levers.log", "a") as f:
-                f.write(line + "\n")
+            record(args.out, line)
 
 
 if __name__ == "__main__":

