@@ -67,6 +67,15 @@ def final_mlm_accuracy(run: Path) -> float:
     return [e["eval_mlm_accuracy"] for e in evals if "eval_mlm_accuracy" in e][-1]
 
 
+def margin_line(name: str, steps: object, labels: int, mlm: float, ours: tuple[str, list[float]],
+                base: tuple[str, list[float]]) -> str:
+    """One result line: the two rows' test accuracies over seeds (mean ± stdev) and ours - base in points."""
+    (ours_name, a), (base_name, b) = ours, base
+    return (f"{name:<14} steps {steps}  labels {labels:>4}  mlm {mlm:.4f}  {ours_name} {statistics.mean(a):.3f} ± "
+            f"{statistics.stdev(a):.3f}  {base_name} {statistics.mean(b):.3f} ± {statistics.stdev(b):.3f}  "
+            f"margin {100 * (statistics.mean(a) - statistics.mean(b)):+.1f}  {a}")
+
+
 def record(out: Path, line: str) -> None:
     """Print a result line and append it to OUT/levers.log."""
     print(line, flush=True)
@@ -102,10 +111,7 @@ def main() -> None:
         for labels in args.labels:
             pre = finetune(run, args.out / f"ft-{name}-{args.steps}", labels, 3)
             rnd = finetune(run, args.out / "ft-random", labels, 3, random_init=True)
-            line = (f"{name:<14} steps {args.steps}  labels {labels:>4}  mlm {mlm:.4f}  pretrained "
-                    f"{statistics.mean(pre):.3f} ± {statistics.stdev(pre):.3f}  random {statistics.mean(rnd):.3f}  "
-                    f"margin {100 * (statistics.mean(pre) - statistics.mean(rnd)):+.1f}  {pre}")
-            record(args.out, line)
+            record(args.out, margin_line(name, args.steps, labels, mlm, ("pretrained", pre), ("random", rnd)))
 
 
 if __name__ == "__main__":

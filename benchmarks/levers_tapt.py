@@ -15,10 +15,9 @@ Each line is appended to OUT/levers.log.
 
 import argparse
 import os
-import statistics
 from pathlib import Path
 
-from levers_main_job import final_mlm_accuracy, finetune, record, sh
+from levers_main_job import final_mlm_accuracy, finetune, margin_line, record, sh
 
 # What every variant starts from: masked LM alone (a headline is a one-sentence document), the demo's fine-tuning
 # length, m3e-small's own fine-tuning learning rate.
@@ -75,11 +74,7 @@ def main() -> None:
         for labels in args.labels:
             tapt = finetune(run, args.out / f"ft-{name}-{args.steps}", labels, 3, row="m3e-small")
             plain = finetune("m3e-small", args.out / "ft-plain", labels, 3, row="m3e-small")
-            margin = 100 * (statistics.mean(tapt) - statistics.mean(plain))
-            line = (f"{name:<14} steps {args.steps}  labels {labels:>4}  mlm {mlm:.4f}  tapt "
-                    f"{statistics.mean(tapt):.3f} ± {statistics.stdev(tapt):.3f}  plain {statistics.mean(plain):.3f}"
-                    f" ± {statistics.stdev(plain):.3f}  margin {margin:+.1f}  {tapt}")
-            record(args.out, line)
+            record(args.out, margin_line(name, args.steps, labels, mlm, ("tapt", tapt), ("plain", plain)))
 
 
 if __name__ == "__main__":

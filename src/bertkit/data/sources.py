@@ -92,30 +92,41 @@ DERIVE: dict[str, Callable[[Path], list[str]]] = {"vocab.txt from tokenizer.json
 CATALOGUE = "sources.json"
 
 
+# a row's fields as JSON holds them (Source's, less the name, which is the row's key); derive may be left out
+ROW_TYPES = {"package": str, "version": str, "filename": str, "sha256": str, "kind": str, "what": str,
+             "license": str, "files": list, "download_mb": (int, float), "derive": str}
+KINDS = ("model", "dataset")
+
+
+def _row_problems(row: object) -> list[str]:
+    """What keeps a catalogue row from being a Source: fields missing, unknown or of the wrong type first, then
+    values no fetch can use."""
+    if not isinstance(row, dict):
+        return ["must be an object of fields"]
+    problems = [f"lacks {key}" for key in ROW_TYPES if key != "derive" and key not in row]
+    problems += [f"has unknown field {key!r}" for key in row if key not in ROW_TYPES]
+    problems += [f"{key} must be {getattr(ROW_TYPES[key], '__name__', 'a number')}, got {value!r}"
+                 for key, value in row.items() if key in ROW_TYPES and not isinstance(value, ROW_TYPES[key])]
+    if problems:
+        return problems
+    if not all(isinstance(pair, list) and len(pair) == 2 and all(isinstance(p, str) for p in pair)
+               for pair in row["files"]):
+        return ["files must be [member in the archive, path in the cache] pairs"]
+    if "derive" in row and row["derive"] not in DERIVE:
+        return [f"derive {row['derive']!r} is not one of {', '.join(map(repr, DERIVE))}"]
+    if row["kind"] not in KINDS:
+        return [f"kind must be {' or '.join(map(repr, KINDS))}, got {row['kind']!r}"]
+    return []
+
+
 def parse_catalogue(rows: object, where: str = CATALOGUE) -> dict[str, Source]:
     """The sources of a catalogue object {name: {field: value}}, in its order; a row that is not a Source (a field
     missing, unknown or of the wrong type, a derive that does not exist) is a SourceError naming row and field."""
     if not isinstance(rows, dict):
         raise SourceError(f"{where}: the catalogue must be a JSON object {{name: source}}")
-    types = {"package": str, "version": str, "filename": str, "sha256": str, "kind": str, "what": str,
-             "license": str, "files": list, "download_mb": (int, float), "derive": str}
-    required = set(types) - {"derive"}
     catalogue: dict[str, Source] = {}
     for name, row in rows.items():
-        if not isinstance(row, dict):
-            raise SourceError(f"{where}: source {name!r} must be an object of fields")
-        problems = [f"lacks {key}" for key in sorted(required - set(row))]
-        problems += [f"has unknown field {key!r}" for key in row if key not in types]
-        problems += [f"{key} must be {getattr(types[key], '__name__', 'a number')}, got {value!r}"
-                     for key, value in row.items() if key in types and not isinstance(value, types[key])]
-        if not problems and not all(isinstance(pair, list) and len(pair) == 2 and all(isinstance(p, str) for p in pair)
-                                    for pair in row["files"]):
-            problems.append("files must be [member in the archive, path in the cache] pairs")
-        if not problems and "derive" in row and row["derive"] not in DERIVE:
-            problems.append(f"derive {row['derive']!r} is not one of {', '.join(map(repr, DERIVE))}")
-        if not problems and row["kind"] not in ("model", "dataset"):
-            problems.append(f"kind must be 'model' or 'dataset', got {row['kind']!r}")
-        if problems:
+        if problems := _row_problems(row):
             raise SourceError(f"{where}: source {name!r} {'; '.join(problems)}")
         derive = DERIVE[row["derive"]] if "derive" in row else None
         catalogue[name] = Source(name=name, **{**row, "files": tuple(map(tuple, row["files"])), "derive": derive})
