@@ -147,18 +147,64 @@ def test_encode_command_takes_dtype_and_warns_in_one_line(tmp_path, model, token
     assert "invalid choice: 'fp16'" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("cap", ["ONEDNN_MAX_CPU_ISA=AVX512_CORE_VNNI", "ONEDNN_MAX_CPU_ISA=avx2",
+                                 "ATEN_CPU_CAPABILITY=avx2"])
+def test_an_instruction_set_cap_runs_this_machine_as_one_without_native_bfloat16(cap, monkeypatch):
+    """The switch that runs a CPU with native bf16 as one without it (an Intel Cascade Lake, an AVX2 laptop): every
+    choice made from `native_bfloat16` is then the slower machine's. It holds on every CPU: where bf16 is not
+    native anyway the answers are the same."""
+    from bertkit.inference.machine import Machine, cpu_isa_cap, native_bfloat16
+    from bertkit.pipelines.options import DemoOptions, recipe_values
+
+    monkeypatch.delenv("ONEDNN_MAX_CPU_ISA", raising=False)
+    monkeypatch.delenv("ATEN_CPU_CAPABILITY", raising=False)
+    assert cpu_isa_cap() is None
+    name, value = cap.split("=")
+    monkeypatch.setenv(name, value)
+    assert cpu_isa_cap() == f"{name}={value.upper() if name.startswith('ONEDNN') else value}"
+    assert not native_bfloat16() and not precision.native_bfloat16()
+    assert recipe_values("crammed")["bf16"] is False and DemoOptions().use_bf16 is False
+    assert Machine.here().describe().endswith(f"no native bf16 (held below the CPU's own by {cpu_isa_cap()})")
+    with pytest.warns(PrecisionWarning, match="does not compute bfloat16 natively"):
+        assert model_dtype(for_inference(BertModel(BertConfig(**TINY)), "bf16")) == "float32"
+    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX512_CORE_BF16")  # at or above bf16: not a cap
+    monkeypatch.delenv("ATEN_CPU_CAPABILITY", raising=False)
+    assert cpu_isa_cap() is None
+
+
+def test_a_pretraining_run_under_the_cap_trains_in_float32(tmp_path):
+    """End to end, as a user would emulate a CPU without bf16: the crammed recipe (bf16 where native) trains in
+    float32 and says so in its saved arguments, on every CPU."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    (tmp_path / "corpus.txt").write_text("\n\n".join("the cat sat on a mat. it is very good." for _ in range(40)))
+    vocab = tmp_path / "vocab"
+    BertTokenizer({token: i for i, token in enumerate(VOCAB)}, backend="python").save_pretrained(vocab)
+    env = {**os.environ, "ONEDNN_MAX_CPU_ISA": "AVX512_CORE_VNNI", "OMP_NUM_THREADS": "1"}
+    done = subprocess.run([sys.executable, "-m", "bertkit", "pretrain", "--recipe", "crammed", "--corpus",
+                           str(tmp_path / "corpus.txt"), "--vocab", str(vocab), "--max-steps", "2", "--batch-size",
+                           "4", "--max-seq-length", "16", "--out", str(tmp_path / "run"), "--no-progress"],
+                          env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert json.loads((tmp_path / "run" / "training_args.json").read_text())["bf16"] is False
+
+
 @pytest.mark.network
 @pytest.mark.slow  # a real model on real headlines
-def test_m3e_small_bf16_and_int8_vectors_on_real_headlines():
+def test_m3e_small_bf16_and_int8_vectors_on_real_headlines(monkeypatch):
+    """Where bf16 is not native it is emulated (slowly): the vectors are checked there too, on fewer headlines."""
     from bertkit.data.tasks import thucnews_headlines
 
     directory = model_dir_or_skip("m3e-small")
-    if not precision.native_bfloat16():
-        pytest.skip("this CPU has no native bfloat16")
+    native = precision.native_bfloat16()
+    monkeypatch.setattr(precision, "native_bfloat16", lambda device="cpu": True)  # a bf16 copy even if emulated
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # config keys bertkit does not use
         model, tokenizer = BertModel.from_pretrained(directory), BertTokenizer.from_pretrained(directory)
-    texts = [title for _, title in thucnews_headlines()[:200]]
+    texts = [title for _, title in thucnews_headlines()[:200 if native else 32]]
     fp32 = encode(model, tokenizer, texts, pooling="mean")
     for dtype, bound in (("bfloat16", 0.999), ("int8", 0.985)):
         similarity = cosines(encode(model, tokenizer, texts, pooling="mean", dtype=dtype), fp32)

@@ -25,6 +25,8 @@ import warnings
 import torch
 from torch import nn
 
+from bertkit.inference.machine import native_bfloat16
+
 DTYPES = {"fp32": "float32", "float32": "float32", "bf16": "bfloat16", "bfloat16": "bfloat16", "int8": "int8"}
 
 
@@ -38,18 +40,6 @@ def dtype_name(dtype: str | torch.dtype) -> str:
     if not isinstance(name, str) or name.lower() not in DTYPES:
         raise ValueError(f"dtype must be one of {', '.join(DTYPES)}, not {dtype!r}")
     return DTYPES[name.lower()]
-
-
-def native_bfloat16(device: torch.device | str = "cpu") -> bool:
-    """Whether `device` computes bfloat16 matmuls natively (CPU: AVX-512 BF16 or AMX; CUDA: compute 8.0 on)."""
-    device = torch.device(device)
-    if device.type == "cuda":
-        return torch.cuda.is_bf16_supported()
-    if device.type != "cpu":
-        return True  # other accelerators are built for it
-    cpu = torch.cpu
-    return any(bool(getattr(cpu, check, lambda: False)()) for check in ("_is_avx512_bf16_supported",
-                                                                        "_is_amx_tile_supported"))
 
 
 def model_dtype(model: nn.Module) -> str:
