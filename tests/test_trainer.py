@@ -473,6 +473,16 @@ def test_frozen_parameters_hold_for_freeze_steps_then_learn_and_resume_exactly(t
     run(tmp_path / "resumed", resumed, 4, resume=True)
     want, got = moved.state_dict(), resumed.state_dict()
     assert all(torch.equal(want[k], got[k]) for k in want)
+    # Held steps skip the backward through the held parameters; under DDP their gradients are computed and
+    # dropped instead. Both ways train the same weights, bit for bit.
+    from contextlib import nullcontext
+
+    dropped = build()
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(Trainer, "_holding", lambda self, held: nullcontext())
+        run(tmp_path / "dropped", dropped, 4)
+    assert all(torch.equal(want[k], v) for k, v in dropped.state_dict().items())
+    assert all(p.requires_grad for p in moved.parameters())  # held only for the held steps
     with pytest.raises(ValueError, match="names no parameter"):
         Trainer(build(), TrainingArguments(output_dir=str(tmp_path / "none"), freeze=("encoder.",), freeze_steps=1,
                                            device="cpu"), tiny.make_dataset(36), collate)

@@ -18,7 +18,7 @@ import os
 import random
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import nullcontext
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -259,6 +259,51 @@ class Trainer:
         # loss, examples, tokens, then each term's mean loss; summed over micro-batches, then processes
         stats = torch.zeros(3 + len(terms), dtype=torch.float64, device=dist.device)
         exact = bool(terms)
+        held = step < args.freeze_steps
+        with self._holding(held):
+            exact = self._forward_backward(micro, terms, totals, stats, exact, autocast)
+        stats = dist.all_reduce_sum(stats).cpu()
+        loss_value = stats[0].item()
+        lr = self.optimizer.param_groups[0]["lr"]
+        if not math.isfinite(loss_value):
+            self._fail(step + 1, f"loss is {loss_value}")
+        if held:  # held fixed: no gradient, so AdamW neither moves nor decays them
+            for p in self.frozen:
+                p.grad = None
+        max_norm = args.max_grad_norm or math.inf
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), max_norm).item()
+        if not math.isfinite(grad_norm):
+            self._fail(step + 1, f"gradient norm is {grad_norm}")
+        self.optimizer.step()
+        self.scheduler.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        result = {"loss": loss_value, "lr": lr, "grad_norm": grad_norm,
+                  "examples": int(stats[1].item()), "tokens": int(stats[2].item())}
+        if exact:
+            result.update({f"loss_{t}": stats[3 + j].item() for j, t in enumerate(terms)})
+        return result
+
+    @contextmanager
+    def _holding(self, held: bool) -> Iterator[None]:
+        """While the frozen parameters are held, let autograd skip them: with requires_grad off, the backward
+        stops where they begin (a held encoder costs its forward only). Under DDP the reducer expects every
+        gradient, so there they are computed and dropped after the backward instead (`_train_step`)."""
+        if not held or self.dist.enabled:
+            yield
+            return
+        for p in self.frozen:
+            p.requires_grad_(False)
+        try:
+            yield
+        finally:
+            for p in self.frozen:
+                p.requires_grad_(True)
+
+    def _forward_backward(self, micro: list[tuple[int, dict[str, Any]]], terms: list[str], totals: list[float],
+                          stats: torch.Tensor, exact: bool, autocast: Any) -> bool:
+        """Forward and backward over the micro-batches of one step, adding into `stats`; whether every output
+        had loss_sums (the loss is then exact over the global batch)."""
+        args, dist = self.args, self.dist
         for k, (size, batch) in enumerate(micro):
             sync = nullcontext() if k == len(micro) - 1 or not dist.enabled else self._wrapped.no_sync()
             with sync:
@@ -283,32 +328,12 @@ class Trainer:
                     # Exact for losses that are means over examples (e.g. classification).
                     loss = _field(output, "loss").float() * (size / args.batch_size)
                 # DDP averages gradients over processes; scale up so the result is the global sum.
-                (loss * dist.world_size).backward()
+                if loss.requires_grad:  # not when every parameter the loss reaches is held
+                    (loss * dist.world_size).backward()
             stats[0] += loss.detach().double()
             stats[1] += size
             stats[2] += _count_tokens(batch)
-        stats = dist.all_reduce_sum(stats).cpu()
-        loss_value = stats[0].item()
-        lr = self.optimizer.param_groups[0]["lr"]
-        if not math.isfinite(loss_value):
-            self._fail(step + 1, f"loss is {loss_value}")
-        if step < args.freeze_steps:
-            # Held fixed: no gradient, so AdamW neither moves nor decays them. Dropping the gradient after the
-            # backward (rather than switching requires_grad) keeps DDP's reducer and the resume state unchanged.
-            for p in self.frozen:
-                p.grad = None
-        max_norm = args.max_grad_norm or math.inf
-        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), max_norm).item()
-        if not math.isfinite(grad_norm):
-            self._fail(step + 1, f"gradient norm is {grad_norm}")
-        self.optimizer.step()
-        self.scheduler.step()
-        self.optimizer.zero_grad(set_to_none=True)
-        result = {"loss": loss_value, "lr": lr, "grad_norm": grad_norm,
-                  "examples": int(stats[1].item()), "tokens": int(stats[2].item())}
-        if exact:
-            result.update({f"loss_{t}": stats[3 + j].item() for j, t in enumerate(terms)})
-        return result
+        return exact
 
     def _follow_clock(self, step: int, seconds: float) -> None:
         """Set the next step's learning rate at whichever is further along: the `step`s done, or the share of
