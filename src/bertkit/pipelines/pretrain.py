@@ -14,6 +14,7 @@ import contextlib
 import dataclasses
 import json
 import math
+import time
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,7 +38,7 @@ from bertkit.models.bert.heads import BertForMaskedLM, BertForPreTraining
 from bertkit.pipelines.options import PretrainOptions
 from bertkit.pipelines.presets import PRESETS
 from bertkit.pipelines.run_directory import run_directory
-from bertkit.training.budget import length_probes, steps_in_budget
+from bertkit.training.budget import length_probes, seconds_per_step
 from bertkit.training.checkpointing import check_not_finished
 from bertkit.training.distributed import process_count, process_rank
 from bertkit.training.trainer import Trainer
@@ -208,6 +209,15 @@ class PretrainingRun:
     model: torch.nn.Module
     report: DataReport
     stores: list[TokenStore]
+    options: PretrainOptions
+
+    def eval_fn(self):
+        """The held-out evaluation (`pretraining_eval`), or None without held-out documents. The probe is masked
+        already, so its collator is a static one."""
+        if not self.eval_singles:
+            return None
+        return pretraining_eval(self.eval_singles, PretrainingCollator(self.tokenizer.pad_token_id, self.spec),
+                                self.eval_pairs)
 
 
 def tokenizer_directory(options: PretrainOptions) -> Path:
@@ -297,33 +307,50 @@ def prepare(options: PretrainOptions) -> PretrainingRun:
 
     model = initial_model(options, tokenizer)
     collator = PretrainingCollator(tokenizer.pad_token_id, spec, dynamic=not static)
-    return PretrainingRun(tokenizer, train_dataset, eval_singles, eval_pairs, spec, collator, model, report, stores)
+    return PretrainingRun(tokenizer, train_dataset, eval_singles, eval_pairs, spec, collator, model, report, stores,
+                          options)
 
 
-def plan_steps(run: PretrainingRun, options: PretrainOptions) -> int:
-    """The steps that fit in `options.minutes`, from training steps timed on a copy of the run's model."""
-    B, dataset = options.batch_size, run.train_dataset
-    if options.group_by_length:  # batches of like lengths: time seven, short to long
-        batches = length_probes(dataset.lengths(), B, (0.05, 0.2, 0.35, 0.5, 0.65, 0.8, 0.95))
+def timing_batches(run: PretrainingRun) -> tuple[list[dict[str, torch.Tensor]], float]:
+    """Batches to time the run's training steps on (with batches of like lengths, seven of them, short to long), and
+    the seconds it took to assemble and mask one: a training step pays that too, before the model sees its batch."""
+    B, dataset = run.options.batch_size, run.train_dataset
+    if run.options.group_by_length:
+        chosen = length_probes(dataset.lengths(), B, (0.05, 0.2, 0.35, 0.5, 0.65, 0.8, 0.95))
     else:
-        batches = [list(range(i * B, min((i + 1) * B, len(dataset)))) for i in range(4)]
-    probes = [run.collator([dataset[i] for i in batch], list(range(len(batch)))) for batch in batches]
-    return steps_in_budget(run.model, probes, options.minutes * 60, options.bf16)
+        chosen = [list(range(i * B, min((i + 1) * B, len(dataset)))) for i in range(4)]
+    start = time.perf_counter()
+    batches = [run.collator([dataset[i] for i in batch], list(range(len(batch)))) for batch in chosen]
+    return batches, (time.perf_counter() - start) / len(batches)
 
 
-def pretrain(options: PretrainOptions, resume: bool = False):
+def step_seconds(run: PretrainingRun, hold: tuple[str, ...] = ()) -> float:
+    """Seconds of one of the run's training steps: its batch assembled and masked, then the model's step, timed on a
+    copy of the model (`seconds_per_step`); `hold`: parameter prefixes held as the trainer holds them."""
+    batches, assembling = timing_batches(run)
+    return assembling + seconds_per_step(run.model, batches, run.options.bf16, hold=hold)
+
+
+def plan_steps(run: PretrainingRun, options: PretrainOptions, reserve: float = 0.1) -> int:
+    """The steps that fit in `options.minutes`, keeping a `reserve` share for evaluation, logging and saving."""
+    return max(1, int((1.0 - reserve) * options.minutes * 60 / step_seconds(run)))
+
+
+def pretrain(options: PretrainOptions, resume: bool = False, prepared: PretrainingRun | None = None):
     """Build the data and model and train in options.out, holding it for the run (`bertkit.pipelines.run_directory`: an
-    earlier run or model there is refused unless options.overwrite); returns the trainer's final TrainState."""
+    earlier run or model there is refused unless options.overwrite); returns the trainer's final TrainState.
+    `prepared`: the data and model `prepare` made for these options already (the main job times its steps before
+    it trains it); they must not have been trained."""
     with run_directory(options.out, "bertkit pretrain", overwrite=options.overwrite, resume=resume,
                        main=process_rank() == 0, inputs=options.inputs()):
-        return _pretrain(options, resume)
+        return _pretrain(options, resume, prepared)
 
 
-def _pretrain(options: PretrainOptions, resume: bool):
+def _pretrain(options: PretrainOptions, resume: bool, prepared: PretrainingRun | None = None):
     out = Path(options.out)
     if resume:
         check_corpus_unchanged(options, out)
-    run = prepare(options)
+    run = prepared if prepared is not None and not resume else prepare(options)
     if not resume:
         if options.max_steps is None:
             if process_count() > 1:  # each process would time itself differently
@@ -338,11 +365,7 @@ def _pretrain(options: PretrainOptions, resume: bool):
     args = options.training_arguments(options.max_steps, save_total_limit=2,
                                       freeze=("bert.",) if options.freeze_encoder_steps else (),
                                       freeze_steps=options.freeze_encoder_steps)
-    eval_fn = None
-    if run.eval_singles:  # the probe is masked already: a static collator
-        eval_fn = pretraining_eval(run.eval_singles, PretrainingCollator(run.tokenizer.pad_token_id, run.spec),
-                                   run.eval_pairs)
-    trainer = Trainer(run.model, args, run.train_dataset, run.collator, eval_fn=eval_fn,
+    trainer = Trainer(run.model, args, run.train_dataset, run.collator, eval_fn=run.eval_fn(),
                       count_items=run.model.count_loss_items, tokenizer=run.tokenizer)
     return trainer.train(resume=resume)
 

@@ -14,6 +14,7 @@ import torch
 from torch import Tensor, nn
 
 from bertkit.training.memory import keep_freed_memory
+from bertkit.training.schedule import build_optimizer
 
 
 def wall_clock_budget(minutes: float | None) -> dict[str, float | bool | None]:
@@ -49,20 +50,22 @@ def mean_step_seconds(times_per_batch: Iterable[Sequence[float]]) -> float:
     return statistics.mean(statistics.median(times) for times in times_per_batch)
 
 
-def steps_in_budget(model: nn.Module, batches: Sequence[dict[str, Tensor]], seconds: float, bf16: bool = False,
-                    reserve: float = 0.1, min_seconds: float = 2.0, max_timed: int = 20) -> int:
-    """Time training steps on a copy of `model` over `batches` and return how many fit in `seconds`, keeping a
-    `reserve` share for evaluation, logging and saving.
+def seconds_per_step(model: nn.Module, batches: Sequence[dict[str, Tensor]], bf16: bool = False,
+                     hold: Sequence[str] = (), min_seconds: float = 2.0, max_timed: int = 20) -> float:
+    """Seconds a training step of `model` takes over `batches`, timed on a copy of it.
 
     The first two steps only warm caches and the allocator up (they run slower than the rest); then the
     batches are cycled until every one was timed and `min_seconds` have passed (or `max_timed` steps),
-    and `mean_step_seconds` sizes the run. The learning-rate schedule needs its length before training
-    starts; a time budget alone does not say it.
+    and `mean_step_seconds` says what a step costs. Parameters whose names start with a `hold` prefix are held
+    as the Trainer holds them (`TrainingArguments.freeze`): no gradient reaches them.
     """
     if not batches:
-        raise ValueError("steps_in_budget needs at least one batch to time")
+        raise ValueError("timing training steps needs at least one batch")
     probe = copy.deepcopy(model).train()
-    optimizer = torch.optim.AdamW(probe.parameters(), lr=1e-6)
+    for name, parameter in probe.named_parameters():
+        if name.startswith(tuple(hold)):
+            parameter.requires_grad_(False)
+    optimizer = build_optimizer(probe, 1e-6, 0.01)  # the trainer's (fused) AdamW, over what it trains
     times: dict[int, list[float]] = {}
     step, timed, spent = 0, 0, 0.0
     while timed < min(max_timed, len(batches)) or (spent < min_seconds and timed < max_timed):
@@ -71,7 +74,16 @@ def steps_in_budget(model: nn.Module, batches: Sequence[dict[str, Tensor]], seco
             times.setdefault(step % len(batches), []).append(elapsed)
             timed, spent = timed + 1, spent + elapsed
         step += 1
-    return max(1, int((1.0 - reserve) * seconds / mean_step_seconds(times.values())))
+    return mean_step_seconds(times.values())
+
+
+def steps_in_budget(model: nn.Module, batches: Sequence[dict[str, Tensor]], seconds: float, bf16: bool = False,
+                    reserve: float = 0.1, min_seconds: float = 2.0, max_timed: int = 20) -> int:
+    """How many training steps of `model` over `batches` fit in `seconds` (`seconds_per_step`), keeping a
+    `reserve` share for evaluation, logging and saving. The learning-rate schedule needs its length before
+    training starts; a time budget alone does not say it."""
+    step = seconds_per_step(model, batches, bf16, min_seconds=min_seconds, max_timed=max_timed)
+    return max(1, int((1.0 - reserve) * seconds / step))
 
 
 def planned_steps(model: nn.Module, features: Sequence[Any], collate: Callable[[list[Any]], dict[str, Tensor]],
