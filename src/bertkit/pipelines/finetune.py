@@ -248,6 +248,8 @@ def finetune(options: FinetuneOptions) -> dict[str, Any]:
                          "positions")
     check_tokenizer_fits(len(tokenizer), model.config.vocab_size, str(model_dir))
 
+    select = options.select_best
+
     def featurize(examples):
         if task.token_level:
             return ner_features(examples, tokenizer, label2id, options.max_length, options.label_all_subtokens)
@@ -257,7 +259,8 @@ def finetune(options: FinetuneOptions) -> dict[str, Any]:
                     for row, e in zip(ids, examples)]
         return classification_features(examples, tokenizer, label2id, options.max_length)
 
-    train_features, dev_features = featurize(train), featurize(splits["dev"])
+    train_features = featurize(train)
+    dev_features = featurize(splits["dev"]) if select else []  # only the best-on-dev choice reads dev
     report.tokenized((f["input_ids"] for f in train_features), tokenizer, f"the tokenizer of {options.model}")
     report.check().save(options.out)
     collator = Collator(tokenizer.pad_token_id)
@@ -268,7 +271,6 @@ def finetune(options: FinetuneOptions) -> dict[str, Any]:
         max_steps = planned_steps(model, train_features, collator, options.batch_size, max_steps, options.minutes,
                                   options.bf16, options.group_by_length)
     best_metric = task.metric
-    select = options.select_best
     args = options.training_arguments(
         max_steps, batch_size=min(options.batch_size, len(train_features)),
         eval_every=options.eval_every or max(1, min(max_steps, epoch_steps // 2)),  # twice per epoch
@@ -290,7 +292,10 @@ def finetune(options: FinetuneOptions) -> dict[str, Any]:
                                f"dev_{best_metric}": state.best_metric, "best_model": str(best_dir)}
     if splits.get("test"):
         test_tags = [e.tags for e in splits["test"]] if task.token_level else None
-        test = evaluate_features(best, task, featurize(splits["test"]), tokenizer.pad_token_id, id2label, test_tags)
+        # scored as the trainer scores dev: in bf16 autocast when the run trained in it
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=options.bf16):
+            test = evaluate_features(best, task, featurize(splits["test"]), tokenizer.pad_token_id, id2label,
+                                     test_tags)
         results.update({f"test_{k}": v for k, v in test.items()})
     atomic_write_text(Path(options.out) / RESULTS_NAME, json.dumps(results, indent=2, ensure_ascii=False))
     return results
