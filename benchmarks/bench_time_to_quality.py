@@ -32,7 +32,8 @@ from pathlib import Path
 import torch
 
 from bertkit.data.pretraining import PretrainingCollator
-from bertkit.pipelines.demo import build_demo_vocab, finetune_steps, pretraining_corpus
+from bertkit.pipelines.demo import build_demo_vocab, pretraining_corpus
+from bertkit.pipelines.demo_plan import finetune_steps
 from bertkit.pipelines.finetune import finetune
 from bertkit.pipelines.options import PRETRAIN_RECIPES, FinetuneOptions, PretrainOptions, recipe_options
 from bertkit.pipelines.pretrain import PretrainingRun, prepare, pretrain

@@ -1,16 +1,23 @@
-"""Which lever moves the main job's margin: pretrain the demo's tiny BERT (`--recipe crammed`, the demo's corpus and
-vocabulary) for a FIXED number of steps with one change, fine-tune it, and once its random-init twin, on 200 THUCNews
-labels x 3 seeds as the demo fine-tunes, and print the margin. Steps, not minutes, and one thread a run: the result
-does not depend on how busy the machine is (a lever that makes a step dearer is then judged by its step time apart).
+"""Which lever moves the main job's margin: pretrain the demo's tiny BERT (`--recipe crammed` with the demo's
+objective, its corpus and vocabulary) for a FIXED number of steps, or a fixed number of minutes, with one change,
+fine-tune it, and once its random-init twin, on 200 THUCNews labels x 3 seeds as the demo fine-tunes, and print the
+margin. With --steps, one thread a run: the result does not depend on how busy the machine is (a lever that makes a
+step dearer is then judged by its step time apart). With --minutes, equal time: run it as the slower machine would
+(one thread, no bf16), and two side by side only when each has a core of its own.
 
-    python benchmarks/levers_main_job.py --out runs/levers --steps 6300 \
-        --variant base --variant mlm15:--mlm-probability=0.15 --variant tapt16:--tapt=16
+    python benchmarks/levers_main_job.py --out runs/levers --steps 3000 \
+        --variant base --variant mlm15:--mlm-probability=0.15 --variant mix:--general=1,--tapt=8
+    ONEDNN_MAX_CPU_ISA=AVX512_CORE_VNNI THREADS=1 python benchmarks/levers_main_job.py --out runs/levers \
+        --minutes 3 --variant base --variant nsp:--objective=mlm+nsp
 
-A variant is NAME:FLAG=VALUE,FLAG=VALUE (flags of `bertkit pretrain`); --tapt=K weights the training headlines K
-times (the demo's weight is 8). Each line is appended to OUT/levers.log.
+A variant is NAME:FLAG=VALUE,FLAG=VALUE (flags of `bertkit pretrain`). The corpus mix: --tapt=K weights the
+training headlines K times, --general=N adds the general Chinese corpora ("zh") N times (the demo: the headlines
+alone, --tapt=1 --general=0); --vocab=DIR pretrains (and fine-tunes) with another vocabulary. Each line is appended
+to OUT/levers.log.
 """
 
 import argparse
+import hashlib
 import json
 import os
 import statistics
@@ -39,10 +46,20 @@ def vocab(out: Path) -> Path:
     return out / "vocab"
 
 
+def extra_vocab(extra: list[str], default: Path) -> Path:
+    """The vocabulary a variant names with --vocab=DIR (taken out of its flags), else the demo's."""
+    if "--vocab" not in extra:
+        return default
+    at = extra.index("--vocab")
+    vocab_dir = Path(extra[at + 1])
+    del extra[at:at + 2]
+    return vocab_dir
+
+
 def finetune(model: Path | str, out: Path, labels: int, seeds: int, random_init: bool = False,
              row: str = "bertkit-pretrained") -> list[float]:
     """Test accuracies of `seeds` fine-tuning runs on `labels` THUCNews headlines, as the demo fine-tunes `row`."""
-    from bertkit.pipelines.demo import ROW_SETTINGS, finetune_steps
+    from bertkit.pipelines.demo_plan import ROW_SETTINGS, finetune_steps
     from bertkit.pipelines.options import native_bf16
 
     settings = ROW_SETTINGS[row]
@@ -87,31 +104,41 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--steps", type=int, default=6300)
+    parser.add_argument("--minutes", type=float, default=None,
+                        help="instead of --steps: a wall-clock budget per run (equal time, not equal steps; run "
+                             "levers side by side only when each has its own core)")
     parser.add_argument("--variant", action="append", default=[], help="name:flag=value,flag=value")
     parser.add_argument("--labels", type=int, nargs="+", default=[200])
-    parser.add_argument("--tapt", type=int, default=None, help="the training headlines' weight (default: the demo's)")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
-    from bertkit.pipelines.demo import DEMO_TASKS
+    from bertkit.pipelines.demo import PRETRAIN
 
     v = vocab(args.out)
     for spec in args.variant:
         name, _, flags = spec.partition(":")
         extra = [part for flag in flags.split(",") if flag for part in flag.split("=", 1)]
-        tapt = args.tapt or DEMO_TASKS["thucnews"].tapt_weight
-        if "--tapt" in extra:
-            tapt = int(extra[extra.index("--tapt") + 1])
-            del extra[extra.index("--tapt"):extra.index("--tapt") + 2]
-        corpus = ["zh"] + ["thucnews-train"] * tapt
-        run = args.out / f"{name}-{args.steps}"
+        mix = {"--tapt": 1, "--general": 0}  # the demo's: the training headlines alone
+        for flag in mix:
+            if flag in extra:
+                mix[flag] = int(extra[extra.index(flag) + 1])
+                del extra[extra.index(flag):extra.index(flag) + 2]
+        corpus = ["zh"] * mix["--general"] + ["thucnews-train"] * mix["--tapt"]
+        demo = [part for key, value in PRETRAIN.items() if f"--{key.replace('_', '-')}" not in extra
+                for part in (f"--{key.replace('_', '-')}", value)]
+        budget = f"{args.minutes:g}min" if args.minutes else str(args.steps)
+        run = args.out / f"{name}-{budget}"
         if not (run / "train_results.json").exists():
-            sh("pretrain", "--recipe", "crammed", "--corpus", *corpus, "--vocab", v, "--config", "tiny",
-               "--max-steps", args.steps, "--out", run, "--no-progress", "--overwrite", *extra)
+            sh("pretrain", "--recipe", "crammed", "--corpus", *corpus, "--vocab", extra_vocab(extra, v), "--config",
+               "tiny", *(["--minutes", args.minutes] if args.minutes else ["--max-steps", args.steps]),
+               "--out", run, "--no-progress", "--overwrite", *demo, *extra)
         mlm = final_mlm_accuracy(run)
+        steps = json.loads((run / "train_results.json").read_text())["step"] if args.minutes else args.steps
         for labels in args.labels:
-            pre = finetune(run, args.out / f"ft-{name}-{args.steps}", labels, 3)
-            rnd = finetune(run, args.out / "ft-random", labels, 3, random_init=True)
-            record(args.out, margin_line(name, args.steps, labels, mlm, ("pretrained", pre), ("random", rnd)))
+            pre = finetune(run, args.out / f"ft-{name}-{budget}", labels, 3)
+            # the random-init twin has the run's architecture: one per distinct config.json
+            shape = hashlib.sha256((run / "config.json").read_bytes()).hexdigest()[:8]
+            rnd = finetune(run, args.out / f"ft-random-{labels}-{shape}", labels, 3, random_init=True)
+            record(args.out, margin_line(name, steps, labels, mlm, ("pretrained", pre), ("random", rnd)))
 
 
 if __name__ == "__main__":

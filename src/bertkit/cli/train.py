@@ -106,11 +106,13 @@ def _add_demo(sub: argparse._SubParsersAction) -> None:
 def _cmd_demo(args: argparse.Namespace) -> int:
     """the main job: pretrain a small BERT, fine-tune at several label budgets, compare (make run)
 
-    Fetch the built-in Chinese data, pretrain a small BERT on it and on the task's unlabelled text, then
-    fine-tune it, its random-init twin, m3e-small and a cloze prompt on 50 to all labelled examples, and
-    compare them on the same test split.
+    Fetch the built-in Chinese data, time each kind of work on this machine and plan the job to fit --minutes,
+    pretrain a small BERT on the task's unlabelled text and continue pretraining m3e-small on it, then fine-tune
+    both, the tiny BERT's random-init twin and a cloze prompt on 50 to all labelled examples, and compare them on
+    the same test split.
     """
-    from bertkit.pipelines.demo import OUTPUTS, margins, run_demo, table
+    from bertkit.pipelines.demo import OUTPUTS, run_demo
+    from bertkit.pipelines.demo_report import margins, table
     from bertkit.pipelines.run_directory import run_directory
 
     options = options_from_args(DemoOptions, args)

@@ -1,0 +1,247 @@
+"""The main job's plan: what it runs, and how much of each, so that the whole job fits its budget on this machine.
+
+`bertkit demo` first times one piece of each kind of work it will do (a pretraining step of the tiny BERT, a
+continued-pretraining step of m3e-small with its encoder moving and held, a fine-tuning step and the loading and
+scoring around a fine-tuning run of each model), then `make_plan` sizes every stage from those timings:
+
+1. the tiny rows (bertkit-pretrained, random-init, prompt) fine-tune their full steps: they are cheap on every CPU,
+   and the job's headline, the pretrained row against its random-init twin, is read off them;
+2. m3e-small's two rows and its continued pretraining run at full size when everything fits with PRETRAIN_STEPS of
+   the tiny BERT's pretraining; otherwise their runs above 200 labels keep one seed, and then their steps shrink
+   together (one scale, at least M3E_MIN_SCALE), so that the pretraining keeps its steps;
+3. the tiny BERT's pretraining gets every second left: PRETRAIN_STEPS or more, or fewer where even the smallest
+   m3e-small runs leave less, down to PRETRAIN_MIN_STEPS; below that (a budget too small for the job) every
+   fine-tuning run shrinks.
+
+The plan is a pure function of the timings: tests size it for any machine without running anything.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any
+
+ROWS = ("bertkit-pretrained", "random-init", "m3e-small", "m3e-small-tapt", "prompt")
+
+
+@dataclass(frozen=True)
+class RowSettings:
+    """How one row fine-tunes: from which model, at which learning rate and batch size, in which precision."""
+
+    model: str = "here"           # "here": the BERT pretrained in step 3; "m3e-small"; "tapt": m3e-small after step 4
+    random_init: bool = False
+    prompt: bool = False
+    learning_rate: float = 5e-4
+    batch_size: int = 16
+    bf16: bool = False
+    whole_split_epochs: float = 2.0   # epochs of the run on the whole training split (budget 0)
+
+    @property
+    def kind(self) -> str:
+        """The kind of work a fine-tuning step of this row is, as timed: "tiny", "prompt" or "m3e-small"."""
+        return "prompt" if self.prompt else "tiny" if self.model == "here" else "m3e-small"
+
+
+# The tiny BERT (pretrained or not) learns fastest at 5e-4; m3e-small, 20x its size (24.0M parameters against
+# 1.2M) and pretrained for long, at 1e-4. m3e-small's runs are most of the fine-tuning time: on the whole split it
+# makes one pass, not two.
+M3E_SMALL = RowSettings(model="m3e-small", learning_rate=1e-4, bf16=True, whole_split_epochs=1.0)
+ROW_SETTINGS = {
+    "bertkit-pretrained": RowSettings(),
+    "random-init": RowSettings(random_init=True),
+    "m3e-small": M3E_SMALL,
+    "m3e-small-tapt": replace(M3E_SMALL, model="tapt"),  # fine-tuned exactly as m3e-small
+    "prompt": RowSettings(prompt=True),
+}
+KINDS = ("tiny", "prompt", "m3e-small")
+
+# Step 4, task-adaptive pretraining of m3e-small: masked LM alone on the task's training text (a headline is a
+# one-sentence document), at the length it is fine-tuned at. m3e-small was trained for sentence embeddings and ships
+# no masked-LM head: the head starts fresh, and the encoder is held for its first steps so that the fresh head's
+# gradients do not reach it (benchmarks/levers_tapt.py measures each setting; docs/pretraining-recipe.md has them).
+TAPT_STEPS = 600
+TAPT = {"objective": "mlm", "batch_size": 32, "learning_rate": 1e-4, "mlm_probability": 0.3}
+TAPT_FROZEN_SHARE = 1 / 3     # of the TAPT steps: the encoder held while the fresh head learns
+TAPT_EVALS = 5                # held-out evaluations over the TAPT run (each scores 512 headlines through m3e-small)
+
+# The tiny BERT's pretraining steps: the recipe pays well from PRETRAIN_STEPS on and clearly from PRETRAIN_MIN_STEPS
+# (docs/pretraining-recipe.md); m3e-small's runs shrink before the pretraining falls below PRETRAIN_STEPS, and the
+# pretraining falls to PRETRAIN_MIN_STEPS before the tiny rows' fine-tuning shrinks.
+PRETRAIN_STEPS = 6000
+PRETRAIN_MIN_STEPS = 3000
+M3E_MIN_SCALE = 0.2           # m3e-small's steps shrink no further: below it its rows would not say what it can do
+# m3e-small's fine-tuning learning rate grows as its steps shrink (1e-4 / scale), up to this many times 1e-4: at half
+# the steps 2e-4 scores as 1e-4 does with all of them at 50 and 200 labels, and at a quarter 2e-4 beats 1e-4 by 7-14
+# points there (docs/pretraining-recipe.md); with all the steps 1e-4 is the better at 1,000 labels
+M3E_MAX_RATE = 3.0
+PRETRAIN_RESERVE = 0.1        # of the pretraining's seconds: its held-out evaluations and saving
+REPORT_SECONDS = 5.0          # the pictures and the report
+
+
+def finetune_steps(labels: int, batch_size: int, scale: float = 1.0) -> int:
+    """Steps for a budget run of `labels` examples: 20 epochs, at least 80 and at most 300 steps, times `scale`."""
+    return max(2, round(min(max(20 * labels / batch_size, 80), 300) * scale))
+
+
+def whole_split_steps(examples: int, settings: RowSettings, scale: float = 1.0) -> int:
+    """Steps for a run on the whole training split of `examples`: the row's epochs, times `scale`."""
+    return max(2, round(settings.whole_split_epochs * (examples // settings.batch_size) * scale))
+
+
+@dataclass(frozen=True)
+class WorkTimes:
+    """Seconds of each kind of work the job does, timed on this machine before the plan is made."""
+
+    pretrain_step: float                  # the tiny BERT's pretraining step (its recipe, its corpus)
+    pretrain_overhead: float              # its corpus, plan and held-out probe, and saving its model
+    tapt_step: float                      # m3e-small's continued-pretraining step, the encoder moving
+    tapt_held_step: float                 # ... the encoder held (its backward skipped)
+    tapt_overhead: float                  # loading m3e-small and its data, its evaluations, saving it
+    finetune_step: dict[str, float]       # a fine-tuning step, by kind (RowSettings.kind)
+    finetune_overhead: dict[str, float]   # a fine-tuning run's loading, tokenizing and test scoring, by kind
+
+
+@dataclass(frozen=True)
+class FinetuneRun:
+    row: str
+    labels: int             # 0: the whole training split
+    seed: int
+    steps: int
+    learning_rate: float
+
+
+@dataclass
+class DemoPlan:
+    """Every stage's size, and the seconds each is expected to take on the machine it was timed on."""
+
+    machine: str
+    budget_seconds: float
+    spent_seconds: float                   # before the plan: data, vocabulary, the timing itself
+    times: WorkTimes
+    pretrain_seconds: float
+    pretrain_steps: int
+    tapt_steps: int
+    tapt_held_steps: int
+    m3e_scale: float
+    runs: list[FinetuneRun] = field(default_factory=list)
+
+    def run_seconds(self, run: FinetuneRun) -> float:
+        kind = ROW_SETTINGS[run.row].kind
+        return self.times.finetune_overhead[kind] + run.steps * self.times.finetune_step[kind]
+
+    @property
+    def tapt_seconds(self) -> float:
+        t = self.times
+        return (t.tapt_overhead + self.tapt_held_steps * t.tapt_held_step
+                + (self.tapt_steps - self.tapt_held_steps) * t.tapt_step)
+
+    def stage_seconds(self) -> dict[str, float]:
+        """Expected seconds by stage, in the order they run."""
+        tiny = [r for r in self.runs if ROW_SETTINGS[r.row].kind != "m3e-small"]
+        m3e = [r for r in self.runs if ROW_SETTINGS[r.row].kind == "m3e-small"]
+        return {"data, vocabulary and timing": self.spent_seconds,
+                "pretraining the tiny BERT": self.pretrain_seconds + self.times.pretrain_overhead,
+                "continued pretraining of m3e-small": self.tapt_seconds,
+                "fine-tuning the tiny BERT's rows": sum(map(self.run_seconds, tiny)),
+                "fine-tuning m3e-small's rows": sum(map(self.run_seconds, m3e)),
+                "report": REPORT_SECONDS}
+
+    @property
+    def expected_seconds(self) -> float:
+        return sum(self.stage_seconds().values())
+
+    def steps(self, row: str, labels: int) -> int:
+        return next(r.steps for r in self.runs if (r.row, r.labels) == (row, labels))
+
+    def seeds(self, row: str, labels: int) -> int:
+        return sum(1 for r in self.runs if (r.row, r.labels) == (row, labels))
+
+    def lines(self) -> list[str]:
+        """The plan for people: the machine, each stage's size and expected minutes, the total."""
+        stages = self.stage_seconds()
+        budgets = sorted({r.labels for r in self.runs}, key=lambda n: n or float("inf"))
+        out = [f"machine: {self.machine}",
+               f"plan for a {self.budget_seconds / 60:.1f}-minute job (expected {self.expected_seconds / 60:.1f}):"]
+        names = list(stages)
+        out.append(f"  {names[0]}: {stages[names[0]] / 60:.1f} min (done)")
+        out.append(f"  {names[1]}: {self.pretrain_steps:,} steps, {stages[names[1]] / 60:.1f} min "
+                   f"({self.times.pretrain_step * 1000:.0f} ms a step)")
+        out.append(f"  {names[2]}: {self.tapt_steps:,} steps ({self.tapt_held_steps:,} with the encoder held), "
+                   f"{stages[names[2]] / 60:.1f} min")
+        for name, kinds in ((names[3], ("tiny", "prompt")), (names[4], ("m3e-small",))):
+            rows = [row for row in ROWS if ROW_SETTINGS[row].kind in kinds]
+            sizes = ", ".join(f"{n or 'all'}: {self.steps(rows[0], n)} steps x {self.seeds(rows[0], n)}"
+                              for n in budgets)
+            out.append(f"  {name}: {len(rows)} rows, {sizes}; {stages[name] / 60:.1f} min")
+        if self.m3e_scale < 1:
+            out.append(f"  (m3e-small's steps at {self.m3e_scale:.0%} of the full job's, so that the tiny BERT's "
+                       "pretraining gets its steps on this machine)")
+        return out
+
+    def to_json(self) -> dict[str, Any]:
+        return {"machine": self.machine, "budget_seconds": self.budget_seconds, "spent_seconds": self.spent_seconds,
+                "expected_seconds": self.expected_seconds, "stages": self.stage_seconds(),
+                "pretrain_seconds": self.pretrain_seconds, "pretrain_steps": self.pretrain_steps,
+                "tapt_steps": self.tapt_steps, "tapt_held_steps": self.tapt_held_steps, "m3e_scale": self.m3e_scale,
+                "times": asdict(self.times), "runs": [asdict(r) for r in self.runs]}
+
+
+def plan_runs(budgets: list[int], seeds: int, train_examples: int, m3e_scale: float = 1.0,
+              m3e_seeds_above_200: int | None = None, tiny_scale: float = 1.0) -> list[FinetuneRun]:
+    """Every fine-tuning run, by label budget then row then seed: `seeds` at budgets up to 1,000 labels (m3e-small's
+    rows `m3e_seeds_above_200` above 200 when given), one on the whole split; steps scaled per kind."""
+    runs = []
+    for labels in budgets:
+        for row in ROWS:
+            settings = ROW_SETTINGS[row]
+            m3e = settings.kind == "m3e-small"
+            scale = m3e_scale if m3e else tiny_scale
+            count = seeds if 0 < labels <= 1000 else 1
+            if m3e and labels > 200 and m3e_seeds_above_200 is not None and count > 1:
+                count = min(count, m3e_seeds_above_200)
+            steps = (finetune_steps(labels, settings.batch_size, scale) if labels
+                     else whole_split_steps(train_examples, settings, scale))
+            rate = settings.learning_rate * (min(M3E_MAX_RATE, 1 / max(scale, 1e-9)) if m3e and scale < 1 else 1.0)
+            runs.extend(FinetuneRun(row, labels, seed, steps, rate) for seed in range(count))
+    return runs
+
+
+def make_plan(times: WorkTimes, budget_seconds: float, spent_seconds: float, budgets: list[int], seeds: int,
+              train_examples: int, machine: str) -> DemoPlan:
+    """Size every stage so that the job's expected seconds fit `budget_seconds` (see the module's docstring)."""
+
+    def plan(m3e_scale: float, m3e_seeds: int | None, tiny_scale: float = 1.0) -> DemoPlan:
+        tapt = max(2, round(TAPT_STEPS * m3e_scale))
+        return DemoPlan(machine, budget_seconds, spent_seconds, times, 0.0, 0, tapt,
+                        max(1, round(TAPT_FROZEN_SHARE * tapt)), m3e_scale,
+                        plan_runs(budgets, seeds, train_examples, m3e_scale, m3e_seeds, tiny_scale))
+
+    def seconds(steps: int) -> float:  # the pretraining's seconds for `steps`, its evaluations included
+        return steps * times.pretrain_step / (1 - PRETRAIN_RESERVE)
+
+    def fits(candidate: DemoPlan, steps: int) -> bool:  # leaves the pretraining `steps`
+        return budget_seconds - candidate.expected_seconds >= seconds(steps)
+
+    target, least = PRETRAIN_STEPS, PRETRAIN_MIN_STEPS
+    if fits(chosen := plan(1.0, None), target) or fits(chosen := plan(1.0, 1), target):
+        pass
+    elif fits(plan(M3E_MIN_SCALE, 1), target):
+        chosen = plan(largest(lambda s: fits(plan(s, 1), target), M3E_MIN_SCALE, 1.0), 1)
+    elif fits(chosen := plan(M3E_MIN_SCALE, 1), least):
+        pass  # m3e-small at its smallest, the tiny rows whole: the pretraining gets what is left
+    else:  # a budget too small for the job: every fine-tuning run shrinks alike
+        scale = largest(lambda g: fits(plan(M3E_MIN_SCALE * g, 1, g), least), 0.0, 1.0)
+        chosen = plan(M3E_MIN_SCALE * scale, 1, scale)
+    left = max(budget_seconds - chosen.expected_seconds, seconds(1))
+    return replace(chosen, pretrain_seconds=left, pretrain_steps=max(1, int(left / seconds(1))))
+
+
+def largest(fits: Any, low: float, high: float, rounds: int = 30) -> float:
+    """The largest x in [low, high] with fits(x), for a `fits` true up to some point and false beyond (bisection);
+    `low` when none."""
+    if fits(high):
+        return high
+    for _ in range(rounds):
+        middle = (low + high) / 2
+        low, high = (middle, high) if fits(middle) else (low, middle)
+    return low
