@@ -3,14 +3,19 @@ today (eager) against what might make it faster, alternating in one process, and
 
 - `tiny`: the demo's pretraining step of its tiny BERT (the crammed recipe, masked LM on the training headlines,
   batches of 32 of like lengths, the demo's character vocabulary), on seven batches from short to long;
-- `m3e`: a fine-tuning step of m3e-small on 16 THUCNews headlines (a classifier on [CLS]), four batch lengths.
+- `m3e`: a fine-tuning step of m3e-small on 16 THUCNews headlines (a classifier on [CLS]), four batch lengths;
+- `tapt`: the demo's continued-pretraining step of m3e-small (masked LM on the training headlines, 30% masked,
+  batches of 32) while its encoder is held: `dropped` computes the encoder's gradients and drops them (the trainer
+  before held steps skipped the backward), `held` lets autograd skip them (the trainer now, outside DDP).
 
-Variants: `eager` (today's trainer step), `compile` (torch.compile, the Inductor CPU backend, dynamic shapes; its
+Variants: `eager` (the trainer's step), `compile` (torch.compile, the Inductor CPU backend, dynamic shapes; its
 compilation time is printed apart, since the main job would pay it out of its budget), `threads=N` (eager with N
-threads). bf16 is off throughout. Run it as the slower machine would (one thread, no bf16):
+threads); for `tapt`, `dropped` and `held`. bf16 is off throughout. Run it as the slower machine would (one thread,
+no bf16):
 
     ONEDNN_MAX_CPU_ISA=AVX512_CORE_VNNI OMP_NUM_THREADS=1 .venv/bin/python benchmarks/bench_fp32_step.py
     .venv/bin/python benchmarks/bench_fp32_step.py --variants eager compile threads=1 --rounds 5
+    .venv/bin/python benchmarks/bench_fp32_step.py --models tapt --variants dropped held
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ import statistics
 import tempfile
 import time
 import warnings
+from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -49,7 +55,7 @@ def m3e_finetuning():
     directory = model_dir("m3e-small")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the fresh classifier, config keys bertkit does not use
-        model = BertForSequenceClassification.from_pretrained(directory, num_labels=10)
+        model = BertForSequenceClassification.from_pretrained(directory, id2label={i: str(i) for i in range(10)})
     tokenizer = BertTokenizer.from_pretrained(directory)
     titles = sorted((title for _, title in thucnews_headlines()[:2000]), key=len)
     batches = []
@@ -61,16 +67,37 @@ def m3e_finetuning():
     return model, batches
 
 
-def stepper(model, compiled: bool):
+def tapt_pretraining(vocab_dir: Path):
+    """The demo's continued pretraining of m3e-small: its model (a fresh masked-LM head) and timing batches."""
+    from bertkit.pipelines.demo import tapt_options
+    from bertkit.pipelines.options import DemoOptions
+    from bertkit.pipelines.pretrain import prepare, timing_batches
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the fresh head, config keys bertkit does not use
+        run = prepare(replace(tapt_options(DemoOptions(bf16=False, progress=False), vocab_dir.parent / "tapt"),
+                              bf16=False))
+    return run.model, timing_batches(run)[0]
+
+
+def stepper(model, variant: str):
     from bertkit.training.schedule import build_optimizer
 
     model = copy.deepcopy(model).train()
     optimizer = build_optimizer(model, 1e-5, 0.01)
-    forward = torch.compile(model, dynamic=True) if compiled else model
+    forward = torch.compile(model, dynamic=True) if variant == "compile" else model
+    encoder = [p for name, p in model.named_parameters() if name.startswith("bert.")]
 
     def step(batch):
+        if variant == "held":
+            for p in encoder:
+                p.requires_grad_(False)
         loss = forward(**batch).loss
         loss.backward()
+        if variant in ("held", "dropped"):
+            for p in encoder:
+                p.grad = None
+                p.requires_grad_(True)
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
 
@@ -79,7 +106,7 @@ def stepper(model, compiled: bool):
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--models", nargs="+", default=["tiny", "m3e"], choices=["tiny", "m3e"])
+    parser.add_argument("--models", nargs="+", default=["tiny", "m3e"], choices=["tiny", "m3e", "tapt"])
     parser.add_argument("--variants", nargs="+", default=["eager", "compile"])
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--passes", type=int, default=3, help="passes over the batches per variant per round")
@@ -94,12 +121,14 @@ def main() -> None:
                 from bertkit.pipelines.demo import build_demo_vocab
 
                 model, batches = tiny_pretraining(build_demo_vocab(Path(scratch) / "vocab"))
+            elif name == "tapt":
+                model, batches = tapt_pretraining(Path(scratch) / "vocab")
             else:
                 model, batches = m3e_finetuning()
             steps, times = {}, {v: [] for v in args.variants}
             for variant in args.variants:
                 start = time.perf_counter()
-                steps[variant] = stepper(model, variant == "compile")
+                steps[variant] = stepper(model, variant)
                 for batch in batches:  # warm up: every shape once (compiles, for `compile`)
                     steps[variant](batch)
                 print(f"{name} {variant}: set-up and a first pass {time.perf_counter() - start:.1f} s", flush=True)
