@@ -24,8 +24,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bertkit.utils.deprecation import moved_names
-
 FILE_FORMATS = """\
 classify, pairs: a TSV, CSV or JSONL file. TSV/CSV: text<TAB>label, or text<TAB>text_pair<TAB>label for
 pairs; a header row may name the columns (text/sentence/content/review..., text_pair/sentence2..., label/
@@ -162,6 +160,3 @@ def collect_labels(task: TaskKind, examples: Sequence) -> list[str]:
     """Label names in a fixed order: sorted, with "O" first for tags (as tagging schemes list it)."""
     names = sorted({label for example in examples for label in task.labels(example)})
     return ["O", *(name for name in names if name != "O")] if task.token_level else names
-
-
-__getattr__ = moved_names(__name__, {"label_names": "bertkit.data.task_kinds:collect_labels"})

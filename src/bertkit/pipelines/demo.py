@@ -48,7 +48,6 @@ from bertkit.pipelines.finetune import finetune
 from bertkit.pipelines.options import DemoOptions, FinetuneOptions, PretrainOptions, recipe_options
 from bertkit.pipelines.pretrain import PretrainingRun, prepare, pretrain, step_seconds
 from bertkit.utils.atomic import atomic_write_text
-from bertkit.utils.deprecation import moved_names
 
 # what run_demo writes into its directory besides its reports (what `bertkit demo --overwrite` replaces)
 OUTPUTS = ("vocab", "timing", "pretrain", "tapt", "finetune", "*.png")
@@ -283,6 +282,3 @@ def time_work(options: DemoOptions, pre_run: PretrainingRun, tapt_run: Pretraini
     return WorkTimes(pretrain_step=pretrain_step, pretrain_overhead=SAVING_SECONDS, tapt_step=tapt_step,
                      tapt_held_step=tapt_held_step, tapt_overhead=(TAPT_EVALS + 1) * tapt_eval + SAVING_SECONDS,
                      finetune_step=step, finetune_overhead=overhead)
-
-
-__getattr__ = moved_names(__name__, {"build_vocab": "bertkit.pipelines.demo:build_demo_vocab"})

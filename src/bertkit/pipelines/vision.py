@@ -25,7 +25,6 @@ from bertkit.pipelines.run_directory import holds_out
 from bertkit.training.budget import steps_in_budget
 from bertkit.training.trainer import BEST_DIR, METRICS_NAME, Trainer
 from bertkit.utils.atomic import atomic_write_text
-from bertkit.utils.deprecation import moved_names
 
 REPORT_NAME = "report.json"
 CURVE_NAME = "loss_curve.png"
@@ -136,7 +135,3 @@ def vision_train(options: VisionTrainOptions, say: Callable[[str], None] = lambd
     figures.save_figure(figures.training_curves(out / METRICS_NAME, title=f"ViT on {Path(options.data).name}"),
                     out / CURVE_NAME)
     return report
-
-
-__getattr__ = moved_names(__name__, {"load_image_model": "bertkit.inference.images:load_image_model",
-                                     "classify_images": "bertkit.inference.images:classify_images"})

@@ -21,7 +21,6 @@ import numpy as np
 import torch
 
 from bertkit.utils.atomic import atomic_directory, atomic_write_text, fsync_directory, remove_leftovers
-from bertkit.utils.deprecation import moved_names
 
 CHECKPOINT_PREFIX = "checkpoint-"
 STATE_NAME = "trainer_state.json"  # written last: its presence marks a complete checkpoint
@@ -193,6 +192,3 @@ def load_checkpoint(directory: Path, map_location: torch.device) -> dict[str, An
         }
     except (RuntimeError, OSError, ValueError, EOFError) as err:
         raise TrainingCheckpointError(f"checkpoint {directory} is unreadable: {err}") from err
-
-
-__getattr__ = moved_names(__name__, {"CheckpointError": "bertkit.training.checkpointing:TrainingCheckpointError"})
