@@ -117,6 +117,44 @@ def test_a_renamed_name_is_gone_from_its_old_place(module, old):
         getattr(importlib.import_module(module), old)
 
 
+def _model_classes() -> dict[str, str]:
+    """{name: home module} of every public model class (a PreTrainedModel subclass) defined in bertkit.models."""
+    import importlib
+    import inspect
+    import pkgutil
+
+    import bertkit.models
+    from bertkit.models.pretrained import PreTrainedModel
+
+    found = {}
+    for info in pkgutil.walk_packages(bertkit.models.__path__, "bertkit.models."):
+        module = importlib.import_module(info.name)
+        for name, value in vars(module).items():
+            if (inspect.isclass(value) and issubclass(value, PreTrainedModel) and value is not PreTrainedModel
+                    and value.__module__ == info.name and not name.startswith("_")):
+                found[name] = info.name
+    return found
+
+
+def test_every_model_and_head_imports_from_bertkit():
+    import importlib
+
+    import bertkit
+
+    classes = _model_classes()
+    assert {"BertModel", "BertForPreTraining", "BertForMaskedLM", "BertForSequenceClassification",
+            "BertForTokenClassification", "BertForPromptClassification", "BertForQuestionAnswering", "GPT2Model",
+            "GPT2LMHeadModel", "ViTModel", "ViTForImageClassification", "Seq2SeqTransformer",
+            "RNNSeq2Seq"} <= set(classes)
+    for name, home in classes.items():
+        assert name in bertkit.__all__, name
+        assert getattr(bertkit, name) is getattr(importlib.import_module(home), name), name
+    from bertkit import BertForQuestionAnswering
+    from bertkit.models.bert.heads import BertForQuestionAnswering as home
+
+    assert BertForQuestionAnswering is home
+
+
 def test_the_public_names_import_from_bertkit():
     import bertkit
 

@@ -9,21 +9,31 @@ import importlib
 
 __version__ = "0.1.0"
 
-# public name -> module that defines it
+# public name -> module that defines it: every family's config and every model and head class, as transformers
+# exports them (`from bertkit import BertForQuestionAnswering`)
 _EXPORTS = {
     "BertConfig": "bertkit.models.bert.configuration",
+    "BertPreTrainedModel": "bertkit.models.bert.modeling",
     "BertModel": "bertkit.models.bert.modeling",
     "BertForPreTraining": "bertkit.models.bert.heads",
     "BertForMaskedLM": "bertkit.models.bert.heads",
     "BertForSequenceClassification": "bertkit.models.bert.heads",
     "BertForTokenClassification": "bertkit.models.bert.heads",
+    "BertForPromptClassification": "bertkit.models.bert.heads",
+    "BertForQuestionAnswering": "bertkit.models.bert.heads",
     "BertTokenizer": "bertkit.tokenizer",
     "GPT2Config": "bertkit.models.gpt.configuration",
+    "GPT2PreTrainedModel": "bertkit.models.gpt.modeling",
     "GPT2Model": "bertkit.models.gpt.modeling",
     "GPT2LMHeadModel": "bertkit.models.gpt.modeling",
     "NumpyBert": "bertkit.models.reference",
     "NumpyGPT2": "bertkit.models.reference",
+    "Seq2SeqConfig": "bertkit.models.seq2seq.configuration",
+    "Seq2SeqPreTrainedModel": "bertkit.models.seq2seq.encoder_decoder",
+    "Seq2SeqTransformer": "bertkit.models.seq2seq.transformer",
+    "RNNSeq2Seq": "bertkit.models.seq2seq.rnn",
     "ViTConfig": "bertkit.models.vit.configuration",
+    "ViTPreTrainedModel": "bertkit.models.vit.modeling",
     "ViTModel": "bertkit.models.vit.modeling",
     "ViTForImageClassification": "bertkit.models.vit.modeling",
 }
