@@ -1,11 +1,15 @@
 """The layers of docs/architecture.md, checked on the source: what each package may import, no import cycle, no
-pipeline importing a sibling pipeline, argparse only in cli/. Imports under `if TYPE_CHECKING:` are for type
-checkers only and do not count; imports inside functions count."""
+pipeline importing a sibling pipeline, argparse and print only in cli/. Imports under `if TYPE_CHECKING:` are for
+type checkers only and do not count (an argparse import counts anywhere); imports inside functions count. The
+imports made from strings count too: the package root's lazy exports and the registry's "module:Class" names obey
+the same layers."""
 
 from __future__ import annotations
 
 import ast
+import functools
 import importlib
+import re
 from pathlib import Path
 
 import pytest
@@ -160,10 +164,84 @@ def test_the_plumbing_imports_no_pipeline():
     assert {m: sorted(GRAPH[m] & pipelines) for m in PLUMBING if GRAPH[m] & pipelines} == {}
 
 
+@functools.cache
+def _tree(module: str) -> ast.AST:
+    return ast.parse(MODULES[module].read_text(encoding="utf-8"))
+
+
+def argparse_imports(module: str) -> list[int]:
+    """The lines where `module` imports argparse (`import argparse`, `from argparse import ...`), anywhere in it."""
+    def is_argparse(name: str | None) -> bool:
+        return name is not None and (name == "argparse" or name.startswith("argparse."))
+
+    return sorted(node.lineno for node in ast.walk(_tree(module))
+                  if isinstance(node, ast.Import) and any(is_argparse(alias.name) for alias in node.names)
+                  or isinstance(node, ast.ImportFrom) and not node.level and is_argparse(node.module))
+
+
+def print_calls(module: str) -> list[int]:
+    """The lines where `module` calls print()."""
+    return sorted(node.lineno for node in ast.walk(_tree(module))
+                  if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "print")
+
+
 def test_only_cli_parses_arguments():
-    parsers = sorted(m for m, path in MODULES.items()
-                     if "import argparse" in path.read_text(encoding="utf-8") and not _in(m, "bertkit.cli"))
-    assert parsers == []
+    assert argparse_imports("bertkit.cli.common")  # the reader sees cli's own parser
+    parsers = {m: argparse_imports(m) for m in MODULES if not _in(m, "bertkit.cli") and argparse_imports(m)}
+    assert parsers == {}
+
+
+def test_nothing_below_cli_prints():
+    """The library says what it has to say in return values, exceptions, warnings, logging or a writer it is given;
+    only cli/ prints for people."""
+    assert print_calls("bertkit.cli")  # the reader sees cli's own prints
+    printers = {m: print_calls(m) for m in MODULES if not _in(m, "bertkit.cli") and print_calls(m)}
+    assert printers == {}
+
+
+# The package root imports nothing at import time; `bertkit.X` imports X's module on first use (`_EXPORTS`). Only
+# cli/ may import the root, so what it exports comes from the layers below cli.
+ROOT_EXPORTS_FROM = ALLOWED["bertkit.cli"] - {"bertkit"}
+
+
+def test_the_root_exports_resolve_from_the_layers_below_cli():
+    assert bertkit._EXPORTS and set(bertkit.__all__) == set(bertkit._EXPORTS) | {"__version__"}
+    offending = {}
+    for name, module in bertkit._EXPORTS.items():
+        value = getattr(bertkit, name)
+        assert value is getattr(importlib.import_module(module), name), name
+        homes = {_resolve(module), _resolve(value.__module__)}  # where the name is exported from and defined
+        if None in homes or any(_package(home) not in ROOT_EXPORTS_FROM for home in homes):
+            offending[name] = sorted(map(str, homes))
+    assert offending == {}
+
+
+NAME_IN_MODULE = re.compile(r"bertkit(\.[A-Za-z_]\w*)+:[A-Za-z_]\w*")  # "bertkit.models.bert.heads:BertForMaskedLM"
+
+
+def named_objects(module: str) -> set[str]:
+    """The "module:name" strings in `module`'s source: an import made when the string is resolved."""
+    return {node.value for node in ast.walk(_tree(module))
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and NAME_IN_MODULE.fullmatch(node.value)}
+
+
+NAMED = {module: named for module in MODULES if (named := named_objects(module))}
+
+
+def test_the_registry_names_real_objects_in_the_layers_it_may_import():
+    from bertkit.models.registry import FAMILIES
+
+    in_registry = {name for f in FAMILIES for name in (f.config, f.chooser, *f.heads.values())}
+    assert in_registry and in_registry <= NAMED["bertkit.models.registry"]  # the reader sees every family's names
+    offending = {}
+    for holder, named in NAMED.items():
+        for dotted in sorted(named):
+            target, _, name = dotted.partition(":")
+            assert target in MODULES, f"{holder}: {dotted} names no bertkit module"
+            assert getattr(importlib.import_module(target), name, None) is not None, f"{holder}: {dotted} is missing"
+            if _package(target) not in ALLOWED.get(_package(holder), set()) | {_package(holder)}:
+                offending.setdefault(holder, []).append(dotted)
+    assert offending == {}
 
 
 def test_the_graph_sees_lazy_imports_and_skips_type_checking_ones():
