@@ -73,6 +73,13 @@ def test_unknown_label_at_evaluation_is_a_clear_error(letters_model, tmp_path):
                                  max_steps=1, progress=False))
 
 
+def test_a_max_length_past_the_models_positions_is_refused(letters_model, tmp_path):
+    with pytest.raises(ValueError, match="--max-length 32 exceeds the 16 positions of "):
+        finetune(FinetuneOptions(task="classify", model=str(letters_model / "model"), random_init=True,
+                                 train=str(letters_model / "train.tsv"), dev=str(letters_model / "dev.tsv"),
+                                 out=str(tmp_path / "x"), max_length=32, max_steps=1, progress=False))
+
+
 def test_empty_training_file_is_a_clear_error(letters_model, tmp_path, capsys):
     empty = tmp_path / "empty.tsv"
     empty.write_text("")

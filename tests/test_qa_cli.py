@@ -166,6 +166,11 @@ def finetune_argv(ws, tmp_path, train, *extra):
             tmp_path / "out", *extra]
 
 
+def test_a_max_length_past_the_models_positions_is_refused(ws, tmp_path, capsys):
+    err = refused(capsys, "finetune", *finetune_argv(ws, tmp_path, ws / "train.json", "--max-length", "128"))
+    assert f"--max-length 128 exceeds the 64 positions of {ws / 'encoder'}" in err
+
+
 def test_a_file_that_is_not_squad_format_is_refused(ws, reader, tmp_path, capsys):
     (tmp_path / "rows.jsonl").write_text('{"question": "q", "context": "c"}\n{"question": "r", "context": "d"}\n')
     err = refused(capsys, "finetune", *finetune_argv(ws, tmp_path, tmp_path / "rows.jsonl"))

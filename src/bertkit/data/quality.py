@@ -8,7 +8,8 @@ vocabulary building measure the same few things and say them the same way (`Data
 - the unknown-token rate: the share of the text's tokens that the vocabulary does not know;
 - the classes seen: how many, how many examples each, against how many examples;
 - the size delivered against the size asked;
-- the tokenizer against the model's embeddings: a token id past the embedding table, or most rows never used.
+- the tokenizer against the model's embeddings: a token id past the embedding table, or most rows never used;
+- the sequence length against the model's positions: a position past the position table.
 
 A finding that leaves the figures meaningful but worse is a warning with its number; one that leaves them
 meaningless (most tokens unknown, one class, a class per example) is an error, before any step is trained.
@@ -157,3 +158,11 @@ def check_tokenizer_fits(tokenizer_size: int, vocab_size: int, where: str) -> No
         warnings.warn(f"{where}: the tokenizer has {tokenizer_size:,} tokens, the model's embeddings {vocab_size:,} "
                       f"rows: {unused:,} of them ({unused / vocab_size:.0%}) are never used; is this the model's own "
                       "tokenizer?", DataQualityWarning, stacklevel=2)
+
+
+def check_positions_fit(length: int, positions: int, flag: str, model: str) -> None:
+    """The one check of a run's sequence length (`flag`, e.g. --max-length) against the positions of `model`
+    (`positions`, its config's max_position_embeddings): a position past the table has no vector, so a longer
+    length is an error that names both, before any text is tokenized for it."""
+    if length > positions:
+        raise ValueError(f"{flag} {length} exceeds the {positions} positions of {model}")

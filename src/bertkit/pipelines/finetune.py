@@ -3,38 +3,30 @@
 Tasks: "classify" (one text, a label), "pairs" (two texts, a label), "ner" (a tag per token; tokens are
 characters for Chinese); extractive QA has its own pipeline (pipelines/qa.py). The best checkpoint on the dev
 set (accuracy, or entity F1 for NER) is kept, training stops early when dev stops improving, and the label names
-are saved in the model's config.
+are saved in the model's config. This module reads the data and scores it; the run between (the model, its steps,
+the Trainer, the best checkpoint) is the one every text task shares, `fine_tuning.fine_tune`.
 """
 
 from __future__ import annotations
 
-import json
 import time
-import warnings
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
 from bertkit.data.prompts import PromptTemplate
-from bertkit.data.quality import DataReport, check_tokenizer_fits
+from bertkit.data.quality import DataReport
 from bertkit.data.sources import resolve_model
 from bertkit.data.task_kinds import TaskKind, collect_labels, get_task
 from bertkit.data.tasks import DATASET_LABEL_WORDS, label_budget
 from bertkit.inference import EncodedText, run_sorted
-from bertkit.models.bert.configuration import BertConfig
 from bertkit.models.bert.heads import IGNORE_INDEX, BertForPromptClassification
+from bertkit.pipelines.fine_tuning import TaskParts, fine_tune, write_results
 from bertkit.pipelines.options import FinetuneOptions
 from bertkit.pipelines.run_directory import holds_out
 from bertkit.training import metrics
-from bertkit.training.budget import planned_steps, steps_per_epoch
-from bertkit.training.trainer import Trainer
-from bertkit.utils.atomic import atomic_write_text
-
-RESULTS_NAME = "finetune_results.json"
-
 
 # ---- data ----------------------------------------------------------------------------------------
 
@@ -235,20 +227,6 @@ def finetune(options: FinetuneOptions) -> dict[str, Any]:
     if options.prompt is not None:
         cls, template = BertForPromptClassification, PromptTemplate(options.prompt)
         head["prompt"] = template.config(tokenizer, prompt_label_words(options, names))
-    torch.manual_seed(options.seed)
-    if options.random_init:
-        config = BertConfig.from_pretrained(model_dir).replace(**head)
-        model = cls(config)
-    else:
-        with warnings.catch_warnings():  # the fresh head is the point here, not news
-            warnings.filterwarnings("ignore", message=".*initialised fresh.*")
-            model = cls.from_pretrained(model_dir, **head)
-    if options.max_length > model.config.max_position_embeddings:
-        raise ValueError(f"max_length {options.max_length} exceeds the model's {model.config.max_position_embeddings} "
-                         "positions")
-    check_tokenizer_fits(len(tokenizer), model.config.vocab_size, str(model_dir))
-
-    select = options.select_best
 
     def featurize(examples):
         if task.token_level:
@@ -259,44 +237,25 @@ def finetune(options: FinetuneOptions) -> dict[str, Any]:
                     for row, e in zip(ids, examples)]
         return classification_features(examples, tokenizer, label2id, options.max_length)
 
-    train_features = featurize(train)
-    dev_features = featurize(splits["dev"]) if select else []  # only the best-on-dev choice reads dev
-    report.tokenized((f["input_ids"] for f in train_features), tokenizer, f"the tokenizer of {options.model}")
-    report.check().save(options.out)
-    collator = Collator(tokenizer.pad_token_id)
-    dev_tags = [e.tags for e in splits["dev"]] if task.token_level else None
-    epoch_steps = steps_per_epoch(len(train_features), options.batch_size)
-    max_steps = options.max_steps or max(1, round(options.epochs * epoch_steps))
-    if not options.max_steps:  # size the schedule to the time budget, so it decays fully
-        max_steps = planned_steps(model, train_features, collator, options.batch_size, max_steps, options.minutes,
-                                  options.bf16, options.group_by_length)
-    best_metric = task.metric
-    args = options.training_arguments(
-        max_steps, batch_size=min(options.batch_size, len(train_features)),
-        eval_every=options.eval_every or max(1, min(max_steps, epoch_steps // 2)),  # twice per epoch
-        metric_for_best=best_metric if select else None,
-        early_stopping_patience=options.early_stopping_patience if select else None, save_total_limit=1)
-    trainer = Trainer(model, args, train_features, collator,
-                      eval_fn=(lambda m: evaluate_features(m, task, dev_features, tokenizer.pad_token_id, id2label,
-                                                           dev_tags)) if select else None,
-                      tokenizer=tokenizer)
-    state = trainer.train()
-    train_seconds = time.perf_counter() - started
+    def scorer(examples):  # tokenized once, scored at each evaluation
+        features = featurize(examples)
+        tags = [e.tags for e in examples] if task.token_level else None
+        return lambda model: evaluate_features(model, task, features, tokenizer.pad_token_id, id2label, tags)
 
-    best_dir = Path(options.out) / "best" if select else Path(options.out)
-    best = cls.from_pretrained(best_dir) if select else trainer.model.eval()  # kept last: dev is not scored
+    parts = TaskParts(model_class=cls, head=head, train=train, dev=splits["dev"], featurize=featurize,
+                      collator=Collator(tokenizer.pad_token_id), scorer=scorer, metric=task.metric, report=report)
+    run = fine_tune(options, parts, model_dir, tokenizer, started)
+
     results: dict[str, Any] = {"task": options.task, "model": options.model, "random_init": options.random_init,
-                               "labels": names, "train_examples": len(train), "steps": state.step,
-                               "stop_reason": state.stop_reason,
-                               "train_seconds": train_seconds, "best_step": state.best_step,
-                               f"dev_{best_metric}": state.best_metric, "best_model": str(best_dir)}
+                               "labels": names, "train_examples": len(train), "steps": run.state.step,
+                               "stop_reason": run.state.stop_reason,
+                               "train_seconds": run.train_seconds, "best_step": run.state.best_step,
+                               f"dev_{task.metric}": run.state.best_metric, "best_model": str(run.best_dir)}
     if splits.get("test"):
-        test_tags = [e.tags for e in splits["test"]] if task.token_level else None
         # scored as the trainer scores dev: in bf16 autocast when the run trained in it
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=options.bf16):
-            test = evaluate_features(best, task, featurize(splits["test"]), tokenizer.pad_token_id, id2label,
-                                     test_tags)
+            test = scorer(splits["test"])(run.model)
         results.update({f"test_{k}": v for k, v in test.items()})
-    atomic_write_text(Path(options.out) / RESULTS_NAME, json.dumps(results, indent=2, ensure_ascii=False))
+    write_results(options, results)
     return results
 

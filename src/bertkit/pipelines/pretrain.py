@@ -31,7 +31,7 @@ from bertkit.data.pretraining import (
     PretrainingCollator,
     PretrainingDataset,
 )
-from bertkit.data.quality import DataReport
+from bertkit.data.quality import DataReport, check_positions_fit
 from bertkit.data.store import FILES, META, TokenStore, cached_store, store_key
 from bertkit.models.bert.configuration import BertConfig
 from bertkit.models.bert.heads import BertForMaskedLM, BertForPreTraining
@@ -107,9 +107,7 @@ def model_config(spec: str, vocab_size: int, albert: bool, max_seq_length: int, 
         raise FileNotFoundError(f"--config {spec!r} is neither a preset ({', '.join(PRESETS)}) nor a JSON file")
     if albert:
         config = config.replace(embedding_size=min(128, config.hidden_size), share_layers=True)
-    if max_seq_length > config.max_position_embeddings:
-        raise ValueError(f"max_seq_length {max_seq_length} exceeds the model's {config.max_position_embeddings} "
-                         "positions")
+    check_positions_fit(max_seq_length, config.max_position_embeddings, "--max-seq-length", f"--config {spec}")
     return config
 
 
@@ -262,9 +260,8 @@ def init_model(head: type, directory: Path, options: PretrainOptions, vocab_size
     if config.vocab_size != vocab_size:
         raise ValueError(f"{directory} has {config.vocab_size} embedding rows but its tokenizer {vocab_size} tokens: "
                          "--init needs a model and vocabulary that belong together")
-    if options.max_seq_length > config.max_position_embeddings:
-        raise ValueError(f"--max-seq-length {options.max_seq_length} exceeds the {config.max_position_embeddings} "
-                         f"positions of --init {options.init}")
+    check_positions_fit(options.max_seq_length, config.max_position_embeddings, "--max-seq-length",
+                        f"--init {options.init}")
     if options.dropout is not None:
         config = config.replace(hidden_dropout_prob=options.dropout, attention_probs_dropout_prob=options.dropout)
     return head.from_pretrained(directory, config=config).train()

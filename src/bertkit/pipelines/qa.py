@@ -8,13 +8,14 @@ Windows are bertkit.data.qa's (a long context in windows that overlap by --doc-s
 decoded by bertkit.inference.qa over all windows of a question; exact match and F1 are the official scripts'
 (bertkit.training.qa_metrics: SQuAD's for English, CMRC 2018's for Chinese). The window and decoding settings are
 saved in the model's config (`qa`), so `bertkit predict` and `evaluate` read questions as they were trained.
+The run between the windows and the scores (the model, its steps, the Trainer, the best checkpoint) is the one
+every text task shares, `fine_tuning.fine_tune`.
 """
 
 from __future__ import annotations
 
 import json
 import time
-import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,21 +25,18 @@ import numpy as np
 import torch
 
 from bertkit.data.qa import QAExample, QAWindow, qa_windows
-from bertkit.data.quality import DataReport, check_tokenizer_fits
+from bertkit.data.quality import DataReport
 from bertkit.data.sources import resolve_model
 from bertkit.data.task_kinds import get_task
 from bertkit.inference.batching import collate
 from bertkit.inference.qa import answer_windows
-from bertkit.models.bert.configuration import BertConfig
 from bertkit.models.bert.heads import BertForQuestionAnswering
+from bertkit.pipelines.fine_tuning import TaskParts, fine_tune, write_results
 from bertkit.pipelines.options import FinetuneOptions
 from bertkit.pipelines.run_directory import holds_out
-from bertkit.training.budget import planned_steps, steps_per_epoch
 from bertkit.training.qa_metrics import qa_scores
-from bertkit.training.trainer import Trainer
 from bertkit.utils.atomic import atomic_write_text
 
-RESULTS_NAME = "finetune_results.json"
 PREDICTIONS_NAME = "predictions.json"
 
 
@@ -104,64 +102,36 @@ def finetune_qa(options: FinetuneOptions) -> dict[str, Any]:
         train = [train[i] for i in sorted(rng.choice(len(train), options.max_train_examples, replace=False))]
     settings = {"max_length": options.max_length, "doc_stride": options.doc_stride,
                 "max_answer_length": options.max_answer_length, "impossible": any(e.is_impossible for e in train)}
-
-    torch.manual_seed(options.seed)
-    if options.random_init:
-        model = BertForQuestionAnswering(BertConfig.from_pretrained(model_dir).replace(qa=settings))
-    else:
-        with warnings.catch_warnings():  # the fresh head is the point here, not news
-            warnings.filterwarnings("ignore", message=".*initialised fresh.*")
-            model = BertForQuestionAnswering.from_pretrained(model_dir, qa=settings)
-    if options.max_length > model.config.max_position_embeddings:
-        raise ValueError(f"max_length {options.max_length} exceeds the model's {model.config.max_position_embeddings} "
-                         "positions")
-    check_tokenizer_fits(len(tokenizer), model.config.vocab_size, str(model_dir))
-
-    train_windows = qa_windows(train, tokenizer, options.max_length, options.doc_stride)
-    dev = splits["dev"]
-    dev_windows = qa_windows(dev, tokenizer, options.max_length, options.doc_stride, labels=False)
-    report = DataReport("the training data")
-    report.tokenized((w.input_ids for w in train_windows), tokenizer, f"the tokenizer of {options.model}")
-    report.check().save(options.out)
-    collator = WindowCollator(tokenizer.pad_token_id)
-    epoch_steps = steps_per_epoch(len(train_windows), options.batch_size, "windows")
-    max_steps = options.max_steps or max(1, round(options.epochs * epoch_steps))
-    if not options.max_steps:
-        max_steps = planned_steps(model, train_windows, collator, options.batch_size, max_steps, options.minutes,
-                                  options.bf16, options.group_by_length)
-    select = options.select_best
-    args = options.training_arguments(
-        max_steps, batch_size=min(options.batch_size, len(train_windows)),
-        eval_every=options.eval_every or max(1, min(max_steps, epoch_steps // 2)),  # twice per epoch
-        metric_for_best="f1" if select else None,
-        early_stopping_patience=options.early_stopping_patience if select else None, save_total_limit=1)
-
     decoding = {"max_answer_length": options.max_answer_length, "impossible": settings["impossible"]}
 
-    def evaluate_dev(m) -> dict[str, float]:
-        return score_answers(answer_windows(m, dev, dev_windows, tokenizer.pad_token_id, **decoding), dev)
+    def featurize(examples: Sequence[QAExample]) -> list[QAWindow]:
+        return qa_windows(examples, tokenizer, options.max_length, options.doc_stride)
 
-    trainer = Trainer(model, args, train_windows, collator, eval_fn=evaluate_dev if select else None,
-                      tokenizer=tokenizer)
-    state = trainer.train()
-    train_seconds = time.perf_counter() - started
+    def scorer(examples: Sequence[QAExample]):  # windowed once, answered at each evaluation
+        windows = qa_windows(examples, tokenizer, options.max_length, options.doc_stride, labels=False)
+        return lambda model: score_answers(answer_windows(model, examples, windows, tokenizer.pad_token_id,
+                                                          **decoding), examples)
 
-    best_dir = Path(options.out) / "best" if select else Path(options.out)
-    best = BertForQuestionAnswering.from_pretrained(best_dir) if select else trainer.model.eval()
+    parts = TaskParts(model_class=BertForQuestionAnswering, head={"qa": settings}, train=train, dev=splits["dev"],
+                      featurize=featurize, collator=WindowCollator(tokenizer.pad_token_id), scorer=scorer,
+                      metric="f1", report=DataReport("the training data"), unit="windows")
+    run = fine_tune(options, parts, model_dir, tokenizer, started)
+
+    state = run.state
     at_best = next((r for r in state.log_history if r.get("step") == state.best_step and "eval_f1" in r), {})
     results: dict[str, Any] = {"task": "qa", "model": options.model, "random_init": options.random_init,
                                "train_examples": len(train),
-                               "train_windows": len(train_windows), "steps": state.step,
-                               "stop_reason": state.stop_reason, "train_seconds": train_seconds,
+                               "train_windows": run.train_features, "steps": state.step,
+                               "stop_reason": state.stop_reason, "train_seconds": run.train_seconds,
                                "best_step": state.best_step, "dev_f1": state.best_metric,
                                "dev_exact_match": at_best.get("eval_exact_match"), "settings": settings,
-                               "best_model": str(best_dir)}
+                               "best_model": str(run.best_dir)}
     if splits.get("test"):
         test = splits["test"]
         test_windows = qa_windows(test, tokenizer, options.max_length, options.doc_stride, labels=False)
-        answers = answer_windows(best, test, test_windows, tokenizer.pad_token_id, **decoding)
+        answers = answer_windows(run.model, test, test_windows, tokenizer.pad_token_id, **decoding)
         results.update({f"test_{k}": v for k, v in score_answers(answers, test).items()})
         atomic_write_text(Path(options.out) / PREDICTIONS_NAME, json.dumps(
             {e.id: a["answer"] for e, a in zip(test, answers)}, indent=1, ensure_ascii=False))
-    atomic_write_text(Path(options.out) / RESULTS_NAME, json.dumps(results, indent=2, ensure_ascii=False))
+    write_results(options, results)
     return results

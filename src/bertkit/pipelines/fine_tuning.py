@@ -1,0 +1,117 @@
+"""The fine-tuning run every text task shares, from the pretrained model to its best checkpoint.
+
+A task's pipeline (pipelines/finetune.py: classes, pairs and tags; pipelines/qa.py: extractive QA) reads its data,
+says in a `TaskParts` what is its own (the head, how examples become features, how dev is scored) and calls
+`fine_tune`, which runs the rest the same way for every task:
+
+    the seed -> the pretrained encoder with a fresh head -> its positions and vocabulary against the run's
+    -> features (dev too, when it picks the best) -> steps: an epoch, the planned run, dev twice per epoch
+    -> Trainer -> the best checkpoint on dev, reloaded
+
+The pipeline then scores its test set with the model `fine_tune` returns and writes its results (`write_results`).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import warnings
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from bertkit.data.quality import DataReport, check_positions_fit, check_tokenizer_fits
+from bertkit.models.bert.configuration import BertConfig
+from bertkit.pipelines.options import FinetuneOptions
+from bertkit.training.arguments import TrainState
+from bertkit.training.budget import planned_steps, steps_per_epoch
+from bertkit.training.trainer import BEST_DIR, Trainer
+from bertkit.utils.atomic import atomic_write_text
+
+RESULTS_NAME = "finetune_results.json"
+
+Scorer = Callable[[torch.nn.Module], dict[str, float]]
+
+
+@dataclass(frozen=True)
+class TaskParts:
+    """What a fine-tuning task brings to the run; the rest is `fine_tune`'s, the same for every task."""
+
+    model_class: type                      # the encoder with the task's head, e.g. BertForSequenceClassification
+    head: dict[str, Any]                   # the head's config fields, saved with the model (id2label, qa, prompt)
+    train: Sequence                        # the training examples
+    dev: Sequence                          # the dev examples: they pick the best checkpoint
+    featurize: Callable[[Sequence], list]  # training examples -> the features `collator` batches
+    collator: Callable                     # features -> a batch of the model's inputs and labels
+    scorer: Callable[[Sequence], Scorer]   # evaluation examples -> a function scoring a model on them
+    metric: str                            # the dev score that picks the best checkpoint ("accuracy", "f1")
+    report: DataReport                     # what was measured on the training data so far
+    unit: str = "examples"                 # what one feature is ("windows" for QA), as a warning names it
+
+
+@dataclass(frozen=True)
+class FineTuned:
+    """A finished run: the trainer's state, the model to score on test and where it was saved."""
+
+    state: TrainState
+    model: torch.nn.Module                 # the best on dev, reloaded; the last one when dev is not scored
+    best_dir: Path
+    train_seconds: float                   # since the pipeline started, its data read and tokenized included
+    train_features: int
+
+
+def input_ids(feature: Any) -> Sequence[int]:
+    """A feature's token ids: a key (classes and tags) or an attribute (QA windows)."""
+    return feature["input_ids"] if isinstance(feature, Mapping) else feature.input_ids
+
+
+def fine_tune(options: FinetuneOptions, task: TaskParts, model_dir: Path, tokenizer: Any,
+              started: float) -> FineTuned:
+    """Train `task`'s head on the model in `model_dir` as `options` say, keeping the best dev checkpoint in
+    OUT/best; `started` is when the pipeline started (train_seconds count from it)."""
+    # the pretrained encoder with a fresh head (all of it fresh with --random-init), from the run's seed
+    torch.manual_seed(options.seed)
+    if options.random_init:
+        model = task.model_class(BertConfig.from_pretrained(model_dir).replace(**task.head))
+    else:
+        with warnings.catch_warnings():  # the fresh head is the point here, not news
+            warnings.filterwarnings("ignore", message=".*initialised fresh.*")
+            model = task.model_class.from_pretrained(model_dir, **task.head)
+    check_positions_fit(options.max_length, model.config.max_position_embeddings, "--max-length", options.model)
+    check_tokenizer_fits(len(tokenizer), model.config.vocab_size, str(model_dir))
+
+    # the features; dev is tokenized only when it is read, to pick the best checkpoint
+    select = options.select_best
+    train_features = task.featurize(task.train)
+    evaluate = task.scorer(task.dev) if select else None
+    task.report.tokenized((input_ids(f) for f in train_features), tokenizer, f"the tokenizer of {options.model}")
+    task.report.check().save(options.out)
+
+    # the steps: --max-steps, or --epochs cut to what fits --minutes (so the schedule decays fully); dev twice an epoch
+    epoch_steps = steps_per_epoch(len(train_features), options.batch_size, task.unit)
+    max_steps = options.max_steps or max(1, round(options.epochs * epoch_steps))
+    if not options.max_steps:
+        max_steps = planned_steps(model, train_features, task.collator, options.batch_size, max_steps, options.minutes,
+                                  options.bf16, options.group_by_length)
+    args = options.training_arguments(
+        max_steps, batch_size=min(options.batch_size, len(train_features)),
+        eval_every=options.eval_every or max(1, min(max_steps, epoch_steps // 2)),
+        metric_for_best=task.metric if select else None,
+        early_stopping_patience=options.early_stopping_patience if select else None, save_total_limit=1)
+
+    trainer = Trainer(model, args, train_features, task.collator, eval_fn=evaluate, tokenizer=tokenizer)
+    state = trainer.train()
+    train_seconds = time.perf_counter() - started
+
+    # the best checkpoint on dev, from OUT/best; without dev scores, the last model (saved in OUT)
+    best_dir = Path(options.out) / BEST_DIR if select else Path(options.out)
+    best = task.model_class.from_pretrained(best_dir) if select else trainer.model.eval()
+    return FineTuned(state, best, best_dir, train_seconds, len(train_features))
+
+
+def write_results(options: FinetuneOptions, results: dict[str, Any]) -> None:
+    """OUT/finetune_results.json: what the run did and scored."""
+    atomic_write_text(Path(options.out) / RESULTS_NAME, json.dumps(results, indent=2, ensure_ascii=False))
