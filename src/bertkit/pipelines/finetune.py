@@ -267,9 +267,11 @@ def finetune(options: FinetuneOptions) -> dict[str, Any]:
     dev_tags = [e.tags for e in splits["dev"]] if task.token_level else None
     epoch_steps = steps_per_epoch(len(train_features), options.batch_size)
     max_steps = options.max_steps or max(1, round(options.epochs * epoch_steps))
-    if not options.max_steps:  # size the schedule to the time budget, so it decays fully
+    if not options.max_steps:  # size the schedule to the time budget, so it decays fully; dev (read only to choose
+        # the best model) is scored twice per epoch or every --eval-every steps, as below
         max_steps = planned_steps(model, train_features, collator, options.batch_size, max_steps, options.minutes,
-                                  options.bf16, options.group_by_length)
+                                  options.bf16, options.group_by_length, eval_examples=len(dev_features),
+                                  eval_every=options.eval_every or max(1, epoch_steps // 2))
     best_metric = task.metric
     args = options.training_arguments(
         max_steps, batch_size=min(options.batch_size, len(train_features)),

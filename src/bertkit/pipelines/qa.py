@@ -126,10 +126,13 @@ def finetune_qa(options: FinetuneOptions) -> dict[str, Any]:
     collator = WindowCollator(tokenizer.pad_token_id)
     epoch_steps = steps_per_epoch(len(train_windows), options.batch_size, "windows")
     max_steps = options.max_steps or max(1, round(options.epochs * epoch_steps))
-    if not options.max_steps:
-        max_steps = planned_steps(model, train_windows, collator, options.batch_size, max_steps, options.minutes,
-                                  options.bf16, options.group_by_length)
     select = options.select_best
+    if not options.max_steps:  # dev's windows (read only to choose the best model) are scored twice per epoch or
+        # every --eval-every steps, as below
+        max_steps = planned_steps(model, train_windows, collator, options.batch_size, max_steps, options.minutes,
+                                  options.bf16, options.group_by_length,
+                                  eval_examples=len(dev_windows) if select else 0,
+                                  eval_every=options.eval_every or max(1, epoch_steps // 2))
     args = options.training_arguments(
         max_steps, batch_size=min(options.batch_size, len(train_windows)),
         eval_every=options.eval_every or max(1, min(max_steps, epoch_steps // 2)),  # twice per epoch
