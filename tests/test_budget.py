@@ -1,27 +1,88 @@
-"""Sizing a run to a time budget: timed on a copy, so the model itself is untouched."""
+"""Sizing a run to a time budget: one rule turns seconds into steps; the probe times steps on a copy, so the model
+itself is untouched."""
+
+import math
 
 import pytest
 import torch
 
 from bertkit.models.bert.configuration import BertConfig
 from bertkit.models.bert.heads import BertForSequenceClassification
+from bertkit.training import budget
 from bertkit.training.arguments import TrainingArguments
-from bertkit.training.budget import length_probes, steps_in_budget, wall_clock_budget
+from bertkit.training.budget import (
+    RESERVE,
+    forward_seconds,
+    length_probes,
+    planned_steps,
+    seconds_per_step,
+    steps_for_budget,
+    wall_clock_budget,
+)
 
 
-def test_steps_in_budget_times_a_copy_and_scales_with_the_budget():
+def test_steps_for_budget_takes_the_overhead_then_the_reserve_then_divides():
+    # (1 - 0.1) * (600 - 30) / 0.5 = 1026
+    assert steps_for_budget(0.5, minutes=10, overhead=30, reserve=0.1) == 1026
+    assert steps_for_budget(0.5, seconds=600, overhead=30, reserve=0.1) == 1026   # minutes or seconds alike
+    assert steps_for_budget(0.5, minutes=10, reserve=0.0) == 1200                 # nothing kept back
+    assert RESERVE == 0.1 and steps_for_budget(0.5, minutes=10) == 1080           # the default reserve
+    assert steps_for_budget(0.5, minutes=10, overhead=30, reserve=0.1) < steps_for_budget(0.5, minutes=10)
+    assert steps_for_budget(0.7, minutes=2, overhead=12) == 138                   # 0.9 * 108 / 0.7 = 138.86
+    # a budget of exactly N steps plans N, though the division lands a hair below N in floating point
+    assert (1 - 0.1) * 72 / 0.1 < 648 and steps_for_budget(0.1, seconds=72) == 648
+
+
+def test_steps_for_budget_plans_one_step_when_the_overhead_fills_the_budget():
+    assert steps_for_budget(0.5, seconds=30, overhead=30) == 1      # nothing left after the overhead
+    assert steps_for_budget(0.5, seconds=10, overhead=30) == 1      # less than nothing
+    assert steps_for_budget(0.5, seconds=0.4) == 1                   # less than one step
+    assert steps_for_budget(0.5, seconds=-5.0) == 1                  # a planner's overdrawn remainder
+    assert steps_for_budget(2.0, seconds=1e-9, reserve=0.0) == 1
+
+
+@pytest.mark.parametrize("kwargs, error", [
+    (dict(seconds_per_step=0.5), TypeError),                              # no budget
+    (dict(seconds_per_step=0.5, minutes=1, seconds=60), TypeError),       # two budgets
+    (dict(seconds_per_step=0.0, minutes=1), ValueError),
+    (dict(seconds_per_step=math.nan, minutes=1), ValueError),
+    (dict(seconds_per_step=0.5, minutes=math.inf), ValueError),
+    (dict(seconds_per_step=0.5, minutes=1, overhead=-1.0), ValueError),
+    (dict(seconds_per_step=0.5, minutes=1, reserve=1.0), ValueError),
+    (dict(seconds_per_step=0.5, minutes=1, reserve=-0.1), ValueError),
+])
+def test_steps_for_budget_refuses_what_is_not_a_budget(kwargs, error):
+    with pytest.raises(error):
+        steps_for_budget(**kwargs)
+
+
+def test_forward_seconds_is_a_third_of_a_step_per_batch():
+    assert forward_seconds(300, 30, 0.6) == pytest.approx(2.0)   # 10 batches at 0.2 s
+    assert forward_seconds(0, 30, 0.6) == 0.0
+
+
+def test_planned_steps_pays_its_evaluations_on_each_step(monkeypatch):
+    monkeypatch.setattr(budget, "seconds_per_step", lambda *args, **kwargs: 0.3)
+    features = [{"input_ids": [1] * (i % 7 + 1)} for i in range(30)]
+    plan = lambda **kw: planned_steps(torch.nn.Linear(1, 1), features, lambda batch: {}, 3, **kw)
+    assert plan(max_steps=10**6, minutes=1) == 180                          # 0.9 * 60 / 0.3
+    # 90 examples evaluated every 10 steps: 30 batches at 0.1 s = 3 s, 0.3 s a step more -> 0.9 * 60 / 0.6
+    assert plan(max_steps=10**6, minutes=1, eval_examples=90, eval_every=10) == 90
+    assert plan(max_steps=50, minutes=1) == 50                              # the epochs' steps, when fewer
+    assert plan(max_steps=50, minutes=None) == 50                           # no budget: no timing
+
+
+def test_seconds_per_step_times_a_copy():
     torch.manual_seed(0)
     model = BertForSequenceClassification(BertConfig(vocab_size=50, hidden_size=16, num_hidden_layers=1,
                                                      num_attention_heads=2, intermediate_size=32))
     before = {k: v.clone() for k, v in model.state_dict().items()}
     batches = [{"input_ids": torch.randint(0, 50, (4, 8)), "labels": torch.tensor([0, 1, 0, 1])} for _ in range(3)]
-    short, long = steps_in_budget(model, batches, 1.0), steps_in_budget(model, batches, 1000.0)
-    assert short >= 1 and long > 100 * short / 2
+    assert 0 < seconds_per_step(model, batches, min_seconds=0.0) < 10
     assert all(torch.equal(v, before[k]) for k, v in model.state_dict().items())
-    assert steps_in_budget(model, batches[:1], 1e-9) == 1  # never zero steps
 
 
-def test_steps_in_budget_warms_up_then_times_every_batch():
+def test_seconds_per_step_warms_up_then_times_every_batch():
     calls = []
 
     class Counting(torch.nn.Module):
@@ -34,17 +95,15 @@ def test_steps_in_budget_warms_up_then_times_every_batch():
             return type("Out", (), {"loss": self.w * 0 + 1.0})()
 
     batches = [{"x": torch.tensor(i)} for i in range(3)]
-    assert steps_in_budget(Counting(), batches, 10.0, min_seconds=0.0) >= 1
+    assert seconds_per_step(Counting(), batches, min_seconds=0.0) > 0
     assert calls == [0, 1, 2, 0, 1]  # two warm-up steps, then each batch timed once
     with pytest.raises(ValueError, match="at least one batch"):
-        steps_in_budget(Counting(), [], 10.0)
+        seconds_per_step(Counting(), [])
 
 
-def test_steps_in_budget_sizes_by_the_mean_cost_of_the_batches(monkeypatch):
+def test_seconds_per_step_is_the_mean_cost_of_the_batches(monkeypatch):
     """A run of mixed lengths costs the mean of its batches' costs: one dear batch in three counts a third,
     and a one-off spike on a single step (a busy machine) does not count, since each batch takes its median."""
-    from bertkit.training import budget
-
     costs = {0: [0.1] * 9, 1: [0.1] * 9, 2: [0.4] * 9}
     costs[0][3] = 50.0                                       # one spike on batch 0
     calls = {0: 0, 1: 0, 2: 0}
@@ -58,8 +117,9 @@ def test_steps_in_budget_sizes_by_the_mean_cost_of_the_batches(monkeypatch):
     model = torch.nn.Linear(1, 1)
     batches = [{"x": torch.tensor(i)} for i in range(3)]
     # 2 warm-up steps, then 3 rounds of 3 batches: medians 0.1, 0.1, 0.4 -> 0.2 s a step
-    steps = budget.steps_in_budget(model, batches, 100.0, reserve=0.0, min_seconds=0.0, max_timed=9)
-    assert steps == 500
+    step = budget.seconds_per_step(model, batches, min_seconds=0.0, max_timed=9)
+    assert step == pytest.approx(0.2)
+    assert steps_for_budget(step, seconds=100.0, reserve=0.0) == 500
 
 
 def test_wall_clock_budget_turns_minutes_into_a_clock_the_schedule_follows(tmp_path):

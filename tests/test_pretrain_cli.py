@@ -223,3 +223,20 @@ def test_a_corpus_named_twice_weighs_twice_but_is_held_out_once(workspace, tmp_p
     trained = np.bincount(twice, minlength=42)
     assert set(trained[:40][~np.isin(np.arange(40), held_twice)]) == {2}        # named twice: two copies
     assert set(trained[40:][~np.isin(np.arange(40, 42), held_twice)]) <= {1}
+
+
+def test_plan_steps_pays_the_held_out_evaluations_first(monkeypatch):
+    """`--minutes` plans with the one rule (`steps_for_budget`): ten held-out evaluations as a fixed overhead, or
+    with --eval-every a share of each step; a forward pass is a third of a training step."""
+    from types import SimpleNamespace
+
+    from bertkit.pipelines import pretrain
+
+    monkeypatch.setattr(pretrain, "step_seconds", lambda run, hold=(): 0.1)
+    run = SimpleNamespace(eval_singles=[None] * 480, eval_pairs=[None] * 32)   # 512 held out, 16 batches of 32
+    options = SimpleNamespace(minutes=1, batch_size=32, eval_every=None)
+    # an evaluation: 16 batches at 0.1 / 3 s = 0.533 s; ten of them: 5.33 s; 0.9 * (60 - 5.33) / 0.1 = 492
+    assert pretrain.plan_steps(run, options) == 492
+    # every 100 steps: 0.1 + 0.00533 s a step; 0.9 * 60 / 0.10533 = 512.7
+    assert pretrain.plan_steps(run, SimpleNamespace(minutes=1, batch_size=32, eval_every=100)) == 512
+    assert pretrain.plan_steps(SimpleNamespace(eval_singles=[], eval_pairs=[]), options) == 540   # nothing held out

@@ -21,6 +21,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
+from bertkit.training.budget import RESERVE, steps_for_budget
+
 ROWS = ("bertkit-pretrained", "random-init", "m3e-small", "m3e-small-tapt", "prompt")
 
 
@@ -74,7 +76,6 @@ M3E_MIN_SCALE = 0.2           # m3e-small's steps shrink no further: below it it
 # the steps 2e-4 scores as 1e-4 does with all of them at 50 and 200 labels, and at a quarter 2e-4 beats 1e-4 by 7-14
 # points there (docs/pretraining-recipe.md); with all the steps 1e-4 is the better at 1,000 labels
 M3E_MAX_RATE = 3.0
-PRETRAIN_RESERVE = 0.1        # of the pretraining's seconds: its held-out evaluations and saving
 REPORT_SECONDS = 5.0          # the pictures and the report
 
 
@@ -216,11 +217,14 @@ def make_plan(times: WorkTimes, budget_seconds: float, spent_seconds: float, bud
                         max(1, round(TAPT_FROZEN_SHARE * tapt)), m3e_scale,
                         plan_runs(budgets, seeds, train_examples, m3e_scale, m3e_seeds, tiny_scale))
 
-    def seconds(steps: int) -> float:  # the pretraining's seconds for `steps`, its evaluations included
-        return steps * times.pretrain_step / (1 - PRETRAIN_RESERVE)
+    def pretrain_steps(seconds: float) -> int:
+        """The tiny BERT's pretraining steps in `seconds`, as every run plans them (`steps_for_budget`); its
+        overhead (setting up, saving) is a stage's seconds already, and its held-out evaluations, not timed here,
+        sit in the reserve."""
+        return steps_for_budget(times.pretrain_step, seconds=seconds)
 
     def fits(candidate: DemoPlan, steps: int) -> bool:  # leaves the pretraining `steps`
-        return budget_seconds - candidate.expected_seconds >= seconds(steps)
+        return pretrain_steps(budget_seconds - candidate.expected_seconds) >= steps
 
     target, least = PRETRAIN_STEPS, PRETRAIN_MIN_STEPS
     if fits(chosen := plan(1.0, None), target) or fits(chosen := plan(1.0, 1), target):
@@ -232,8 +236,9 @@ def make_plan(times: WorkTimes, budget_seconds: float, spent_seconds: float, bud
     else:  # a budget too small for the job: every fine-tuning run shrinks alike
         scale = largest(lambda g: fits(plan(M3E_MIN_SCALE * g, 1, g), least), 0.0, 1.0)
         chosen = plan(M3E_MIN_SCALE * scale, 1, scale)
-    left = max(budget_seconds - chosen.expected_seconds, seconds(1))
-    return replace(chosen, pretrain_seconds=left, pretrain_steps=max(1, int(left / seconds(1))))
+    # the pretraining's clock: what is left, or at least its one step and the reserve on it
+    left = max(budget_seconds - chosen.expected_seconds, times.pretrain_step / (1 - RESERVE))
+    return replace(chosen, pretrain_seconds=left, pretrain_steps=pretrain_steps(left))
 
 
 def largest(fits: Any, low: float, high: float, rounds: int = 30) -> float:

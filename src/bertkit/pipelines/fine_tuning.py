@@ -33,7 +33,12 @@ from bertkit.utils.atomic import atomic_write_text
 
 RESULTS_NAME = "finetune_results.json"
 
-Scorer = Callable[[torch.nn.Module], dict[str, float]]
+@dataclass(frozen=True)
+class Scorer:
+    """Evaluation examples made ready once: how many features they became, and a model's scores on them."""
+
+    features: int                                      # what one evaluation runs the model on (QA: windows)
+    score: Callable[[torch.nn.Module], dict[str, float]]
 
 
 @dataclass(frozen=True)
@@ -46,7 +51,7 @@ class TaskParts:
     dev: Sequence                          # the dev examples: they pick the best checkpoint
     featurize: Callable[[Sequence], list]  # training examples -> the features `collator` batches
     collator: Callable                     # features -> a batch of the model's inputs and labels
-    scorer: Callable[[Sequence], Scorer]   # evaluation examples -> a function scoring a model on them
+    scorer: Callable[[Sequence], Scorer]   # evaluation examples -> their features' count and scoring
     metric: str                            # the dev score that picks the best checkpoint ("accuracy", "f1")
     report: DataReport                     # what was measured on the training data so far
     unit: str = "examples"                 # what one feature is ("windows" for QA), as a warning names it
@@ -86,7 +91,7 @@ def fine_tune(options: FinetuneOptions, task: TaskParts, model_dir: Path, tokeni
     # the features; dev is tokenized only when it is read, to pick the best checkpoint
     select = options.select_best
     train_features = task.featurize(task.train)
-    evaluate = task.scorer(task.dev) if select else None
+    dev = task.scorer(task.dev) if select else None
     task.report.tokenized((input_ids(f) for f in train_features), tokenizer, f"the tokenizer of {options.model}")
     task.report.check().save(options.out)
 
@@ -94,15 +99,18 @@ def fine_tune(options: FinetuneOptions, task: TaskParts, model_dir: Path, tokeni
     epoch_steps = steps_per_epoch(len(train_features), options.batch_size, task.unit)
     max_steps = options.max_steps or max(1, round(options.epochs * epoch_steps))
     if not options.max_steps:
+        # dev (read only to choose the best model) is scored twice per epoch or every --eval-every steps, as below
         max_steps = planned_steps(model, train_features, task.collator, options.batch_size, max_steps, options.minutes,
-                                  options.bf16, options.group_by_length)
+                                  options.bf16, options.group_by_length, eval_examples=dev.features if dev else 0,
+                                  eval_every=options.eval_every or max(1, epoch_steps // 2))
     args = options.training_arguments(
         max_steps, batch_size=min(options.batch_size, len(train_features)),
         eval_every=options.eval_every or max(1, min(max_steps, epoch_steps // 2)),
         metric_for_best=task.metric if select else None,
         early_stopping_patience=options.early_stopping_patience if select else None, save_total_limit=1)
 
-    trainer = Trainer(model, args, train_features, task.collator, eval_fn=evaluate, tokenizer=tokenizer)
+    trainer = Trainer(model, args, train_features, task.collator, eval_fn=dev.score if dev else None,
+                      tokenizer=tokenizer)
     state = trainer.train()
     train_seconds = time.perf_counter() - started
 

@@ -23,7 +23,7 @@ from bertkit.data.task_kinds import TaskKind, collect_labels, get_task
 from bertkit.data.tasks import DATASET_LABEL_WORDS, label_budget
 from bertkit.inference import EncodedText, run_sorted
 from bertkit.models.bert.heads import IGNORE_INDEX, BertForPromptClassification
-from bertkit.pipelines.fine_tuning import TaskParts, fine_tune, write_results
+from bertkit.pipelines.fine_tuning import Scorer, TaskParts, fine_tune, write_results
 from bertkit.pipelines.options import FinetuneOptions
 from bertkit.pipelines.run_directory import holds_out
 from bertkit.training import metrics
@@ -240,7 +240,8 @@ def finetune(options: FinetuneOptions) -> dict[str, Any]:
     def scorer(examples):  # tokenized once, scored at each evaluation
         features = featurize(examples)
         tags = [e.tags for e in examples] if task.token_level else None
-        return lambda model: evaluate_features(model, task, features, tokenizer.pad_token_id, id2label, tags)
+        return Scorer(len(features),
+                      lambda model: evaluate_features(model, task, features, tokenizer.pad_token_id, id2label, tags))
 
     parts = TaskParts(model_class=cls, head=head, train=train, dev=splits["dev"], featurize=featurize,
                       collator=Collator(tokenizer.pad_token_id), scorer=scorer, metric=task.metric, report=report)
@@ -254,7 +255,7 @@ def finetune(options: FinetuneOptions) -> dict[str, Any]:
     if splits.get("test"):
         # scored as the trainer scores dev: in bf16 autocast when the run trained in it
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=options.bf16):
-            test = scorer(splits["test"])(run.model)
+            test = scorer(splits["test"]).score(run.model)
         results.update({f"test_{k}": v for k, v in test.items()})
     write_results(options, results)
     return results

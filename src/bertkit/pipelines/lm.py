@@ -123,7 +123,7 @@ def build_tokenizer(options: LMOptions, train_documents: Sequence[str], work_dir
 def train_lm(options: LMOptions) -> dict[str, Any]:
     """Documents -> tokenizer -> GPT -> Trainer -> held-out perplexity vs unigram; writes OUT/report.json. The
     run holds OUT (`run_directory`: an earlier run or model there is refused unless options.overwrite)."""
-    from bertkit.training.budget import steps_in_budget
+    from bertkit.training.budget import seconds_per_step, steps_for_budget
     from bertkit.training.trainer import Trainer
 
     out = Path(options.out)
@@ -148,8 +148,9 @@ def train_lm(options: LMOptions) -> dict[str, Any]:
     torch.manual_seed(options.seed)
     model = GPT2LMHeadModel(config)
     batch_size = min(options.batch_size, len(train_blocks))
-    max_steps = options.max_steps or steps_in_budget(model, [collate_blocks(train_blocks[:batch_size])],
-                                                     options.minutes * 60, options.bf16, reserve=0.05)
+    # no overhead: the one held-out evaluation comes after the clock's last reading
+    max_steps = options.max_steps or steps_for_budget(
+        seconds_per_step(model, [collate_blocks(train_blocks[:batch_size])], options.bf16), minutes=options.minutes)
     args = options.training_arguments(max_steps, batch_size=batch_size, lr_schedule="cosine", weight_decay=0.1,
                                       eval_every=None, save_total_limit=1)  # held-out perplexity once, at the end
     eval_fn = lambda m: {"perplexity": model_perplexity(m, eval_blocks[:64])}

@@ -38,7 +38,7 @@ from bertkit.models.bert.heads import BertForMaskedLM, BertForPreTraining
 from bertkit.pipelines.options import PretrainOptions
 from bertkit.pipelines.presets import PRESETS
 from bertkit.pipelines.run_directory import run_directory
-from bertkit.training.budget import length_probes, seconds_per_step
+from bertkit.training.budget import EVALUATIONS, forward_seconds, length_probes, seconds_per_step, steps_for_budget
 from bertkit.training.checkpointing import check_not_finished
 from bertkit.training.distributed import process_count, process_rank
 from bertkit.training.trainer import Trainer
@@ -328,9 +328,15 @@ def step_seconds(run: PretrainingRun, hold: tuple[str, ...] = ()) -> float:
     return assembling + seconds_per_step(run.model, batches, run.options.bf16, hold=hold)
 
 
-def plan_steps(run: PretrainingRun, options: PretrainOptions, reserve: float = 0.1) -> int:
-    """The steps that fit in `options.minutes`, keeping a `reserve` share for evaluation, logging and saving."""
-    return max(1, int((1.0 - reserve) * options.minutes * 60 / step_seconds(run)))
+def plan_steps(run: PretrainingRun, options: PretrainOptions) -> int:
+    """The steps that fit in `options.minutes` (`steps_for_budget`, its default reserve), the held-out evaluations
+    paid first: ten of them as a fixed overhead, or with `--eval-every` a share of each step."""
+    step = step_seconds(run)
+    evaluation = (forward_seconds(len(run.eval_singles) + len(run.eval_pairs), options.batch_size, step)
+                  if run.eval_singles else 0.0)  # no held-out documents: no evaluation (`eval_fn`)
+    if options.eval_every:
+        return steps_for_budget(step + evaluation / options.eval_every, minutes=options.minutes)
+    return steps_for_budget(step, minutes=options.minutes, overhead=EVALUATIONS * evaluation)
 
 
 def pretrain(options: PretrainOptions, resume: bool = False, prepared: PretrainingRun | None = None):

@@ -31,7 +31,7 @@ from bertkit.data.task_kinds import get_task
 from bertkit.inference.batching import collate
 from bertkit.inference.qa import answer_windows
 from bertkit.models.bert.heads import BertForQuestionAnswering
-from bertkit.pipelines.fine_tuning import TaskParts, fine_tune, write_results
+from bertkit.pipelines.fine_tuning import Scorer, TaskParts, fine_tune, write_results
 from bertkit.pipelines.options import FinetuneOptions
 from bertkit.pipelines.run_directory import holds_out
 from bertkit.training.qa_metrics import qa_scores
@@ -109,8 +109,8 @@ def finetune_qa(options: FinetuneOptions) -> dict[str, Any]:
 
     def scorer(examples: Sequence[QAExample]):  # windowed once, answered at each evaluation
         windows = qa_windows(examples, tokenizer, options.max_length, options.doc_stride, labels=False)
-        return lambda model: score_answers(answer_windows(model, examples, windows, tokenizer.pad_token_id,
-                                                          **decoding), examples)
+        return Scorer(len(windows), lambda model: score_answers(
+            answer_windows(model, examples, windows, tokenizer.pad_token_id, **decoding), examples))
 
     parts = TaskParts(model_class=BertForQuestionAnswering, head={"qa": settings}, train=train, dev=splits["dev"],
                       featurize=featurize, collator=WindowCollator(tokenizer.pad_token_id), scorer=scorer,

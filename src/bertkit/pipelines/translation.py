@@ -32,7 +32,7 @@ from bertkit.pipelines.presets import TRANSLATION_MODELS as MODELS
 from bertkit.pipelines.presets import TRANSLATION_SIZES as SIZES
 from bertkit.pipelines.run_directory import holds_out
 from bertkit.tokenizer import detokenize
-from bertkit.training.budget import steps_in_budget
+from bertkit.training.budget import seconds_per_step, steps_for_budget
 from bertkit.utils.atomic import atomic_write_text
 
 REPORT_NAME = "report.json"
@@ -292,7 +292,9 @@ def train_translation(options: TranslationOptions) -> dict[str, Any]:
     model = build_seq2seq(config)
     # time batches spread across the length-sorted list, so short and long ones count alike
     probes = [collator(batches[int(q * (len(batches) - 1))]) for q in (0.5, 0.1, 0.3, 0.5, 0.7, 0.9)]
-    max_steps = options.max_steps or steps_in_budget(model, probes, options.minutes * 60, options.bf16, reserve=0.05)
+    # no overhead: the one dev evaluation comes after the clock's last reading
+    max_steps = options.max_steps or steps_for_budget(seconds_per_step(model, probes, options.bf16),
+                                                      minutes=options.minutes)
     args = options.training_arguments(max_steps, batch_size=1,  # each dataset item is a batch of like-length pairs
                                       learning_rate=options.lr, weight_decay=0.01, save_total_limit=1,
                                       eval_every=None)  # the dev loss once, at the end

@@ -22,7 +22,7 @@ from bertkit.models.vit.configuration import ViTConfig
 from bertkit.models.vit.modeling import ViTForImageClassification
 from bertkit.pipelines.options import VisionTrainOptions, check_image_size
 from bertkit.pipelines.run_directory import holds_out
-from bertkit.training.budget import steps_in_budget
+from bertkit.training.budget import EVALUATIONS, forward_seconds, seconds_per_step, steps_for_budget
 from bertkit.training.trainer import BEST_DIR, METRICS_NAME, Trainer
 from bertkit.utils.atomic import atomic_write_text
 
@@ -108,8 +108,13 @@ def vision_train(options: VisionTrainOptions, say: Callable[[str], None] = lambd
         rng = np.random.default_rng(options.seed)
         probes = [collator([train[int(i)] for i in rng.choice(len(train), batch_size, replace=False)], [0] * batch_size)
                   for _ in range(3)]
-        # the reserve: ten validation passes (a forward pass is about a third of a training step) and the saves
-        max_steps = min(max_steps, steps_in_budget(model, probes, options.minutes * 60, options.bf16, reserve=0.12))
+        step = seconds_per_step(model, probes, options.bf16)
+        validation_pass = forward_seconds(len(validation), batch_size, step)
+        if options.eval_every:  # a validation pass every `eval_every` steps: a share of each step
+            planned = steps_for_budget(step + validation_pass / options.eval_every, minutes=options.minutes)
+        else:  # one a tenth of the run: ten passes, whatever the steps
+            planned = steps_for_budget(step, minutes=options.minutes, overhead=EVALUATIONS * validation_pass)
+        max_steps = min(max_steps, planned)
     args = options.training_arguments(max_steps, batch_size=batch_size, lr_schedule="cosine",
                                       metric_for_best="accuracy", save_total_limit=1)
     say(f"training {max_steps:,} steps of {batch_size} images ({max_steps / steps_per_epoch:.1f} epochs), "

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import math
 import statistics
 import time
 import warnings
@@ -77,21 +78,61 @@ def seconds_per_step(model: nn.Module, batches: Sequence[dict[str, Tensor]], bf1
     return mean_step_seconds(times.values())
 
 
-def steps_in_budget(model: nn.Module, batches: Sequence[dict[str, Tensor]], seconds: float, bf16: bool = False,
-                    reserve: float = 0.1, min_seconds: float = 2.0, max_timed: int = 20) -> int:
-    """How many training steps of `model` over `batches` fit in `seconds` (`seconds_per_step`), keeping a
-    `reserve` share for evaluation, logging and saving. The learning-rate schedule needs its length before
-    training starts; a time budget alone does not say it."""
-    step = seconds_per_step(model, batches, bf16, min_seconds=min_seconds, max_timed=max_timed)
-    return max(1, int((1.0 - reserve) * seconds / step))
+# The share of a time budget every plan keeps back for what no probe measures (step times spread around the timed
+# ones, logging, checkpoint saves); `steps_for_budget` says how it is applied.
+RESERVE = 0.1
+# The evaluations of a run that evaluates once a tenth of the run (`TrainingOptions.training_arguments` without an
+# `--eval-every`): ten, whatever its steps, so a fixed overhead.
+EVALUATIONS = 10
+
+
+def steps_for_budget(seconds_per_step: float, *, minutes: float | None = None, seconds: float | None = None,
+                     overhead: float = 0.0, reserve: float = RESERVE) -> int:
+    """How many optimizer steps a time budget holds: the one rule by which a run (every command's `--minutes`,
+    the main job's planner) turns its time into steps, which its learning-rate schedule needs before it starts.
+
+    The budget is `minutes` or `seconds` (one of them). From it goes first `overhead`, the seconds the run spends
+    on work its clock counts that is not a training step and that the caller knows or measured (its evaluations,
+    a fixed count of passes over held-out data); work that recurs with the steps (an evaluation every so many
+    steps) belongs in `seconds_per_step`, as its share of each step. Of what is left, `reserve` (a share) is kept
+    back for what nothing measured: step times spread around the probe's (batches it did not time, a busier
+    machine), logging, checkpoint saves. The rest is divided by `seconds_per_step` (what the probe of that name
+    measured, plus any per-step share):
+
+        steps = floor((1 - reserve) * (budget - overhead) / seconds_per_step), at least 1
+
+    (the floor forgives a rounding error of a billionth, so that a budget of exactly N steps plans N). At least
+    one step: a budget the overhead fills, or one shorter than a step, plans one step rather than failing after
+    the run loaded its data; its clock (`wall_clock_budget`) stops it at the budget all the same.
+    """
+    if (minutes is None) == (seconds is None):
+        raise TypeError("give the budget as minutes or as seconds (one of them)")
+    budget = minutes * 60 if minutes is not None else seconds
+    if not math.isfinite(budget):
+        raise ValueError(f"a time budget must be a finite number of seconds, got {budget}")
+    if not (math.isfinite(seconds_per_step) and seconds_per_step > 0):
+        raise ValueError(f"seconds_per_step must be a finite number above 0, got {seconds_per_step}")
+    if not (math.isfinite(overhead) and overhead >= 0):
+        raise ValueError(f"overhead must be a finite number of seconds, 0 or more, got {overhead}")
+    if not 0 <= reserve < 1:
+        raise ValueError(f"reserve must be a share in [0, 1), got {reserve}")
+    steps = (1.0 - reserve) * (budget - overhead) / seconds_per_step
+    return max(1, math.floor(steps * (1 + 1e-9)))
+
+
+def forward_seconds(examples: int, batch_size: int, seconds_per_step: float) -> float:
+    """Seconds a forward pass over `examples` (an evaluation) takes, estimated from a training step over batches of
+    `batch_size`: forward, backward and the update of a step cost about three forward passes."""
+    return examples / batch_size * seconds_per_step / 3
 
 
 def planned_steps(model: nn.Module, features: Sequence[Any], collate: Callable[[list[Any]], dict[str, Tensor]],
                   batch_size: int, max_steps: int, minutes: float | None, bf16: bool = False,
-                  group_by_length: bool = True, reserve: float = 0.15) -> int:
+                  group_by_length: bool = True, eval_examples: int = 0, eval_every: int = 1) -> int:
     """`max_steps`, or fewer when `minutes` is given and fewer fit: a fine-tuning run's schedule sized to its time
     budget, so that it decays fully. Batches of like lengths are timed at each quartile of the lengths (the run
-    groups them so), plain batches otherwise."""
+    groups them so), plain batches otherwise. A run that evaluates `eval_examples` every `eval_every` steps pays
+    a share of that evaluation on each step (`forward_seconds`)."""
     if not minutes:
         return max_steps
     from bertkit.training.trainer import example_length
@@ -102,7 +143,9 @@ def planned_steps(model: nn.Module, features: Sequence[Any], collate: Callable[[
         probes = [collate([features[i] for i in batch]) for batch in length_probes(lengths, B, (0.25, 0.5, 0.75))]
     else:
         probes = [collate(list(features[i * B:(i + 1) * B])) for i in range(3) if features[i * B:(i + 1) * B]]
-    return min(max_steps, steps_in_budget(model, probes, minutes * 60, bf16, reserve=reserve))
+    step = seconds_per_step(model, probes, bf16)
+    step += forward_seconds(eval_examples, B, step) / eval_every
+    return min(max_steps, steps_for_budget(step, minutes=minutes))
 
 
 def steps_per_epoch(examples: int, batch_size: int, what: str = "examples") -> int:
