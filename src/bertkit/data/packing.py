@@ -34,7 +34,8 @@ from pathlib import Path
 
 import numpy as np
 
-from bertkit.data.store import PLANS, FileReader, TokenStore, _locked
+from bertkit.data.store import PLANS, FileReader, TokenStore
+from bertkit.utils.locking import locked
 
 OBJECTIVES = ("mlm+nsp", "mlm+sop", "mlm")
 PLAN_VERSION = 2
@@ -394,7 +395,7 @@ def cached_plan(corpus: Corpus, entries: np.ndarray, packing: Packing) -> Plan:
     root = corpus.stores[0].path / PLANS
     key = plan_key(corpus.stores, entries, packing)
     directory = root / key
-    with _locked(root, key):
+    with locked(root, key):
         if not (directory / "plan.json").exists():
             staging = root / f".{key}.tmp-{os.getpid()}"
             shutil.rmtree(staging, ignore_errors=True)

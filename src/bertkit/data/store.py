@@ -44,6 +44,7 @@ from bertkit.data.lines import check_decoded
 from bertkit.data.readers import Skips
 from bertkit.data.sources import home
 from bertkit.utils.atomic import atomic_write_text, fsync_directory
+from bertkit.utils.locking import locked
 
 FORMAT, VERSION = "bertkit-token-store", 1
 TEXT_VERSION = 1          # how text becomes sentences (data/corpus.py, corpus_stream.py): a change makes new keys
@@ -425,24 +426,9 @@ def cached_store(specs: list[str], tokenizer, *, whole_word: bool = False, encod
     """The store of `specs` in $BERTKIT_HOME/stores, made on first use (concurrent callers wait for one maker)."""
     key = store_key(corpus_inputs(specs), tokenizer, whole_word, encoding)
     directory = stores_home() / key
-    with _locked(directory.parent, key):
+    with locked(directory.parent, key):
         if (directory / META).exists():
             return TokenStore.open(directory)
         return prepare_store(specs, tokenizer, directory, whole_word=whole_word, encoding=encoding,
                              progress=progress, key=key)
 
-
-@contextlib.contextmanager
-def _locked(root: Path, name: str) -> Iterator[None]:
-    root.mkdir(parents=True, exist_ok=True)
-    try:
-        import fcntl
-    except ImportError:  # no advisory locks (Windows): concurrent makers of one store race, and both finish
-        yield
-        return
-    with open(root / f".{name}.lock", "a") as handle:  # "a": taking the lock changes nothing on disk
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
