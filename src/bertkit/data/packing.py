@@ -36,6 +36,7 @@ import numpy as np
 
 from bertkit.data.store import PLANS, FileReader, TokenStore
 from bertkit.utils.locking import locked
+from bertkit.utils.processes import process_pool
 
 OBJECTIVES = ("mlm+nsp", "mlm+sop", "mlm")
 PLAN_VERSION = 2
@@ -410,14 +411,8 @@ def cached_plan(corpus: Corpus, entries: np.ndarray, packing: Packing) -> Plan:
 
 
 def _planner():
-    """One worker process: forked where that is safe (Linux; it runs numpy only), else spawned."""
-    import multiprocessing
-    import sys
-    import warnings
-
-    with warnings.catch_warnings():  # Python 3.12+ warns about forking a process with threads: it runs numpy only
-        warnings.filterwarnings("ignore", message=".*fork.*", category=DeprecationWarning)
-        return multiprocessing.get_context("fork" if sys.platform.startswith("linux") else "spawn").Pool(1)
+    """One worker process (utils.processes.process_pool: forked where that is safe; it runs numpy only)."""
+    return process_pool(1)
 
 
 def _plan_into(stores: list[str], entries: np.ndarray, packing: Packing, directory: Path) -> None:

@@ -27,7 +27,6 @@ import contextlib
 import dataclasses
 import hashlib
 import json
-import multiprocessing
 import os
 import shutil
 import time
@@ -45,6 +44,7 @@ from bertkit.data.readers import Skips
 from bertkit.data.sources import home
 from bertkit.utils.atomic import atomic_write_text, fsync_directory
 from bertkit.utils.locking import locked
+from bertkit.utils.processes import process_pool
 
 FORMAT, VERSION = "bertkit-token-store", 1
 TEXT_VERSION = 1          # how text becomes sentences (data/corpus.py, corpus_stream.py): a change makes new keys
@@ -392,20 +392,13 @@ def _tokenizing(tokenizer, whole_word: bool, dtype: str, workers: int) -> Iterat
 
 
 def _worker_pool(workers: int, settings: tuple):
-    """Processes that tokenize. Forked where that is safe (Linux): they start at once, and a script that calls this
-    needs no `if __name__ == "__main__"` guard. They run only the tokenizer and numpy, never torch, so threads the
-    parent holds (torch's) cannot hang them; the tokenizer's own threads are off in them (TOKENIZERS_PARALLELISM,
-    set before the fork so that it does not warn about them either). Spawned elsewhere (macOS forks unsafely)."""
-    import sys
-    import warnings
-
-    method = "fork" if sys.platform.startswith("linux") else "spawn"
+    """Processes that tokenize (utils.processes.process_pool: forked where that is safe; they run only the tokenizer
+    and numpy). The tokenizer's own threads are off in them (TOKENIZERS_PARALLELISM, set before the fork so that it
+    does not warn about them either)."""
     before = os.environ.get("TOKENIZERS_PARALLELISM")
     os.environ["TOKENIZERS_PARALLELISM"] = "false"
     try:
-        with warnings.catch_warnings():  # Python 3.12+ warns about forking a process with threads: see above
-            warnings.filterwarnings("ignore", message=".*fork.*", category=DeprecationWarning)
-            return multiprocessing.get_context(method).Pool(workers, corpus_stream.start_worker, settings)
+        return process_pool(workers, corpus_stream.start_worker, settings)
     finally:
         if before is None:
             del os.environ["TOKENIZERS_PARALLELISM"]
