@@ -37,6 +37,7 @@ import numpy as np
 from bertkit.data.store import PLANS, FileReader, TokenStore
 from bertkit.utils.locking import locked
 from bertkit.utils.processes import process_pool
+from bertkit.utils.rng import MASK64, draw
 
 OBJECTIVES = ("mlm+nsp", "mlm+sop", "mlm")
 PLAN_VERSION = 2
@@ -74,43 +75,7 @@ class Packing:
 
 
 # ---- random choices as pure functions ------------------------------------------------------------
-
-_GOLDEN, _M1, _M2 = 0x9E3779B97F4A7C15, 0xBF58476D1CE4E5B9, 0x94D049BB133111EB
-_M64 = (1 << 64) - 1
-
-
-def draw(key, *values) -> np.ndarray:
-    """64 random bits per element: `key` (0 to start, or an earlier draw) with `values` (integers, arrays
-    broadcast) mixed in one after another by splitmix64. So `draw(draw(0, seed, entry, k), CUT)` equals
-    `draw(0, seed, entry, k, CUT)`: one key of (seed, entry, instance) serves every choice of that instance. Plain
-    integers are mixed in Python while they can be, the rest with numpy, whose unsigned arithmetic wraps as the
-    mixing wants."""
-    h, k = key, 0
-    while isinstance(h, int) and k < len(values) and isinstance(values[k], int | np.integer):
-        h = _mix_int(h ^ int(values[k]))
-        k += 1
-    if k == len(values):
-        return np.atleast_1d(np.asarray(h, np.uint64))
-    rest = [np.asarray(v) for v in values[k:]]
-    out = np.empty(np.broadcast_shapes(np.shape(h), *(a.shape for a in rest)), np.uint64)
-    out[...] = h
-    for value in rest:
-        out ^= value.astype(np.uint64, copy=False)
-        out += np.uint64(_GOLDEN)
-        out ^= out >> np.uint64(30)
-        out *= np.uint64(_M1)
-        out ^= out >> np.uint64(27)
-        out *= np.uint64(_M2)
-        out ^= out >> np.uint64(31)
-    return np.atleast_1d(out)
-
-
-def _mix_int(h: int) -> int:
-    h = (h + _GOLDEN) & _M64
-    h = ((h ^ (h >> 30)) * _M1) & _M64
-    h = ((h ^ (h >> 27)) * _M2) & _M64
-    return h ^ (h >> 31)
-
+# (of `draw`: bertkit.utils.rng, the one splitmix64 the trainer's collation seeds come from too)
 
 def uniform(key, *values) -> np.ndarray:
     """A float in [0, 1) per element: 53 bits of `draw(key, *values)`."""
@@ -134,7 +99,7 @@ def front_removals(key: np.ndarray, what: int, count) -> np.ndarray:
     word = np.arange(len(rows)) - np.repeat(np.cumsum(words) - words, words)
     bits = draw(key[rows], what, word)
     left = count[rows] - 64 * word  # coins still wanted from this word
-    mask = np.where(left >= 64, np.uint64(_M64), (np.uint64(1) << np.minimum(left, 63).astype(np.uint64))
+    mask = np.where(left >= 64, np.uint64(MASK64), (np.uint64(1) << np.minimum(left, 63).astype(np.uint64))
                     - np.uint64(1))
     return np.bincount(rows, weights=_popcount(bits & mask), minlength=len(count)).astype(np.int64)
 

@@ -24,8 +24,9 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from bertkit.data.packing import MASKING, OBJECTIVES, Corpus, Plan, draw
+from bertkit.data.packing import MASKING, OBJECTIVES, Corpus, Plan
 from bertkit.models.functional import IGNORE_INDEX
+from bertkit.utils.rng import draw
 
 __all__ = ["IGNORE_INDEX", "OBJECTIVES", "Instance", "MaskingSpec", "PretrainingCollator", "PretrainingDataset",
            "mask_tokens"]
