@@ -34,7 +34,7 @@ from pathlib import Path
 
 import numpy as np
 
-from bertkit.data.store import PLANS, FileReader, TokenStore
+from bertkit.data.store import PLANS, FileReader, StoreError, TokenStore, mapped_array
 from bertkit.utils.locking import locked
 from bertkit.utils.processes import process_pool
 from bertkit.utils.rng import MASK64, draw
@@ -404,11 +404,10 @@ def _write_plan(corpus: Corpus, entries: np.ndarray, packing: Packing, directory
 
 
 def _open_plan(directory: Path) -> Plan:
-    from bertkit.data.store import StoreError, _mapped
-
     try:
         count = json.loads((directory / "plan.json").read_text(encoding="utf-8"))["instances"]
     except (OSError, ValueError, KeyError, TypeError) as err:
         raise StoreError(f"{directory / 'plan.json'} cannot be read ({err}); delete {directory} and run again"
                          ) from None
-    return Plan(_mapped(directory / "plan.rows", count, PLAN_ROW), reader=FileReader(directory / "plan.rows", PLAN_ROW))
+    rows = directory / "plan.rows"
+    return Plan(mapped_array(rows, count, PLAN_ROW), reader=FileReader(rows, PLAN_ROW))

@@ -144,7 +144,7 @@ class TokenStore:
                 counts["word_starts"] = ((meta["tokens"] + 7) // 8, "uint8")
         except (KeyError, TypeError):
             raise StoreError(f"{meta_path} lacks the store's counts: it is damaged; prepare it again") from None
-        arrays = {name: _mapped(path / FILES[name], n, dtype) for name, (n, dtype) in counts.items()}
+        arrays = {name: mapped_array(path / FILES[name], n, dtype) for name, (n, dtype) in counts.items()}
         documents, sentences = arrays["documents"], arrays["sentences"]
         ordered = _increasing(FileReader(path / FILES["documents"], "int64"), len(documents))
         if not ordered or documents[0] != 0 or documents[-1] != meta["sentences"]:
@@ -211,7 +211,9 @@ def _increasing(reader: FileReader, count: int, block: int = 1 << 16) -> bool:
                for first in range(0, max(count - 1, 0), block))
 
 
-def _mapped(path: Path, count: int, dtype: str) -> np.ndarray:
+def mapped_array(path: Path, count: int, dtype: str) -> np.ndarray:
+    """The `count` records of `dtype` in `path`, memory-mapped read-only; a StoreError when the file is missing or
+    its size is not exactly that (a store's arrays, a plan's rows)."""
     expected = count * np.dtype(dtype).itemsize
     try:
         size = path.stat().st_size
