@@ -25,7 +25,7 @@ import numpy as np
 import torch
 
 from bertkit.data.packing import MASKING, OBJECTIVES, Corpus, Plan
-from bertkit.models.functional import IGNORE_INDEX
+from bertkit.utils.constants import IGNORE_INDEX
 from bertkit.utils.rng import draw
 
 __all__ = ["IGNORE_INDEX", "OBJECTIVES", "Instance", "MaskingSpec", "PretrainingCollator", "PretrainingDataset",

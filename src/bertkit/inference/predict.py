@@ -22,7 +22,6 @@ import torch
 from torch import Tensor, nn
 
 from bertkit.data.entities import get_entities
-from bertkit.data.task_kinds import task_of_model
 from bertkit.inference.batching import (
     ChunkedRun,
     EncodedText,
@@ -34,6 +33,7 @@ from bertkit.inference.batching import (
     input_limit,
     tokenize,
 )
+from bertkit.inference.loading import task_of_model
 from bertkit.inference.precision import for_inference
 
 

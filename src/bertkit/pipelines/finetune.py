@@ -26,6 +26,7 @@ from bertkit.data.tasks import DATASET_LABEL_WORDS, label_budget
 from bertkit.inference import EncodedText, run_sorted
 from bertkit.models.bert.configuration import BertConfig
 from bertkit.models.bert.heads import IGNORE_INDEX, BertForPromptClassification
+from bertkit.models.registry import family_for
 from bertkit.pipelines.options import FinetuneOptions
 from bertkit.pipelines.run_directory import holds_out
 from bertkit.training import metrics
@@ -231,7 +232,7 @@ def finetune(options: FinetuneOptions) -> dict[str, Any]:
         if split in splits:
             check_labels(splits[split], label2id, task, split)
 
-    cls, head, template = task.model_class, {"id2label": id2label}, None
+    cls, head, template = family_for("bert").head(task.name), {"id2label": id2label}, None
     if options.prompt is not None:
         cls, template = BertForPromptClassification, PromptTemplate(options.prompt)
         head["prompt"] = template.config(tokenizer, prompt_label_words(options, names))

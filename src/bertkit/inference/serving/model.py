@@ -22,7 +22,6 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from bertkit.data.task_kinds import task_of_model
 from bertkit.inference.batching import (
     EncodedText,
     NonFiniteOutputError,
@@ -32,7 +31,7 @@ from bertkit.inference.batching import (
     tokenize,
 )
 from bertkit.inference.encode import POOLINGS, sentence_vectors
-from bertkit.inference.loading import load_text_model
+from bertkit.inference.loading import load_text_model, task_of_model
 from bertkit.inference.precision import for_inference, model_dtype
 from bertkit.inference.predict import (
     class_probabilities,
