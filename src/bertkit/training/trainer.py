@@ -158,7 +158,11 @@ class Trainer:
         self.frozen = [p for name, p in model.named_parameters() if name.startswith(args.freeze)] if args.freeze else []
         if args.freeze and not self.frozen:
             raise ValueError(f"freeze {list(args.freeze)} names no parameter of {type(model).__name__}")
-        self.dist = Distributed()
+        self.dist = Distributed()  # a single process until train() sets up torchrun's process group, if any
+        # what a step runs the model through: the model itself until train() knows the process group, then wrapped
+        # in DistributedDataParallel under torchrun and compiled with args.compile
+        self._wrapped: nn.Module = model
+        self._forward: Callable[..., Any] = model
         self._perm_epoch, self._perm, self._order = -1, np.empty(0, dtype=np.int64), None
         self._loaded: Iterator | None = None
         self._warned_no_sums = False
@@ -506,7 +510,7 @@ class Trainer:
             if dist.is_main:
                 self._prepare_output(state, bool(resume))
             dist.barrier()
-            self._wrapped: nn.Module = self.model
+            self._wrapped = self.model
             if dist.enabled:
                 self._wrapped = nn.parallel.DistributedDataParallel(
                     self.model, device_ids=[dist.device.index] if dist.device.type == "cuda" else None,
