@@ -35,6 +35,7 @@ from pathlib import Path
 import numpy as np
 
 from bertkit.data.store import PLANS, FileReader, StoreError, TokenStore, mapped_array
+from bertkit.utils.deprecation import moved_names
 from bertkit.utils.locking import locked
 from bertkit.utils.processes import process_pool
 from bertkit.utils.rng import MASK64, draw
@@ -123,8 +124,9 @@ def removals(a_len: np.ndarray, b_len: np.ndarray, max_tokens: int) -> tuple[np.
 
 # ---- stores seen as one corpus -------------------------------------------------------------------
 
-class Corpus:
-    """Token stores seen as one: documents, sentences and tokens numbered across them."""
+class StoreChain:
+    """Token stores seen as one: documents, sentences and tokens numbered across them, store after store. (The
+    text a store is made from, documents of sentences, and the named corpora are data/corpus.py's.)"""
 
     def __init__(self, stores: list[TokenStore]) -> None:
         self.stores = stores
@@ -219,7 +221,7 @@ def _records(*columns: np.ndarray) -> np.ndarray:
     return rows
 
 
-def build_plan(corpus: Corpus, entries: np.ndarray, packing: Packing, sink) -> None:
+def build_plan(corpus: StoreChain, entries: np.ndarray, packing: Packing, sink) -> None:
     """Run the rule on the documents `entries` (document numbers of the corpus; a document may come more than once,
     each copy packed afresh), calling sink(entry, a_start, a_len, b_start, b_len, label) with each round's
     instances (entry: the position in `entries`; a document's instances come in order)."""
@@ -255,7 +257,7 @@ class _Pool:
         return cls(*(np.zeros(0, np.int64) for _ in range(5)))
 
     @classmethod
-    def start(cls, corpus: Corpus, entries: np.ndarray, entry: np.ndarray, packing: Packing) -> _Pool:
+    def start(cls, corpus: StoreChain, entries: np.ndarray, entry: np.ndarray, packing: Packing) -> _Pool:
         doc = entries[entry]
         key = draw(0, packing.seed, entry, 0)  # the document's choices share its first instance's key
         target = np.where(uniform(key, SHORT) < packing.short_seq_prob,
@@ -270,7 +272,7 @@ class _Pool:
         return _Pool(*(column[rows] for column in vars(self).values()))
 
 
-def _round(corpus: Corpus, entries: np.ndarray, pool: _Pool, packing: Packing) -> tuple[tuple, _Pool]:
+def _round(corpus: StoreChain, entries: np.ndarray, pool: _Pool, packing: Packing) -> tuple[tuple, _Pool]:
     """One instance of every document in the pool (steps 2-5 of the rule); the pool of those with sentences left."""
     entry, position, end, target = pool.entry, pool.position, pool.end, pool.target
     key = draw(0, packing.seed, entry, pool.number)
@@ -316,7 +318,7 @@ def _round(corpus: Corpus, entries: np.ndarray, pool: _Pool, packing: Packing) -
     return rows, pool
 
 
-def _random_next(corpus: Corpus, entries: np.ndarray, entry: np.ndarray, key: np.ndarray,
+def _random_next(corpus: StoreChain, entries: np.ndarray, entry: np.ndarray, key: np.ndarray,
                  wanted: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """NSP's random B: another entry (ten tries to draw one that is not this; the tenth stands), from a random
     sentence on until it holds max(1, wanted) tokens or that document ends."""
@@ -335,7 +337,7 @@ def _random_next(corpus: Corpus, entries: np.ndarray, entry: np.ndarray, key: np
     return corpus.offsets(start), corpus.offsets(stop)
 
 
-def plan_in_memory(corpus: Corpus, entries: np.ndarray, packing: Packing) -> Plan:
+def plan_in_memory(corpus: StoreChain, entries: np.ndarray, packing: Packing) -> Plan:
     """The plan of `entries`, kept in memory, with each instance's entry (small corpora: tests, a look at a plan)."""
     parts: list[tuple] = []
     build_plan(corpus, entries, packing, lambda entry, *columns: parts.append((entry, _records(*columns))))
@@ -354,7 +356,7 @@ def plan_key(stores: list[TokenStore], entries: np.ndarray, packing: Packing) ->
     return hashlib.sha256(json.dumps(described, sort_keys=True).encode("utf-8")).hexdigest()[:24]
 
 
-def cached_plan(corpus: Corpus, entries: np.ndarray, packing: Packing) -> Plan:
+def cached_plan(corpus: StoreChain, entries: np.ndarray, packing: Packing) -> Plan:
     """The plan of `entries`, built once and kept in the first store's store.plans/KEY: a second run with the same
     settings, or a resumed one, reads it back. It is built in a process of its own: planning reads every sentence's
     offset, and a process that ends gives all of that memory back (one that trains would keep it)."""
@@ -385,10 +387,10 @@ def _plan_into(stores: list[str], entries: np.ndarray, packing: Packing, directo
     opened = [TokenStore.open(path) for path in stores]
     for store in opened:
         store.check_offsets()
-    _write_plan(Corpus(opened), entries, packing, directory)
+    _write_plan(StoreChain(opened), entries, packing, directory)
 
 
-def _write_plan(corpus: Corpus, entries: np.ndarray, packing: Packing, directory: Path) -> None:
+def _write_plan(corpus: StoreChain, entries: np.ndarray, packing: Packing, directory: Path) -> None:
     count = 0
     with open(directory / "plan.rows", "wb") as f:
         def sink(entry, *columns) -> None:
@@ -411,3 +413,7 @@ def _open_plan(directory: Path) -> Plan:
                          ) from None
     rows = directory / "plan.rows"
     return Plan(mapped_array(rows, count, PLAN_ROW), reader=FileReader(rows, PLAN_ROW))
+
+
+# the class was called Corpus, a name that sent readers to data/corpus.py, which holds text, not stores
+__getattr__ = moved_names(__name__, {"Corpus": "bertkit.data.packing:StoreChain"})
