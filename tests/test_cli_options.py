@@ -126,6 +126,13 @@ def test_options_save_and_load(tmp_path):
     assert loaded == made and (loaded.source_lang, loaded.target_lang) == ("en", "zh")
 
 
+def test_the_schedules_offered_are_the_ones_the_trainer_implements():
+    from bertkit.training import schedule
+
+    assert options.SCHEDULES is schedule.SCHEDULES  # one tuple, in training/arguments.py: it needs no torch
+    assert options.PretrainOptions.__dataclass_fields__["lr_schedule"].metadata["choices"] == schedule.SCHEDULES
+
+
 def test_building_the_parser_imports_no_torch():
     code = "import sys; from bertkit.cli import build_parser; build_parser(); print('torch' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout == "False\n"

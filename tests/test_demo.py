@@ -5,6 +5,7 @@ import json
 
 import pytest
 
+from bertkit.pipelines import options
 from bertkit.pipelines.demo import DEMO_TASKS, pretraining_corpus
 from bertkit.pipelines.demo_plan import ROWS
 from bertkit.pipelines.demo_report import margins, table
@@ -15,6 +16,9 @@ from conftest import fetch_or_skip, model_dir_or_skip
 def test_tasks_and_corpus():
     assert pretraining_corpus("thucnews") == ["thucnews-train"]  # the task's own unlabelled text
     assert set(DEMO_TASKS) == {"thucnews", "snownlp"}
+    # one table: the option's choices are its names, and options holds no copy of them
+    assert DemoOptions.__dataclass_fields__["task"].metadata["choices"] == tuple(DEMO_TASKS)
+    assert not hasattr(options, "DEMO_TASKS")
     with pytest.raises(ValueError, match="budgets"):
         DemoOptions(budgets=[-1])
 

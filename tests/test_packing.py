@@ -20,8 +20,8 @@ from bertkit.data.packing import (
     TARGET,
     TRUNCATE_A,
     TRUNCATE_B,
-    Corpus,
     Packing,
+    StoreChain,
     draw,
     plan_in_memory,
     randint,
@@ -123,7 +123,7 @@ def reference(documents: list[list[list[int]]], rule: Packing) -> list[tuple]:
 
 def planned(stores, entries, rule: Packing) -> list[tuple]:
     """The plan's instances as token lists, a document's in order, documents in order."""
-    corpus = Corpus(stores)
+    corpus = StoreChain(stores)
     plan = plan_in_memory(corpus, np.asarray(entries, np.int64), rule)
     out = []
     for j in np.argsort(plan.entry, kind="stable"):
@@ -234,8 +234,12 @@ def test_removals_match_removing_one_token_at_a_time():
 def test_bad_settings_are_named(tmp_path):
     store = write_store(tmp_path / "one", toy_documents(1, 0))
     with pytest.raises(ValueError, match="at least 2 documents"):
-        plan_in_memory(Corpus([store]), np.array([0]), Packing(32, "mlm+nsp"))
+        plan_in_memory(StoreChain([store]), np.array([0]), Packing(32, "mlm+nsp"))
     with pytest.raises(ValueError, match=r"objective 'mlm\+mop'"):
         Packing(32, "mlm+mop")
     with pytest.raises(ValueError, match="too short"):
         Packing(7)
+
+
+def test_the_store_chain_is_found_under_its_new_name_only():
+    assert packing.StoreChain is StoreChain and not hasattr(packing, "Corpus")

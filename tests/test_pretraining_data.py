@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from bertkit.data.packing import Corpus, Packing, plan_in_memory
+from bertkit.data.packing import Packing, StoreChain, plan_in_memory
 from bertkit.data.pretraining import (
     IGNORE_INDEX,
     MaskingSpec,
@@ -50,7 +50,7 @@ def make_instances(tmp_path, max_seq_length, objective, seed=0, masking=None, co
     name = f"store-{seed}-{'-'.join(f'{k}{v}' for k, v in sorted(documents.items()))}-{whole_words}"
     store = write_store(tmp_path / name, docs, starts if whole_words else None)
     rule = Packing(max_seq_length, objective, seed=seed, short_seq_prob=short_seq_prob)
-    corpus = Corpus([store])
+    corpus = StoreChain([store])
     dataset = PretrainingDataset(corpus, plan_in_memory(corpus, np.arange(len(docs)), rule), cls_id=CLS, sep_id=SEP,
                                  pair=rule.pair, subword=SUBWORD, masking=masking, seed=seed, copies=copies)
     return [dataset[i] for i in range(len(dataset))]
@@ -193,7 +193,7 @@ def test_collator_static_and_dynamic(tmp_path):
 
 def test_a_token_past_the_vocabulary_names_the_store(tmp_path):
     store = write_store(tmp_path / "store", [[[5, 6, 7, 999]], [[8, 9]]])
-    corpus = Corpus([store])
+    corpus = StoreChain([store])
     plan = plan_in_memory(corpus, np.arange(2), Packing(16, "mlm"))
     dataset = PretrainingDataset(corpus, plan, cls_id=CLS, sep_id=SEP, pair=False, subword=np.zeros(500, bool))
     with pytest.raises(ValueError, match=f"{tmp_path / 'store'} holds token id 999 past the vocabulary's 500"):

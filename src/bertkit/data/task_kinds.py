@@ -12,8 +12,9 @@ the best checkpoint. `bertkit finetune --task`, `predict`, `evaluate` and `bertk
                                                                                                              xquad-en,
                                                                                                              xquad-zh
 
-Nothing here imports torch: the command line reads the table to offer `--task`, and the head class is
-looked up in the registry of model families only when a model is built or checked.
+Nothing here imports torch or bertkit.models: the command line reads the table to offer `--task`. A kind names
+its heads (`heads`); their classes are looked up in the registry of model families (bertkit.models.registry) by
+the code that builds or checks a model: `bertkit.inference.loading.task_of_model`, pipelines/finetune.py.
 """
 
 from __future__ import annotations
@@ -48,18 +49,10 @@ class TaskKind:
     spans: bool = False         # answers are spans of a context (extractive QA), not labels
 
     @property
-    def model_class(self) -> type:
-        """The BERT head that trains for this kind (imported now: it needs torch)."""
-        from bertkit.models.registry import family_for
-
-        return family_for("bert").head(self.name)
-
-    @property
-    def model_classes(self) -> tuple[type, ...]:
-        """Every head class that serves this kind."""
-        from bertkit.models.registry import family_for
-
-        return tuple(family_for("bert").head(name) for name in (self.name, *self.other_heads))
+    def heads(self) -> tuple[str, ...]:
+        """The task heads of a model family's registry entry that serve this kind, the one that trains for it
+        first (`family_for("bert").head(name)` is its class)."""
+        return (self.name, *self.other_heads)
 
     def labels(self, example: Any) -> list[str]:
         """The label names one example holds: its tags, or its one label."""
@@ -144,16 +137,6 @@ def dataset_kind(name: str) -> TaskKind:
         if name in kind.datasets:
             return kind
     raise ValueError(f"{name!r} is not a named dataset; known: {', '.join(DATASETS)}")
-
-
-def task_of_model(model: Any, purpose: str = "predict") -> TaskKind:
-    """The task kind a fine-tuned model's head serves (classify for any sequence classifier)."""
-    for kind in TASKS.values():
-        if isinstance(model, kind.model_classes):
-            return kind
-    heads = " or ".join(dict.fromkeys(kind.model_class.__name__ for kind in TASKS.values()))
-    raise ValueError(f"{purpose} needs a fine-tuned {heads}, not {type(model).__name__}; "
-                     f"for sentence vectors, encode the texts instead (bertkit encode)")
 
 
 def collect_labels(task: TaskKind, examples: Sequence) -> list[str]:

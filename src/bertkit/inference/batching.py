@@ -126,7 +126,9 @@ def check_text_content(texts: Sequence[str | None], name: str = "texts", finding
                                  "first") from None
 
 
-def _check_pairs(pairs: Any, count: int) -> list[str | None] | None:
+def check_text_pairs(pairs: Any, count: int) -> list[str | None] | None:
+    """`pairs` as a list of one str (or None) for each of `count` texts, or None for no pairs; a ValueError that says
+    what is wrong otherwise."""
     if pairs is None:
         return None
     if isinstance(pairs, (str, bytes)) or not isinstance(pairs, Iterable):
@@ -141,14 +143,14 @@ def _check_pairs(pairs: Any, count: int) -> list[str | None] | None:
     return pairs
 
 
-def _encoder(model: nn.Module) -> nn.Module:
+def encoder_of(model: nn.Module) -> nn.Module:
     """The BertModel that makes the hidden states: the model itself, or the `bert` inside a task model."""
     return getattr(model, "bert", model)
 
 
-def _limit(model: nn.Module, max_length: int | None) -> tuple[int, str]:
+def input_limit(model: nn.Module, max_length: int | None) -> tuple[int, str]:
     """The longest input the model takes, and how to name that limit in messages."""
-    positions = _encoder(model).config.max_position_embeddings
+    positions = encoder_of(model).config.max_position_embeddings
     if max_length is None or max_length >= positions:
         return positions, f"the model's {positions} positions"
     if max_length < 2:

@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from bertkit.inference.batching import ChunkedRun, _encoder, _limit, check_texts, in_chunks
+from bertkit.inference.batching import ChunkedRun, check_texts, encoder_of, in_chunks, input_limit
 from bertkit.inference.precision import for_inference
 
 POOLINGS = ("cls", "mean")
@@ -71,8 +71,8 @@ def encode_stream(model: nn.Module, tokenizer: Any, chunks: Iterable[Sequence[st
     """
     if pooling not in POOLINGS:
         raise ValueError(f"pooling must be one of {POOLINGS}, not {pooling!r}")
-    encoder = _encoder(model)
-    limit, limit_name = _limit(encoder, max_length)
+    encoder = encoder_of(model)
+    limit, limit_name = input_limit(encoder, max_length)
     encoder = for_inference(encoder, dtype)
     run = ChunkedRun(total, progress, "encode")
 

@@ -14,7 +14,8 @@ from typing import Any
 
 from bertkit.data.quality import check_tokenizer_fits
 from bertkit.data.sources import resolve_model
-from bertkit.models.registry import ModelFamily, require
+from bertkit.data.task_kinds import TASKS, TaskKind
+from bertkit.models.registry import ModelFamily, family_for, require
 
 
 def model_family(spec: str | os.PathLike, command: str) -> tuple[Path, ModelFamily]:
@@ -35,3 +36,15 @@ def load_text_model(spec: str | os.PathLike, command: str = "predict", **config_
     tokenizer = BertTokenizer.from_pretrained(path)
     check_tokenizer_fits(len(tokenizer), config.vocab_size, str(path))
     return model, tokenizer
+
+
+def task_of_model(model: Any, purpose: str = "predict") -> TaskKind:
+    """The task kind a fine-tuned model's head serves (classify for any sequence classifier): the kinds of
+    bertkit.data.task_kinds name their heads, the registry of families gives their classes."""
+    bert = family_for("bert")
+    for kind in TASKS.values():
+        if isinstance(model, tuple(bert.head(name) for name in kind.heads)):
+            return kind
+    heads = " or ".join(dict.fromkeys(bert.head(kind.name).__name__ for kind in TASKS.values()))
+    raise ValueError(f"{purpose} needs a fine-tuned {heads}, not {type(model).__name__}; "
+                     f"for sentence vectors, encode the texts instead (bertkit encode)")

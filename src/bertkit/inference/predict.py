@@ -22,18 +22,18 @@ import torch
 from torch import Tensor, nn
 
 from bertkit.data.entities import get_entities
-from bertkit.data.task_kinds import task_of_model
 from bertkit.inference.batching import (
     ChunkedRun,
     EncodedText,
     InputTooLongError,
     TruncationWarning,
-    _check_pairs,
-    _limit,
+    check_text_pairs,
     check_texts,
     in_chunks,
+    input_limit,
     tokenize,
 )
+from bertkit.inference.loading import task_of_model
 from bertkit.inference.precision import for_inference
 
 
@@ -54,7 +54,7 @@ def predict(model: nn.Module, tokenizer: Any, texts: Sequence[str] | str,
     if single:
         texts, text_pairs = [texts], None if text_pairs is None else [text_pairs]
     texts = check_texts(texts, content=False)
-    pairs = _check_pairs(text_pairs, len(texts))
+    pairs = check_text_pairs(text_pairs, len(texts))
     chunks = zip(in_chunks(texts), in_chunks(pairs) if pairs is not None else itertools.repeat(None))
     results = [result for part in predict_stream(model, tokenizer, chunks, total=len(texts), batch_size=batch_size,
                                                  max_length=max_length, truncation=truncation, progress=progress,
@@ -79,7 +79,7 @@ def predict_stream(model: nn.Module, tokenizer: Any, chunks: Iterable[tuple[Sequ
 
     for texts, pairs in chunks:
         texts = run.check(texts)
-        pairs = _check_pairs(pairs, len(texts))
+        pairs = check_text_pairs(pairs, len(texts))
         if tags:
             if pairs is not None and any(pair is not None for pair in pairs):
                 raise ValueError("token classification (NER) tags single texts; text_pairs are for classifiers")
@@ -97,7 +97,7 @@ def classifier_rows(model: nn.Module, tokenizer: Any, texts: list[str], pairs: l
                     max_length: int | None, truncation: bool, run: ChunkedRun | None = None) -> list[EncodedText]:
     """A classifier's inputs, tokenized unpadded: texts (with their pairs), or each text inside a cloze classifier's
     prompt template; too long: cut (counted by `run`, or said in one TruncationWarning), or refused."""
-    limit, limit_name = _limit(model, max_length)
+    limit, limit_name = input_limit(model, max_length)
     if getattr(model.config, "prompt", None) is not None:  # a cloze classifier: each text inside its template
         return prompt_rows(model.config.prompt["template"], tokenizer, texts, pairs, limit, truncation, limit_name)
     if run is not None:
@@ -153,7 +153,7 @@ def _tag_tokens(run: ChunkedRun, model: nn.Module, tokenizer: Any, texts: list[s
 def tagger_rows(model: nn.Module, tokenizer: Any, texts: list[str], max_length: int | None, truncation: bool,
                 run: ChunkedRun | None = None) -> list[EncodedText]:
     """A tagger's inputs, tokenized unpadded with each token's character offsets (for the entity spans)."""
-    limit, limit_name = _limit(model, max_length)
+    limit, limit_name = input_limit(model, max_length)
     options = dict(max_length=limit, truncation=truncation, offsets=True, limit_name=limit_name)
     return run.tokenize(tokenizer, texts, **options) if run is not None else tokenize(tokenizer, texts, **options)
 

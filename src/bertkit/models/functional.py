@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-IGNORE_INDEX = -100  # the label of a position that is not predicted (transformers' and cross_entropy's convention)
+from bertkit.utils.constants import IGNORE_INDEX  # noqa: F401  (re-exported: where it was defined before)
 
 
 def sinusoidal_positions(max_len: int, dim: int) -> Tensor:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch.nn.functional as F
 from torch import Tensor
 
-from bertkit.models.functional import IGNORE_INDEX  # noqa: F401  (re-exported: the models' label convention)
+from bertkit.utils.constants import IGNORE_INDEX  # noqa: F401  (re-exported: the models' label convention)
 
 
 def shift_tokens_right(labels: Tensor, pad_token_id: int, start_token_id: int) -> Tensor:

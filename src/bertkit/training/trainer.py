@@ -31,6 +31,7 @@ from bertkit.training.arguments import TrainingArguments, TrainState
 from bertkit.training.distributed import Distributed, setup_distributed
 from bertkit.training.memory import keep_freed_memory
 from bertkit.training.schedule import build_optimizer, build_scheduler
+from bertkit.utils.rng import mix
 
 __all__ = ["Trainer", "TrainingArguments", "TrainState", "TrainingError", "example_length", "example_seed",
            "length_grouped"]
@@ -52,15 +53,9 @@ class TrainingError(RuntimeError):
 
 
 def example_seed(seed: int, epoch: int, index: int) -> int:
-    """A 63-bit collation seed from (seed, epoch, dataset index): splitmix64 mixing, stable across processes."""
-    mask = (1 << 64) - 1
-    h = 0
-    for value in (seed, epoch, index):
-        h = (h ^ value) + 0x9E3779B97F4A7C15 & mask
-        h = (h ^ (h >> 30)) * 0xBF58476D1CE4E5B9 & mask
-        h = (h ^ (h >> 27)) * 0x94D049BB133111EB & mask
-        h ^= h >> 31
-    return h >> 1
+    """A 63-bit collation seed from (seed, epoch, dataset index): splitmix64 mixing (utils/rng.py), stable across
+    processes."""
+    return mix(0, seed, epoch, index) >> 1
 
 
 def example_length(example: Any) -> int:
@@ -163,7 +158,11 @@ class Trainer:
         self.frozen = [p for name, p in model.named_parameters() if name.startswith(args.freeze)] if args.freeze else []
         if args.freeze and not self.frozen:
             raise ValueError(f"freeze {list(args.freeze)} names no parameter of {type(model).__name__}")
-        self.dist = Distributed()
+        self.dist = Distributed()  # a single process until train() sets up torchrun's process group, if any
+        # what a step runs the model through: the model itself until train() knows the process group, then wrapped
+        # in DistributedDataParallel under torchrun and compiled with args.compile
+        self._wrapped: nn.Module = model
+        self._forward: Callable[..., Any] = model
         self._perm_epoch, self._perm, self._order = -1, np.empty(0, dtype=np.int64), None
         self._loaded: Iterator | None = None
         self._warned_no_sums = False
@@ -511,7 +510,7 @@ class Trainer:
             if dist.is_main:
                 self._prepare_output(state, bool(resume))
             dist.barrier()
-            self._wrapped: nn.Module = self.model
+            self._wrapped = self.model
             if dist.enabled:
                 self._wrapped = nn.parallel.DistributedDataParallel(
                     self.model, device_ids=[dist.device.index] if dist.device.type == "cuda" else None,

@@ -1,3 +1,5 @@
-"""What every layer shares, and nothing else: the atomic write every saved file goes through (atomic.py), and the
+"""What every layer shares, and nothing else: the atomic write every saved file goes through (atomic.py), the
 one check of a number against its range that options, training arguments and command-line flags all use
-(ranges.py). Nothing here imports torch or another part of bertkit."""
+(ranges.py), the file lock the caches take turns by (locking.py), the worker pool (processes.py), the
+counter-based random source (rng.py: splitmix64) and conventions more than one layer writes down (constants.py).
+Nothing here imports torch or another part of bertkit."""

@@ -22,17 +22,16 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from bertkit.data.task_kinds import task_of_model
 from bertkit.inference.batching import (
     EncodedText,
     NonFiniteOutputError,
-    _encoder,
-    _limit,
+    encoder_of,
+    input_limit,
     run_sorted,
     tokenize,
 )
 from bertkit.inference.encode import POOLINGS, sentence_vectors
-from bertkit.inference.loading import load_text_model
+from bertkit.inference.loading import load_text_model, task_of_model
 from bertkit.inference.precision import for_inference, model_dtype
 from bertkit.inference.predict import (
     class_probabilities,
@@ -109,12 +108,12 @@ class ServedModel:
         try:
             kind = task_of_model(model, "serve")
         except ValueError:  # not a fine-tuned head: its encoder makes sentence vectors
-            task, model, labels = "embedding", _encoder(model), []
+            task, model, labels = "embedding", encoder_of(model), []
         else:
             if kind.spans:
                 raise ValueError(qa_not_served(spec))
             task, labels = ("ner" if kind.token_level else "classifier"), label_names(model)
-        max_length, _ = _limit(model, None)
+        max_length, _ = input_limit(model, None)
         model = for_inference(model, dtype).eval()
         if pooling is None:
             from bertkit.data.sources import resolve_model
@@ -132,7 +131,7 @@ class ServedModel:
         """The task's inputs, tokenized unpadded as `encode` / `predict` tokenize them; a text longer than the model's
         positions is cut (`truncate`) or refused (InputTooLongError)."""
         if self.task == "embedding":
-            limit, limit_name = _limit(self.model, None)
+            limit, limit_name = input_limit(self.model, None)
             return tokenize(self.tokenizer, texts, max_length=limit, truncation=truncate, limit_name=limit_name)
         if self.task == "ner":
             return tagger_rows(self.model, self.tokenizer, texts, None, truncate)
