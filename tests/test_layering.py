@@ -104,19 +104,22 @@ def _in(module: str, package: str) -> bool:
     return module == package or module.startswith(package + ".")
 
 
-# What each package may import besides itself, bottom to top (docs/architecture.md draws the same picture).
+# What each package may import besides itself, bottom to top (docs/architecture.md draws the same picture). The
+# error family (bertkit/errors.py, a module at the package root) is the lowest layer: every other may import it.
+ERRORS = "bertkit.errors"
 ALLOWED = {
-    "bertkit.utils": set(),
-    "bertkit.tokenizer": {"bertkit.utils"},
-    "bertkit.models": {"bertkit.utils"},
-    "bertkit.data": {"bertkit.utils", "bertkit.tokenizer"},  # not models/: data/ is made and read without them
-    "bertkit.training": {"bertkit.utils", "bertkit.models", "bertkit.data"},
-    "bertkit.inference": {"bertkit.utils", "bertkit.tokenizer", "bertkit.models", "bertkit.data"},
-    "bertkit.pictures": {"bertkit.utils", "bertkit.tokenizer", "bertkit.models", "bertkit.data",
+    ERRORS: set(),
+    "bertkit.utils": {ERRORS},
+    "bertkit.tokenizer": {ERRORS, "bertkit.utils"},
+    "bertkit.models": {ERRORS, "bertkit.utils"},
+    "bertkit.data": {ERRORS, "bertkit.utils", "bertkit.tokenizer"},  # not models/: data/ is made and read without them
+    "bertkit.training": {ERRORS, "bertkit.utils", "bertkit.models", "bertkit.data"},
+    "bertkit.inference": {ERRORS, "bertkit.utils", "bertkit.tokenizer", "bertkit.models", "bertkit.data"},
+    "bertkit.pictures": {ERRORS, "bertkit.utils", "bertkit.tokenizer", "bertkit.models", "bertkit.data",
                          "bertkit.inference"},
-    "bertkit.pipelines": {"bertkit.utils", "bertkit.tokenizer", "bertkit.models", "bertkit.data", "bertkit.training",
-                          "bertkit.inference", "bertkit.pictures"},
-    "bertkit.cli": {"bertkit.utils", "bertkit.tokenizer", "bertkit.models", "bertkit.data", "bertkit.training",
+    "bertkit.pipelines": {ERRORS, "bertkit.utils", "bertkit.tokenizer", "bertkit.models", "bertkit.data",
+                          "bertkit.training", "bertkit.inference", "bertkit.pictures"},
+    "bertkit.cli": {ERRORS, "bertkit.utils", "bertkit.tokenizer", "bertkit.models", "bertkit.data", "bertkit.training",
                     "bertkit.inference", "bertkit.pictures", "bertkit.pipelines", "bertkit"},
 }
 # The run plumbing beside the pipelines: every pipeline may use it; it is no pipeline itself.

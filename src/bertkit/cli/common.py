@@ -7,11 +7,11 @@ import inspect
 from collections.abc import Callable
 from typing import Any
 
+from bertkit.errors import InputError
 from bertkit.utils.ranges import out_of_range
 
-
-class UserError(Exception):
-    """A problem with what the user asked for; printed as one line, exit status 2."""
+# A problem with what the user asked for; printed as one line, exit status 2. The library raises the same class.
+UserError = InputError
 
 
 def _numeric(convert: Callable[[str], float], kind: str, **bounds: float | None) -> Callable[[str], Any]:

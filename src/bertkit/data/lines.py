@@ -23,12 +23,14 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from bertkit.errors import DataError
+
 NUL_WINDOW = 1 << 16        # the bytes looked at for NULs
 MAX_LINE_BYTES = 1 << 26    # a longer line is cut (at a space, or a character boundary)
 UTF8_BOM = b"\xef\xbb\xbf"
 
 
-class NotTextError(ValueError):
+class NotTextError(DataError):
     """A file that is not text in the encoding it is read with: binary data, or most lines undecodable."""
 
 

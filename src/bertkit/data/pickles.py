@@ -19,11 +19,13 @@ import io
 import pickle
 from pathlib import Path
 
+from bertkit.errors import BertkitError
+
 PLAIN_TYPES = (list, tuple, dict, str, int, float, bool, type(None))
 NUMBER_KINDS = "biuf"  # numpy dtype kinds of booleans, signed and unsigned integers, floats
 
 
-class UnsafePickleError(pickle.UnpicklingError):
+class UnsafePickleError(BertkitError, pickle.UnpicklingError):
     """A pickle asked for something other than plain containers (a class, a function, a set, bytes...)."""
 
 

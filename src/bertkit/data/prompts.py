@@ -14,10 +14,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from bertkit.errors import InputError
+
 TEXT_SLOT = "{text}"
 
 
-class PromptError(ValueError):
+class PromptError(InputError):
     """A template or label words that cannot make a cloze for this tokenizer."""
 
 

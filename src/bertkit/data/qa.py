@@ -29,6 +29,7 @@ from typing import Any
 
 from bertkit.data.lines import NotTextError, check_not_binary
 from bertkit.data.readers import DataWarning, Skips
+from bertkit.errors import DataError
 
 QA_DATASETS = ("squad-excerpt", "xquad-en", "xquad-zh")  # named sets of the source "squad-excerpt"
 MAX_QUERY_LENGTH = 64  # question tokens kept at most (BERT's run_squad.py); the rest of the window is context
@@ -63,7 +64,7 @@ class QAExample:
 
 # ---- SQuAD-format files --------------------------------------------------------------------------
 
-class NotSquadError(ValueError):
+class NotSquadError(DataError):
     """A file that is not SQuAD-format JSON."""
 
 

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from bertkit.errors import DataError
 from bertkit.utils.atomic import atomic_write_text
 
 REPORT_NAME = "data_report.json"
@@ -35,7 +36,7 @@ CLASS_PER_EXAMPLE = 0.5  # more classes than this share of the examples: the lab
 UNUSED_EMBEDDINGS = 0.1  # a tokenizer leaving more than this share of the embedding rows unused is said
 
 
-class DataQualityError(ValueError):
+class DataQualityError(DataError):
     """Data from which a run's figures could not mean anything."""
 
 

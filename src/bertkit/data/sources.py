@@ -37,16 +37,13 @@ from importlib import resources
 from pathlib import Path
 from typing import IO
 
+from bertkit.errors import SourceError
 from bertkit.utils.atomic import atomic_directory, remove_leftovers
 from bertkit.utils.locking import locked
 
 logger = logging.getLogger(__name__)
 
 MANIFEST = ".bertkit-manifest.json"
-
-
-class SourceError(RuntimeError):
-    """A source could not be fetched: unknown name, pip or the index failed, or a hash differs."""
 
 
 @dataclass(frozen=True)

@@ -42,6 +42,7 @@ from bertkit.data.corpus_stream import CorpusInput, Tokenized, corpus_inputs
 from bertkit.data.lines import check_decoded
 from bertkit.data.readers import Skips
 from bertkit.data.sources import home
+from bertkit.errors import DataError
 from bertkit.utils.atomic import atomic_write_text, fsync_directory
 from bertkit.utils.locking import locked
 from bertkit.utils.processes import process_pool
@@ -55,7 +56,7 @@ PLANS = "store.plans"
 INLINE_BYTES = 8 << 20    # inputs smaller than this are tokenized in this process: starting workers costs more
 
 
-class StoreError(ValueError):
+class StoreError(DataError):
     """A store that cannot be used: incomplete, truncated, damaged, made with another vocabulary, or an input changed
     after it was made. The message names the file."""
 

@@ -21,6 +21,8 @@ import torch
 from torch import Tensor, nn
 from tqdm.auto import tqdm
 
+from bertkit.errors import DataError, InputError
+
 PROGRESS_MIN_TEXTS = 1000  # progress=None: fewer texts than this finish before a progress bar would tell anything
 CHUNK_TEXTS = 16_384  # texts tokenized, sorted by length and run together: memory stays bounded for any number
 
@@ -33,11 +35,11 @@ class EmptyTextWarning(UserWarning):
     """Some texts are empty or only white space: they have no tokens, so their results mean nothing."""
 
 
-class InputTooLongError(ValueError):
+class InputTooLongError(InputError):
     """A text is longer than the model's positions (or max_length) and truncation is off."""
 
 
-class NonFiniteOutputError(ValueError, FloatingPointError):
+class NonFiniteOutputError(DataError, FloatingPointError):
     """The model's output for a text holds NaN or infinite values: no prediction is made from it (a trainer
     evaluating a diverging model catches it as the FloatingPointError it is)."""
 

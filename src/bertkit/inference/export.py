@@ -31,6 +31,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from bertkit.errors import InputError
 from bertkit.inference.precision import model_dtype
 from bertkit.utils.atomic import atomic_directory, fsync_directory
 
@@ -40,7 +41,7 @@ INPUT_NAMES = ("input_ids", "attention_mask", "token_type_ids")
 PROTOBUF_LIMIT = 2 * 1024 ** 3  # one ONNX file holds at most 2 GB; larger weights go beside it as external data
 
 
-class ExportError(ValueError):
+class ExportError(InputError):
     """The model cannot be exported, or the packages the exporter needs are missing."""
 
 

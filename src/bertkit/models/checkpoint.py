@@ -29,6 +29,7 @@ from typing import Any
 
 import numpy as np
 
+from bertkit.errors import DataError
 from bertkit.utils.atomic import atomic_write
 
 SAFETENSORS_NAME = "model.safetensors"
@@ -39,7 +40,7 @@ TOKENIZER_FILES = ("vocab.txt", "tokenizer.json", "tokenizer_config.json", "spec
 _IGNORED_SUFFIXES = ("embeddings.position_ids", "embeddings.token_type_ids", ".attn.bias", ".attn.masked_bias")
 
 
-class CheckpointError(ValueError):
+class CheckpointError(DataError):
     """A checkpoint that cannot be loaded as asked: missing, corrupt, or not matching the model."""
 
 

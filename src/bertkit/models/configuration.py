@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
+from bertkit.errors import ConfigError
 from bertkit.utils.atomic import atomic_write_text
 
 ACTIVATIONS = ("gelu", "gelu_new", "gelu_pytorch_tanh", "relu")
@@ -36,10 +37,6 @@ HF_BOOKKEEPING = frozenset({
     # sentence-embedding libraries' notes in a model's config.json: how to pool, not what to compute
     "uniem_embedding_strategy",
 })
-
-
-class ConfigError(ValueError):
-    """A configuration value that no model can be built from."""
 
 
 class ConfigWarning(UserWarning):

@@ -17,12 +17,13 @@ from pathlib import Path
 from typing import Any
 
 from bertkit.data.readers import DataWarning, Skips, TextExample, TokenExample, iter_decoded_lines
+from bertkit.errors import DataError
 from bertkit.inference import batching, label_names, predict, tag_words
 from bertkit.inference.loading import load_text_model, task_of_model
 from bertkit.training import metrics
 
 
-class EvaluationDataError(ValueError):
+class EvaluationDataError(DataError):
     """Evaluation data that does not fit the model: labels it does not know."""
 
 

@@ -38,6 +38,8 @@ from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
 
+from bertkit.errors import InputError
+
 LOCK_NAME = ".bertkit-lock"
 
 # What shows that a directory holds a bertkit run or model.
@@ -51,7 +53,7 @@ RUN_ENTRIES = (*RUN_MARKERS, "special_tokens_map.json", "generation_config.json"
                ".*.tmp", "store.*", "corpus_stores.json")
 
 
-class OutputDirectoryError(ValueError):
+class OutputDirectoryError(InputError):
     """An output directory the command may not write: a file, or one holding a run or model (no overwrite)."""
 
 

@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from bertkit.errors import BertkitError, InputError
 from bertkit.utils.atomic import atomic_directory, atomic_write_text, fsync_directory, remove_leftovers
 
 CHECKPOINT_PREFIX = "checkpoint-"
@@ -31,11 +32,11 @@ RESULTS_NAME = "train_results.json"  # written in the output directory when a ru
 _CHECKPOINT_RE = re.compile(rf"^{CHECKPOINT_PREFIX}(\d+)$")
 
 
-class TrainingCheckpointError(FileNotFoundError):
+class TrainingCheckpointError(BertkitError, FileNotFoundError):
     """A checkpoint that is missing, incomplete or unreadable."""
 
 
-class RunFinishedError(ValueError):
+class RunFinishedError(InputError):
     """Asked to resume a run that already ended (its steps done, its clock run out, or stopped early)."""
 
 
