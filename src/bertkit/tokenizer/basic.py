@@ -24,6 +24,7 @@ import re
 import unicodedata
 from itertools import chain
 
+from bertkit.errors import InputError
 from bertkit.tokenizer import unicode_tables as uni
 
 # a word's alignment: its start in the original text when it was not changed by normalisation,
@@ -190,7 +191,7 @@ class WordPiece:
     def __init__(self, vocab: dict[str, int], unk_token: str = "[UNK]", max_input_chars_per_word: int = 100,
                  prefix: str = "##", cache_size: int = 200_000):
         if unk_token not in vocab:
-            raise ValueError(f"the vocabulary has no unknown token {unk_token!r}")
+            raise InputError(f"the vocabulary has no unknown token {unk_token!r}")
         self.vocab = vocab
         self.unk_id = vocab[unk_token]
         self.max_input_chars_per_word = max_input_chars_per_word

@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from bertkit.errors import InputError
 from bertkit.tokenizer.basic import PythonBackend
 from bertkit.tokenizer.encoding import Row, Specials, build_row, pad_rows
 from bertkit.tokenizer.files import (
@@ -63,7 +64,7 @@ class BertTokenizer:
         check_vocab_ids(self.vocab)
         for name, token in (("unk_token", unk_token), ("cls_token", cls_token), ("sep_token", sep_token)):
             if token not in self.vocab:
-                raise ValueError(f"the vocabulary has no {token!r} ({name}); a BERT vocabulary needs its "
+                raise InputError(f"the vocabulary has no {token!r} ({name}); a BERT vocabulary needs its "
                                  f"unknown, [CLS] and [SEP] tokens")
         self.do_lower_case, self.strip_accents = do_lower_case, strip_accents
         self.tokenize_chinese_chars, self.clean_text = tokenize_chinese_chars, clean_text
@@ -90,7 +91,7 @@ class BertTokenizer:
         from bertkit.tokenizer import fast as tokenizer_fast
 
         if backend not in ("auto", "python", "fast"):
-            raise ValueError(f"backend must be 'auto', 'python' or 'fast', not {backend!r}")
+            raise InputError(f"backend must be 'auto', 'python' or 'fast', not {backend!r}")
         if backend == "auto":
             backend = "fast" if tokenizer_fast.available() else "python"
         kind = tokenizer_fast.FastBackend if backend == "fast" else PythonBackend
@@ -172,7 +173,7 @@ class BertTokenizer:
         if token is None:
             hint = "labels mark positions that are not predicted with -100" if index < 0 else \
                 "were these ids made by another tokenizer?"
-            raise ValueError(f"id {index} is not in the vocabulary (ids 0..{len(self) - 1}); {hint}")
+            raise InputError(f"id {index} is not in the vocabulary (ids 0..{len(self) - 1}); {hint}")
         return token
 
     def __repr__(self) -> str:
@@ -195,13 +196,13 @@ class BertTokenizer:
                                                            pad_to_multiple_of, verbose)
         # transformers lets truncation to nothing pass (its rows then keep their length): refused here
         if truncation and max_length < 1:
-            raise ValueError(f"max_length must be a positive integer, got {max_length}")
+            raise InputError(f"max_length must be a positive integer, got {max_length}")
         specials = (2 if pairs is None else 3) if add_special_tokens else 0
         if truncation and max_length < specials:
-            raise ValueError(f"max_length {max_length} leaves no room: the {specials} special tokens ([CLS], [SEP]) "
+            raise InputError(f"max_length {max_length} leaves no room: the {specials} special tokens ([CLS], [SEP]) "
                              f"of a {'pair' if pairs else 'text'} alone take {specials}")
         if truncation and max_length >= 2 and max_length - 2 < stride:  # checked by tokenizers up front
-            raise ValueError(f"stride ({stride}) must be smaller than max_length ({max_length}) minus the 2 "
+            raise InputError(f"stride ({stride}) must be smaller than max_length ({max_length}) minus the 2 "
                              f"special tokens of a single text")
         rows = self.encode_rows(texts, pairs, add_special_tokens=add_special_tokens, truncation=truncation,
                                 max_length=max_length, stride=stride, offsets=return_offsets_mapping)
@@ -266,11 +267,11 @@ class BertTokenizer:
                               "strategy. To pad to max length, use `padding='max_length'`.", stacklevel=3)
             padding = "longest"
         if padding not in (False, None, *PADDING):
-            raise ValueError(f"padding must be True, False or one of {PADDING}, not {padding!r}")
+            raise InputError(f"padding must be True, False or one of {PADDING}, not {padding!r}")
         if truncation is True:
             truncation = "longest_first"
         if truncation not in (False, None, *TRUNCATION):
-            raise ValueError(f"truncation must be True, False or one of {TRUNCATION}, not {truncation!r}")
+            raise InputError(f"truncation must be True, False or one of {TRUNCATION}, not {truncation!r}")
         padding = None if padding in (False, None, "do_not_pad") else padding
         truncation = None if truncation in (False, None, "do_not_truncate") else truncation
         if max_length is None:
@@ -285,9 +286,9 @@ class BertTokenizer:
                 else:
                     max_length = self.model_max_length
         if padding and self.pad_token_id is None:
-            raise ValueError("asked to pad, but the tokenizer has no padding token (pad_token)")
+            raise InputError("asked to pad, but the tokenizer has no padding token (pad_token)")
         if truncation and padding and pad_to_multiple_of and max_length and max_length % pad_to_multiple_of:
-            raise ValueError(f"truncation length ({max_length}) is not a multiple of pad_to_multiple_of "
+            raise InputError(f"truncation length ({max_length}) is not a multiple of pad_to_multiple_of "
                              f"({pad_to_multiple_of})")
         return padding, truncation, max_length
 
@@ -373,36 +374,36 @@ def _check_inputs(text: Any, text_pair: Any) -> tuple[list[str], list[str] | Non
     """(texts, pairs or None, batched) with clear errors for anything that is not text."""
     if isinstance(text, str):
         if text_pair is not None and not isinstance(text_pair, str):
-            raise ValueError(f"text is one string, so text_pair must be one string too, not "
+            raise InputError(f"text is one string, so text_pair must be one string too, not "
                              f"{type(text_pair).__name__}")
         # as transformers: an empty text_pair means no pair for a single text
         return [text], [text_pair] if text_pair else None, False
     if not isinstance(text, (list, tuple)):
-        raise ValueError(f"text must be a str or a list of str, not {type(text).__name__}")
+        raise InputError(f"text must be a str or a list of str, not {type(text).__name__}")
     if not text:
-        raise ValueError("text is an empty batch (a list with no texts)")
+        raise InputError("text is an empty batch (a list with no texts)")
     for name, values in (("text", text), ("text_pair", text_pair)):
         if values is None:
             continue
         if not isinstance(values, (list, tuple)):
-            raise ValueError(f"text is a batch, so {name} must be a list of str of the same length, "
+            raise InputError(f"text is a batch, so {name} must be a list of str of the same length, "
                              f"not {type(values).__name__}")
         bad = next((i for i, value in enumerate(values) if not isinstance(value, str)), None)
         if bad is not None:
-            raise ValueError(f"{name}[{bad}] is {type(values[bad]).__name__}, not str: every item of a "
+            raise InputError(f"{name}[{bad}] is {type(values[bad]).__name__}, not str: every item of a "
                              f"batch must be a text")
     if text_pair is not None and len(text_pair) != len(text):
-        raise ValueError(f"text has {len(text)} items but text_pair has {len(text_pair)}")
+        raise InputError(f"text has {len(text)} items but text_pair has {len(text_pair)}")
     return list(text), None if text_pair is None else list(text_pair), True
 
 
 def _to_tensors(batch: dict[str, list], kind: str) -> dict[str, Any]:
     """Lists of equal-length rows -> torch tensors ("pt") or NumPy arrays ("np")."""
     if kind not in ("pt", "np"):
-        raise ValueError(f"return_tensors must be 'pt', 'np' or None, not {kind!r}")
+        raise InputError(f"return_tensors must be 'pt', 'np' or None, not {kind!r}")
     for key, rows in batch.items():
         if rows and isinstance(rows[0], list) and len({len(row) for row in rows}) > 1:
-            raise ValueError(f"cannot make a tensor of {key}: rows have different lengths; "
+            raise InputError(f"cannot make a tensor of {key}: rows have different lengths; "
                              f"pass padding=True (and truncation=True) for a batch of tensors")
     if kind == "np":
         import numpy as np

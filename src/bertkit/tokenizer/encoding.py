@@ -17,6 +17,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from bertkit.errors import InputError
+
 Offsets = list[tuple[int, int]]
 
 
@@ -48,7 +50,7 @@ def windows(length: int, keep: int, stride: int, side: str) -> list[tuple[int, i
     if keep == 0:
         return [(0, 0), (0, length)]
     if stride >= keep:
-        raise ValueError(f"stride ({stride}) must be smaller than the tokens kept per text ({keep}); "
+        raise InputError(f"stride ({stride}) must be smaller than the tokens kept per text ({keep}); "
                          "max_length shrinks by the special tokens ([CLS], [SEP]) first")
     step = keep - stride
     parts = []
@@ -89,11 +91,11 @@ def truncation_windows(len_a: int, len_b: int | None, max_length: int, strategy:
         keep_a, keep_b = (n2, n1) if len_a > len_b else (n1, n2)
         return windows(len_a, keep_a, stride, side), windows(len_b, keep_b, stride, side)
     if strategy == "only_second" and len_b is None:
-        raise ValueError("truncation='only_second' needs a second text (text_pair)")
+        raise InputError("truncation='only_second' needs a second text (text_pair)")
     target = len_a if strategy == "only_first" else len_b
     if target <= to_remove:
         which = "first" if strategy == "only_first" else "second"
-        raise ValueError(f"truncation={strategy!r}: the {which} text ({target} tokens) is too short to bring "
+        raise InputError(f"truncation={strategy!r}: the {which} text ({target} tokens) is too short to bring "
                          f"the input down to max_length by cutting only it")
     if strategy == "only_first":
         return windows(len_a, len_a - to_remove, stride, side), whole(len_b)

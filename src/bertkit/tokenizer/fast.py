@@ -8,6 +8,8 @@ two backends can only differ where their tokenisation differs, and the tests che
 
 from __future__ import annotations
 
+from bertkit.errors import InputError
+
 
 def available() -> bool:
     """Whether the `tokenizers` package can be imported."""
@@ -33,7 +35,7 @@ class FastBackend:
             raise ImportError("backend='fast' needs the tokenizers package: pip install 'bertkit[fast]' "
                               "(or use backend='python')") from err
         if unk_token not in vocab:
-            raise ValueError(f"the vocabulary has no unknown token {unk_token!r}")
+            raise InputError(f"the vocabulary has no unknown token {unk_token!r}")
         tokenizer = Tokenizer(WordPiece(vocab, unk_token=unk_token,
                                         max_input_chars_per_word=max_input_chars_per_word))
         tokenizer.normalizer = normalizers.BertNormalizer(

@@ -13,6 +13,7 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from bertkit.errors import DataError, InputError
 from bertkit.utils.atomic import atomic_write_text
 
 if TYPE_CHECKING:
@@ -43,25 +44,25 @@ def load_vocab(path: str | Path) -> dict[str, int]:
         shown = "; ".join(f"{token!r} on lines {', '.join(map(str, numbers))}"
                           for token, numbers in list(repeated.items())[:5])
         more = f" ({len(repeated) - 5} more tokens)" if len(repeated) > 5 else ""
-        raise ValueError(f"{path}: {len(repeated)} token{'s' if len(repeated) > 1 else ''} listed more than once: "
-                         f"{shown}{more}; a vocabulary lists each token once (its line is its id)")
+        raise DataError(f"{path}: {len(repeated)} token{'s' if len(repeated) > 1 else ''} listed more than once: "
+                        f"{shown}{more}; a vocabulary lists each token once (its line is its id)")
     return vocab
 
 
 def check_vocab_ids(vocab: dict[str, int]) -> None:
     """A vocabulary's ids are 0..n-1, each once: a model is sized to n, and an id past it would fail mid-training."""
     if not vocab:
-        raise ValueError("the vocabulary is empty")
+        raise InputError("the vocabulary is empty")
     by_id: dict[int, list[str]] = {}
     for token, index in vocab.items():
         by_id.setdefault(index, []).append(token)
     shared = [f"{index}: {', '.join(map(repr, tokens))}" for index, tokens in sorted(by_id.items()) if len(tokens) > 1]
     if shared:
-        raise ValueError(f"the vocabulary gives one id to several tokens ({'; '.join(shared[:5])}); each token needs "
+        raise InputError(f"the vocabulary gives one id to several tokens ({'; '.join(shared[:5])}); each token needs "
                          "its own id")
     if min(by_id) < 0 or max(by_id) != len(by_id) - 1:
         gap = next((i for i in range(len(by_id)) if i not in by_id), max(by_id))
-        raise ValueError(f"the vocabulary's ids are not 0..{len(by_id) - 1}: they run from {min(by_id)} to "
+        raise InputError(f"the vocabulary's ids are not 0..{len(by_id) - 1}: they run from {min(by_id)} to "
                          f"{max(by_id)} (id {gap} is missing); a model's embedding has one row per id")
 
 
@@ -75,16 +76,16 @@ def _read_json(path: Path) -> dict[str, Any]:
         with open(path, encoding="utf-8") as f:
             return json.load(f)
     except json.JSONDecodeError as err:
-        raise ValueError(f"{path}: not valid JSON ({err})") from None
+        raise DataError(f"{path}: not valid JSON ({err})") from None
 
 
 def _from_tokenizer_json(data: dict[str, Any], path: Path) -> tuple[dict[str, int], dict[str, Any]]:
     """The WordPiece vocabulary and BertNormalizer settings inside a tokenizer.json."""
     model = data.get("model") or {}
     if model.get("type") != "WordPiece" or not isinstance(model.get("vocab"), dict):
-        raise ValueError(f"{path}: the model is {model.get('type')!r}, not a WordPiece model with a vocab")
+        raise DataError(f"{path}: the model is {model.get('type')!r}, not a WordPiece model with a vocab")
     if model.get("continuing_subword_prefix", "##") != "##":
-        raise ValueError(f"{path}: continuing_subword_prefix {model['continuing_subword_prefix']!r} is not '##'")
+        raise DataError(f"{path}: continuing_subword_prefix {model['continuing_subword_prefix']!r} is not '##'")
     settings: dict[str, Any] = {"unk_token": model.get("unk_token", "[UNK]"),
                                 "max_input_chars_per_word": model.get("max_input_chars_per_word", 100)}
     normalizer = data.get("normalizer") or {}
@@ -94,7 +95,7 @@ def _from_tokenizer_json(data: dict[str, Any], path: Path) -> tuple[dict[str, in
                         tokenize_chinese_chars=normalizer.get("handle_chinese_chars", True),
                         clean_text=normalizer.get("clean_text", True))
     elif normalizer:
-        raise ValueError(f"{path}: normalizer {normalizer.get('type')!r} is not BERT's (BertNormalizer)")
+        raise DataError(f"{path}: normalizer {normalizer.get('type')!r} is not BERT's (BertNormalizer)")
     extra = [token["content"] for token in data.get("added_tokens", []) if token.get("special")]
     settings["additional_special_tokens"] = extra
     return {str(token): int(index) for token, index in model["vocab"].items()}, settings
@@ -106,7 +107,7 @@ def read_tokenizer_files(path: str | Path) -> tuple[dict[str, int], dict[str, An
     if not path.exists():
         raise FileNotFoundError(f"{path}: no such tokenizer directory or file (bertkit loads local files only)")
     if path.is_file() and path.suffix not in (".txt", ".json"):
-        raise ValueError(f"{path} is a file, not a tokenizer: give a tokenizer directory (one with vocab.txt or "
+        raise InputError(f"{path} is a file, not a tokenizer: give a tokenizer directory (one with vocab.txt or "
                          "tokenizer.json), or one of those files")
     directory = path.parent if path.is_file() else path
     vocab_file = path if path.is_file() and path.suffix == ".txt" else directory / "vocab.txt"
@@ -152,9 +153,9 @@ def write_tokenizer_files(tokenizer: BertTokenizer, path: str | Path) -> list[Pa
     directory.mkdir(parents=True, exist_ok=True)
     by_id = sorted(tokenizer.vocab.items(), key=lambda item: item[1])
     if [index for _, index in by_id] != list(range(len(by_id))):
-        raise ValueError("cannot write vocab.txt: the vocabulary ids are not 0..n-1 without gaps")
+        raise InputError("cannot write vocab.txt: the vocabulary ids are not 0..n-1 without gaps")
     if any("\n" in token or "\r" in token for token, _ in by_id):
-        raise ValueError("cannot write vocab.txt: a token contains a line break")
+        raise InputError("cannot write vocab.txt: a token contains a line break")
     specials = {name: getattr(tokenizer, name) for name in SPECIAL_TOKEN_NAMES if getattr(tokenizer, name)}
     if tokenizer.additional_special_tokens:
         specials["additional_special_tokens"] = tokenizer.additional_special_tokens

@@ -1,7 +1,7 @@
 """The one check of a number against its range: training options (their field metadata), TrainingArguments and the
 command line's numeric flags all state and refuse ranges through it, so they say the same thing the same way.
 
-    check_number("--batch-size", 0, minimum=1)      # ValueError: --batch-size must be at least 1, got 0
+    check_number("--batch-size", 0, minimum=1)      # InputError: --batch-size must be at least 1, got 0
     out_of_range(math.inf, above=0)                 # "a finite number above 0"
 
 `minimum` / `maximum` are inclusive, `above` / `below` exclusive; a float must be finite.
@@ -10,6 +10,8 @@ command line's numeric flags all state and refuse ranges through it, so they say
 from __future__ import annotations
 
 import math
+
+from bertkit.errors import InputError
 
 
 def stated_range(minimum: float | None = None, above: float | None = None, maximum: float | None = None,
@@ -40,7 +42,7 @@ def out_of_range(value: float, minimum: float | None = None, above: float | None
 
 def check_number(label: str, value: float, minimum: float | None = None, above: float | None = None,
                  maximum: float | None = None, below: float | None = None) -> None:
-    """A ValueError naming `label` and the range when `value` lies outside it (or is NaN or infinite)."""
+    """An InputError naming `label` and the range when `value` lies outside it (or is NaN or infinite)."""
     stated = out_of_range(value, minimum, above, maximum, below)
     if stated is not None:
-        raise ValueError(f"{label} must be {stated}, got {value}")
+        raise InputError(f"{label} must be {stated}, got {value}")
