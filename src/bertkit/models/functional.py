@@ -11,13 +11,14 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from bertkit.errors import InputError
 from bertkit.utils.constants import IGNORE_INDEX  # noqa: F401  (re-exported: where it was defined before)
 
 
 def sinusoidal_positions(max_len: int, dim: int) -> Tensor:
     """PE[pos, 2i] = sin(pos / 10000^(2i/d)), PE[pos, 2i+1] = cos(pos / 10000^(2i/d)) (Vaswani et al., 3.5)."""
     if max_len <= 0 or dim <= 0:
-        raise ValueError(f"max_len and dim must be positive, got {max_len} and {dim}")
+        raise InputError(f"max_len and dim must be positive, got {max_len} and {dim}")
     position = torch.arange(max_len, dtype=torch.float64).unsqueeze(1)          # (L, 1)
     two_i = torch.arange(0, dim, 2, dtype=torch.float64)                        # (ceil(d/2),)
     angle = position / torch.pow(10000.0, two_i / dim)                          # (L, ceil(d/2))
@@ -33,7 +34,7 @@ DROPOUT_LEVELS = 1 << 16  # CPU dropout reads 16 random bits per element, so p i
 def check_dropout_probability(p: float) -> float:
     """p itself, or a ValueError naming it when it is not a probability."""
     if not 0.0 <= p <= 1.0:
-        raise ValueError(f"dropout probability must be between 0 and 1, got {p}")
+        raise InputError(f"dropout probability must be between 0 and 1, got {p}")
     return p
 
 
@@ -111,7 +112,7 @@ def mask_value(dtype: torch.dtype) -> float:
 def padding_mask_bias(attention_mask: Tensor, dtype: torch.dtype = torch.float32) -> Tensor:
     """(B, S) 1/0 mask of real tokens -> (B, 1, 1, S) additive bias: 0 on tokens, dtype-min on padding."""
     if attention_mask.dim() != 2:
-        raise ValueError(f"attention_mask must be (batch, seq), got shape {tuple(attention_mask.shape)}")
+        raise InputError(f"attention_mask must be (batch, seq), got shape {tuple(attention_mask.shape)}")
     keep = attention_mask[:, None, None, :].to(torch.bool)
     return torch.zeros(keep.shape, dtype=dtype, device=attention_mask.device).masked_fill(
         ~keep, mask_value(dtype))

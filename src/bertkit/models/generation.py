@@ -15,6 +15,8 @@ import math
 import torch
 from torch import Tensor
 
+from bertkit.errors import InputError
+
 
 class KVCache:
     """Keys and values of the positions decoded so far, per layer, so each new token costs O(S), not O(S²).
@@ -106,9 +108,9 @@ def sample(state: DecodingState, max_new_tokens: int, temperature: float = 1.0, 
            eos_token_id: int | None = None, pad_token_id: int = 0, generator: torch.Generator | None = None) -> Tensor:
     """Draw each next token from softmax(logits / temperature), restricted to the top-k / top-p set."""
     if temperature <= 0:
-        raise ValueError(f"temperature must be positive (use greedy search for 0), got {temperature}")
+        raise InputError(f"temperature must be positive (use greedy search for 0), got {temperature}")
     if not 0.0 < top_p <= 1.0:
-        raise ValueError(f"top_p must be in (0, 1], got {top_p}")
+        raise InputError(f"top_p must be in (0, 1], got {top_p}")
 
     def pick(logits: Tensor) -> Tensor:
         probs = top_k_top_p_filter(logits / temperature, top_k, top_p).softmax(dim=-1)
@@ -125,7 +127,7 @@ def beam_search(state: DecodingState, max_new_tokens: int, num_beams: int = 4, l
     scores no better than the worst finished (Hugging Face's rule). Returns the best hypothesis per source.
     """
     if num_beams < 1:
-        raise ValueError(f"num_beams must be at least 1, got {num_beams}")
+        raise InputError(f"num_beams must be at least 1, got {num_beams}")
     B, K, device = state.start.size(0), num_beams, state.start.device
     rows = torch.arange(B, device=device).repeat_interleave(K)
     state.reorder(rows)
@@ -218,17 +220,17 @@ class GenerationMixin:
         if pad is None:  # GPT-2 has no padding token: rows that have finished repeat eos, as in transformers
             pad = eos if eos is not None else 0
         if eos is not None and not 0 <= pad < vocab_size:
-            raise ValueError(f"pad_token_id {pad} is outside the vocabulary (size {vocab_size}): rows that end early "
+            raise InputError(f"pad_token_id {pad} is outside the vocabulary (size {vocab_size}): rows that end early "
                              "would be padded with it; give a pad_token_id inside the vocabulary")
         state = self.start_decoding(input_ids, attention_mask, use_cache)
         limit = state.max_new_tokens
         if max_new_tokens is None:
             max_new_tokens = next(n for n in (state.default_max_new_tokens, limit, 64) if n is not None)
         elif limit is not None and max_new_tokens > limit:
-            raise ValueError(f"max_new_tokens {max_new_tokens} goes past the model's positions "
+            raise InputError(f"max_new_tokens {max_new_tokens} goes past the model's positions "
                              f"({limit} left after the {state.start.size(1)} given)")
         if do_sample and num_beams > 1:
-            raise ValueError("choose sampling or beam search, not both")
+            raise InputError("choose sampling or beam search, not both")
         if do_sample:
             return sample(state, max_new_tokens, temperature, top_k, top_p, eos, pad, generator)
         if num_beams > 1:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch.nn.functional as F
 from torch import Tensor
 
+from bertkit.errors import InputError
 from bertkit.utils.constants import IGNORE_INDEX  # noqa: F401  (re-exported: the models' label convention)
 
 
@@ -23,7 +24,7 @@ def sequence_loss(logits: Tensor, labels: Tensor, label_smoothing: float = 0.0, 
     device sync, so models pass their validation switch.
     """
     if check and not bool((labels != IGNORE_INDEX).any()):
-        raise ValueError("every label is -100: nothing to predict in this batch")
+        raise InputError("every label is -100: nothing to predict in this batch")
     return F.cross_entropy(logits.reshape(-1, logits.size(-1)).float(), labels.reshape(-1),
                            ignore_index=IGNORE_INDEX, label_smoothing=label_smoothing)
 

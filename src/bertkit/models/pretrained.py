@@ -32,6 +32,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from bertkit.errors import InputError
 from bertkit.models import checkpoint
 from bertkit.models.functional import padding_mask_bias
 
@@ -182,22 +183,22 @@ def check_ids(name: str, ids: Tensor, vocab_size: int, max_length: int | None = 
     Shapes are always checked; the values (inside the vocabulary) only when `values` (see `checks_values`).
     """
     if not isinstance(ids, Tensor) or ids.dim() != 2:
-        raise ValueError(f"{name} must be a (batch, seq) tensor of token ids, got "
+        raise InputError(f"{name} must be a (batch, seq) tensor of token ids, got "
                          f"{tuple(ids.shape) if isinstance(ids, Tensor) else type(ids).__name__}")
     if ids.dtype not in (torch.long, torch.int32):
-        raise ValueError(f"{name} must hold integer ids, got dtype {ids.dtype}")
+        raise InputError(f"{name} must hold integer ids, got dtype {ids.dtype}")
     if ids.numel() == 0:
-        raise ValueError(f"empty batch: {name} has shape {tuple(ids.shape)}")
+        raise InputError(f"empty batch: {name} has shape {tuple(ids.shape)}")
     if max_length is not None and ids.size(1) > max_length:
-        raise ValueError(f"{name} has length {ids.size(1)}, longer than the model's {max_length} positions; "
+        raise InputError(f"{name} has length {ids.size(1)}, longer than the model's {max_length} positions; "
                          "truncate the input to the model's positions")
     if values and (int(ids.min()) < 0 or int(ids.max()) >= vocab_size):
-        raise ValueError(f"{name} must be in [0, {vocab_size}), got values in [{int(ids.min())}, {int(ids.max())}]; "
+        raise InputError(f"{name} must be in [0, {vocab_size}), got values in [{int(ids.min())}, {int(ids.max())}]; "
                          "does the tokenizer match the model?")
 
 
 def check_labels(labels: Tensor, num_labels: int) -> None:
     """A label id outside the head is a data error; say so instead of failing inside cross_entropy."""
     if labels.numel() and (int(labels.min()) < 0 or int(labels.max()) >= num_labels):
-        raise ValueError(f"label ids must be in [0, {num_labels}) for this model's {num_labels} labels, got "
+        raise InputError(f"label ids must be in [0, {num_labels}) for this model's {num_labels} labels, got "
                          f"values in [{int(labels.min())}, {int(labels.max())}]")

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
+from bertkit.errors import InputError
 from bertkit.models import checkpoint
 from bertkit.models.bert.configuration import BertConfig
 from bertkit.models.gpt.configuration import GPT2Config
@@ -68,9 +69,9 @@ def check_like_ids(name: str, values, ids: np.ndarray, upper: int | None = None)
     error (numpy would broadcast a mismatched mask, or fail deep inside, without naming it)."""
     array = np.asarray(values)
     if array.shape != ids.shape:
-        raise ValueError(f"{name} must have the shape of input_ids {ids.shape}, got {array.shape}")
+        raise InputError(f"{name} must have the shape of input_ids {ids.shape}, got {array.shape}")
     if upper is not None and (array.min() < 0 or array.max() >= upper):
-        raise ValueError(f"{name} must be in [0, {upper}), got values in [{array.min()}, {array.max()}]")
+        raise InputError(f"{name} must be in [0, {upper}), got values in [{array.min()}, {array.max()}]")
     return array
 
 
@@ -117,11 +118,11 @@ class NumpyBert(_NumpyModel):
         cfg, w = self.config, self.w
         ids = np.asarray(input_ids)
         if ids.ndim != 2 or ids.size == 0:
-            raise ValueError(f"input_ids must be a non-empty (batch, seq) array, got shape {ids.shape}")
+            raise InputError(f"input_ids must be a non-empty (batch, seq) array, got shape {ids.shape}")
         if ids.shape[1] > cfg.max_position_embeddings:
-            raise ValueError(f"sequence length {ids.shape[1]} exceeds {cfg.max_position_embeddings} positions")
+            raise InputError(f"sequence length {ids.shape[1]} exceeds {cfg.max_position_embeddings} positions")
         if ids.min() < 0 or ids.max() >= cfg.vocab_size:
-            raise ValueError(f"input_ids must be in [0, {cfg.vocab_size})")
+            raise InputError(f"input_ids must be in [0, {cfg.vocab_size})")
         types = np.zeros_like(ids) if token_type_ids is None else \
             check_like_ids("token_type_ids", token_type_ids, ids, cfg.type_vocab_size)
         if attention_mask is not None:
@@ -215,10 +216,10 @@ class NumpyGPT2(_NumpyModel):
         cfg, w = self.config, self.w
         ids = np.asarray(input_ids)
         if ids.ndim != 2 or ids.size == 0 or ids.shape[1] > cfg.n_positions:
-            raise ValueError(f"input_ids must be a non-empty (batch, seq) array of at most {cfg.n_positions} "
+            raise InputError(f"input_ids must be a non-empty (batch, seq) array of at most {cfg.n_positions} "
                              f"positions, got shape {ids.shape}")
         if ids.min() < 0 or ids.max() >= cfg.vocab_size:
-            raise ValueError(f"input_ids must be in [0, {cfg.vocab_size})")
+            raise InputError(f"input_ids must be in [0, {cfg.vocab_size})")
         if attention_mask is not None:
             attention_mask = check_like_ids("attention_mask", attention_mask, ids)
         T = ids.shape[1]

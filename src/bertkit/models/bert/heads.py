@@ -18,6 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from bertkit.errors import InputError
 from bertkit.models.bert.configuration import BertConfig
 from bertkit.models.bert.modeling import BertModel, BertPreTrainedModel
 from bertkit.models.configuration import ConfigError
@@ -235,7 +236,7 @@ class BertForPromptClassification(BertForMaskedLM):
 
     def __init__(self, config: BertConfig) -> None:
         if config.prompt is None:
-            raise ValueError("BertForPromptClassification needs config.prompt (template and label words); "
+            raise InputError("BertForPromptClassification needs config.prompt (template and label words); "
                              "see bertkit.data.prompts.PromptTemplate.config")
         super().__init__(config)  # BertForMaskedLM's modules; the buffer below is not a weight
         self.num_labels = len(config.prompt["label_word_ids"])
@@ -249,7 +250,7 @@ class BertForPromptClassification(BertForMaskedLM):
         masks = input_ids == self.mask_token_id                                   # (B, T)
         K = self.label_word_ids.size(1)
         if self.checks_values(input_ids) and not bool((masks.sum(1) == K).all()):
-            raise ValueError(f"every input must hold the template's {K} [MASK] tokens (id {self.mask_token_id}); "
+            raise InputError(f"every input must hold the template's {K} [MASK] tokens (id {self.mask_token_id}); "
                              "encode texts with the model's prompt template")
         out = self.bert(input_ids, attention_mask, token_type_ids, position_ids, output_attentions,
                         output_hidden_states)

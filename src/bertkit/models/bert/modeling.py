@@ -12,6 +12,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
+from bertkit.errors import InputError
 from bertkit.models.bert.configuration import BertConfig
 from bertkit.models.dropout import Dropout
 from bertkit.models.functional import ACT2FN, multi_head_attention, sinusoidal_positions
@@ -218,7 +219,7 @@ class BertModel(BertPreTrainedModel):
         check_ids("input_ids", input_ids, cfg.vocab_size, cfg.max_position_embeddings, values)
         for name, t in (("attention_mask", attention_mask), ("token_type_ids", token_type_ids)):
             if t is not None and tuple(t.shape) != tuple(input_ids.shape):
-                raise ValueError(f"{name} has shape {tuple(t.shape)}, input_ids {tuple(input_ids.shape)}")
+                raise InputError(f"{name} has shape {tuple(t.shape)}, input_ids {tuple(input_ids.shape)}")
         if values and token_type_ids is not None and (int(token_type_ids.min()) < 0
                                                       or int(token_type_ids.max()) >= cfg.type_vocab_size):
-            raise ValueError(f"token_type_ids must be in [0, {cfg.type_vocab_size})")
+            raise InputError(f"token_type_ids must be in [0, {cfg.type_vocab_size})")

@@ -20,6 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from bertkit.errors import InputError
 from bertkit.models.dropout import Dropout
 from bertkit.models.functional import ACT2FN, causal_mask_bias, multi_head_attention, sinusoidal_positions
 from bertkit.models.generation import DecodingState, GenerationMixin, KVCache, extend_self_attention_cache
@@ -151,9 +152,9 @@ class GPT2Model(GPT2PreTrainedModel):
         past = len(past_key_values) if past_key_values is not None else 0
         B, T = input_ids.shape
         if past + T > cfg.n_positions:
-            raise ValueError(f"{past + T} positions is more than the model's {cfg.n_positions}; truncate the input")
+            raise InputError(f"{past + T} positions is more than the model's {cfg.n_positions}; truncate the input")
         if attention_mask is not None and tuple(attention_mask.shape) != (B, past + T):
-            raise ValueError(f"attention_mask must be (batch, past + new) = {(B, past + T)}, "
+            raise InputError(f"attention_mask must be (batch, past + new) = {(B, past + T)}, "
                              f"got {tuple(attention_mask.shape)}")
         if past_key_values is None and use_cache:
             past_key_values = KVCache(cfg.n_layer)
@@ -208,12 +209,12 @@ class GPT2LMHeadModel(GenerationMixin, GPT2PreTrainedModel):
         if input_ids is None:
             bos = self.config.bos_token_id
             if bos is None or not 0 <= bos < self.config.vocab_size:
-                raise ValueError(f"generate() without a prompt starts from bos_token_id, and this model's ({bos}) is "
+                raise InputError(f"generate() without a prompt starts from bos_token_id, and this model's ({bos}) is "
                                  f"not in its vocabulary (size {self.config.vocab_size}); give a prompt")
             input_ids = torch.full((1, 1), bos, dtype=torch.long,
                                    device=self.transformer.wte.weight.device)
         if attention_mask is not None and not bool(attention_mask.all()):
-            raise ValueError("generate() continues prompts of equal length; give one prompt, or prompts "
+            raise InputError("generate() continues prompts of equal length; give one prompt, or prompts "
                              "without padding")
         check_ids("input_ids", input_ids, self.config.vocab_size, self.config.n_positions)
         return GPT2Decoding(self, input_ids, use_cache)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from torch import Tensor
 
+from bertkit.errors import InputError
 from bertkit.models.generation import GenerationMixin
 from bertkit.models.losses import sequence_loss, shift_tokens_right
 from bertkit.models.pretrained import PreTrainedModel, check_ids
@@ -44,7 +45,7 @@ class Seq2SeqPreTrainedModel(GenerationMixin, PreTrainedModel):
         cfg = self.config
         if decoder_input_ids is None:
             if labels is None:
-                raise ValueError("give decoder_input_ids or labels (decoder inputs are labels shifted right)")
+                raise InputError("give decoder_input_ids or labels (decoder inputs are labels shifted right)")
             decoder_input_ids = shift_tokens_right(labels, cfg.pad_token_id, cfg.bos_token_id)
         check_ids("decoder_input_ids", decoder_input_ids, cfg.target_vocab_size, max_length,
                   self.checks_values(decoder_input_ids))
@@ -60,5 +61,5 @@ class Seq2SeqPreTrainedModel(GenerationMixin, PreTrainedModel):
     def require_source(input_ids: Tensor | None) -> Tensor:
         """Generation starts from an encoded source; say so when there is none."""
         if input_ids is None:
-            raise ValueError("an encoder–decoder model needs input_ids (the source) to generate from")
+            raise InputError("an encoder–decoder model needs input_ids (the source) to generate from")
         return input_ids

@@ -12,6 +12,7 @@ from collections.abc import Callable
 
 from torch import Tensor, nn
 
+from bertkit.errors import InputError
 from bertkit.models.dropout import Dropout
 from bertkit.models.functional import ACT2FN, multi_head_attention
 from bertkit.models.generation import KVCache, extend_self_attention_cache  # noqa: F401  (re-exported)
@@ -23,7 +24,7 @@ class MultiHeadAttention(nn.Module):
     def __init__(self, d_model: int, num_heads: int, dropout: float = 0.0) -> None:
         super().__init__()
         if d_model % num_heads:
-            raise ValueError(f"d_model {d_model} is not divisible by num_heads {num_heads}")
+            raise InputError(f"d_model {d_model} is not divisible by num_heads {num_heads}")
         self.num_heads, self.head_dim, self.dropout = num_heads, d_model // num_heads, dropout
         self.q_proj = nn.Linear(d_model, d_model)
         self.k_proj = nn.Linear(d_model, d_model)

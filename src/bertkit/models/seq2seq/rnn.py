@@ -17,6 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from bertkit.errors import InputError
 from bertkit.models.dropout import Dropout
 from bertkit.models.functional import dropout
 from bertkit.models.generation import DecodingState
@@ -109,7 +110,7 @@ class RNNCell(_CellBase):
 
     def __init__(self, input_size: int, hidden_size: int, bias: bool = True, nonlinearity: str = "tanh") -> None:
         if nonlinearity not in ("tanh", "relu"):
-            raise ValueError(f"nonlinearity must be 'tanh' or 'relu', got {nonlinearity!r}")
+            raise InputError(f"nonlinearity must be 'tanh' or 'relu', got {nonlinearity!r}")
         self.mode = "RNN_TANH" if nonlinearity == "tanh" else "RNN_RELU"
         super().__init__(input_size, hidden_size, bias)
 
@@ -143,9 +144,9 @@ class _RNNBase(nn.Module):
                  batch_first: bool = False, dropout: float = 0.0, bidirectional: bool = False) -> None:
         super().__init__()
         if num_layers < 1 or hidden_size < 1 or input_size < 1:
-            raise ValueError("input_size, hidden_size and num_layers must be positive")
+            raise InputError("input_size, hidden_size and num_layers must be positive")
         if not 0.0 <= dropout < 1.0:
-            raise ValueError(f"dropout must be in [0, 1), got {dropout}")
+            raise InputError(f"dropout must be in [0, 1), got {dropout}")
         self.mode, self.input_size, self.hidden_size = mode, input_size, hidden_size
         self.num_layers, self.bias, self.batch_first = num_layers, bias, batch_first
         self.dropout, self.bidirectional = dropout, bidirectional
@@ -193,11 +194,11 @@ class _RNNBase(nn.Module):
         """input (T, B, I), or (B, T, I) if batch_first; hx (L·dirs, B, H) (LSTM: a pair) -> (output, h_n)."""
         x = input if self.batch_first else input.transpose(0, 1)                    # (B, T, I)
         if x.dim() != 3 or x.size(-1) != self.input_size:
-            raise ValueError(f"input must be 3-D with {self.input_size} features, got {tuple(input.shape)}")
+            raise InputError(f"input must be 3-D with {self.input_size} features, got {tuple(input.shape)}")
         B = x.size(0)
         if mask is not None:
             if tuple(mask.shape) != tuple(x.shape[:2]):
-                raise ValueError(f"mask must be (batch, time) = {tuple(x.shape[:2])}, got {tuple(mask.shape)}")
+                raise InputError(f"mask must be (batch, time) = {tuple(x.shape[:2])}, got {tuple(mask.shape)}")
             mask = mask.to(torch.bool)
         if hx is None:
             zeros = x.new_zeros(self.num_layers * self.num_directions, B, self.hidden_size)
@@ -227,7 +228,7 @@ class RNN(_RNNBase):
     def __init__(self, input_size: int, hidden_size: int, num_layers: int = 1, nonlinearity: str = "tanh",
                  **kwargs) -> None:
         if nonlinearity not in ("tanh", "relu"):
-            raise ValueError(f"nonlinearity must be 'tanh' or 'relu', got {nonlinearity!r}")
+            raise InputError(f"nonlinearity must be 'tanh' or 'relu', got {nonlinearity!r}")
         super().__init__("RNN_TANH" if nonlinearity == "tanh" else "RNN_RELU", input_size, hidden_size,
                          num_layers, **kwargs)
 

@@ -18,6 +18,7 @@ from pathlib import Path
 import torch
 from torch import Tensor, nn
 
+from bertkit.errors import InputError
 from bertkit.models.dropout import Dropout
 from bertkit.models.functional import causal_mask_bias, sinusoidal_positions
 from bertkit.models.generation import DecodingState, KVCache
@@ -42,7 +43,7 @@ class ScaledSinusoidalEmbedding(nn.Module):
     def forward(self, ids: Tensor, offset: int = 0) -> Tensor:
         T = ids.size(1)
         if offset + T > self.positions.size(0):
-            raise ValueError(f"position {offset + T - 1} is past the model's {self.positions.size(0)} positions")
+            raise InputError(f"position {offset + T - 1} is past the model's {self.positions.size(0)} positions")
         return self.dropout(self.embed_tokens(ids) * self.scale + self.positions[offset: offset + T])
 
 
@@ -120,7 +121,7 @@ class Seq2SeqTransformer(Seq2SeqPreTrainedModel):
         check_ids("input_ids", input_ids, self.config.vocab_size, self.config.max_position_embeddings,
                   self.checks_values(input_ids))
         if attention_mask is not None and tuple(attention_mask.shape) != tuple(input_ids.shape):
-            raise ValueError(f"attention_mask has shape {tuple(attention_mask.shape)}, "
+            raise InputError(f"attention_mask has shape {tuple(attention_mask.shape)}, "
                              f"input_ids {tuple(input_ids.shape)}")
         bias = self.padding_bias(attention_mask, self.encoder.embed_tokens.weight.dtype)
         memory, probs, _ = self.encoder(input_ids, bias, output_attentions=output_attentions)

@@ -22,6 +22,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from bertkit.errors import InputError
 from bertkit.models.bert.modeling import BertSelfAttention
 from bertkit.models.dropout import Dropout
 from bertkit.models.functional import ACT2FN, sinusoidal_positions
@@ -224,20 +225,20 @@ class ViTModel(ViTPreTrainedModel):
         expected = f"(batch, {cfg.num_channels}, {cfg.image_hw[0]}, {cfg.image_hw[1]})"
         if not isinstance(pixel_values, Tensor) or pixel_values.dim() != 4:
             got = tuple(pixel_values.shape) if isinstance(pixel_values, Tensor) else type(pixel_values).__name__
-            raise ValueError(f"pixel_values must be a {expected} tensor of images, got {got}")
+            raise InputError(f"pixel_values must be a {expected} tensor of images, got {got}")
         if not pixel_values.is_floating_point():
-            raise ValueError(f"pixel_values must be floating point (normalised pixels), got {pixel_values.dtype}; "
+            raise InputError(f"pixel_values must be floating point (normalised pixels), got {pixel_values.dtype}; "
                              "scale and normalise the image as the model was trained (bertkit.data.images)")
         B, K, h, w = pixel_values.shape
         if B == 0:
-            raise ValueError(f"empty batch: pixel_values has shape {tuple(pixel_values.shape)}")
+            raise InputError(f"empty batch: pixel_values has shape {tuple(pixel_values.shape)}")
         if K != cfg.num_channels:
-            raise ValueError(f"pixel_values has {K} channels, the model reads {cfg.num_channels}: expected {expected}")
+            raise InputError(f"pixel_values has {K} channels, the model reads {cfg.num_channels}: expected {expected}")
         if (h, w) != cfg.image_hw:
-            raise ValueError(f"images of {h} × {w} pixels, the model reads {cfg.image_hw[0]} × {cfg.image_hw[1]}: "
+            raise InputError(f"images of {h} × {w} pixels, the model reads {cfg.image_hw[0]} × {cfg.image_hw[1]}: "
                              f"resize them first (expected {expected})")
         if self.checks_values(pixel_values) and not bool(torch.isfinite(pixel_values).all()):
-            raise ValueError("pixel_values holds NaN or infinite values")
+            raise InputError("pixel_values holds NaN or infinite values")
 
 
 class ViTForImageClassification(ViTPreTrainedModel):
