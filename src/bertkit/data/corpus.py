@@ -13,6 +13,7 @@ from pathlib import Path
 
 from bertkit.data import sources
 from bertkit.data.readers import Skips, decoded_lines
+from bertkit.errors import InputError
 
 Document = list[str]
 
@@ -56,7 +57,7 @@ def _split_en(line: str) -> list[str]:
 def split_sentences(text: str, lang: str = "zh") -> list[str]:
     """Split text into sentences (stripped, non-empty); `lang` is "zh" or "en"."""
     if lang not in ("zh", "en"):
-        raise ValueError(f"lang must be 'zh' or 'en', not {lang!r}")
+        raise InputError(f"lang must be 'zh' or 'en', not {lang!r}")
     split = _split_zh if lang == "zh" else _split_en
     return [s.strip() for line in text.splitlines() for s in split(line) if s.strip()]
 
@@ -176,5 +177,5 @@ def load_documents(name: str) -> list[Document]:
     if name == "zh":
         return [d for key in ZH_CORPORA for d in CORPORA[key]()]
     if name not in CORPORA:
-        raise ValueError(f"unknown corpus {name!r}; known: zh, {', '.join(CORPORA)}")
+        raise InputError(f"unknown corpus {name!r}; known: zh, {', '.join(CORPORA)}")
     return CORPORA[name]()

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from bertkit.errors import InputError
+
 __all__ = ["get_entities"]
 
 # A tag is "O" or PREFIX-TYPE with PREFIX in B, I, E, S (BIOES) or B, M, E, S (BMES; M means I).
@@ -21,7 +23,7 @@ def _split_tag(tag: str) -> tuple[str, str]:
         return "O", "_"
     prefix, sep, kind = tag.partition("-")
     if not sep or prefix not in ("B", "I", "M", "E", "S") or not kind:
-        raise ValueError(f"invalid entity tag {tag!r}: expected 'O' or B-/I-/M-/E-/S- followed by a type")
+        raise InputError(f"invalid entity tag {tag!r}: expected 'O' or B-/I-/M-/E-/S- followed by a type")
     return ("I" if prefix == "M" else prefix), kind
 
 

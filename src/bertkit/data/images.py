@@ -27,6 +27,7 @@ import numpy as np
 
 from bertkit.data.pickles import loads_arrays
 from bertkit.data.readers import DataWarning
+from bertkit.errors import DataError, InputError
 from bertkit.utils.atomic import atomic_write_text
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg")
@@ -79,14 +80,14 @@ def _load_mnist(directory: Path) -> dict[str, ImageSet]:
     with gzip.open(directory / "mnist.pkl.gz", "rb") as f:
         data = loads_arrays(f.read(), encoding="latin1")
     if not (isinstance(data, tuple) and len(data) == 3 and all(isinstance(s, tuple) and len(s) == 2 for s in data)):
-        raise ValueError(f"{directory / 'mnist.pkl.gz'} is not MNIST's ((x, y), (x, y), (x, y)) triple")
+        raise DataError(f"{directory / 'mnist.pkl.gz'} is not MNIST's ((x, y), (x, y), (x, y)) triple")
     splits = {}
     for name, (x, y) in zip(MNIST_SPLITS, data):
         scaled = x * 256.0
         pixels = np.rint(scaled)
         if x.shape[1:] != (784,) or np.abs(scaled - pixels).max() > 0 or pixels.min() < 0 or pixels.max() > 255:
-            raise ValueError(f"MNIST {name}: expected (N, 784) values byte / 256, got {x.shape} in "
-                             f"[{x.min()}, {x.max()}]")
+            raise DataError(f"MNIST {name}: expected (N, 784) values byte / 256, got {x.shape} in "
+                            f"[{x.min()}, {x.max()}]")
         images = pixels.astype(np.uint8).reshape(-1, 1, 28, 28)
         labels = y.astype(np.int64)
         images.setflags(write=False)
@@ -109,7 +110,7 @@ def open_image(path: str | os.PathLike):
             image.load()
             return image
     except (UnidentifiedImageError, OSError, SyntaxError) as err:
-        raise ValueError(f"cannot read image {path}: {err}") from None
+        raise DataError(f"cannot read image {path}: {err}") from None
 
 
 def image_to_array(image, size: tuple[int, int], channels: int) -> np.ndarray:
@@ -149,12 +150,12 @@ def read_image_folder(directory: str | os.PathLike, image_size: int | tuple[int,
         files = {"train": _class_folders(directory)}
     classes = [name for name, paths in files["train"].items() if paths]
     if not classes:
-        raise ValueError(f"{directory} holds no class folders with {'/'.join(IMAGE_SUFFIXES)} images "
+        raise InputError(f"{directory} holds no class folders with {'/'.join(IMAGE_SUFFIXES)} images "
                          f"(expected {directory}/CLASS/*.png, one folder per class)")
     for split, folders in files.items():
         unknown = sorted(name for name, paths in folders.items() if paths and name not in classes)
         if unknown:
-            raise ValueError(f"{directory}: the {split} split has classes the train split lacks: {', '.join(unknown)}")
+            raise InputError(f"{directory}: the {split} split has classes the train split lacks: {', '.join(unknown)}")
 
     images, skipped = {}, []
     for split, folders in files.items():
@@ -168,7 +169,7 @@ def read_image_folder(directory: str | os.PathLike, image_size: int | tuple[int,
         warnings.warn(f"{directory}: skipped {len(skipped)} unreadable image{'s' if len(skipped) > 1 else ''} "
                       f"({', '.join(skipped[:5])}{' ...' if len(skipped) > 5 else ''})", DataWarning, stacklevel=2)
     if not images.get("train"):
-        raise ValueError(f"{directory}: no readable training images")
+        raise InputError(f"{directory}: no readable training images")
     every = [image for split in images.values() for image, _ in split]
     if image_size is None:
         width, height = Counter(image.size for image in every).most_common(1)[0][0]
@@ -198,7 +199,7 @@ def check_memory(needed: int, what: str, remedy: str) -> None:
     except (AttributeError, ValueError, OSError):  # no sysconf (Windows): nothing to compare with
         return
     if needed > physical / 2:
-        raise ValueError(f"{what} take {needed / 1e9:,.1f} GB in memory, more than half of this machine's "
+        raise InputError(f"{what} take {needed / 1e9:,.1f} GB in memory, more than half of this machine's "
                          f"{physical / 1e9:,.1f} GB; {remedy}")
 
 
@@ -257,7 +258,7 @@ class ImageProcessor:
         arrays = [image_to_array(open_image(i) if isinstance(i, (str, os.PathLike)) else i, self.size,
                                  self.num_channels) for i in images]
         if not arrays:
-            raise ValueError("no images given")
+            raise InputError("no images given")
         return self.normalize(np.stack(arrays))
 
     def to_dict(self) -> dict[str, Any]:
@@ -283,7 +284,7 @@ class ImageProcessor:
         data = json.loads(path.read_text(encoding="utf-8"))
         size = data.get("size", {})
         if not ({"height", "width"} <= set(size) and data.get("image_mean") and data.get("image_std")):
-            raise ValueError(f"{path}: expected size {{height, width}}, image_mean and image_std")
+            raise DataError(f"{path}: expected size {{height, width}}, image_mean and image_std")
         return cls((int(size["height"]), int(size["width"])), [float(m) for m in data["image_mean"]],
                    [float(s) for s in data["image_std"]])
 

@@ -35,6 +35,7 @@ from pathlib import Path
 import numpy as np
 
 from bertkit.data.store import PLANS, FileReader, StoreError, TokenStore, mapped_array
+from bertkit.errors import InputError
 from bertkit.utils.locking import locked
 from bertkit.utils.processes import process_pool
 from bertkit.utils.rng import MASK64, draw
@@ -60,9 +61,9 @@ class Packing:
 
     def __post_init__(self) -> None:
         if self.objective not in OBJECTIVES:
-            raise ValueError(f"objective {self.objective!r} is not one of {', '.join(OBJECTIVES)}")
+            raise InputError(f"objective {self.objective!r} is not one of {', '.join(OBJECTIVES)}")
         if self.max_seq_length < 8:
-            raise ValueError(f"max_seq_length {self.max_seq_length} is too short for pretraining instances "
+            raise InputError(f"max_seq_length {self.max_seq_length} is too short for pretraining instances "
                              "(need >= 8)")
 
     @property
@@ -225,7 +226,7 @@ def build_plan(corpus: StoreChain, entries: np.ndarray, packing: Packing, sink) 
     each copy packed afresh), calling sink(entry, a_start, a_len, b_start, b_len, label) with each round's
     instances (entry: the position in `entries`; a document's instances come in order)."""
     if packing.objective == "mlm+nsp" and len(entries) < 2:
-        raise ValueError(f"next-sentence prediction needs at least 2 documents, and the corpus has {len(entries)} "
+        raise InputError(f"next-sentence prediction needs at least 2 documents, and the corpus has {len(entries)} "
                          "(random next segments come from another document; a blank line separates documents); "
                          "use objective mlm+sop or mlm, or give more documents")
     # A pool of documents takes one instance each per round; finished ones leave, and the pool is topped up from

@@ -25,6 +25,7 @@ import numpy as np
 import torch
 
 from bertkit.data.packing import MASKING, OBJECTIVES, Plan, StoreChain
+from bertkit.errors import DataError
 from bertkit.utils.constants import IGNORE_INDEX
 from bertkit.utils.rng import draw
 
@@ -97,8 +98,8 @@ class PretrainingDataset:
         ids = self.corpus.tokens(start, length)
         if len(ids) and int(ids.max()) >= len(self.subword):
             store, _ = self.corpus._store_of(start)
-            raise ValueError(f"{store.path} holds token id {int(ids.max())} past the vocabulary's {len(self.subword)} "
-                             "tokens: the store is damaged, or was made with another vocabulary; prepare it again")
+            raise DataError(f"{store.path} holds token id {int(ids.max())} past the vocabulary's {len(self.subword)} "
+                            "tokens: the store is damaged, or was made with another vocabulary; prepare it again")
         starts = self.corpus.word_starts(start, length)
         if starts is None:
             starts = ~self.subword[ids]

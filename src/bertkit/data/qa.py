@@ -29,7 +29,7 @@ from typing import Any
 
 from bertkit.data.lines import NotTextError, check_not_binary
 from bertkit.data.readers import DataWarning, Skips
-from bertkit.errors import DataError
+from bertkit.errors import DataError, InputError
 
 QA_DATASETS = ("squad-excerpt", "xquad-en", "xquad-zh")  # named sets of the source "squad-excerpt"
 MAX_QUERY_LENGTH = 64  # question tokens kept at most (BERT's run_squad.py); the rest of the window is context
@@ -123,11 +123,11 @@ def read_squad(path: str | os.PathLike, *, need_offsets: bool = True, encoding: 
     """
     path = Path(path)
     if path.is_dir():
-        raise ValueError(f"{path} is a directory; give a SQuAD-format JSON file")
+        raise InputError(f"{path} is a directory; give a SQuAD-format JSON file")
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no such file, and not a named dataset ({', '.join(QA_DATASETS)})")
     if path.stat().st_size == 0:
-        raise ValueError(f"{path} is empty: no questions")
+        raise InputError(f"{path} is empty: no questions")
     data = _load_json(path, encoding)
     if not isinstance(data, dict) or not isinstance(data.get("data"), list):
         got = f"a top-level {type(data).__name__}" if not isinstance(data, dict) else \
@@ -157,7 +157,7 @@ def read_squad(path: str | os.PathLike, *, need_offsets: bool = True, encoding: 
                 examples.append(example)
     skipped.warn(len(examples))
     if not examples:
-        raise ValueError(f"{path} has no usable questions" + (" (see the warning)" if skipped else ""))
+        raise InputError(f"{path} has no usable questions" + (" (see the warning)" if skipped else ""))
     return examples
 
 
@@ -203,7 +203,7 @@ def load_qa(name: str) -> dict[str, list[QAExample]]:
     files = {"squad-excerpt": {"train": "squad-v1.1-train-excerpt.json", "dev": "xquad.en.json"},
              "xquad-en": {"test": "xquad.en.json"}, "xquad-zh": {"test": "xquad.zh.json"}}
     if name not in files:
-        raise ValueError(f"unknown QA dataset {name!r}; known: {', '.join(QA_DATASETS)}")
+        raise InputError(f"unknown QA dataset {name!r}; known: {', '.join(QA_DATASETS)}")
     directory = sources.fetch("squad-excerpt")
     return {split: read_squad(directory / file) for split, file in files[name].items()}
 
@@ -215,7 +215,7 @@ def sample_file(name: str, split: str) -> Path:
 
     path = sources.fetch("squad-excerpt") / f"{name}-sample" / f"{split}.json"
     if not path.is_file():
-        raise ValueError(f"no {name} sample split {split!r}")
+        raise InputError(f"no {name} sample split {split!r}")
     return path
 
 
@@ -248,10 +248,10 @@ def check_window(max_length: int, doc_stride: int, question_tokens: int = 1, que
     which = f"question {question!r} takes {question_tokens} tokens" if question is not None else \
         f"a question of {question_tokens} token{'s' if question_tokens > 1 else ''}"
     if room < 1:
-        raise ValueError(f"{length} {max_length} leaves no room for the context: {which}, and [CLS], [SEP], [SEP] "
+        raise InputError(f"{length} {max_length} leaves no room for the context: {which}, and [CLS], [SEP], [SEP] "
                          f"3 more; raise {length}")
     if not 0 <= doc_stride < room:
-        raise ValueError(f"{stride} {doc_stride} must be at least 0 and less than the context tokens a window "
+        raise InputError(f"{stride} {doc_stride} must be at least 0 and less than the context tokens a window "
                          f"holds ({room} = {length} {max_length} - {question_tokens} question tokens - "
                          f"{SPECIAL_TOKENS} special tokens, where {which}), so that each window reaches past the "
                          f"last; lower {stride} or raise {length}")

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bertkit.errors import DataError
+from bertkit.errors import DataError, InputError
 from bertkit.utils.atomic import atomic_write_text
 
 REPORT_NAME = "data_report.json"
@@ -166,4 +166,4 @@ def check_positions_fit(length: int, positions: int, flag: str, model: str) -> N
     (`positions`, its config's max_position_embeddings): a position past the table has no vector, so a longer
     length is an error that names both, before any text is tokenized for it."""
     if length > positions:
-        raise ValueError(f"{flag} {length} exceeds the {positions} positions of {model}")
+        raise InputError(f"{flag} {length} exceeds the {positions} positions of {model}")

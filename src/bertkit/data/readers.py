@@ -19,6 +19,7 @@ from pathlib import Path
 
 from bertkit.data.lines import NotTextError as NotTextError  # where the readers' callers have always found it
 from bertkit.data.lines import check_decoded, line_blocks
+from bertkit.errors import DataError, InputError
 
 _ENTITY_TAG = re.compile(r"O|[BIMES]-\S+")
 TEXT_NAMES = ("text", "sentence", "sentence1", "text_a", "content", "review", "src")
@@ -167,7 +168,7 @@ def read_classification_file(path: str | Path, *, format: str | None = None, hea
     path = Path(path)
     fmt = (format or {".csv": "csv", ".jsonl": "jsonl", ".json": "jsonl"}.get(path.suffix.lower(), "tsv")).lower()
     if fmt not in ("tsv", "csv", "jsonl"):
-        raise ValueError(f"unknown format {format!r} for {path}; use 'tsv', 'csv' or 'jsonl'")
+        raise InputError(f"unknown format {format!r} for {path}; use 'tsv', 'csv' or 'jsonl'")
     skips = Skips(path, "row")
     examples: list[TextExample] = []
 
@@ -212,8 +213,8 @@ def read_classification_file(path: str | Path, *, format: str | None = None, hea
             pair_col = _column(head, text_pair_field, PAIR_NAMES)
             label_col = _column(head, label_field, LABEL_NAMES)
             if text_col is None:
-                raise ValueError(f"{path}: header {head} has no text column (looked for {text_field!r} "
-                                 f"or one of {', '.join(TEXT_NAMES)})")
+                raise DataError(f"{path}: header {head} has no text column (looked for {text_field!r} "
+                                f"or one of {', '.join(TEXT_NAMES)})")
         else:
             # the most common row width is the file's; rows of another width are ragged
             width = Counter(len(cells) for _, cells in rows).most_common(1)[0][0] if rows else 0
@@ -271,12 +272,12 @@ def read_conll(path: str | Path, *, encoding: str = "utf-8") -> list[TokenExampl
     end_sentence()
     if invalid:
         line, tag = invalid[0]
-        raise ValueError(f"{path}, line {line}: {tag!r} is not an entity tag ({len(invalid):,} such line"
-                         f"{'s' if len(invalid) > 1 else ''}); a CoNLL tag is O or B-/I-/M-/E-/S- and a type, such "
-                         "as B-PER, in the last column")
+        raise DataError(f"{path}, line {line}: {tag!r} is not an entity tag ({len(invalid):,} such line"
+                        f"{'s' if len(invalid) > 1 else ''}); a CoNLL tag is O or B-/I-/M-/E-/S- and a type, such "
+                        "as B-PER, in the last column")
     if len(inside) == 2:  # "inside an entity" written two ways: entities would be cut apart wrongly
-        raise ValueError(f"{path} mixes tagging schemes: I- tags (BIO or BIOES, first on line {inside['I-']}) and "
-                         f"M- tags (BMES, first on line {inside['M-']}); use one scheme for the whole file")
+        raise DataError(f"{path} mixes tagging schemes: I- tags (BIO or BIOES, first on line {inside['I-']}) and "
+                        f"M- tags (BMES, first on line {inside['M-']}); use one scheme for the whole file")
     if not examples and not skips.lines:
         warnings.warn(f"{path}: no sentences (empty file)", DataWarning, stacklevel=2)
     skips.warn(len(examples))

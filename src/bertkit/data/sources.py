@@ -37,7 +37,7 @@ from importlib import resources
 from pathlib import Path
 from typing import IO
 
-from bertkit.errors import SourceError
+from bertkit.errors import InputError, SourceError
 from bertkit.utils.atomic import atomic_directory, remove_leftovers
 from bertkit.utils.locking import locked
 
@@ -146,7 +146,7 @@ def get_source(name: str) -> Source:
     try:
         return SOURCES[name]
     except KeyError:
-        raise ValueError(f"unknown source {name!r}; known: {', '.join(SOURCES)}") from None
+        raise InputError(f"unknown source {name!r}; known: {', '.join(SOURCES)}") from None
 
 
 def _sha256(path: Path) -> str:
@@ -322,7 +322,7 @@ def model_dir(name: str, *, verify: bool = False) -> Path:
     """A Hugging Face model directory (config.json, weights, tokenizer files incl. vocab.txt) for a model source."""
     source = get_source(name)
     if source.kind != "model":
-        raise ValueError(f"{name!r} is a {source.kind}, not a model; models: {', '.join(model_names())}")
+        raise InputError(f"{name!r} is a {source.kind}, not a model; models: {', '.join(model_names())}")
     return fetch(name, verify=verify)
 
 

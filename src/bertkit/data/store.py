@@ -42,7 +42,7 @@ from bertkit.data.corpus_stream import CorpusInput, Tokenized, corpus_inputs
 from bertkit.data.lines import check_decoded
 from bertkit.data.readers import Skips
 from bertkit.data.sources import home
-from bertkit.errors import DataError
+from bertkit.errors import DataError, InputError
 from bertkit.utils.atomic import atomic_write_text, fsync_directory
 from bertkit.utils.locking import locked
 from bertkit.utils.processes import process_pool
@@ -332,7 +332,7 @@ def prepare_store(specs: list[str], tokenizer, out: str | os.PathLike, *, whole_
         raise
     if writer.tokens == 0:
         shutil.rmtree(staging, ignore_errors=True)
-        raise ValueError(f"the corpus {' '.join(specs)} holds no text")
+        raise InputError(f"the corpus {' '.join(specs)} holds no text")
     meta = {**writer.counts(), "key": key, "encoding": encoding, "tokenizer": tokenizer_identity(tokenizer),
             "inputs": identities, "corpus": list(specs), "input_bytes": file_bytes,
             "seconds": round(time.perf_counter() - started, 3)}

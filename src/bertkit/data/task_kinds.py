@@ -25,6 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from bertkit.errors import InputError
+
 FILE_FORMATS = """\
 classify, pairs: a TSV, CSV or JSONL file. TSV/CSV: text<TAB>label, or text<TAB>text_pair<TAB>label for
 pairs; a header row may name the columns (text/sentence/content/review..., text_pair/sentence2..., label/
@@ -63,7 +65,7 @@ class TaskKind:
         from bertkit.data import tasks
 
         if name not in self.datasets:
-            raise ValueError(f"{name} is not a {self.name} dataset; {self.name} datasets: "
+            raise InputError(f"{name} is not a {self.name} dataset; {self.name} datasets: "
                              f"{', '.join(self.datasets) or 'none, give files'}")
         if self.spans:
             from bertkit.data.qa import load_qa
@@ -83,18 +85,18 @@ class TaskKind:
             return read_squad(path, need_offsets=purpose == "to train on", encoding=encoding)
         if path.is_dir():
             kinds = "CoNLL" if self.token_level else "TSV, CSV or JSONL"
-            raise ValueError(f"{path} is a directory; give a file ({kinds}) or a named dataset ({', '.join(DATASETS)})")
+            raise InputError(f"{path} is a directory; give a file ({kinds}) or a named dataset ({', '.join(DATASETS)})")
         if not path.is_file():
             raise FileNotFoundError(f"{path}: no such file, and not a named dataset "
                                     f"({', '.join(DATASETS)})")
         if path.stat().st_size == 0:
-            raise ValueError(f"{path} is empty: no examples {purpose}")
+            raise InputError(f"{path} is empty: no examples {purpose}")
         examples = (readers.read_conll(path, encoding=encoding) if self.token_level else
                     readers.read_classification_file(path, encoding=encoding))
         if not examples:
-            raise ValueError(f"{path} has no usable examples {purpose}")
+            raise InputError(f"{path} has no usable examples {purpose}")
         if self.needs_pairs and any(example.text_pair is None for example in examples):
-            raise ValueError(f"{path}: the {self.name} task needs a text_pair column in every row")
+            raise InputError(f"{path}: the {self.name} task needs a text_pair column in every row")
         return examples
 
     def read(self, spec: str, split: str, purpose: str = "to use", scheme: str = "BIO",
@@ -103,11 +105,11 @@ class TaskKind:
         if spec in DATASETS:
             owner = dataset_kind(spec)
             if owner.family != self.family:
-                raise ValueError(f"{spec} is {_A_FAMILY[owner.family]} dataset, but the model is for {self.family}; "
+                raise InputError(f"{spec} is {_A_FAMILY[owner.family]} dataset, but the model is for {self.family}; "
                                  f"use one of: {', '.join(self.datasets)}")
             splits = self.load_dataset(spec, scheme)
             if split not in splits:
-                raise ValueError(f"{spec} has splits {', '.join(splits)}, not {split!r}")
+                raise InputError(f"{spec} has splits {', '.join(splits)}, not {split!r}")
             return splits[split]
         return self.read_file(spec, purpose, encoding)
 
@@ -127,7 +129,7 @@ DATASETS: tuple[str, ...] = tuple(name for kind in TASKS.values() for name in ki
 def get_task(name: str) -> TaskKind:
     """The task kind called `name`; an unknown name is a ValueError listing the known ones."""
     if name not in TASKS:
-        raise ValueError(f"task {name!r} is not one of {', '.join(TASKS)}")
+        raise InputError(f"task {name!r} is not one of {', '.join(TASKS)}")
     return TASKS[name]
 
 
@@ -136,7 +138,7 @@ def dataset_kind(name: str) -> TaskKind:
     for kind in TASKS.values():
         if name in kind.datasets:
             return kind
-    raise ValueError(f"{name!r} is not a named dataset; known: {', '.join(DATASETS)}")
+    raise InputError(f"{name!r} is not a named dataset; known: {', '.join(DATASETS)}")
 
 
 def collect_labels(task: TaskKind, examples: Sequence) -> list[str]:

