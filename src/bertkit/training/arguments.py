@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from bertkit.errors import InputError
 from bertkit.utils.ranges import check_number
 
 _HISTORY_TAIL = 100  # log records kept in trainer_state.json
@@ -70,13 +71,13 @@ class TrainingArguments:
                 check_number(name, value, **bounds)
         self.freeze = tuple(self.freeze)  # a list after a JSON round trip
         if self.freeze_steps and not self.freeze:
-            raise ValueError("freeze_steps holds the parameters named by freeze; give their prefixes (e.g. 'bert.')")
+            raise InputError("freeze_steps holds the parameters named by freeze; give their prefixes (e.g. 'bert.')")
         if self.lr_schedule not in SCHEDULES:
-            raise ValueError(f"unknown lr_schedule {self.lr_schedule!r}; expected one of {SCHEDULES}")
+            raise InputError(f"unknown lr_schedule {self.lr_schedule!r}; expected one of {SCHEDULES}")
         if self.time_aware_schedule and self.max_seconds is None:
-            raise ValueError("time_aware_schedule follows the share of max_seconds spent; give max_seconds")
+            raise InputError("time_aware_schedule follows the share of max_seconds spent; give max_seconds")
         if self.early_stopping_patience and not self.metric_for_best:
-            raise ValueError("early_stopping_patience needs metric_for_best (e.g. 'eval_accuracy')")
+            raise InputError("early_stopping_patience needs metric_for_best (e.g. 'eval_accuracy')")
         if self.metric_for_best:
             if not self.metric_for_best.startswith("eval_"):
                 self.metric_for_best = "eval_" + self.metric_for_best
@@ -91,7 +92,7 @@ class TrainingArguments:
         """Arguments from `to_dict()` output (e.g. training_args.json); unknown keys are an error."""
         unknown = set(values) - {f.name for f in dataclasses.fields(cls)}
         if unknown:
-            raise ValueError(f"unknown training arguments: {', '.join(sorted(unknown))}")
+            raise InputError(f"unknown training arguments: {', '.join(sorted(unknown))}")
         return cls(**values)
 
 

@@ -14,6 +14,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
+from bertkit.errors import InputError
 from bertkit.training.memory import keep_freed_memory
 from bertkit.training.schedule import build_optimizer
 
@@ -61,7 +62,7 @@ def seconds_per_step(model: nn.Module, batches: Sequence[dict[str, Tensor]], bf1
     as the Trainer holds them (`TrainingArguments.freeze`): no gradient reaches them.
     """
     if not batches:
-        raise ValueError("timing training steps needs at least one batch")
+        raise InputError("timing training steps needs at least one batch")
     probe = copy.deepcopy(model).train()
     for name, parameter in probe.named_parameters():
         if name.startswith(tuple(hold)):
@@ -109,13 +110,13 @@ def steps_for_budget(seconds_per_step: float, *, minutes: float | None = None, s
         raise TypeError("give the budget as minutes or as seconds (one of them)")
     budget = minutes * 60 if minutes is not None else seconds
     if not math.isfinite(budget):
-        raise ValueError(f"a time budget must be a finite number of seconds, got {budget}")
+        raise InputError(f"a time budget must be a finite number of seconds, got {budget}")
     if not (math.isfinite(seconds_per_step) and seconds_per_step > 0):
-        raise ValueError(f"seconds_per_step must be a finite number above 0, got {seconds_per_step}")
+        raise InputError(f"seconds_per_step must be a finite number above 0, got {seconds_per_step}")
     if not (math.isfinite(overhead) and overhead >= 0):
-        raise ValueError(f"overhead must be a finite number of seconds, 0 or more, got {overhead}")
+        raise InputError(f"overhead must be a finite number of seconds, 0 or more, got {overhead}")
     if not 0 <= reserve < 1:
-        raise ValueError(f"reserve must be a share in [0, 1), got {reserve}")
+        raise InputError(f"reserve must be a share in [0, 1), got {reserve}")
     steps = (1.0 - reserve) * (budget - overhead) / seconds_per_step
     return max(1, math.floor(steps * (1 + 1e-9)))
 

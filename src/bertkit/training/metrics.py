@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from bertkit.data.entities import get_entities
+from bertkit.errors import InputError
 
 __all__ = ["accuracy", "macro_f1", "get_entities", "entity_scores", "bleu", "perplexity"]
 
@@ -28,7 +29,7 @@ def _flat(values: Any) -> np.ndarray:
 def _pair(predictions: Any, labels: Any, ignore_index: int | None) -> tuple[np.ndarray, np.ndarray]:
     pred, gold = _flat(predictions), _flat(labels)
     if pred.shape != gold.shape:
-        raise ValueError(f"predictions and labels differ in size: {pred.shape[0]} vs {gold.shape[0]}")
+        raise InputError(f"predictions and labels differ in size: {pred.shape[0]} vs {gold.shape[0]}")
     if ignore_index is not None:
         keep = gold != ignore_index
         pred, gold = pred[keep], gold[keep]
@@ -39,7 +40,7 @@ def accuracy(predictions: Any, labels: Any, ignore_index: int | None = -100) -> 
     """Fraction of predictions equal to the label; positions labelled `ignore_index` are skipped."""
     pred, gold = _pair(predictions, labels, ignore_index)
     if gold.size == 0:
-        raise ValueError("accuracy of zero examples is undefined (no labels, or all equal to ignore_index)")
+        raise InputError("accuracy of zero examples is undefined (no labels, or all equal to ignore_index)")
     return float((pred == gold).mean())
 
 
@@ -51,7 +52,7 @@ def macro_f1(predictions: Any, labels: Any, ignore_index: int | None = -100) -> 
     """
     pred, gold = _pair(predictions, labels, ignore_index)
     if gold.size == 0:
-        raise ValueError("macro-F1 of zero examples is undefined")
+        raise InputError("macro-F1 of zero examples is undefined")
     scores = []
     for cls in np.union1d(gold, pred):
         tp = np.sum((pred == cls) & (gold == cls))
@@ -84,12 +85,12 @@ def entity_scores(true_tags: Iterable[Sequence[str]], pred_tags: Iterable[Sequen
     num_sentences = 0
     for n, (true_seq, pred_seq) in enumerate(zip(true_tags, pred_tags, strict=True)):
         if len(true_seq) != len(pred_seq):
-            raise ValueError(f"sentence {n}: {len(true_seq)} gold tags but {len(pred_seq)} predicted tags")
+            raise InputError(f"sentence {n}: {len(true_seq)} gold tags but {len(pred_seq)} predicted tags")
         gold.update((n, *entity) for entity in get_entities(true_seq))
         pred.update((n, *entity) for entity in get_entities(pred_seq))
         num_sentences += 1
     if num_sentences == 0:
-        raise ValueError("entity scores of zero sentences are undefined")
+        raise InputError("entity scores of zero sentences are undefined")
     result: dict[str, Any] = _prf(len(gold & pred), len(pred), len(gold))
     result.update(num_true=len(gold), num_pred=len(pred), num_correct=len(gold & pred))
     if by_type:
@@ -123,13 +124,13 @@ def bleu_details(hypotheses: Sequence[str], references: Sequence[str] | Sequence
     import sacrebleu
 
     if len(hypotheses) != len(references):
-        raise ValueError(f"{len(hypotheses)} hypotheses but {len(references)} references")
+        raise InputError(f"{len(hypotheses)} hypotheses but {len(references)} references")
     if not hypotheses:
-        raise ValueError("BLEU of zero sentences is undefined")
+        raise InputError("BLEU of zero sentences is undefined")
     per_hyp = [[ref] if isinstance(ref, str) else list(ref) for ref in references]
     counts = {len(refs) for refs in per_hyp}
     if len(counts) != 1:
-        raise ValueError(f"every hypothesis needs the same number of references, got {sorted(counts)}")
+        raise InputError(f"every hypothesis needs the same number of references, got {sorted(counts)}")
     streams = [list(stream) for stream in zip(*per_hyp)]  # sacrebleu wants one list per reference set
     if tokenize is None:
         text = "".join(stream for refs in per_hyp for stream in refs)
@@ -144,5 +145,5 @@ def bleu_details(hypotheses: Sequence[str], references: Sequence[str] | Sequence
 def perplexity(mean_loss: float) -> float:
     """exp(mean cross-entropy in nats); inf when that overflows a float."""
     if math.isnan(mean_loss):
-        raise ValueError("perplexity of a NaN loss is undefined")
+        raise InputError("perplexity of a NaN loss is undefined")
     return math.exp(mean_loss) if mean_loss < 709.0 else math.inf

@@ -23,6 +23,8 @@ import string
 from collections import Counter
 from collections.abc import Mapping, Sequence
 
+from bertkit.errors import InputError
+
 __all__ = ["squad_exact_match", "squad_f1", "cmrc_exact_match", "cmrc_f1", "qa_scores", "metric_language"]
 
 # ---- SQuAD (English) -----------------------------------------------------------------------------
@@ -144,10 +146,10 @@ def qa_scores(predictions: Mapping[str, str], references: Mapping[str, Sequence[
     A question with no reference answer (SQuAD 2.0's unanswerable ones) has the empty answer as its reference, and
     an empty prediction scores 1 on both measures there (SQuAD v2.0's rule, used for the Chinese metric too)."""
     if not references:
-        raise ValueError("QA scores of zero questions are undefined")
+        raise InputError("QA scores of zero questions are undefined")
     metric = metric or metric_language(list(references.values()))
     if metric not in METRICS:
-        raise ValueError(f"metric must be one of {', '.join(METRICS)}, not {metric!r}")
+        raise InputError(f"metric must be one of {', '.join(METRICS)}, not {metric!r}")
     exact_match, f1 = METRICS[metric]
     em_total = f1_total = 0.0
     for qid, answers in references.items():

@@ -7,6 +7,7 @@ import math
 import torch
 from torch import nn
 
+from bertkit.errors import InputError
 from bertkit.training.arguments import SCHEDULES
 
 FUSED_DEVICES = ("cpu", "cuda", "mps")  # where torch has the fused AdamW kernel
@@ -52,7 +53,7 @@ class WarmupSchedule:
 
     def __init__(self, kind: str, warmup_steps: int, total_steps: int) -> None:
         if kind not in SCHEDULES:
-            raise ValueError(f"unknown lr_schedule {kind!r}; expected one of {SCHEDULES}")
+            raise InputError(f"unknown lr_schedule {kind!r}; expected one of {SCHEDULES}")
         self.kind, self.warmup_steps, self.total_steps = kind, warmup_steps, total_steps
 
     def __call__(self, step: int) -> float:

@@ -26,6 +26,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from bertkit.errors import InputError
 from bertkit.training import checkpointing as ckpt
 from bertkit.training.arguments import TrainingArguments, TrainState
 from bertkit.training.distributed import Distributed, setup_distributed
@@ -144,10 +145,10 @@ class Trainer:
         self.model, self.args, self.train_dataset = model, args, train_dataset
         self.collate_fn, self.eval_fn, self.count_items, self.tokenizer = collate_fn, eval_fn, count_items, tokenizer
         if args.metric_for_best and eval_fn is None:
-            raise ValueError(f"metric_for_best={args.metric_for_best!r} needs an eval_fn")
+            raise InputError(f"metric_for_best={args.metric_for_best!r} needs an eval_fn")
         self.steps_per_epoch = len(train_dataset) // args.batch_size
         if self.steps_per_epoch == 0:
-            raise ValueError(f"the training set has {len(train_dataset)} examples, fewer than one global batch "
+            raise InputError(f"the training set has {len(train_dataset)} examples, fewer than one global batch "
                              f"({args.batch_size}); lower batch_size or add data")
         self.total_steps = args.max_steps or math.ceil(args.num_epochs * self.steps_per_epoch)
         self.warmup_steps = args.warmup_steps or math.ceil(args.warmup_ratio * self.total_steps)
@@ -157,7 +158,7 @@ class Trainer:
         self.scheduler = build_scheduler(self.optimizer, args.lr_schedule, self.warmup_steps, self.total_steps)
         self.frozen = [p for name, p in model.named_parameters() if name.startswith(args.freeze)] if args.freeze else []
         if args.freeze and not self.frozen:
-            raise ValueError(f"freeze {list(args.freeze)} names no parameter of {type(model).__name__}")
+            raise InputError(f"freeze {list(args.freeze)} names no parameter of {type(model).__name__}")
         self.dist = Distributed()  # a single process until train() sets up torchrun's process group, if any
         # what a step runs the model through: the model itself until train() knows the process group, then wrapped
         # in DistributedDataParallel under torchrun and compiled with args.compile
@@ -196,7 +197,7 @@ class Trainer:
             try:
                 self._example_lengths = np.array([example_length(ex) for ex in self.train_dataset])
             except (TypeError, KeyError, IndexError, AttributeError) as err:
-                raise ValueError("group_by_length needs examples with input_ids (a key or an attribute)") from err
+                raise InputError("group_by_length needs examples with input_ids (a key or an attribute)") from err
         return self._example_lengths
 
     def collated(self, step: int) -> list[tuple[int, dict[str, Any]]]:
@@ -391,7 +392,7 @@ class Trainer:
     def _update_best(self, state: TrainState, metrics: dict[str, float]) -> None:
         name = self.args.metric_for_best
         if name not in metrics:
-            raise ValueError(f"metric_for_best {name!r} is not among the evaluation metrics {sorted(metrics)}")
+            raise InputError(f"metric_for_best {name!r} is not among the evaluation metrics {sorted(metrics)}")
         value = metrics[name]
         better = state.best_metric is None or (
             value > state.best_metric if self.args.greater_is_better else value < state.best_metric)
@@ -496,7 +497,7 @@ class Trainer:
         dist = self.dist
         try:
             if args.batch_size < dist.world_size * args.gradient_accumulation_steps:
-                raise ValueError(f"batch_size {args.batch_size} is smaller than processes × accumulation steps "
+                raise InputError(f"batch_size {args.batch_size} is smaller than processes × accumulation steps "
                                  f"({dist.world_size} × {args.gradient_accumulation_steps}): some would get no data")
             self.model.to(dist.device)
             if resume:
