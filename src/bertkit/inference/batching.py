@@ -92,13 +92,13 @@ def check_texts(texts: Any, name: str = "texts", content: bool = True) -> list[s
     """`texts` as a list of str, or a clear error for an empty batch or an item that is not text (with `content`,
     also for an empty one: `check_text_content`)."""
     if isinstance(texts, (str, bytes)) or not isinstance(texts, Iterable):
-        raise ValueError(f"{name} must be a list of str, not {type(texts).__name__}")
+        raise InputError(f"{name} must be a list of str, not {type(texts).__name__}")
     texts = list(texts)
     if not texts:
-        raise ValueError(f"{name} is empty: give at least one text")
+        raise InputError(f"{name} is empty: give at least one text")
     bad = next((i for i, text in enumerate(texts) if not isinstance(text, str)), None)
     if bad is not None:
-        raise ValueError(f"{name}[{bad}] is {type(texts[bad]).__name__} ({texts[bad]!r:.40}), not str: "
+        raise InputError(f"{name}[{bad}] is {type(texts[bad]).__name__} ({texts[bad]!r:.40}), not str: "
                          f"every item must be a text")
     if content:
         check_text_content(texts, name)
@@ -123,7 +123,7 @@ def check_text_content(texts: Sequence[str | None], name: str = "texts", finding
             try:
                 text.encode("utf-8")
             except UnicodeEncodeError as err:
-                raise ValueError(f"{name}[{offset + i}] is not valid text: it holds undecoded bytes (lone surrogate "
+                raise InputError(f"{name}[{offset + i}] is not valid text: it holds undecoded bytes (lone surrogate "
                                  f"{text[err.start]!r} at character {err.start}); decode it with its encoding "
                                  "first") from None
 
@@ -134,13 +134,13 @@ def check_text_pairs(pairs: Any, count: int) -> list[str | None] | None:
     if pairs is None:
         return None
     if isinstance(pairs, (str, bytes)) or not isinstance(pairs, Iterable):
-        raise ValueError(f"text_pairs must be a list of str (or None), not {type(pairs).__name__}")
+        raise InputError(f"text_pairs must be a list of str (or None), not {type(pairs).__name__}")
     pairs = list(pairs)
     if len(pairs) != count:
-        raise ValueError(f"{count} texts but {len(pairs)} text_pairs: give one pair per text (None for no pair)")
+        raise InputError(f"{count} texts but {len(pairs)} text_pairs: give one pair per text (None for no pair)")
     bad = next((i for i, pair in enumerate(pairs) if pair is not None and not isinstance(pair, str)), None)
     if bad is not None:
-        raise ValueError(f"text_pairs[{bad}] is {type(pairs[bad]).__name__}, not str or None")
+        raise InputError(f"text_pairs[{bad}] is {type(pairs[bad]).__name__}, not str or None")
     check_text_content(pairs, "text_pairs")
     return pairs
 
@@ -156,7 +156,7 @@ def input_limit(model: nn.Module, max_length: int | None) -> tuple[int, str]:
     if max_length is None or max_length >= positions:
         return positions, f"the model's {positions} positions"
     if max_length < 2:
-        raise ValueError(f"max_length must be at least 2 ([CLS] and [SEP]), got {max_length}")
+        raise InputError(f"max_length must be at least 2 ([CLS] and [SEP]), got {max_length}")
     return max_length, f"max_length {max_length}"
 
 
@@ -211,7 +211,7 @@ def _row(encoding: Any, k: int, offsets: bool) -> EncodedText:
 def sorted_batches(lengths: Sequence[int], batch_size: int) -> list[list[int]]:
     """Input indices in batches of `batch_size`, longest first, so each batch's rows have similar lengths."""
     if not isinstance(batch_size, int) or batch_size < 1:
-        raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
+        raise InputError(f"batch_size must be a positive int, got {batch_size!r}")
     order = sorted(range(len(lengths)), key=lengths.__getitem__, reverse=True)  # stable: ties keep input order
     return [order[start:start + batch_size] for start in range(0, len(order), batch_size)]
 

@@ -16,6 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from bertkit.errors import InputError
 from bertkit.inference.batching import ChunkedRun, check_texts, encoder_of, in_chunks, input_limit
 from bertkit.inference.precision import for_inference
 
@@ -29,7 +30,7 @@ def pool(hidden: Tensor, attention_mask: Tensor, pooling: str) -> Tensor:
     if pooling == "mean":
         weights = attention_mask.unsqueeze(-1).to(hidden.dtype)                    # (B, T, 1)
         return (hidden * weights).sum(1) / weights.sum(1).clamp(min=1)
-    raise ValueError(f"pooling must be one of {POOLINGS}, not {pooling!r}")
+    raise InputError(f"pooling must be one of {POOLINGS}, not {pooling!r}")
 
 
 def sentence_vectors(encoder: nn.Module, input_ids: Tensor, attention_mask: Tensor, token_type_ids: Tensor,
@@ -70,7 +71,7 @@ def encode_stream(model: nn.Module, tokenizer: Any, chunks: Iterable[Sequence[st
     over all chunks and said once, after the last. `total` (the number of texts, when known) sizes the progress bar.
     """
     if pooling not in POOLINGS:
-        raise ValueError(f"pooling must be one of {POOLINGS}, not {pooling!r}")
+        raise InputError(f"pooling must be one of {POOLINGS}, not {pooling!r}")
     encoder = encoder_of(model)
     limit, limit_name = input_limit(encoder, max_length)
     encoder = for_inference(encoder, dtype)

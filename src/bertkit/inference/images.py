@@ -10,6 +10,7 @@ from typing import Any
 import torch
 
 from bertkit.data.images import ImageProcessor
+from bertkit.errors import DataError, InputError
 from bertkit.models.vit.configuration import ViTConfig
 from bertkit.models.vit.modeling import ViTForImageClassification, vit_class_for
 
@@ -21,9 +22,9 @@ def load_image_model(path: str | os.PathLike) -> tuple[Any, ImageProcessor]:
     model = vit_class_for(config).from_pretrained(path, config=config)
     processor = ImageProcessor.from_pretrained(path)
     if processor.num_channels != model.config.num_channels or processor.size != model.config.image_hw:
-        raise ValueError(f"{path}: preprocessor_config.json makes {processor.num_channels}-channel "
-                         f"{processor.size[0]} × {processor.size[1]} images, the model reads "
-                         f"{model.config.num_channels}-channel {model.config.image_hw[0]} × {model.config.image_hw[1]}")
+        raise DataError(f"{path}: preprocessor_config.json makes {processor.num_channels}-channel "
+                        f"{processor.size[0]} × {processor.size[1]} images, the model reads "
+                        f"{model.config.num_channels}-channel {model.config.image_hw[0]} × {model.config.image_hw[1]}")
     return model, processor
 
 
@@ -31,7 +32,7 @@ def classify_images(model: ViTForImageClassification, processor: ImageProcessor,
                     images: Sequence[str | os.PathLike]) -> list[dict[str, Any]]:
     """{"label", "score", "probabilities": {label: p}} per image file."""
     if not isinstance(model, ViTForImageClassification):
-        raise ValueError("this image model has no classification head (it is a bare ViTModel): nothing to predict")
+        raise InputError("this image model has no classification head (it is a bare ViTModel): nothing to predict")
     with torch.no_grad():
         probabilities = model(processor(images)).logits.float().softmax(-1).numpy()
     names = [model.config.id2label[i] for i in range(model.num_labels)] if model.config.id2label else \

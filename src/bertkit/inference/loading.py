@@ -15,6 +15,7 @@ from typing import Any
 from bertkit.data.quality import check_tokenizer_fits
 from bertkit.data.sources import resolve_model
 from bertkit.data.task_kinds import TASKS, TaskKind
+from bertkit.errors import InputError
 from bertkit.models.registry import ModelFamily, family_for, require
 
 
@@ -30,7 +31,7 @@ def load_text_model(spec: str | os.PathLike, command: str = "predict", **config_
 
     path, family = model_family(spec, command)
     if family.inputs != "text":
-        raise ValueError(f"{path} holds a {family.name} model, which reads {family.inputs}, not text")
+        raise InputError(f"{path} holds a {family.name} model, which reads {family.inputs}, not text")
     config = family.load_config(path)
     model = family.load(path, config, **config_changes)
     tokenizer = BertTokenizer.from_pretrained(path)
@@ -46,5 +47,5 @@ def task_of_model(model: Any, purpose: str = "predict") -> TaskKind:
         if isinstance(model, tuple(bert.head(name) for name in kind.heads)):
             return kind
     heads = " or ".join(dict.fromkeys(bert.head(kind.name).__name__ for kind in TASKS.values()))
-    raise ValueError(f"{purpose} needs a fine-tuned {heads}, not {type(model).__name__}; "
+    raise InputError(f"{purpose} needs a fine-tuned {heads}, not {type(model).__name__}; "
                      f"for sentence vectors, encode the texts instead (bertkit encode)")

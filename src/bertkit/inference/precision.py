@@ -25,6 +25,7 @@ import warnings
 import torch
 from torch import nn
 
+from bertkit.errors import InputError
 from bertkit.inference.machine import native_bfloat16
 
 DTYPES = {"fp32": "float32", "float32": "float32", "bf16": "bfloat16", "bfloat16": "bfloat16", "int8": "int8"}
@@ -38,7 +39,7 @@ def dtype_name(dtype: str | torch.dtype) -> str:
     """"float32", "bfloat16" or "int8" for any of their names (fp32, bf16, torch.bfloat16, ...), or a clear error."""
     name = str(dtype).removeprefix("torch.") if isinstance(dtype, torch.dtype) else dtype
     if not isinstance(name, str) or name.lower() not in DTYPES:
-        raise ValueError(f"dtype must be one of {', '.join(DTYPES)}, not {dtype!r}")
+        raise InputError(f"dtype must be one of {', '.join(DTYPES)}, not {dtype!r}")
     return DTYPES[name.lower()]
 
 
@@ -68,7 +69,7 @@ def for_inference(model: nn.Module, dtype: str | torch.dtype | None) -> nn.Modul
         if have == want:
             return model
     if have == "int8":
-        raise ValueError(f"this model's Linear layers are quantized to int8; convert the original model to {want}")
+        raise InputError(f"this model's Linear layers are quantized to int8; convert the original model to {want}")
     if want == "int8":
         return quantize_int8(model)
     return converted_copy(model, getattr(torch, want))
@@ -93,9 +94,9 @@ def quantize_int8(model: nn.Module) -> nn.Module:
     """A copy of `model` whose Linear layers are dynamically quantized to int8 (CPU); the rest shares float32."""
     device = next(model.parameters()).device
     if device.type != "cpu":
-        raise ValueError(f"int8 dynamic quantization runs on CPU only; this model is on {device}")
+        raise InputError(f"int8 dynamic quantization runs on CPU only; this model is on {device}")
     if torch.backends.quantized.engine == "none":
-        raise ValueError("this torch build has no quantized engine (fbgemm, x86 or qnnpack) for int8")
+        raise InputError("this torch build has no quantized engine (fbgemm, x86 or qnnpack) for int8")
     # the Linears are replaced in the copy; the tensors they read are shared, read-only, not copied
     memo: dict[int, object] = {id(t): t for t in [*model.parameters(), *model.buffers()]}
     shallow = copy.deepcopy(model, memo).eval()

@@ -22,6 +22,7 @@ import torch
 from torch import Tensor, nn
 
 from bertkit.data.entities import get_entities
+from bertkit.errors import InputError
 from bertkit.inference.batching import (
     ChunkedRun,
     EncodedText,
@@ -82,7 +83,7 @@ def predict_stream(model: nn.Module, tokenizer: Any, chunks: Iterable[tuple[Sequ
         pairs = check_text_pairs(pairs, len(texts))
         if tags:
             if pairs is not None and any(pair is not None for pair in pairs):
-                raise ValueError("token classification (NER) tags single texts; text_pairs are for classifiers")
+                raise InputError("token classification (NER) tags single texts; text_pairs are for classifiers")
             tagged = _tag_tokens(run, model, tokenizer, texts, batch_size, max_length, truncation)
             yield [entity_spans(text, tokenizer, row, tags, scores, labels)
                    for text, (row, tags, scores) in zip(texts, tagged)]
@@ -127,7 +128,7 @@ def prompt_rows(template: str, tokenizer: Any, texts: list[str], pairs: list[str
     from bertkit.data.prompts import PromptTemplate
 
     if pairs is not None and any(pair is not None for pair in pairs):
-        raise ValueError("this classifier reads one text inside its prompt template; text_pairs cannot be given")
+        raise InputError("this classifier reads one text inside its prompt template; text_pairs cannot be given")
     ids, cut = PromptTemplate(template).encode(tokenizer, texts, max_length)
     if cut and not truncation:
         raise InputTooLongError(f"text {cut[0]} does not fit {limit_name} inside the prompt template ({len(cut)} of "
@@ -210,7 +211,7 @@ def tag_words(model: nn.Module, tokenizer: Any, sentences: Sequence[Sequence[str
     a word with no tokens (or cut off by truncation) is tagged "O".
     """
     if not isinstance(sentences, Sequence) or not sentences:
-        raise ValueError("sentences is empty: give at least one list of words")
+        raise InputError("sentences is empty: give at least one list of words")
     texts, starts = [], []
     for n, words in enumerate(sentences):
         words = check_texts(words, f"sentences[{n}]", content=False) if len(words) else []

@@ -24,6 +24,7 @@ import torch
 from torch import Tensor, nn
 
 from bertkit.data.qa import QAExample, QAWindow, qa_windows
+from bertkit.errors import InputError
 from bertkit.inference.batching import EncodedText, check_text_content, check_texts, run_sorted
 from bertkit.inference.precision import for_inference
 
@@ -151,11 +152,11 @@ def check_questions(questions: Sequence[str], contexts: Sequence[str]) -> tuple[
     questions = check_texts(questions, "questions", content=False)
     contexts = check_texts(contexts, "contexts", content=False)
     if len(questions) != len(contexts):
-        raise ValueError(f"{len(questions)} questions but {len(contexts)} contexts: give one context per question")
+        raise InputError(f"{len(questions)} questions but {len(contexts)} contexts: give one context per question")
     for name, texts in (("questions", questions), ("contexts", contexts)):
         empty = next((i for i, text in enumerate(texts) if not text.strip()), None)
         if empty is not None:
-            raise ValueError(f"{name}[{empty}] is empty: there is nothing to " +
+            raise InputError(f"{name}[{empty}] is empty: there is nothing to " +
                              ("ask" if name == "questions" else "find an answer in"))
         check_text_content(texts, name)  # undecoded bytes
     return questions, contexts
@@ -167,7 +168,7 @@ def answer_questions(model: nn.Module, tokenizer: Any, questions: Sequence[str] 
     str); options as `answer_examples`. An empty question or context is an error."""
     single = isinstance(questions, str)
     if single != isinstance(contexts, str):
-        raise ValueError("give one question and one context, or a list of each")
+        raise InputError("give one question and one context, or a list of each")
     questions, contexts = check_questions([questions] if single else questions, [contexts] if single else contexts)
     examples = [QAExample(str(i), q, c) for i, (q, c) in enumerate(zip(questions, contexts))]
     results = answer_examples(model, tokenizer, examples, **options)

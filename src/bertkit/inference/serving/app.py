@@ -38,6 +38,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from bertkit.errors import InputError
 from bertkit.inference.batching import InputTooLongError, NonFiniteOutputError
 from bertkit.inference.predict import classification, entity_spans
 from bertkit.inference.serving.batcher import Batcher, Job
@@ -72,7 +73,7 @@ class ServerSettings:
         for name, value in asdict(self).items():
             stated = out_of_range(value, minimum=1)
             if stated is not None:
-                raise ValueError(f"{name} must be {stated}, got {value}")
+                raise InputError(f"{name} must be {stated}, got {value}")
 
 
 def json_response(content: Any, status: int = 200) -> Response:
@@ -113,7 +114,7 @@ class Server:
         try:
             served = self._load()
             if served.max_length > self.settings.max_batch_tokens:
-                raise ValueError(f"max_batch_tokens {self.settings.max_batch_tokens} is less than the model's "
+                raise InputError(f"max_batch_tokens {self.settings.max_batch_tokens} is less than the model's "
                                  f"{served.max_length} positions: its longest input would fit no batch; give "
                                  f"--max-batch-tokens {served.max_length} or more")
             batcher = Batcher(served.run, self.settings.max_batch_tokens, self.metrics.observe_batch)

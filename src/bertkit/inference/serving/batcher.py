@@ -24,6 +24,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from bertkit.errors import InputError
 from bertkit.inference.batching import EncodedText
 
 logger = logging.getLogger(__name__)
@@ -55,7 +56,7 @@ class Batcher:
     def __init__(self, run: Callable[[list[EncodedText]], list[Any]], max_batch_tokens: int,
                  observe: Callable[[int, int, float], None] | None = None) -> None:
         if max_batch_tokens < 1:
-            raise ValueError(f"max_batch_tokens must be at least 1, got {max_batch_tokens}")
+            raise InputError(f"max_batch_tokens must be at least 1, got {max_batch_tokens}")
         self.run = run
         self.max_batch_tokens = max_batch_tokens
         self.observe = observe

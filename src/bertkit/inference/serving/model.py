@@ -22,6 +22,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from bertkit.errors import InputError
 from bertkit.inference.batching import (
     EncodedText,
     NonFiniteOutputError,
@@ -103,7 +104,7 @@ class ServedModel:
         `spec`); a family the server cannot serve, a model that reads images, a question-answering model, or an
         unknown pooling is a clear error."""
         if pooling is not None and pooling not in POOLINGS:
-            raise ValueError(f"pooling must be one of {POOLINGS}, not {pooling!r}")
+            raise InputError(f"pooling must be one of {POOLINGS}, not {pooling!r}")
         model, tokenizer = load_text_model(spec, "serve")
         try:
             kind = task_of_model(model, "serve")
@@ -111,7 +112,7 @@ class ServedModel:
             task, model, labels = "embedding", encoder_of(model), []
         else:
             if kind.spans:
-                raise ValueError(qa_not_served(spec))
+                raise InputError(qa_not_served(spec))
             task, labels = ("ner" if kind.token_level else "classifier"), label_names(model)
         max_length, _ = input_limit(model, None)
         model = for_inference(model, dtype).eval()
