@@ -19,6 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
+from bertkit.errors import DataError, InputError
 from bertkit.utils.atomic import atomic_write_text
 
 TEMPLATE = "assets/attention.html"
@@ -60,7 +61,7 @@ def sentence_attentions(model, tokenizer, text: str, text_pair: str | None = Non
     import torch
 
     if not text or not text.strip():
-        raise ValueError("text is empty: there is nothing to attend to")
+        raise InputError("text is empty: there is nothing to attend to")
     max_length = max_length or model.config.max_position_embeddings
     encoding = tokenizer(text, text_pair=text_pair, truncation=True, max_length=max_length, return_tensors="pt")
     length = len(tokenizer(text, text_pair=text_pair, verbose=False)["input_ids"])
@@ -74,8 +75,8 @@ def sentence_attentions(model, tokenizer, text: str, text_pair: str | None = Non
                     output_attentions=True)
     attentions = torch.stack([a[0] for a in out.attentions]).float().numpy()    # (L, H, T, T)
     if not np.isfinite(attentions).all():
-        raise ValueError("the model's attention weights are not finite (NaN or infinite values): its weights or "
-                         "activations overflowed, so there is nothing true to show")
+        raise DataError("the model's attention weights are not finite (NaN or infinite values): its weights or "
+                        "activations overflowed, so there is nothing true to show")
     types = token_type_ids[0].tolist() if token_type_ids is not None else [0] * input_ids.size(1)
     return SentenceAttention(tokens=tokenizer.convert_ids_to_tokens(input_ids[0].tolist()), token_type_ids=types,
                              attentions=attentions, text=text, text_pair=text_pair)
@@ -86,7 +87,7 @@ def attention_html(sentence: SentenceAttention, title: str | None = None, digits
     attn = np.asarray(sentence.attentions, dtype=np.float64)
     L, H, T, _ = attn.shape if attn.ndim == 4 else (0, 0, 0, 0)
     if attn.ndim != 4 or attn.shape[-1] != T or T != len(sentence.tokens) or L == 0 or H == 0:
-        raise ValueError(f"attentions must be (layers, heads, T, T) with T = {len(sentence.tokens)} tokens, "
+        raise InputError(f"attentions must be (layers, heads, T, T) with T = {len(sentence.tokens)} tokens, "
                          f"got shape {attn.shape}")
     title = title or f"Attention: {L} layers × {H} heads, {T} tokens"
     if digits is None:  # a big model on a long input has millions of weights; 3 decimals keep the file smaller

@@ -25,6 +25,7 @@ import numpy as np
 from matplotlib import font_manager
 from matplotlib.figure import Figure
 
+from bertkit.errors import DataError, InputError
 from bertkit.utils.atomic import atomic_write
 
 FORMATS = (".png", ".svg")
@@ -76,7 +77,7 @@ def save_figure(fig: Figure, path: str | os.PathLike, dpi: int = 100) -> Path:
     """Write `fig` to `path` as PNG or SVG (chosen by the suffix), creating the folder; returns the path."""
     path = Path(path)
     if path.suffix.lower() not in FORMATS:
-        raise ValueError(f"cannot save a picture as {path.name!r}: use one of {', '.join(FORMATS)}")
+        raise InputError(f"cannot save a picture as {path.name!r}: use one of {', '.join(FORMATS)}")
     with _style():
         # a constrained layout already fits everything in; "tight" would cost a second full draw
         atomic_write(path, lambda tmp: fig.savefig(tmp, format=path.suffix.lower()[1:], dpi=dpi,
@@ -100,7 +101,7 @@ def pe_heatmap(pe, title: str | None = None, split_sin_cos: bool = False) -> Fig
     """
     pe = _as_array(pe)
     if pe.ndim != 2:
-        raise ValueError(f"pe must be a (positions, dims) matrix, got shape {pe.shape}")
+        raise InputError(f"pe must be a (positions, dims) matrix, got shape {pe.shape}")
     P, D = pe.shape
     shown = np.concatenate([pe[:, 0::2], pe[:, 1::2]], axis=1) if split_sin_cos else pe
     with _style():
@@ -153,7 +154,7 @@ def attention_heatmap(weights, tokens: Sequence[str], key_tokens: Sequence[str] 
     weights = _as_array(weights)
     key_tokens = list(tokens if key_tokens is None else key_tokens)
     if weights.shape != (len(tokens), len(key_tokens)):
-        raise ValueError(f"weights have shape {weights.shape} but there are {len(tokens)} query and "
+        raise InputError(f"weights have shape {weights.shape} but there are {len(tokens)} query and "
                          f"{len(key_tokens)} key tokens")
     _warn_if_no_cjk_font(list(tokens) + key_tokens)
     side = min(10.0, 2.0 + 0.28 * max(len(tokens), len(key_tokens)))
@@ -181,18 +182,18 @@ def attention_grid(attentions, tokens: Sequence[str], layers: Sequence[int] | No
     attn = stack_attentions(attentions)
     L, H, T, _ = attn.shape
     if T != len(tokens):
-        raise ValueError(f"attentions cover {T} tokens but {len(tokens)} tokens were given")
+        raise InputError(f"attentions cover {T} tokens but {len(tokens)} tokens were given")
     layers = list(range(L)) if layers is None else list(layers)
     heads = list(range(H)) if heads is None else list(heads)
     for name, chosen, count in (("layer", layers, L), ("head", heads, H)):
         bad = [i for i in chosen if not 0 <= i < count]
         if bad or not chosen:
-            raise ValueError(f"{name} indices {bad or chosen} out of range: the model has {count} {name}s")
+            raise InputError(f"{name} indices {bad or chosen} out of range: the model has {count} {name}s")
     _warn_if_no_cjk_font(tokens)
     panels = [(layer, head) for layer in layers for head in heads]
     titles = list(titles) if titles is not None else [f"layer {layer} · head {head}" for layer, head in panels]
     if len(titles) != len(panels):
-        raise ValueError(f"{len(titles)} titles for {len(panels)} panels")
+        raise InputError(f"{len(titles)} titles for {len(panels)} panels")
     ncols = columns or (min(len(heads), 4) if len(layers) == 1 else len(heads))
     nrows = math.ceil(len(panels) / ncols)
     panel = min(3.2, 1.2 + 0.12 * T)
@@ -220,7 +221,7 @@ def stack_attentions(attentions, index: int = 0) -> np.ndarray:
         attentions = np.stack([_as_array(a)[index] if _as_array(a).ndim == 4 else _as_array(a) for a in attentions])
     attn = _as_array(attentions)
     if attn.ndim != 4 or attn.shape[-1] != attn.shape[-2]:
-        raise ValueError(f"attentions must be (layers, heads, T, T), got shape {attn.shape}")
+        raise InputError(f"attentions must be (layers, heads, T, T), got shape {attn.shape}")
     return attn
 
 
@@ -287,7 +288,7 @@ def answer_probabilities(pieces: Sequence[str], start_probabilities, end_probabi
     than `max_pieces` tokens is shown around the answer (the title says which tokens)."""
     p_start, p_end = _as_array(start_probabilities), _as_array(end_probabilities)
     if not len(pieces) == len(p_start) == len(p_end):
-        raise ValueError(f"{len(pieces)} pieces but {len(p_start)} start and {len(p_end)} end probabilities")
+        raise InputError(f"{len(pieces)} pieces but {len(p_start)} start and {len(p_end)} end probabilities")
     lo = 0
     if len(pieces) > max_pieces:
         centre = (first + last) // 2 if first is not None and last is not None else int(np.argmax(p_start))
@@ -343,7 +344,7 @@ def read_metrics(path: str | os.PathLike) -> list[dict]:
                 try:
                     records.append(json.loads(line))
                 except json.JSONDecodeError as err:
-                    raise ValueError(f"{path}:{number}: not a JSON record ({err.msg})") from None
+                    raise DataError(f"{path}:{number}: not a JSON record ({err.msg})") from None
     return records
 
 
@@ -364,12 +365,12 @@ def training_curves(metrics: str | os.PathLike | Sequence[Mapping], title: str |
     records = read_metrics(metrics) if isinstance(metrics, (str, os.PathLike)) else list(metrics)
     records = [r for r in records if "step" in r]
     if not records:
-        raise ValueError("no training records with a 'step' to plot")
+        raise InputError("no training records with a 'step' to plot")
     keys = sorted({k for r in records for k, v in r.items() if isinstance(v, (int, float)) and k != "step"})
     panels = {name: [k for k in keys if belongs(k)] for name, belongs in _PANELS.items()}
     panels = {name: names for name, names in panels.items() if names}
     if not panels:
-        raise ValueError(f"nothing to plot: the records have {keys}, but no loss, lr, grad_norm or eval_ metric")
+        raise InputError(f"nothing to plot: the records have {keys}, but no loss, lr, grad_norm or eval_ metric")
     with _style():
         fig = Figure(figsize=(4.2 * len(panels), 3.4), layout="constrained")
         for ax, (name, names) in zip(fig.subplots(1, len(panels), squeeze=False)[0], panels.items()):
@@ -393,7 +394,7 @@ def compare_runs(runs: Mapping[str, str | os.PathLike], metric: str = "loss", ti
         for name, path in runs.items():
             points = [(r["step"], r[metric]) for r in read_metrics(path) if isinstance(r.get(metric), (int, float))]
             if not points:
-                raise ValueError(f"{path}: no records with {metric!r}")
+                raise InputError(f"{path}: no records with {metric!r}")
             ax.plot(*zip(*points), marker="o" if len(points) < 30 else None, markersize=3, label=name)
         _label_axes(ax, "step", metric, title)
     return fig

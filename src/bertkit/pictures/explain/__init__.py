@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib
 import os
 
+from bertkit.errors import InputError
 from bertkit.pictures.explain.base import DEFAULT_OUT, Explanation
 
 # topic -> (module, what it shows)
@@ -31,7 +32,7 @@ REAL_MODEL_TOPICS = ("attention", "multihead", "contextual")
 def explain(topic: str, out: str | os.PathLike | None = DEFAULT_OUT, fmt: str = "png", **options) -> Explanation:
     """Run one topic; pictures go to `out` (None: numbers only). Options are the topic's own (e.g. model_dir)."""
     if topic not in TOPICS:
-        raise ValueError(f"unknown topic {topic!r}; topics: {', '.join(TOPICS)}")
+        raise InputError(f"unknown topic {topic!r}; topics: {', '.join(TOPICS)}")
     module = importlib.import_module(f"bertkit.pictures.explain.{TOPICS[topic][0]}")
     return module.explain(out=out, fmt=fmt, **options)
 

@@ -8,6 +8,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from bertkit.errors import InputError
+
 DEFAULT_OUT = Path("runs/explain")
 
 
@@ -34,7 +36,7 @@ class PictureWriter:
     def __init__(self, out: str | os.PathLike | None, fmt: str = "png") -> None:
         fmt = fmt.lower().lstrip(".")
         if fmt not in ("png", "svg"):
-            raise ValueError(f"picture format must be 'png' or 'svg', got {fmt!r}")
+            raise InputError(f"picture format must be 'png' or 'svg', got {fmt!r}")
         self.out = None if out is None else Path(out)
         self.fmt = fmt
         self.paths: list[Path] = []

@@ -13,6 +13,7 @@ import os
 
 import numpy as np
 
+from bertkit.errors import InputError
 from bertkit.pictures.explain import real_model
 from bertkit.pictures.explain.base import Explanation, PictureWriter, table
 
@@ -41,7 +42,7 @@ def character_vectors(model, tokenizer, character: str, sentences: list[str]) ->
         encoding = tokenizer(sentence, return_tensors="pt")
         tokens = tokenizer.convert_ids_to_tokens(encoding["input_ids"][0].tolist())
         if tokens.count(character) != 1:
-            raise ValueError(f"{sentence!r} must hold {character!r} exactly once as a token, got tokens {tokens}")
+            raise InputError(f"{sentence!r} must hold {character!r} exactly once as a token, got tokens {tokens}")
         index = tokens.index(character)
         with torch.no_grad():
             out = model(encoding["input_ids"], attention_mask=encoding["attention_mask"],

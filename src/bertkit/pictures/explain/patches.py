@@ -15,6 +15,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
+from bertkit.errors import InputError
 from bertkit.pictures.explain.base import Explanation, PictureWriter, table
 
 CLAIM = "a linear layer on flattened patches is a convolution whose kernel and stride are the patch size"
@@ -67,7 +68,7 @@ def explain(out: str | os.PathLike | None = None, fmt: str = "png", digit: np.nd
         digit, label = _first_test_digit()
     digit = np.asarray(digit, dtype=np.uint8)
     if digit.shape != (28, 28):
-        raise ValueError(f"digit must be a 28 × 28 grey image, got shape {digit.shape}")
+        raise InputError(f"digit must be a 28 × 28 grey image, got shape {digit.shape}")
     pixels = torch.from_numpy(digit.astype(np.float32) / 255.0)[None, None]   # (1, 1, 28, 28)
     colour = torch.randn(2, 3, 32, 32, generator=torch.Generator().manual_seed(seed))
     cases = {f"digit 28 × 28, patch {p}": compare(pixels, p, seed) for p in (4, 7, 14)}

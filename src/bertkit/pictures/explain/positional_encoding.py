@@ -11,6 +11,7 @@ import os
 
 import numpy as np
 
+from bertkit.errors import InputError
 from bertkit.models.functional import sinusoidal_positions
 from bertkit.pictures.explain.base import Explanation, PictureWriter, matrix_text, table
 
@@ -21,7 +22,7 @@ SENTENCE = ("I", "am", "good")
 def shift_matrix(k: int, dim: int) -> np.ndarray:
     """M_k with PE(pos + k) = M_k PE(pos): per frequency, the rotation [[cos kω, sin kω], [-sin kω, cos kω]]."""
     if dim % 2:
-        raise ValueError(f"the shift is a rotation per (sin, cos) pair, so dim must be even, got {dim}")
+        raise InputError(f"the shift is a rotation per (sin, cos) pair, so dim must be even, got {dim}")
     omega = 1.0 / np.power(10000.0, np.arange(0, dim, 2) / dim)
     M = np.zeros((dim, dim))
     for i, w in enumerate(omega):
