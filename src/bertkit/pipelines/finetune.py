@@ -21,6 +21,7 @@ from bertkit.data.quality import DataReport
 from bertkit.data.sources import resolve_model
 from bertkit.data.task_kinds import TaskKind, collect_labels, get_task
 from bertkit.data.tasks import DATASET_LABEL_WORDS, label_budget
+from bertkit.errors import InputError
 from bertkit.inference import EncodedText, run_sorted
 from bertkit.models.bert.heads import IGNORE_INDEX, BertForPromptClassification
 from bertkit.models.registry import family_for
@@ -37,11 +38,11 @@ def prompt_label_words(options: FinetuneOptions, names: Sequence[str]) -> list[s
     for item in options.label_words or []:
         label, sep, word = item.partition("=")
         if not sep or not label or not word:
-            raise ValueError(f"--label-words takes LABEL=WORD items, got {item!r}")
+            raise InputError(f"--label-words takes LABEL=WORD items, got {item!r}")
         words[label] = word
     missing = [name for name in names if name not in words]
     if missing:
-        raise ValueError(f"the prompt needs a label word for every label; none for {', '.join(missing)} "
+        raise InputError(f"the prompt needs a label word for every label; none for {', '.join(missing)} "
                          "(give --label-words LABEL=WORD ...)")
     return [words[name] for name in names]
 
@@ -59,7 +60,7 @@ def load_task_data(task: TaskKind, train: str, dev: str | None, test: str | None
             splits[name] = task.read(spec, name, "to evaluate on", encoding=encoding)
     for name in ("train", "dev"):
         if not splits.get(name):
-            raise ValueError(f"no {name} examples (give --{name} FILE, or a named dataset)")
+            raise InputError(f"no {name} examples (give --{name} FILE, or a named dataset)")
     return splits
 
 
@@ -68,7 +69,7 @@ def check_labels(examples: Sequence, label2id: dict[str, int], task: TaskKind, s
     seen = {label for example in examples for label in task.labels(example)}
     unknown = sorted(seen - set(label2id))
     if unknown:
-        raise ValueError(f"the {split} data has labels the model does not know: {', '.join(unknown[:10])}; "
+        raise InputError(f"the {split} data has labels the model does not know: {', '.join(unknown[:10])}; "
                          f"the model's labels are {', '.join(label2id)}")
 
 
@@ -193,7 +194,7 @@ def finetune(options: FinetuneOptions) -> dict[str, Any]:
     started = time.perf_counter()
     task = get_task(options.task)
     if task.spans:
-        raise ValueError("extractive question answering has its own pipeline: bertkit.pipelines.qa.finetune_qa "
+        raise InputError("extractive question answering has its own pipeline: bertkit.pipelines.qa.finetune_qa "
                          "(`bertkit finetune --task qa` runs it)")
     model_dir = resolve_model(options.model)
     tokenizer = BertTokenizer.from_pretrained(model_dir)
@@ -206,7 +207,7 @@ def finetune(options: FinetuneOptions) -> dict[str, Any]:
         else:  # every class represented alike, and the 50 of a seed are the first 50 of its 200
             classes = len({example.label for example in train})
             if options.max_train_examples < classes:
-                raise ValueError(f"--max-train-examples {options.max_train_examples} is fewer than the training data's "
+                raise InputError(f"--max-train-examples {options.max_train_examples} is fewer than the training data's "
                                  f"{classes} classes: every class needs at least one example")
             train = label_budget(train, options.max_train_examples, options.seed)
     report = DataReport("the training data")

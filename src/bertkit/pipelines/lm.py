@@ -21,6 +21,7 @@ from typing import Any
 
 import torch
 
+from bertkit.errors import InputError
 from bertkit.models.gpt.configuration import GPT2Config
 from bertkit.models.gpt.modeling import GPT2LMHeadModel
 from bertkit.pipelines.options import LMOptions
@@ -43,7 +44,7 @@ def load_texts(specs: Sequence[str]) -> list[str]:
         documents += [" ".join(doc) for doc in docs]
     documents = [d for d in documents if d.strip()]
     if len(documents) < 2:
-        raise ValueError(f"{', '.join(specs)}: {len(documents)} non-empty documents; need at least 2 "
+        raise InputError(f"{', '.join(specs)}: {len(documents)} non-empty documents; need at least 2 "
                          "(one to train on, one held out)")
     return documents
 
@@ -139,7 +140,7 @@ def train_lm(options: LMOptions) -> dict[str, Any]:
     train_blocks = blocks(train_stream, options.block_size)
     eval_blocks = blocks(token_stream(tokenizer, eval_documents), options.block_size)[: options.max_eval_blocks]
     if not train_blocks or not eval_blocks:
-        raise ValueError(f"too little text for blocks of {options.block_size} tokens "
+        raise InputError(f"too little text for blocks of {options.block_size} tokens "
                          f"({len(train_blocks)} training, {len(eval_blocks)} held-out blocks)")
     config = GPT2Config(vocab_size=len(tokenizer), n_positions=options.block_size, **GPT_PRESETS[options.size],
                         resid_pdrop=options.dropout, embd_pdrop=options.dropout, attn_pdrop=options.dropout,

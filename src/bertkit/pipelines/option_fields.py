@@ -16,6 +16,7 @@ from dataclasses import MISSING, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from bertkit.errors import InputError
 from bertkit.utils.atomic import atomic_write_text
 from bertkit.utils.ranges import check_number, stated_range
 
@@ -125,7 +126,7 @@ class Options:
         for f in dataclasses.fields(self):
             choices, value = f.metadata.get("choices"), getattr(self, f.name)
             if choices and value not in choices:
-                raise ValueError(f"{f.name} {value!r} is not one of {', '.join(map(str, choices))}")
+                raise InputError(f"{f.name} {value!r} is not one of {', '.join(map(str, choices))}")
             check_range(f, value)
 
     def save(self, path: str | os.PathLike) -> Path:
@@ -151,17 +152,17 @@ class Options:
         result (RESUME_CHANGEABLE: the progress bars) are applied."""
         given = dict(given or {})
         if given.pop("overwrite", False):
-            raise ValueError("--resume continues the run in its directory and --overwrite replaces it; give one")
+            raise InputError("--resume continues the run in its directory and --overwrite replaces it; give one")
         out = given.pop("out", None)
         if out is not None and Path(out).resolve() != Path(directory).resolve():
-            raise ValueError(f"--resume continues the run in {directory}; --out {out} is another directory "
+            raise InputError(f"--resume continues the run in {directory}; --out {out} is another directory "
                              "(leave --out out)")
         fields = {f.name: f for f in dataclasses.fields(self)}
         differ = [f"{flag_of(fields[name])} {_shown_value(value)} (the run's: {_shown_value(getattr(self, name))})"
                   for name, value in given.items()
                   if name not in RESUME_CHANGEABLE and not _same_value(fields[name], value, getattr(self, name))]
         if differ:
-            raise ValueError(f"--resume continues the run in {directory} with the options it was started with; "
+            raise InputError(f"--resume continues the run in {directory} with the options it was started with; "
                              f"these flags differ from them: {'; '.join(differ)}. Leave them out, or start a new "
                              "run (a new --out)")
         changes = {name: value for name, value in given.items() if name in RESUME_CHANGEABLE}

@@ -14,6 +14,7 @@ from typing import Any
 from bertkit.data.sources import model_names
 from bertkit.data.task_kinds import TASKS
 from bertkit.data.tasks import TRANSLATION_LANGUAGES
+from bertkit.errors import InputError
 from bertkit.pipelines.option_fields import Options, option, overwrite_option, progress_option
 from bertkit.pipelines.presets import (
     DEFAULT_PRESET,
@@ -43,7 +44,7 @@ def check_sequence_length(flag: str, tokens: int) -> None:
     """Refuse a sequence length beyond MAX_SEQUENCE_LENGTH, saying what its attention scores would take."""
     if tokens > MAX_SEQUENCE_LENGTH:
         gigabytes = tokens * tokens * 4 / 1e9
-        raise ValueError(f"{flag} must be at most {MAX_SEQUENCE_LENGTH}, got {tokens}: the attention scores of one "
+        raise InputError(f"{flag} must be at most {MAX_SEQUENCE_LENGTH}, got {tokens}: the attention scores of one "
                          f"{tokens}-token sequence take {gigabytes:,.1f} GB per head and layer (float32), and its "
                          "position table grows with it")
 
@@ -55,7 +56,7 @@ def check_encoding(name: str) -> None:
     try:
         codecs.lookup(name)
     except LookupError:
-        raise ValueError(f"--encoding {name!r} is not a text encoding Python knows (e.g. utf-8, gbk, gb18030, "
+        raise InputError(f"--encoding {name!r} is not a text encoding Python knows (e.g. utf-8, gbk, gb18030, "
                          "big5)") from None
 
 
@@ -75,7 +76,7 @@ class TrainingOptions(Options):
     def require_budget(self) -> None:
         """The one check behind every "give --max-steps or --minutes": a run must know when to stop."""
         if self.max_steps is None and self.minutes is None:
-            raise ValueError("give max_steps or minutes, or both (--max-steps, --minutes)")
+            raise InputError("give max_steps or minutes, or both (--max-steps, --minutes)")
 
     def training_arguments(self, max_steps: int, **settings: Any):
         """The trainer's arguments for a run of `max_steps` steps: the one mapping from a command's options to
@@ -159,17 +160,17 @@ class PretrainOptions(TrainingOptions):
         super().__post_init__()
         self.require_budget()
         if not self.corpus:
-            raise ValueError("no corpus given")
+            raise InputError("no corpus given")
         check_encoding(self.encoding)
         check_sequence_length("--max-seq-length", self.max_seq_length)
         if self.init is None:
             if self.vocab is None:
-                raise ValueError("give --vocab (a tokenizer directory), or --init MODEL to continue pretraining a "
+                raise InputError("give --vocab (a tokenizer directory), or --init MODEL to continue pretraining a "
                                  "model with its own vocabulary")
             if self.config is None:
                 self.config = DEFAULT_PRESET
             if self.freeze_encoder_steps:
-                raise ValueError("--freeze-encoder-steps holds a pretrained encoder while fresh heads learn; it "
+                raise InputError("--freeze-encoder-steps holds a pretrained encoder while fresh heads learn; it "
                                  "needs --init MODEL (fresh weights have nothing to keep)")
             return
         # Continued pretraining takes the model as it is: its shape is in its config.json.
@@ -177,7 +178,7 @@ class PretrainOptions(TrainingOptions):
                                             ("--pre-ln", self.normalize_before), ("--no-bias", not self.use_bias))
                    if given]
         if changes:
-            raise ValueError(f"--init {self.init} continues that model with its own shape; {', '.join(changes)} "
+            raise InputError(f"--init {self.init} continues that model with its own shape; {', '.join(changes)} "
                              "would change it (leave them out, or pretrain from fresh weights without --init)")
 
 
@@ -202,7 +203,7 @@ class PrepareOptions(Options):
     def __post_init__(self) -> None:
         super().__post_init__()
         if not self.corpus:
-            raise ValueError("no corpus given")
+            raise InputError("no corpus given")
         check_encoding(self.encoding)
 
 
@@ -210,7 +211,7 @@ def recipe_values(name: str, init: str | None = None) -> dict[str, Any]:
     """The option values of the recipe `name`; bf16 "where native" resolved for this machine. A run that continues
     an `init` model keeps that model's size: the recipe's gives way."""
     if name not in PRETRAIN_RECIPES:
-        raise ValueError(f"recipe {name!r} is not one of {', '.join(PRETRAIN_RECIPES)}")
+        raise InputError(f"recipe {name!r} is not one of {', '.join(PRETRAIN_RECIPES)}")
     return {k: native_bf16() if v is NATIVE else v for k, v in PRETRAIN_RECIPES[name].items()
             if not (init is not None and k == "config")}
 
@@ -272,9 +273,9 @@ class FinetuneOptions(TrainingOptions):
         super().__post_init__()
         check_encoding(self.encoding)
         if self.prompt is not None and self.task != "classify":
-            raise ValueError(f"a prompt template classifies single texts (--task classify), not {self.task!r}")
+            raise InputError(f"a prompt template classifies single texts (--task classify), not {self.task!r}")
         if self.label_words is not None and self.prompt is None:
-            raise ValueError("--label-words go with a prompt template; give --prompt too")
+            raise InputError("--label-words go with a prompt template; give --prompt too")
         if self.max_length is None:
             self.max_length = 384 if self.task == "qa" else 128
         check_sequence_length("--max-length", self.max_length)
@@ -320,13 +321,13 @@ class TranslationOptions(TrainingOptions):
         self.require_budget()
         check_sequence_length("--max-length", self.max_length)
         if self.batch_tokens is not None and self.batch_tokens < self.max_length:
-            raise ValueError(f"batch_tokens {self.batch_tokens} is below max_length {self.max_length}: "
+            raise InputError(f"batch_tokens {self.batch_tokens} is below max_length {self.max_length}: "
                              f"the longest pairs would fit in no batch")
         self.source_lang, self.target_lang = parse_pair(self.pair)
         known = TRANSLATION_LANGUAGES.get(self.data)
         unknown = [lang for lang in (self.source_lang, self.target_lang) if known and lang not in known]
         if unknown:
-            raise ValueError(f"--pair {self.pair}: {self.data} has no {', '.join(unknown)}; its languages are "
+            raise InputError(f"--pair {self.pair}: {self.data} has no {', '.join(unknown)}; its languages are "
                              f"{', '.join(known)}")
 
     @property
@@ -339,7 +340,7 @@ def parse_pair(pair: str) -> tuple[str, str]:
     """"zh-en" -> ("zh", "en")."""
     parts = pair.split("-")
     if len(parts) != 2 or not all(parts) or parts[0] == parts[1]:
-        raise ValueError(f"--pair must look like zh-en (source-target, two different languages), got {pair!r}")
+        raise InputError(f"--pair must look like zh-en (source-target, two different languages), got {pair!r}")
     return parts[0], parts[1]
 
 
@@ -396,7 +397,7 @@ class DemoOptions(Options):
     def __post_init__(self) -> None:
         super().__post_init__()
         if not self.budgets:
-            raise ValueError("--budgets needs at least one count of examples (0 = all)")
+            raise InputError("--budgets needs at least one count of examples (0 = all)")
 
     @property
     def use_bf16(self) -> bool:
@@ -459,7 +460,7 @@ def check_image_size(flag: str, height: int, width: int, patch_size: int) -> Non
     if patches + 1 > MAX_SEQUENCE_LENGTH:
         scores = (patches + 1) ** 2 * 4 / 1e9
         side = height if height == width else f"{height} x {width}"
-        raise ValueError(f"{flag} {side}: {patch_size}-pixel patches cut one image into {patches:,} patch tokens, "
+        raise InputError(f"{flag} {side}: {patch_size}-pixel patches cut one image into {patches:,} patch tokens, "
                          f"more than the {MAX_SEQUENCE_LENGTH:,} a sequence may have (their attention scores alone "
                          f"take {scores:,.1f} GB per head and layer, float32, and the image "
                          f"{height * width * 3 / 1e9:,.1f} GB in RGB); give a smaller image size or a larger "

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from bertkit.data.readers import DataWarning, Skips, TextExample, TokenExample, iter_decoded_lines
-from bertkit.errors import DataError
+from bertkit.errors import DataError, InputError
 from bertkit.inference import batching, label_names, predict, tag_words
 from bertkit.inference.loading import load_text_model, task_of_model
 from bertkit.training import metrics
@@ -46,7 +46,7 @@ class InputFile:
     def __init__(self, path: str | os.PathLike, encoding: str = "utf-8") -> None:
         path = Path(path)
         if path.is_dir():
-            raise ValueError(f"input file {path} is a directory; give a file with one text per line")
+            raise InputError(f"input file {path} is a directory; give a file with one text per line")
         if not path.is_file():
             raise FileNotFoundError(f"input file {path} does not exist")
         self.path, self.encoding, self.tsv = path, encoding, path.suffix.lower() == ".tsv"
@@ -69,7 +69,7 @@ class InputFile:
             yield text.strip(), pair.strip() or None
         if not kept:
             unusable = sum(map(len, skipped.values()))
-            raise ValueError(f"input file {self.path} has no texts"
+            raise InputError(f"input file {self.path} has no texts"
                              + (" (empty file)" if not skipped else f" ({unusable} unusable lines)"))
         if skipped and warn:
             count = sum(map(len, skipped.values()))
@@ -114,7 +114,7 @@ def read_questions(path: str | os.PathLike, encoding: str = "utf-8") -> tuple[li
     context is empty, are skipped and counted in one DataWarning; a file with none is an error."""
     path = Path(path)
     if path.is_dir():
-        raise ValueError(f"input file {path} is a directory; give a JSON Lines file of {{\"question\", \"context\"}}")
+        raise InputError(f"input file {path} is a directory; give a JSON Lines file of {{\"question\", \"context\"}}")
     if not path.is_file():
         raise FileNotFoundError(f"input file {path} does not exist")
     ids: list[str] = []
@@ -143,7 +143,7 @@ def read_questions(path: str | os.PathLike, encoding: str = "utf-8") -> tuple[li
             contexts.append(context)
     skips.warn(len(questions))
     if not questions:
-        raise ValueError(f"input file {path} has no question with a context: give one JSON object per line, "
+        raise InputError(f"input file {path} has no question with a context: give one JSON object per line, "
                          '{"question": ..., "context": ...}')
     return ids, questions, contexts
 

@@ -33,6 +33,7 @@ from bertkit.data.pretraining import (
 )
 from bertkit.data.quality import DataReport, check_positions_fit
 from bertkit.data.store import FILES, META, TokenStore, cached_store, store_key
+from bertkit.errors import InputError
 from bertkit.models.bert.configuration import BertConfig
 from bertkit.models.bert.heads import BertForMaskedLM, BertForPreTraining
 from bertkit.pipelines.options import PretrainOptions
@@ -63,7 +64,7 @@ def corpus_stores(specs: list[str], tokenizer, vocab: Path, options: PretrainOpt
             store.check_tokenizer(tokenizer, str(vocab))
             store.check_inputs()
             if options.wwm and not store.meta["whole_word"]:
-                raise ValueError(f"{spec} was prepared without whole-word masking: --wwm needs jieba's word starts; "
+                raise InputError(f"{spec} was prepared without whole-word masking: --wwm needs jieba's word starts; "
                                  "prepare it again with --wwm")
         else:
             store = cached_store([spec], tokenizer, whole_word=options.wwm, encoding=options.encoding,
@@ -102,7 +103,7 @@ def model_config(spec: str, vocab_size: int, albert: bool, max_seq_length: int, 
     elif Path(spec).is_file():
         config = BertConfig.from_json_file(spec)
         if config.vocab_size != vocab_size:
-            raise ValueError(f"{spec} says vocab_size {config.vocab_size}, the tokenizer has {vocab_size} tokens")
+            raise InputError(f"{spec} says vocab_size {config.vocab_size}, the tokenizer has {vocab_size} tokens")
     else:
         raise FileNotFoundError(f"--config {spec!r} is neither a preset ({', '.join(PRESETS)}) nor a JSON file")
     if albert:
@@ -231,7 +232,7 @@ def tokenizer_directory(options: PretrainOptions) -> Path:
     require(model, "pretrain")  # a BERT: another family's weights mean nothing here
     if options.vocab is not None and Path(options.vocab).resolve() != model.resolve():
         if BertTokenizer.from_pretrained(options.vocab).get_vocab() != BertTokenizer.from_pretrained(model).get_vocab():
-            raise ValueError(f"--vocab {options.vocab} is not the vocabulary of --init {options.init}: the model's "
+            raise InputError(f"--vocab {options.vocab} is not the vocabulary of --init {options.init}: the model's "
                              "embeddings are indexed by its own; leave --vocab out")
     return model
 
@@ -258,7 +259,7 @@ def init_model(head: type, directory: Path, options: PretrainOptions, vocab_size
     """`head` (BertForPreTraining or BertForMaskedLM) loaded from the model `directory` for --init, in train mode."""
     config = BertConfig.from_pretrained(directory)
     if config.vocab_size != vocab_size:
-        raise ValueError(f"{directory} has {config.vocab_size} embedding rows but its tokenizer {vocab_size} tokens: "
+        raise InputError(f"{directory} has {config.vocab_size} embedding rows but its tokenizer {vocab_size} tokens: "
                          "--init needs a model and vocabulary that belong together")
     check_positions_fit(options.max_seq_length, config.max_position_embeddings, "--max-seq-length",
                         f"--init {options.init}")
@@ -357,7 +358,7 @@ def _pretrain(options: PretrainOptions, resume: bool, prepared: PretrainingRun |
     if not resume:
         if options.max_steps is None:
             if process_count() > 1:  # each process would time itself differently
-                raise ValueError("under torchrun give --max-steps (a time budget alone sizes the schedule per "
+                raise InputError("under torchrun give --max-steps (a time budget alone sizes the schedule per "
                                  "process)")
             options = dataclasses.replace(options, max_steps=plan_steps(run, options))
         if process_rank() == 0:
@@ -403,7 +404,7 @@ def check_corpus_unchanged(options: PretrainOptions, out: Path) -> None:
         with contextlib.suppress(OSError, ValueError, KeyError):
             then = {i.get("path"): i for i in json.loads((Path(record["store"]) / META).read_text())["inputs"]}
         changed = [i.name for i in inputs if i.kind != "corpus" and i.identity() != then.get(i.identity()["path"])]
-        raise ValueError(f"{', '.join(changed) or spec} changed since the run in {out} started (its size or time "
+        raise InputError(f"{', '.join(changed) or spec} changed since the run in {out} started (its size or time "
                          "differ): resuming would train on other text than the run's; put back the corpus it started "
                          "with, or start a new run")
 
@@ -415,7 +416,7 @@ def resume_pretraining(out: str | Path, given: dict | None = None):
     agree with them (`Options.resumed`)."""
     path = Path(out) / OPTIONS_NAME
     if Path(out).is_file():
-        raise ValueError(f"{out} is a file; --resume takes the directory of a pretraining run (its --out)")
+        raise InputError(f"{out} is a file; --resume takes the directory of a pretraining run (its --out)")
     if not Path(out).is_dir():
         raise FileNotFoundError(f"{out} does not exist; --resume takes the directory of a pretraining run (its --out)")
     if not path.is_file():

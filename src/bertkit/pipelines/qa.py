@@ -28,6 +28,7 @@ from bertkit.data.qa import QAExample, QAWindow, qa_windows
 from bertkit.data.quality import DataReport
 from bertkit.data.sources import resolve_model
 from bertkit.data.task_kinds import get_task
+from bertkit.errors import InputError
 from bertkit.inference.batching import collate
 from bertkit.inference.qa import answer_windows
 from bertkit.models.bert.heads import BertForQuestionAnswering
@@ -69,16 +70,16 @@ def load_qa_splits(options: FinetuneOptions) -> dict[str, list[QAExample]]:
     splits = dict(task.load_dataset(options.train)) if options.train in task.datasets else {
         "train": task.read(options.train, "train", "to train on", encoding=options.encoding)}
     if "train" not in splits:
-        raise ValueError(f"{options.train} is an evaluation set (splits: {', '.join(splits)}); train on "
+        raise InputError(f"{options.train} is an evaluation set (splits: {', '.join(splits)}); train on "
                          f"squad-excerpt or a SQuAD-format file, and give --test {options.train}")
     for name, spec in (("dev", options.dev), ("test", options.test)):
         if spec is not None:
             splits[name] = task.read(spec, name, "to evaluate on", encoding=options.encoding)
     for name in ("train", "dev"):
         if not splits.get(name):
-            raise ValueError(f"no {name} questions (give --{name} FILE, or a named dataset)")
+            raise InputError(f"no {name} questions (give --{name} FILE, or a named dataset)")
     if not any(e.answers for e in splits["train"]):
-        raise ValueError("every training question is unanswerable: there is no answer to learn to point at")
+        raise InputError("every training question is unanswerable: there is no answer to learn to point at")
     return splits
 
 
@@ -89,9 +90,9 @@ def finetune_qa(options: FinetuneOptions) -> dict[str, Any]:
     from bertkit.tokenizer import BertTokenizer
 
     if options.task != "qa":
-        raise ValueError(f"finetune_qa trains the qa task, not {options.task!r}")
+        raise InputError(f"finetune_qa trains the qa task, not {options.task!r}")
     if options.prompt is not None:
-        raise ValueError("a prompt template classifies texts; it has no meaning for question answering")
+        raise InputError("a prompt template classifies texts; it has no meaning for question answering")
     started = time.perf_counter()
     model_dir = resolve_model(options.model)
     tokenizer = BertTokenizer.from_pretrained(model_dir)

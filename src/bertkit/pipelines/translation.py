@@ -23,6 +23,7 @@ from typing import Any
 
 import torch
 
+from bertkit.errors import InputError
 from bertkit.models.losses import IGNORE_INDEX
 from bertkit.models.seq2seq.configuration import Seq2SeqConfig
 from bertkit.models.seq2seq.transformer import build_seq2seq, load_seq2seq
@@ -55,7 +56,7 @@ def load_pairs(data: str, source_lang: str, target_lang: str, seed: int = 0) -> 
         raise FileNotFoundError(f"--data {data!r} is neither a dataset ({', '.join(DATASETS)}) nor a file")
     pairs = tasks.read_parallel(path)
     if len(pairs) < 10:
-        raise ValueError(f"{path} has {len(pairs)} usable pairs; too few to train and evaluate on")
+        raise InputError(f"{path} has {len(pairs)} usable pairs; too few to train and evaluate on")
     return tasks.seeded_split(pairs, seed)
 
 
@@ -64,7 +65,7 @@ class TranslationTokenizer:
 
     def __init__(self, source, target, source_lang: str, target_lang: str) -> None:
         if source.pad_token_id != target.pad_token_id:
-            raise ValueError(f"source and target vocabularies put [PAD] at different ids "
+            raise InputError(f"source and target vocabularies put [PAD] at different ids "
                              f"({source.pad_token_id}, {target.pad_token_id}); one model config needs one pad id")
         self.source, self.target = source, target
         self.source_lang, self.target_lang = source_lang, target_lang
@@ -227,7 +228,7 @@ def tune_length_penalty(model: torch.nn.Module, tokenizer: TranslationTokenizer,
     on held-out dev pairs, not the test pairs it is then scored on.
     """
     if not dev:
-        raise ValueError("no dev pairs to choose the length penalty on")
+        raise InputError("no dev pairs to choose the length penalty on")
     sweep = []
     for alpha in candidates:
         scores, _ = evaluate_bleu(model, tokenizer, dev, num_beams, alpha)
@@ -284,7 +285,7 @@ def train_translation(options: TranslationOptions) -> dict[str, Any]:
     dev, _ = encode_pairs(tokenizer, splits["dev"], options.max_length)
     batches = length_batches(train, options.batch_size, options.seed, options.batch_tokens)
     if not batches:
-        raise ValueError(f"{len(train)} training pairs fit in max_length {options.max_length}: fewer than one "
+        raise InputError(f"{len(train)} training pairs fit in max_length {options.max_length}: fewer than one "
                          f"batch of {options.batch_size}")
     collator = TranslationCollator(tokenizer.source.pad_token_id)
     config = model_config(options, tokenizer)

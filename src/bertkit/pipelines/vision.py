@@ -18,6 +18,7 @@ import numpy as np
 import torch
 
 from bertkit.data.images import ImageCollator, ImageProcessor, ImageSet, load_mnist, read_image_folder
+from bertkit.errors import InputError
 from bertkit.models.vit.configuration import ViTConfig
 from bertkit.models.vit.modeling import ViTForImageClassification
 from bertkit.pipelines.options import VisionTrainOptions, check_image_size
@@ -36,14 +37,14 @@ def load_image_data(data: str, image_size: int | None = None, seed: int = 0) -> 
     """"mnist" (train / validation / test as shipped), or a folder per class of images (bertkit.data.images)."""
     if data == "mnist":
         if image_size not in (None, 28):
-            raise ValueError(f"MNIST digits are 28 × 28 pixels; --image-size {image_size} is for folders of images")
+            raise InputError(f"MNIST digits are 28 × 28 pixels; --image-size {image_size} is for folders of images")
         return load_mnist()
     if not Path(data).is_dir():
         raise FileNotFoundError(f"--data {data!r} is neither mnist nor a folder of images per class")
     splits = read_image_folder(data, image_size, seed=seed)
     for name in ("validation", "test"):
         if not len(splits[name]):
-            raise ValueError(f"{data}: no {name} images (each class needs at least 10 images to split off a tenth "
+            raise InputError(f"{data}: no {name} images (each class needs at least 10 images to split off a tenth "
                              f"for validation and test, or give {data}/{name}/CLASS/ folders)")
     return splits
 
@@ -69,7 +70,7 @@ def vit_config(options: VisionTrainOptions, train: ImageSet) -> ViTConfig:
     K, h, w = train.images.shape[1:]
     check_image_size("the images are", h, w, options.patch_size)
     if h % options.patch_size or w % options.patch_size:
-        raise ValueError(f"images of {h} × {w} pixels cannot be cut into {options.patch_size} × {options.patch_size} "
+        raise InputError(f"images of {h} × {w} pixels cannot be cut into {options.patch_size} × {options.patch_size} "
                          "patches: choose a --patch-size that divides both sides (or --image-size for folders)")
     return ViTConfig(image_size=h if h == w else [h, w], patch_size=options.patch_size, num_channels=K,
                      hidden_size=options.hidden_size, num_hidden_layers=options.num_hidden_layers,
