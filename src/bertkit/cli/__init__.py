@@ -4,6 +4,10 @@ One module per family of commands: models, data, train, predict, explain, seq2se
 
 Each subcommand is a pair: `_add_NAME(subparsers)` declares its arguments, `_cmd_NAME(args)` runs it.
 Heavy imports (torch, the model) happen inside the `_cmd_` functions so `bertkit --help` is instant.
+
+What escapes a command is sorted by `main` (docs/architecture.md, Errors): a `bertkit.errors.BertkitError` or an
+OSError is the user's to fix (one line, exit status 2), a diverged run exits 1, Ctrl+C 130, and anything else is a
+bug in bertkit (one line naming a file that keeps the traceback, exit status 3).
 """
 
 from __future__ import annotations
@@ -14,12 +18,15 @@ import logging
 import os
 import pickle
 import sys
+import tempfile
+import time
+import traceback
 import warnings
 from collections.abc import Iterator, Sequence
 
 from bertkit.cli import data, explain, models, predict, seq2seq, serve, train, vision
-from bertkit.cli.common import UserError
-from bertkit.data.sources import SourceError
+from bertkit.cli.common import UserError, shorten
+from bertkit.errors import BertkitError
 
 __all__ = ["UserError", "build_parser", "main"]
 
@@ -105,21 +112,47 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         with _warnings_to_stderr(args.command):
             return int(args.func(args) or 0)
-    except (UserError, SourceError, ValueError, pickle.UnpicklingError) as err:
-        # bertkit raises these with messages written for people (bad path, bad config, bad checkpoint, a source
-        # that could not be fetched, a pickle refused as unsafe)
-        print(f"bertkit {args.command}: error: {err}", file=sys.stderr)
-        return 2
     except OSError as err:  # a path that is missing, a directory, a file, not writable...
         print(f"bertkit {args.command}: error: {_os_error(err)}", file=sys.stderr)
         return 2
-    except RuntimeError as err:
-        trainer = sys.modules.get("bertkit.training.trainer")  # imported if a run trained (it needs torch)
-        if trainer is None or not isinstance(err, trainer.TrainingError):
-            raise
-        print(f"bertkit {args.command}: error: {err}", file=sys.stderr)  # a NaN loss: the run cannot go on
-        return 1
+    except (BertkitError, pickle.UnpicklingError) as err:
+        # what the user can fix, said for people (bad option, bad path, bad config, a damaged checkpoint, a source
+        # that could not be fetched); a pickle refused as unsafe, or one that does not unpickle
+        print(f"bertkit {args.command}: error: {err}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         print(f"bertkit {args.command}: interrupted", file=sys.stderr)
         return 130
+    except Exception as err:
+        trainer = sys.modules.get("bertkit.training.trainer")  # imported if a run trained (it needs torch)
+        if trainer is not None and isinstance(err, trainer.TrainingError):
+            print(f"bertkit {args.command}: error: {err}", file=sys.stderr)  # a NaN loss: the run cannot go on
+            return 1
+        return _bug(args.command, err, sys.argv[1:] if argv is None else argv)
+
+
+BUG_STATUS = 3  # the exit status of a command stopped by a bug in bertkit, not by what it was given
+
+
+def _bug(command: str, err: Exception, argv: Sequence[str]) -> int:
+    """An exception bertkit did not raise for people (a bare ValueError from deep inside, a TypeError, an
+    IndexError...): one line saying it is a bug, naming the exception and a file that keeps its traceback
+    (`bertkit-crash-*.txt` in the temporary directory; the traceback goes to standard error when no file can be
+    written). Exit status 3."""
+    from bertkit import __version__
+
+    what = type(err).__name__ + (f": {shorten(str(err), 200)}" if str(err).strip() else "")
+    trace = "".join(traceback.format_exception(type(err), err, err.__traceback__))
+    said = f"bertkit {command}: bug: {what} (a bug in bertkit, not in what you gave it"
+    try:
+        fd, name = tempfile.mkstemp(prefix=f"bertkit-crash-{time.strftime('%Y%m%d-%H%M%S')}-", suffix=".txt")
+        with os.fdopen(fd, "w", encoding="utf-8", errors="backslashreplace") as file:
+            file.write(f"bertkit {__version__}, Python {sys.version.split()[0]}, {sys.platform}\n"
+                       f"command: bertkit {' '.join(map(str, argv))}\n\n{trace}")
+    except OSError:
+        print(f"{said}; its traceback follows)", file=sys.stderr)
+        print(trace, end="", file=sys.stderr)
+        return BUG_STATUS
+    print(f"{said}; its traceback is in {name}: please include it when you report the bug)", file=sys.stderr)
+    return BUG_STATUS
 

@@ -113,9 +113,8 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         server.run(sockets=[listener])
     finally:
         signal.signal(signal.SIGTERM, previous)
-    if failures:
-        err = failures[0]
-        raise err if isinstance(err, (ValueError, OSError, UserError)) else UserError(str(err))
+    if failures:  # the model did not load: the command line sorts it (said in one line, or kept as a bug)
+        raise failures[0]
     print("bertkit serve: stopped", file=sys.stderr, flush=True)
     return 0
 
