@@ -16,7 +16,7 @@ from dataclasses import MISSING, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bertkit.errors import InputError
+from bertkit.errors import DataError, InputError
 from bertkit.utils.atomic import atomic_write_text
 from bertkit.utils.ranges import check_number, stated_range
 
@@ -141,7 +141,10 @@ class Options:
     @classmethod
     def load(cls, path: str | os.PathLike):
         """Options written by `save`, their relative paths resolved against the file's directory."""
-        values = json.loads(Path(path).read_text(encoding="utf-8"))
+        try:
+            values = json.loads(Path(path).read_text(encoding="utf-8"))
+        except ValueError as err:  # not JSON, or not UTF-8: the file was damaged after the run wrote it
+            raise DataError(f"{path} cannot be read as a run's options ({err})") from None
         return cls(**_map_paths(values, cls, lambda v: _loaded_path(v, Path(path).parent)))
 
     def resumed(self, directory: str | os.PathLike, given: dict[str, Any] | None = None):
