@@ -48,7 +48,11 @@ def _image_paths(args: argparse.Namespace) -> list[str]:
         path = Path(args.input)
         if not path.is_file():
             raise FileNotFoundError(f"input file {path} does not exist")
-        paths = [line.strip() for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+        try:
+            paths = [line.strip() for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+        except UnicodeDecodeError as err:
+            raise UserError(f"input file {path} is not UTF-8 text ({err.reason} at byte {err.start:,}): give one "
+                            "image path per line") from None
     else:
         paths = list(args.texts)
     if not paths:

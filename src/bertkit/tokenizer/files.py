@@ -31,8 +31,12 @@ def load_vocab(path: str | Path) -> dict[str, int]:
 
     A token listed twice is an error naming it and its lines: transformers would keep the second id, leave the
     first unused, and a model sized to the vocabulary would meet an id past its end."""
-    with open(path, encoding="utf-8") as f:
-        lines = [line.rstrip("\n") for line in f.readlines()]
+    try:
+        with open(path, encoding="utf-8") as f:
+            lines = [line.rstrip("\n") for line in f.readlines()]
+    except UnicodeDecodeError as err:
+        raise DataError(f"{path} is not UTF-8 text ({err.reason}): a vocab.txt lists one token per line "
+                        "in UTF-8") from None
     vocab: dict[str, int] = {}
     repeated: dict[str, list[int]] = {}
     for index, token in enumerate(lines):
@@ -75,7 +79,7 @@ def _read_json(path: Path) -> dict[str, Any]:
     try:
         with open(path, encoding="utf-8") as f:
             return json.load(f)
-    except json.JSONDecodeError as err:
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
         raise DataError(f"{path}: not valid JSON ({err})") from None
 
 
