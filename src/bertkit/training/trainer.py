@@ -26,7 +26,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from bertkit.errors import InputError
+from bertkit.errors import BertkitError, InputError
 from bertkit.training import checkpointing as ckpt
 from bertkit.training.arguments import TrainingArguments, TrainState
 from bertkit.training.distributed import Distributed, setup_distributed
@@ -101,11 +101,11 @@ class _Steps(torch.utils.data.Dataset):
     def __len__(self) -> int:
         return max(0, self.trainer.total_steps - self.start)
 
-    def __getitem__(self, k: int) -> tuple[int, list[tuple[int, dict[str, Any]]] | ValueError]:
+    def __getitem__(self, k: int) -> tuple[int, list[tuple[int, dict[str, Any]]] | BertkitError]:
         try:
             return self.start + k, self.trainer.collated(self.start + k)
-        except ValueError as err:  # bad data, said for people: handed back as it is (the data loader would raise it
-            return self.start + k, err  # again with its worker's traceback in the message)
+        except BertkitError as err:  # bad data, said for people: handed back as it is (the data loader would raise
+            return self.start + k, err  # it again with its worker's traceback in the message; a bug keeps that)
 
 
 def _one_thread(_: int) -> None:
@@ -218,7 +218,7 @@ class Trainer:
             loaded_step, micro = next(self._loaded)
             if loaded_step != step:
                 raise RuntimeError(f"the data loader gave step {loaded_step} for step {step}")
-            if isinstance(micro, ValueError):
+            if isinstance(micro, BertkitError):
                 raise micro
         else:
             micro = self.collated(step)
