@@ -19,19 +19,12 @@ from typing import Any
 from bertkit.data.readers import DataWarning, Skips, TextExample, TokenExample, iter_decoded_lines
 from bertkit.errors import DataError, InputError
 from bertkit.inference import batching, label_names, predict, tag_words
-from bertkit.inference.loading import load_text_model, task_of_model
+from bertkit.inference.loading import task_of_model
 from bertkit.training import metrics
 
 
 class EvaluationDataError(DataError):
     """Evaluation data that does not fit the model: labels it does not know."""
-
-
-def load_model(spec: str | os.PathLike):
-    """Deprecated: `bertkit.inference.loading.load_text_model(spec, "predict")`."""
-    warnings.warn("bertkit.pipelines.predict.load_model is now bertkit.inference.loading.load_text_model",
-                  DeprecationWarning, stacklevel=2)
-    return load_text_model(spec, "predict")
 
 
 class InputFile:
