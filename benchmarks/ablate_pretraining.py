@@ -87,7 +87,7 @@ def train_one(spec: dict) -> dict:
     model = model_class_for(BertConfig.from_pretrained(out)).from_pretrained(out)
     result = {"name": spec["name"], "recipe": spec["recipe"], "steps": state.step,
               "train_seconds": time.perf_counter() - started,
-              **score(model, probe.eval_singles, probe.eval_pairs, probe.tokenizer.pad_token_id)}
+              **score(model, probe.data.eval_singles, probe.data.eval_pairs, probe.tokenizer.pad_token_id)}
     result.update(probe_finetune(out, out.parent / f"{out.name}-probe", 200, 3))
     return result
 

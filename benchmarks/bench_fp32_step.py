@@ -36,13 +36,15 @@ def tiny_pretraining(vocab_dir: Path):
     """The demo's tiny BERT pretraining run: its model and seven timing batches, short to long."""
     from bertkit.pipelines.demo import DEMO_TASKS, PRETRAIN
     from bertkit.pipelines.options import recipe_options
-    from bertkit.pipelines.pretrain import prepare, timing_batches
+    from bertkit.pipelines.pretrain import prepare
+    from bertkit.training.budget import timing_batches
 
     options = recipe_options("crammed", corpus=[DEMO_TASKS["thucnews"].corpus], vocab=str(vocab_dir),
                              out=str(vocab_dir.parent / "run"), config="tiny", max_steps=1, bf16=False,
                              progress=False, **PRETRAIN)
     run = prepare(options)
-    return run.model, timing_batches(run)[0]
+    return run.model, timing_batches(run.data.train_dataset, run.data.collator, run.options.batch_size,
+                                     run.options.group_by_length)[0]
 
 
 def m3e_finetuning():
@@ -71,13 +73,15 @@ def tapt_pretraining(vocab_dir: Path):
     """The demo's continued pretraining of m3e-small: its model (a fresh masked-LM head) and timing batches."""
     from bertkit.pipelines.demo import tapt_options
     from bertkit.pipelines.options import DemoOptions
-    from bertkit.pipelines.pretrain import prepare, timing_batches
+    from bertkit.pipelines.pretrain import prepare
+    from bertkit.training.budget import timing_batches
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the fresh head, config keys bertkit does not use
         run = prepare(replace(tapt_options(DemoOptions(bf16=False, progress=False), vocab_dir.parent / "tapt"),
                               bf16=False))
-    return run.model, timing_batches(run)[0]
+    return run.model, timing_batches(run.data.train_dataset, run.data.collator, run.options.batch_size,
+                                     run.options.group_by_length)[0]
 
 
 def stepper(model, variant: str):

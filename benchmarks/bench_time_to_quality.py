@@ -31,7 +31,7 @@ from pathlib import Path
 
 import torch
 
-from bertkit.data.pretraining import PretrainingCollator
+from bertkit.data.pretraining.instances import PretrainingCollator
 from bertkit.pipelines.demo import build_demo_vocab, pretraining_corpus
 from bertkit.pipelines.demo_plan import finetune_steps
 from bertkit.pipelines.finetune import finetune
@@ -110,8 +110,9 @@ def train_transformers(data: PretrainingRun, minutes: float, out: Path) -> dict:
     import transformers
 
     transformers.logging.set_verbosity_error()
-    tokenizer, instances, singles, pairs = data.tokenizer, data.train_dataset, data.eval_singles, data.eval_pairs
-    collate = PretrainingCollator(tokenizer.pad_token_id, data.spec)
+    tokenizer, instances = data.tokenizer, data.data.train_dataset
+    singles, pairs = data.data.eval_singles, data.data.eval_pairs
+    collate = PretrainingCollator(tokenizer.pad_token_id, data.data.masking)
     config = transformers.BertConfig(vocab_size=len(tokenizer), hidden_size=256, num_hidden_layers=4,
                                      num_attention_heads=4, intermediate_size=1024, max_position_embeddings=512,
                                      pad_token_id=tokenizer.pad_token_id)
@@ -231,9 +232,9 @@ def main() -> None:
     out.mkdir(parents=True, exist_ok=True)
     vocab = build_demo_vocab(out / "vocab")
     data = bert_data(vocab, out / "transformers")
-    tokenizer, singles, pairs = data.tokenizer, data.eval_singles, data.eval_pairs
+    tokenizer, singles, pairs = data.tokenizer, data.data.eval_singles, data.data.eval_pairs
     print(f"probe: {len(singles)} held-out segments ({sum(len(i.input_ids) for i in singles):,} tokens), "
-          f"{len(pairs)} pairs ({data.report.measured['documents']:,} documents to train on)", flush=True)
+          f"{len(pairs)} pairs ({data.data.report.measured['documents']:,} documents to train on)", flush=True)
 
     results: dict = {}
     print(f"bertkit, recipe {args.recipe}, {args.minutes:g} minutes", flush=True)

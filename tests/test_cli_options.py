@@ -113,7 +113,7 @@ def test_finetune_help_documents_the_file_formats(capsys):
 
 
 def test_pretraining_objectives_are_the_data_builders():
-    from bertkit.data.pretraining import OBJECTIVES
+    from bertkit.data.pretraining.packing import OBJECTIVES
 
     assert options.OBJECTIVES == OBJECTIVES
 

@@ -49,7 +49,7 @@ def test_each_kind_is_a_bertkit_error_and_the_builtin_it_replaces(kind, builtin)
 
 # (where it is defined, the kind of the family it is, the builtins it was before and still is)
 PACKAGE_ERRORS = [
-    ("bertkit.data.store:StoreError", errors.DataError, (ValueError,)),
+    ("bertkit.data.pretraining.store:StoreError", errors.DataError, (ValueError,)),
     ("bertkit.data.lines:NotTextError", errors.DataError, (ValueError,)),
     ("bertkit.data.quality:DataQualityError", errors.DataError, (ValueError,)),
     ("bertkit.data.qa:NotSquadError", errors.DataError, (ValueError,)),
@@ -94,7 +94,7 @@ def test_the_shared_kinds_are_importable_where_they_were():
 # handed an empty batch; the trainer and its heads agree on loss terms; the command line names its own commands).
 # What the user gave is refused with an InputError (or the kind that fits), so the command line says it in one line.
 INTERNAL_VALUE_ERRORS = {
-    "data/images.py": 1, "data/pretraining.py": 2, "models/registry.py": 1, "pipelines/finetune.py": 1,
+    "data/images.py": 1, "data/pretraining/instances.py": 2, "models/registry.py": 1, "pipelines/finetune.py": 1,
     "pipelines/lm.py": 1, "pipelines/qa.py": 1, "pipelines/translation.py": 1, "training/trainer.py": 1,
 }
 

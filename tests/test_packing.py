@@ -1,4 +1,4 @@
-"""The packing rule run on all documents at once (data/packing.py) against a direct implementation of
+"""The packing rule run on all documents at once (data/pretraining/packing.py) against a direct implementation of
 google-research/bert's create_instances_from_document, walking one document at a time with the same choices."""
 
 from __future__ import annotations
@@ -8,8 +8,9 @@ import random
 import numpy as np
 import pytest
 
-from bertkit.data import packing
-from bertkit.data.packing import (
+from bertkit.data.pretraining import packing
+from bertkit.data.pretraining.chain import StoreChain
+from bertkit.data.pretraining.packing import (
     CUT,
     OTHER,
     RANDOM_NEXT,
@@ -21,7 +22,6 @@ from bertkit.data.packing import (
     TRUNCATE_A,
     TRUNCATE_B,
     Packing,
-    StoreChain,
     draw,
     plan_in_memory,
     randint,
@@ -31,7 +31,7 @@ from bertkit.data.packing import (
 from toy_store import write_store
 
 # The reference's random source, written here on plain Python integers: splitmix64, the generator
-# whose outputs data/packing.py computes with numpy for many documents at once.
+# whose outputs data/pretraining/packing.py computes with numpy for many documents at once.
 _M64 = (1 << 64) - 1
 
 
@@ -61,7 +61,7 @@ def reference(documents: list[list[list[int]]], rule: Packing) -> list[tuple]:
     document at a time as create_instances_from_document walks it.
 
     Each choice is read from the key mix(0, seed, document, instance) and what it chooses (the names imported from
-    data/packing.py), as data/packing.py reads it; nothing else of that module is used."""
+    data/pretraining/packing.py), as data/pretraining/packing.py reads it; nothing else of that module is used."""
     out = []
     for e, document in enumerate(documents):
         first = mix(0, rule.seed, e, 0)
@@ -242,4 +242,6 @@ def test_bad_settings_are_named(tmp_path):
 
 
 def test_the_store_chain_is_found_under_its_new_name_only():
-    assert packing.StoreChain is StoreChain and not hasattr(packing, "Corpus")
+    from bertkit.data.pretraining import chain
+
+    assert chain.StoreChain is StoreChain and not hasattr(packing, "Corpus") and not hasattr(chain, "Corpus")

@@ -191,34 +191,35 @@ def test_probe_does_not_depend_on_the_training_masking(workspace):
                                     max_steps=1, max_seq_length=32, mlm_probability=p, eval_fraction=0.2,
                                     config=str(workspace / "tiny.json")))
             for p in (0.15, 0.4)]
-    assert [i.masked_input_ids for i in runs[0].eval_singles] == [i.masked_input_ids for i in runs[1].eval_singles]
-    assert all(i.next_sentence_label is None for i in runs[0].eval_singles) and runs[0].eval_pairs
-    predicted = [sum(label != -100 for label in i.labels) for i in runs[0].eval_singles]
-    tokens = [len(i.input_ids) - 2 for i in runs[0].eval_singles]
+    assert [i.masked_input_ids for i in runs[0].data.eval_singles] == [i.masked_input_ids for i in runs[1].data.eval_singles]
+    assert all(i.next_sentence_label is None for i in runs[0].data.eval_singles) and runs[0].data.eval_pairs
+    predicted = [sum(label != -100 for label in i.labels) for i in runs[0].data.eval_singles]
+    tokens = [len(i.input_ids) - 2 for i in runs[0].data.eval_singles]
     assert sum(predicted) == pytest.approx(0.15 * sum(tokens), rel=0.2)
     # training masks follow the run's rate
     static = [prepare(PretrainOptions(corpus=[str(workspace / "corpus.txt")], vocab=str(workspace / "vocab"),
                                       out="x", max_steps=1, max_seq_length=32, mlm_probability=p,
                                       config=str(workspace / "tiny.json"))) for p in (0.15, 0.4)]
-    instances = [[run.train_dataset[i] for i in range(len(run.train_dataset))] for run in static]
+    instances = [[run.data.train_dataset[i] for i in range(len(run.data.train_dataset))] for run in static]
     shares = [sum(sum(label != -100 for label in i.labels) for i in items) / sum(len(i.input_ids) - 3 for i in items)
               for items in instances]
     assert shares[0] == pytest.approx(0.15, abs=0.03) and shares[1] == pytest.approx(0.4, abs=0.05)
 
 
 def test_a_corpus_named_twice_weighs_twice_but_is_held_out_once(workspace, tmp_path):
-    from bertkit.data.store import cached_store
-    from bertkit.pipelines.pretrain import split_documents, training_documents
+    from bertkit.data.pretraining import CorpusMix
+    from bertkit.data.pretraining.run_data import split_documents, training_documents
+    from bertkit.data.pretraining.store_cache import cached_store
     from bertkit.tokenizer import BertTokenizer
 
     corpus, other = str(workspace / "corpus.txt"), tmp_path / "other.txt"
     other.write_text("另一篇。\n\n第二篇。", encoding="utf-8")
     tokenizer = BertTokenizer.from_pretrained(workspace / "vocab")
     stores = [cached_store([corpus], tokenizer), cached_store([str(other)], tokenizer)]
-    once, held_once = training_documents([corpus], stores[:1], 0.2, 7)
+    once, held_once = training_documents(CorpusMix.parse([corpus]), stores[:1], 0.2, 7)
     assert [a.tolist() for a in (once, held_once)] == [a.tolist() for a in split_documents(40, 0.2, 7)]
     assert len(held_once) == 8 and not set(once) & set(held_once)
-    twice, held_twice = training_documents([corpus, str(other), corpus], stores, 0.2, 7)
+    twice, held_twice = training_documents(CorpusMix.parse([corpus, str(other), corpus]), stores, 0.2, 7)
     assert len(held_twice) == 8 and not set(twice) & set(held_twice)          # no held-out text is trained on
     trained = np.bincount(twice, minlength=42)
     assert set(trained[:40][~np.isin(np.arange(40), held_twice)]) == {2}        # named twice: two copies
@@ -233,10 +234,12 @@ def test_plan_steps_pays_the_held_out_evaluations_first(monkeypatch):
     from bertkit.pipelines import pretrain
 
     monkeypatch.setattr(pretrain, "step_seconds", lambda run, hold=(): 0.1)
-    run = SimpleNamespace(eval_singles=[None] * 480, eval_pairs=[None] * 32)   # 512 held out, 16 batches of 32
+    held_out = SimpleNamespace(eval_singles=[None] * 480, eval_pairs=[None] * 32)   # 512 held out, 16 batches of 32
+    run = SimpleNamespace(data=held_out)
     options = SimpleNamespace(minutes=1, batch_size=32, eval_every=None)
     # an evaluation: 16 batches at 0.1 / 3 s = 0.533 s; ten of them: 5.33 s; 0.9 * (60 - 5.33) / 0.1 = 492
     assert pretrain.plan_steps(run, options) == 492
     # every 100 steps: 0.1 + 0.00533 s a step; 0.9 * 60 / 0.10533 = 512.7
     assert pretrain.plan_steps(run, SimpleNamespace(minutes=1, batch_size=32, eval_every=100)) == 512
-    assert pretrain.plan_steps(SimpleNamespace(eval_singles=[], eval_pairs=[]), options) == 540   # nothing held out
+    nothing = SimpleNamespace(data=SimpleNamespace(eval_singles=[], eval_pairs=[]))
+    assert pretrain.plan_steps(nothing, options) == 540   # nothing held out

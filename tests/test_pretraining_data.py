@@ -7,14 +7,15 @@ import numpy as np
 import pytest
 import torch
 
-from bertkit.data.packing import Packing, StoreChain, plan_in_memory
-from bertkit.data.pretraining import (
+from bertkit.data.pretraining.chain import StoreChain
+from bertkit.data.pretraining.instances import (
     IGNORE_INDEX,
     MaskingSpec,
     PretrainingCollator,
     PretrainingDataset,
     mask_tokens,
 )
+from bertkit.data.pretraining.packing import Packing, plan_in_memory
 from toy_store import write_store
 
 CLS, SEP, MASK, PAD = 101, 102, 103, 0

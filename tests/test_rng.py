@@ -1,12 +1,12 @@
 """bertkit.utils.rng: the one splitmix64. Its outputs decide every collation seed and every packing choice, so a
 run is reproducible across versions only while they stay the same: the values below were computed by the two
-implementations it replaced (training/trainer.py's example_seed and data/packing.py's draw)."""
+implementations it replaced (training/trainer.py's example_seed and data/pretraining/packing.py's draw)."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from bertkit.data.packing import randint, uniform
+from bertkit.data.pretraining.packing import randint, uniform
 from bertkit.training.trainer import example_seed
 from bertkit.utils.rng import draw, mix
 

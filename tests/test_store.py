@@ -1,6 +1,6 @@
-"""Token stores (data/store.py, data/corpus_stream.py): the tokenizer's ids, documents and sentences as the readers
-see them, every input kind, worker processes, the cache that a second run and a resume find, and damaged stores or
-changed inputs named."""
+"""Token stores (data/pretraining/: store.py, store_writer.py, store_cache.py, corpus_stream.py): the tokenizer's
+ids, documents and sentences as the readers see them, every input kind, worker processes, the cache that a second
+run and a resume find, and damaged stores or changed inputs named."""
 
 from __future__ import annotations
 
@@ -16,10 +16,13 @@ import numpy as np
 import pytest
 
 from bertkit.cli import main
-from bertkit.data import corpus_stream, packing
 from bertkit.data.corpus import read_text_documents
+from bertkit.data.pretraining import corpus_stream
+from bertkit.data.pretraining import plans as plan_cache
+from bertkit.data.pretraining.store import META, TokenStore
+from bertkit.data.pretraining.store_cache import cached_store
+from bertkit.data.pretraining.store_writer import prepare_store
 from bertkit.data.readers import DataWarning
-from bertkit.data.store import META, TokenStore, cached_store, prepare_store
 from bertkit.data.vocab import build_char_vocab
 from bertkit.tokenizer import BertTokenizer
 
@@ -328,7 +331,7 @@ def nothing_tokenized_or_planned(monkeypatch):
 
     with monkeypatch.context() as patch:
         patch.setattr(corpus_stream, "tokenize_chunk", refuse)
-        patch.setattr(packing, "_planner", refuse)
+        patch.setattr(plan_cache, "_planner", refuse)
         yield
 
 

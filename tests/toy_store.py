@@ -7,8 +7,9 @@ from pathlib import Path
 
 import numpy as np
 
-from bertkit.data.corpus_stream import Tokenized
-from bertkit.data.store import META, StoreWriter, TokenStore
+from bertkit.data.pretraining.corpus_stream import Tokenized
+from bertkit.data.pretraining.store import META, TokenStore
+from bertkit.data.pretraining.store_writer import StoreWriter
 
 
 def write_store(directory: Path, documents: list[list[list[int]]],

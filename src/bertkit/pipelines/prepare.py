@@ -1,17 +1,19 @@
 """`bertkit prepare`: a corpus tokenized once, by worker processes on every core, into a token store in --out.
 
-The store (data/store.py) is what `bertkit pretrain --corpus DIR` reads: flat memory-mapped arrays, so pretraining
-on it starts at once and holds a few batches in memory, not the corpus. The directory follows the run-directory
-rule (pipelines/run_directory.py): a store already there is replaced only with --overwrite, and never one of the
-command's inputs.
+The store (data/pretraining/store.py) is what `bertkit pretrain --corpus DIR` reads: flat memory-mapped arrays, so
+pretraining on it starts at once and holds a few batches in memory, not the corpus. The directory follows the
+run-directory rule (pipelines/run_directory.py): a store already there is replaced only with --overwrite, and never
+one of the command's inputs.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from bertkit.data.corpus_stream import corpus_inputs
-from bertkit.data.store import TokenStore, prepare_store, store_key
+from bertkit.data.pretraining.corpus_stream import corpus_inputs
+from bertkit.data.pretraining.store import TokenStore
+from bertkit.data.pretraining.store_cache import store_key
+from bertkit.data.pretraining.store_writer import prepare_store
 from bertkit.pipelines.options import PrepareOptions
 from bertkit.pipelines.run_directory import run_directory
 

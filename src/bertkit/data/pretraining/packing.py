@@ -19,29 +19,21 @@ depends on the order in which choices are made. So the rule runs with numpy on a
 instance per document per round (`build_plan`), and a direct implementation that walks one document at a time, as
 google's code does, gives the same instances (tests/test_packing.py holds one). Instances are a *plan* of small
 integers: the token range of A and of B in the stores and the label (`Plan`); they are assembled from the stores
-when a batch is drawn (data/pretraining.PretrainingDataset).
+when a batch is drawn (instances.PretrainingDataset); plans.py keeps them beside the store.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
-import os
-import shutil
-from bisect import bisect_right
-from dataclasses import asdict, dataclass
-from pathlib import Path
+from dataclasses import dataclass
 
 import numpy as np
 
-from bertkit.data.store import PLANS, FileReader, StoreError, TokenStore, mapped_array
+from bertkit.data.pretraining.chain import StoreChain
+from bertkit.data.pretraining.store import FileReader
 from bertkit.errors import InputError
-from bertkit.utils.locking import locked
-from bertkit.utils.processes import process_pool
 from bertkit.utils.rng import MASK64, draw
 
 OBJECTIVES = ("mlm+nsp", "mlm+sop", "mlm")
-PLAN_VERSION = 2
 # An instance of the plan: A is tokens a_start..a_start+a_len of the corpus, B likewise (b_len 0: no B).
 PLAN_ROW = np.dtype([("a_start", "<i8"), ("b_start", "<i8"), ("a_len", "<u2"), ("b_len", "<u2"), ("label", "i1")])
 POOL = 1 << 16             # documents packed together: bounds the memory of a round
@@ -122,62 +114,6 @@ def removals(a_len: np.ndarray, b_len: np.ndarray, max_tokens: int) -> tuple[np.
     return np.where(a_longer, head, 0) + rest // 2, np.where(a_longer, 0, head) + (rest + 1) // 2
 
 
-# ---- stores seen as one corpus -------------------------------------------------------------------
-
-class StoreChain:
-    """Token stores seen as one: documents, sentences and tokens numbered across them, store after store. (The
-    text a store is made from, documents of sentences, and the named corpora are data/corpus.py's.)"""
-
-    def __init__(self, stores: list[TokenStore]) -> None:
-        self.stores = stores
-        self.token_base = np.cumsum([0] + [s.num_tokens for s in stores])
-        self.sentence_base = np.cumsum([0] + [len(s.sentence_offsets) - 1 for s in stores])
-        self.document_base = np.cumsum([0] + [s.num_documents for s in stores])
-        # each document's first sentence, and the end of the last, across the stores (one store: its own array)
-        self.document_starts = stores[0].document_offsets if len(stores) == 1 else np.concatenate(
-            [s.document_offsets[:-1] + base for s, base in zip(stores, self.sentence_base)] + [self.sentence_base[-1:]])
-
-    @property
-    def num_documents(self) -> int:
-        return int(self.document_base[-1])
-
-    def _by_store(self, sentences: np.ndarray) -> list[tuple[TokenStore, np.ndarray, int, int]]:
-        if len(self.stores) == 1:
-            return [(self.stores[0], slice(None), 0, 0)]
-        which = np.searchsorted(self.sentence_base[1:-1], sentences, side="right")
-        return [(store, which == k, self.sentence_base[k], self.token_base[k]) for k, store in enumerate(self.stores)]
-
-    def offsets(self, sentences: np.ndarray) -> np.ndarray:
-        """Where each sentence starts, as a token position (a store's end sentence: where its tokens end)."""
-        out = np.empty(len(sentences), np.int64)
-        for store, rows, sentence_base, token_base in self._by_store(sentences):
-            out[rows] = store.sentence_offsets[sentences[rows] - sentence_base] + token_base
-        return out
-
-    def reaching(self, start: np.ndarray, tokens: np.ndarray, end: np.ndarray) -> np.ndarray:
-        """The first sentence e in (start, end] such that sentences start..e-1 hold >= `tokens` tokens, else end."""
-        out = np.empty(len(start), np.int64)
-        for store, rows, sentence_base, _ in self._by_store(start):
-            local = start[rows] - sentence_base
-            wanted = store.sentence_offsets[local] + tokens[rows]
-            out[rows] = np.searchsorted(store.sentence_offsets, wanted, side="left") + sentence_base
-        return np.clip(out, start + 1, end)
-
-    def _store_of(self, position: int) -> tuple[TokenStore, int]:
-        k = bisect_right(self.token_base, position) - 1
-        return self.stores[k], position - int(self.token_base[k])
-
-    def tokens(self, position: int, length: int) -> np.ndarray:
-        """`length` token ids from token position `position` (within one store)."""
-        store, local = self._store_of(position)
-        return store.read_ids(local, local + length)
-
-    def word_starts(self, position: int, length: int) -> np.ndarray | None:
-        """The stored word starts of those tokens (whole-word stores), else None."""
-        store, local = self._store_of(position)
-        return store.word_starts(local, local + length) if store.word_bits is not None else None
-
-
 # ---- the plan ------------------------------------------------------------------------------------
 
 @dataclass
@@ -213,7 +149,7 @@ class Plan:
         return out
 
 
-def _records(*columns: np.ndarray) -> np.ndarray:
+def plan_rows(*columns: np.ndarray) -> np.ndarray:
     """PLAN_ROW records from the columns a_start, a_len, b_start, b_len, label."""
     rows = np.empty(len(columns[0]), PLAN_ROW)
     for name, column in zip(("a_start", "a_len", "b_start", "b_len", "label"), columns):
@@ -340,79 +276,7 @@ def _random_next(corpus: StoreChain, entries: np.ndarray, entry: np.ndarray, key
 def plan_in_memory(corpus: StoreChain, entries: np.ndarray, packing: Packing) -> Plan:
     """The plan of `entries`, kept in memory, with each instance's entry (small corpora: tests, a look at a plan)."""
     parts: list[tuple] = []
-    build_plan(corpus, entries, packing, lambda entry, *columns: parts.append((entry, _records(*columns))))
+    build_plan(corpus, entries, packing, lambda entry, *columns: parts.append((entry, plan_rows(*columns))))
     if not parts:
         return Plan(np.zeros(0, PLAN_ROW), entry=np.zeros(0, np.int64))
     return Plan(np.concatenate([rows for _, rows in parts]), entry=np.concatenate([entry for entry, _ in parts]))
-
-
-# ---- plans cached beside the store ---------------------------------------------------------------
-
-def plan_key(stores: list[TokenStore], entries: np.ndarray, packing: Packing) -> str:
-    """What decides a plan: the stores, the documents packed (which and how often), the rule's settings."""
-    described = {"version": PLAN_VERSION, "stores": [s.meta.get("key") or str(s.path.resolve()) for s in stores],
-                 "entries": hashlib.sha256(memoryview(np.ascontiguousarray(entries, np.int64))).hexdigest(),
-                 "packing": asdict(packing)}
-    return hashlib.sha256(json.dumps(described, sort_keys=True).encode("utf-8")).hexdigest()[:24]
-
-
-def cached_plan(corpus: StoreChain, entries: np.ndarray, packing: Packing) -> Plan:
-    """The plan of `entries`, built once and kept in the first store's store.plans/KEY: a second run with the same
-    settings, or a resumed one, reads it back. It is built in a process of its own: planning reads every sentence's
-    offset, and a process that ends gives all of that memory back (one that trains would keep it)."""
-    root = corpus.stores[0].path / PLANS
-    key = plan_key(corpus.stores, entries, packing)
-    directory = root / key
-    with locked(root, key):
-        if not (directory / "plan.json").exists():
-            staging = root / f".{key}.tmp-{os.getpid()}"
-            shutil.rmtree(staging, ignore_errors=True)
-            staging.mkdir(parents=True)
-            try:
-                with _planner() as pool:
-                    pool.apply(_plan_into, ([str(store.path) for store in corpus.stores], entries, packing, staging))
-                os.replace(staging, directory)
-            finally:
-                shutil.rmtree(staging, ignore_errors=True)
-    return _open_plan(directory)
-
-
-def _planner():
-    """One worker process (utils.processes.process_pool: forked where that is safe; it runs numpy only)."""
-    return process_pool(1)
-
-
-def _plan_into(stores: list[str], entries: np.ndarray, packing: Packing, directory: Path) -> None:
-    """(In the planning process) open the stores, check their sentence offsets, and write the plan into `directory`."""
-    opened = [TokenStore.open(path) for path in stores]
-    for store in opened:
-        store.check_offsets()
-    _write_plan(StoreChain(opened), entries, packing, directory)
-
-
-def _write_plan(corpus: StoreChain, entries: np.ndarray, packing: Packing, directory: Path) -> None:
-    count = 0
-    with open(directory / "plan.rows", "wb") as f:
-        def sink(entry, *columns) -> None:
-            nonlocal count
-            f.write(_records(*columns).tobytes())
-            count += len(entry)
-
-        build_plan(corpus, entries, packing, sink)
-        f.flush()
-        os.fsync(f.fileno())
-    meta = {"instances": count, "packing": asdict(packing), "documents": len(entries)}
-    (directory / "plan.json").write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")  # last: it is whole
-
-
-def _open_plan(directory: Path) -> Plan:
-    try:
-        count = json.loads((directory / "plan.json").read_text(encoding="utf-8"))["instances"]
-    except (OSError, ValueError, KeyError, TypeError) as err:
-        raise StoreError(f"{directory / 'plan.json'} cannot be read ({err}); delete {directory} and run again"
-                         ) from None
-    rows = directory / "plan.rows"
-    return Plan(mapped_array(rows, count, PLAN_ROW), reader=FileReader(rows, PLAN_ROW))
-
-
-# the class was called Corpus, a name that sent readers to data/corpus.py, which holds text, not stores

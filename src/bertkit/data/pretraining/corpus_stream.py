@@ -1,4 +1,4 @@
-"""A corpus read as a stream of chunks, and what a worker process makes of one chunk (`data/store.py` puts them
+"""A corpus read as a stream of chunks, and what a worker process makes of one chunk (store_writer.py puts them
 together).
 
 The inputs are what `bertkit prepare --corpus` and `bertkit pretrain --corpus` take:
@@ -13,7 +13,7 @@ The inputs are what `bertkit prepare --corpus` and `bertkit pretrain --corpus` t
 A file is read in blocks of whole lines (CHUNK_BYTES; data/lines.py, as every reader reads), never whole: workers
 decode, split and tokenize blocks while the next ones are read. A document may span blocks, so a worker reports
 documents as sentence counts with `None` where a blank line ends one (`Tokenized.documents`); the blocks are joined
-in order (`data/store.py`). Lines that do not decode, and JSONL lines that hold no document, are skipped and counted
+in order (store_writer.py). Lines that do not decode, and JSONL lines that hold no document, are skipped and counted
 per file, as `data/readers.py` does; a file that is not text at all is a NotTextError naming it (data/lines.py's
 rules).
 """

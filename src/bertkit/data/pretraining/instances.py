@@ -1,6 +1,6 @@
 """Pretraining data: a plan of instances over token stores -> instances assembled when drawn -> masked batches.
 
-After google-research/bert's `create_pretraining_data.py` (data/packing.py holds the packing rule):
+After google-research/bert's `create_pretraining_data.py` (packing.py holds the packing rule):
 - an instance packs consecutive sentences of one document up to `max_seq_length` tokens (shorter with
   probability `short_seq_prob`, so the model also sees short inputs);
 - NSP: segment B is the real continuation (label 0) or, half the time, text from another document (1);
@@ -24,7 +24,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from bertkit.data.packing import MASKING, OBJECTIVES, Plan, StoreChain
+from bertkit.data.pretraining.chain import StoreChain
+from bertkit.data.pretraining.packing import MASKING, OBJECTIVES, Plan
 from bertkit.errors import DataError
 from bertkit.utils.constants import IGNORE_INDEX
 from bertkit.utils.rng import draw

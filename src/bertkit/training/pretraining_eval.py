@@ -1,0 +1,51 @@
+"""The held-out evaluation of a pretraining run: masked-LM accuracy, loss and perplexity, and NSP / SOP accuracy."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from bertkit.data.pretraining.instances import Instance, PretrainingCollator
+from bertkit.models.bert.heads import BertForPreTraining
+from bertkit.utils.constants import IGNORE_INDEX
+
+
+def pretraining_eval(instances: list[Instance], collator: PretrainingCollator, pairs: list[Instance] | None = None,
+                     batch_size: int = 64):
+    """An eval_fn: masked-LM accuracy, loss and perplexity on held-out `instances`, and NSP/SOP accuracy on
+    held-out `pairs` (instances with a sentence label; a BertForPreTraining has the head that predicts it). Both are
+    masked already: `collator` must be static."""
+    def batches(items: list) -> list[dict]:
+        return [collator(items[i:i + batch_size], list(range(i, i + batch_size)))
+                for i in range(0, len(items), batch_size)]
+
+    mlm_batches, pair_batches = batches(instances), batches(pairs or [])
+
+    @torch.no_grad()
+    def evaluate(model) -> dict[str, float]:
+        device = next(model.parameters()).device
+        with_pairs = isinstance(model, BertForPreTraining)
+        correct = total = nsp_correct = nsp_total = 0
+        loss_sum = 0.0
+        for batch in mlm_batches:
+            batch = {k: v.to(device) for k, v in batch.items() if k != "next_sentence_label"}
+            out = model(**batch)
+            logits = out.prediction_logits if with_pairs else out.logits
+            targets = batch["labels"][batch["labels"] != IGNORE_INDEX]
+            correct += int((logits.argmax(-1) == targets).sum())
+            total += targets.numel()
+            loss_sum += float(out.loss_sums["mlm"])
+        for batch in pair_batches if with_pairs else []:
+            batch = {k: v.to(device) for k, v in batch.items() if k != "labels"}
+            out = model(**batch)
+            nsp_correct += int((out.seq_relationship_logits.argmax(-1) == batch["next_sentence_label"]).sum())
+            nsp_total += batch["next_sentence_label"].numel()
+        mlm_loss = loss_sum / max(total, 1)
+        metrics = {"mlm_accuracy": correct / max(total, 1), "mlm_loss": mlm_loss,
+                   "mlm_perplexity": math.exp(min(mlm_loss, 50.0))}
+        if nsp_total:
+            metrics["nsp_accuracy"] = nsp_correct / nsp_total
+        return metrics
+
+    return evaluate
