@@ -191,7 +191,8 @@ def test_probe_does_not_depend_on_the_training_masking(workspace):
                                     max_steps=1, max_seq_length=32, mlm_probability=p, eval_fraction=0.2,
                                     config=str(workspace / "tiny.json")))
             for p in (0.15, 0.4)]
-    assert [i.masked_input_ids for i in runs[0].data.eval_singles] == [i.masked_input_ids for i in runs[1].data.eval_singles]
+    first, second = runs[0].data.eval_singles, runs[1].data.eval_singles
+    assert [i.masked_input_ids for i in first] == [i.masked_input_ids for i in second]
     assert all(i.next_sentence_label is None for i in runs[0].data.eval_singles) and runs[0].data.eval_pairs
     predicted = [sum(label != -100 for label in i.labels) for i in runs[0].data.eval_singles]
     tokens = [len(i.input_ids) - 2 for i in runs[0].data.eval_singles]

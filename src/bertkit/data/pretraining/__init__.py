@@ -15,14 +15,8 @@ In the order the data flows:
     records.py        which store a run read, so that a resumed run reads the same text
 """
 
-import importlib
+from bertkit.utils.lazy import lazy_modules
 
-# Read when first asked for: a worker process that tokenizes imports corpus_stream.py, and should not pay for torch.
-_EXPORTS = {"build": "run_data", "DataSettings": "run_data", "PretrainingData": "run_data", "CorpusMix": "mix"}
-__all__ = sorted(_EXPORTS)
-
-
-def __getattr__(name: str):
-    if name in _EXPORTS:
-        return getattr(importlib.import_module(f"{__name__}.{_EXPORTS[name]}"), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+# Names are read when first asked for: a worker process that tokenizes imports corpus_stream.py, and should not pay
+# for torch (instances.py's).
+__getattr__, __dir__ = lazy_modules(__name__, ("mix", "run_data"))
