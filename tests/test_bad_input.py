@@ -665,7 +665,7 @@ def test_a_corpus_of_one_document_says_how_many_it_has(ws, tmp_path, capsys):
     (tmp_path / "one.txt").write_text("张三在北京工作。\n很好。\n", encoding="utf-8")
     argv = pretrain_argv(ws, tmp_path / "p", "--eval-fraction", "0")
     argv[argv.index("--corpus") + 1] = tmp_path / "one.txt"
-    assert "next-sentence prediction needs at least 2 documents, and the corpus has 1" in refused(
+    assert "next-sentence prediction needs at least 2 documents to train on, and there are 1" in refused(
         capsys, "pretrain", *argv)
 
 

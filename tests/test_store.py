@@ -151,10 +151,13 @@ def test_jsonl_gzip_other_encodings_and_directories(vocab, tmp_path):
     with gzip.open(folder / "c.jsonl.gz", "wt", encoding="utf-8") as f:
         f.write(json.dumps({"sentence": "第五篇。"}, ensure_ascii=False) + "\n")
     (folder / "notes.md").write_text("not read")
+    (folder / ".draft.txt").write_text("隐藏的文件。")  # hidden: left out, and said
     with pytest.warns(DataWarning) as warned:
         store = prepare_store([str(folder)], tokenizer, tmp_path / "store", progress=False)
     said = sorted(str(w.message) for w in warned)
-    assert len(said) == 2
+    assert len(said) == 3
+    assert said[2].endswith("in: reading 3 corpus files (a.jsonl, b.txt.gz, c.jsonl.gz); left out 1 hidden "
+                            "(.draft.txt)"), said
     assert re.search(r"a.jsonl: skipped 3 lines, kept 2: invalid JSON \(line 2\); no text field .*\(line 3\); not a "
                      r"JSON object \(line 4\)", said[0]), said
     assert re.search(r"b.txt.gz: skipped 1 line, kept 2: undecodable bytes \(line 2\)", said[1]), said

@@ -55,12 +55,32 @@ def _cmd_pretrain(args: argparse.Namespace) -> int:
         out = options.out
     if process_rank() == 0:
         last = state.log_history[-1] if state.log_history else {}
-        evals = ", ".join(f"{k[5:]} {v:.4f}" for k, v in last.items() if k.startswith("eval_"))
+        evals = held_out_figures(last)
         loss = f"last loss {state.losses[-1]:.4f}" if state.losses else "no steps were left to train"
         print(f"pretrained {state.step} steps in {state.seconds:.0f} s ({state.stop_reason}); {loss}"
               + (f"; {evals}" if evals else ""))
         print(f"model, tokenizer and metrics.jsonl in {out}")
     return 0
+
+
+def held_out_figures(last: dict) -> str:
+    """The last evaluation's figures, each accuracy with its support: "mlm_accuracy 0.4120 (480 predictions)"."""
+    from bertkit.data.pretraining.run_data import MIN_PAIRS
+
+    support = {"mlm_accuracy": ("mlm_predictions", "predictions"), "nsp_accuracy": ("nsp_pairs", "pairs")}
+    counts = {count for count, _ in support.values()}
+    parts = []
+    for key, value in last.items():
+        name = key.removeprefix("eval_")
+        if name == key or name in counts:
+            continue
+        count, what = support.get(name, ("", ""))
+        shown = f" ({int(last['eval_' + count]):,} {what})" if f"eval_{count}" in last else ""
+        parts.append(f"{name} {value:.4f}{shown}")
+    if "eval_nsp_pairs" in last and "eval_nsp_accuracy" not in last:
+        parts.append(f"nsp_accuracy not reported ({int(last['eval_nsp_pairs'])} held-out pairs, fewer than "
+                     f"{MIN_PAIRS}: hold out more documents)")
+    return ", ".join(parts)
 
 
 # ---- finetune ------------------------------------------------------------------------------------

@@ -7,6 +7,7 @@ import math
 import torch
 
 from bertkit.data.pretraining.instances import Instance, PretrainingCollator
+from bertkit.data.pretraining.run_data import MIN_PAIRS
 from bertkit.models.bert.heads import BertForPreTraining
 from bertkit.utils.constants import IGNORE_INDEX
 
@@ -14,8 +15,9 @@ from bertkit.utils.constants import IGNORE_INDEX
 def pretraining_eval(instances: list[Instance], collator: PretrainingCollator, pairs: list[Instance] | None = None,
                      batch_size: int = 64):
     """An eval_fn: masked-LM accuracy, loss and perplexity on held-out `instances`, and NSP/SOP accuracy on
-    held-out `pairs` (instances with a sentence label; a BertForPreTraining has the head that predicts it). Both are
-    masked already: `collator` must be static."""
+    held-out `pairs` (instances with a sentence label; a BertForPreTraining has the head that predicts it), each with
+    its support (`mlm_predictions`, `nsp_pairs`); NSP / SOP accuracy only from MIN_PAIRS pairs on. Both are masked
+    already: `collator` must be static."""
     def batches(items: list) -> list[dict]:
         return [collator(items[i:i + batch_size], list(range(i, i + batch_size)))
                 for i in range(0, len(items), batch_size)]
@@ -43,9 +45,11 @@ def pretraining_eval(instances: list[Instance], collator: PretrainingCollator, p
             nsp_total += batch["next_sentence_label"].numel()
         mlm_loss = loss_sum / max(total, 1)
         metrics = {"mlm_accuracy": correct / max(total, 1), "mlm_loss": mlm_loss,
-                   "mlm_perplexity": math.exp(min(mlm_loss, 50.0))}
-        if nsp_total:
-            metrics["nsp_accuracy"] = nsp_correct / nsp_total
+                   "mlm_perplexity": math.exp(min(mlm_loss, 50.0)), "mlm_predictions": total}
+        if nsp_total:  # the pairs' count always; their accuracy from MIN_PAIRS on
+            metrics["nsp_pairs"] = nsp_total
+            if nsp_total >= MIN_PAIRS:
+                metrics["nsp_accuracy"] = nsp_correct / nsp_total
         return metrics
 
     return evaluate

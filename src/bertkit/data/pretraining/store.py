@@ -28,7 +28,8 @@ from pathlib import Path
 
 import numpy as np
 
-from bertkit.errors import DataError
+from bertkit.data.sources import home
+from bertkit.errors import DataError, InputError
 
 FORMAT, VERSION = "bertkit-token-store", 1
 META = "store.json"
@@ -56,6 +57,75 @@ def tokenizer_identity(tokenizer) -> dict:
             "strip_accents": tokenizer.strip_accents, "tokenize_chinese_chars": tokenizer.tokenize_chinese_chars,
             "clean_text": tokenizer.clean_text, "special_tokens": tokenizer.all_special_tokens,
             "max_input_chars_per_word": tokenizer.max_input_chars_per_word}
+
+
+# What store.json holds: each field's JSON type. A field that is missing or of another type is named.
+INT, TEXT = ("a whole number", int), ("text", str)
+META_FIELDS = {"format": TEXT, "version": INT, "tokens": INT, "sentences": INT, "documents": INT,
+               "unknown_tokens": INT, "dtype": TEXT, "whole_word": ("true or false", bool), "encoding": TEXT,
+               "key": ("text or null", (str, type(None))), "tokenizer": ("an object", dict),
+               "inputs": ("a list", list), "corpus": ("a list", list), "input_bytes": INT,
+               "seconds": ("a number", (int, float)), "content_sha256": TEXT}
+# Fields a run does not need (or that older stores lack): checked when they are there.
+OPTIONAL = {"encoding", "key", "corpus", "input_bytes", "seconds", "content_sha256", "tokenizer", "inputs"}
+DTYPES = ("uint16", "uint32")
+
+
+def check_meta(meta, meta_path: Path) -> None:
+    """A StoreError naming the first field of store.json that is missing, mistyped or out of range."""
+    path = meta_path.parent
+    if not isinstance(meta, dict) or meta.get("format") != FORMAT:
+        raise StoreError(f"{meta_path} does not describe a bertkit token store")
+    if meta.get("version") != VERSION:
+        raise StoreError(f"{meta_path}: store version {meta.get('version')!r}, this bertkit reads version {VERSION}; "
+                         f"{remedy(path)}")
+    for name, (what, kind) in META_FIELDS.items():
+        value = meta.get(name, ...)
+        if value is ... and name in OPTIONAL:
+            continue
+        wrong = value is ... or not isinstance(value, kind) or (kind is int and isinstance(value, bool))
+        if not wrong and kind is int and value < 0:
+            what, wrong = "a whole number, at least 0", True
+        if wrong:
+            found = "is missing" if value is ... else f"is {json.dumps(value)[:40]}"
+            raise StoreError(f"{meta_path}: the field {name!r} {found}, where the store needs {what}: the store is "
+                             f"damaged; {remedy(path)}")
+    if meta["dtype"] not in DTYPES:
+        raise StoreError(f"{meta_path}: the field 'dtype' is {meta['dtype']!r}, where the store needs one of "
+                         f"{', '.join(DTYPES)}: the store is damaged; {remedy(path)}")
+    if not meta["documents"] <= meta["sentences"] <= meta["tokens"] or meta["unknown_tokens"] > meta["tokens"]:
+        raise StoreError(f"{meta_path}: its counts cannot all be right ({meta['tokens']} tokens, {meta['sentences']} "
+                         f"sentences, {meta['documents']} documents, {meta['unknown_tokens']} unknown tokens): the "
+                         f"store is damaged; {remedy(path)}")
+    for item in meta.get("inputs", []):
+        files = isinstance(item, dict) and "path" in item
+        if not isinstance(item, dict) or files and not (isinstance(item["path"], str) and all(
+                isinstance(item.get(k), int) and not isinstance(item.get(k), bool) for k in ("size", "mtime_ns"))):
+            raise StoreError(f"{meta_path}: an entry of 'inputs' is {json.dumps(item)[:60]}, where the store needs "
+                             f"a file's path, size and mtime_ns or a corpus name: the store is damaged; "
+                             f"{remedy(path)}")
+
+
+def stores_home() -> Path:
+    """Where stores made for runs live: `$BERTKIT_STORES`, else $BERTKIT_HOME/stores (read at each call)."""
+    env = os.environ.get("BERTKIT_STORES")
+    directory = Path(env).expanduser() if env else home() / "stores"
+    if directory.exists() and not directory.is_dir():
+        raise InputError(f"{'BERTKIT_STORES' if env else 'the stores directory'} {directory} is a file; it names "
+                         "the directory where stores made for runs are kept")
+    return directory
+
+
+def remedy(path: Path) -> str:
+    """What to do about a store that cannot be used: one made for a run (in `stores_home`) is deleted, and the next
+    run makes it again from its text; one the user prepared is prepared again."""
+    try:
+        cached = Path(path).resolve().parent == stores_home().resolve()
+    except (OSError, InputError):
+        cached = False
+    if cached:
+        return f"delete {path} (a store bertkit made for a run): the next run makes it again from its text"
+    return "prepare it again (bertkit prepare)"
 
 
 # ---- reading a store -----------------------------------------------------------------------------
@@ -103,37 +173,32 @@ class TokenStore:
 
     @classmethod
     def open(cls, path: str | os.PathLike) -> TokenStore:
-        """Open the store in `path`; a StoreError names what is wrong (not a store, truncated, damaged)."""
+        """Open the store in `path`; a StoreError names what is wrong (not a store, a field of store.json missing or
+        mistyped, an array truncated or damaged) and what to do (`remedy`)."""
         path = Path(path)
         meta_path = path / META
         try:
             meta = json.loads(meta_path.read_text(encoding="utf-8"))
         except FileNotFoundError:
-            raise StoreError(f"{path} holds no {META}: it is not a token store, or its preparation did not finish "
-                             "(prepare it again: bertkit prepare)") from None
-        except (OSError, ValueError) as err:
-            raise StoreError(f"{meta_path} cannot be read as a store's description ({err}); prepare it again") from None
-        if not isinstance(meta, dict) or meta.get("format") != FORMAT:
-            raise StoreError(f"{meta_path} does not describe a bertkit token store")
-        if meta.get("version") != VERSION:
-            raise StoreError(f"{meta_path}: store version {meta.get('version')}, this bertkit reads version "
-                             f"{VERSION}; prepare it again")
-        try:
-            counts = {"ids": (meta["tokens"], meta["dtype"]), "sentences": (meta["sentences"] + 1, "int64"),
-                      "documents": (meta["documents"] + 1, "int64")}
-            if meta["whole_word"]:
-                counts["word_starts"] = ((meta["tokens"] + 7) // 8, "uint8")
-        except (KeyError, TypeError):
-            raise StoreError(f"{meta_path} lacks the store's counts: it is damaged; prepare it again") from None
+            raise StoreError(f"{path} holds no {META}: it is not a token store, or its preparation did not finish; "
+                             f"{remedy(path)}") from None
+        except (OSError, ValueError, RecursionError) as err:
+            raise StoreError(f"{meta_path} cannot be read as a store's description ({type(err).__name__}: {err}); "
+                             f"{remedy(path)}") from None
+        check_meta(meta, meta_path)
+        counts = {"ids": (meta["tokens"], meta["dtype"]), "sentences": (meta["sentences"] + 1, "int64"),
+                  "documents": (meta["documents"] + 1, "int64")}
+        if meta["whole_word"]:
+            counts["word_starts"] = ((meta["tokens"] + 7) // 8, "uint8")
         arrays = {name: mapped_array(path / FILES[name], n, dtype) for name, (n, dtype) in counts.items()}
         documents, sentences = arrays["documents"], arrays["sentences"]
         ordered = _increasing(FileReader(path / FILES["documents"], "int64"), len(documents))
         if not ordered or documents[0] != 0 or documents[-1] != meta["sentences"]:
             raise StoreError(f"{path / FILES['documents']} does not hold the document offsets {META} describes: the "
-                             "store is damaged; prepare it again")
+                             f"store is damaged; {remedy(path)}")
         if sentences[0] != 0 or sentences[-1] != meta["tokens"]:
             raise StoreError(f"{path / FILES['sentences']} does not hold the sentence offsets {META} describes: the "
-                             "store is damaged; prepare it again")
+                             f"store is damaged; {remedy(path)}")
         return cls(path, meta, arrays["ids"], sentences, documents, arrays.get("word_starts"))
 
     def check_offsets(self) -> None:
@@ -142,7 +207,7 @@ class TokenStore:
         path = self.path / FILES["sentences"]
         if not _increasing(FileReader(path, "int64"), len(self.sentence_offsets)):
             raise StoreError(f"{path} does not hold the sentence offsets {META} describes: the store is damaged; "
-                             "prepare it again")
+                             f"{remedy(self.path)}")
 
     @property
     def num_documents(self) -> int:
@@ -182,7 +247,7 @@ class TokenStore:
             stat = os.stat(item["path"])
             if (stat.st_size, stat.st_mtime_ns) != (item["size"], item["mtime_ns"]):
                 raise StoreError(f"{item['path']} changed after it was prepared into {self.path} (its size or time "
-                                 "differ): the store no longer holds that text; prepare it again, or put the file "
+                                 f"differ): the store no longer holds that text; {remedy(self.path)}, or put the file "
                                  "back as it was")
 
 
@@ -192,15 +257,15 @@ def _increasing(reader: FileReader, count: int, block: int = 1 << 16) -> bool:
                for first in range(0, max(count - 1, 0), block))
 
 
-def mapped_array(path: Path, count: int, dtype: str) -> np.ndarray:
+def mapped_array(path: Path, count: int, dtype: str, fix: str | None = None) -> np.ndarray:
     """The `count` records of `dtype` in `path`, memory-mapped read-only; a StoreError when the file is missing or
-    its size is not exactly that (a store's arrays, a plan's rows)."""
+    its size is not exactly that (a store's arrays, a plan's rows); `fix` says what to do (a store's: `remedy`)."""
+    fix = fix or remedy(path.parent)
     expected = count * np.dtype(dtype).itemsize
     try:
         size = path.stat().st_size
     except FileNotFoundError:
-        raise StoreError(f"{path} is missing: the store is incomplete; prepare it again") from None
+        raise StoreError(f"{path} is missing: the store is incomplete; {fix}") from None
     if size != expected:
-        raise StoreError(f"{path} has {size:,} bytes, the store says {expected:,}: it is truncated or damaged; "
-                         "prepare it again")
+        raise StoreError(f"{path} has {size:,} bytes, the store says {expected:,}: it is truncated or damaged; {fix}")
     return np.memmap(path, dtype=dtype, mode="r", shape=(count,)) if count else np.zeros(0, dtype=dtype)

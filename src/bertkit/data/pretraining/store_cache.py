@@ -7,15 +7,16 @@ the store and tokenizes nothing ($BERTKIT_STORES moves them elsewhere).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
-import os
-from pathlib import Path
+import shutil
+import warnings
 
 from bertkit.data.pretraining.corpus_stream import CorpusInput, corpus_inputs
-from bertkit.data.pretraining.store import META, VERSION, TokenStore, tokenizer_identity
+from bertkit.data.pretraining.store import META, VERSION, StoreError, TokenStore, stores_home, tokenizer_identity
 from bertkit.data.pretraining.store_writer import prepare_store
-from bertkit.data.sources import home
+from bertkit.data.readers import DataWarning
 from bertkit.utils.locking import locked
 
 TEXT_VERSION = 1          # how text becomes sentences (data/corpus.py, corpus_stream.py): a change makes new keys
@@ -28,19 +29,22 @@ def store_key(inputs: list[CorpusInput], tokenizer, whole_word: bool, encoding: 
     return hashlib.sha256(json.dumps(described, sort_keys=True).encode("utf-8")).hexdigest()[:24]
 
 
-def stores_home() -> Path:
-    """Where stores made for runs live: `$BERTKIT_STORES`, else $BERTKIT_HOME/stores (read at each call)."""
-    env = os.environ.get("BERTKIT_STORES")
-    return Path(env).expanduser() if env else home() / "stores"
-
-
 def cached_store(specs: list[str], tokenizer, *, whole_word: bool = False, encoding: str = "utf-8",
                  progress: bool = True) -> TokenStore:
-    """The store of `specs` in $BERTKIT_HOME/stores, made on first use (concurrent callers wait for one maker)."""
+    """The store of `specs` in $BERTKIT_HOME/stores, made on first use (concurrent callers wait for one maker). A
+    cached store that cannot be opened (damaged, or cut short) is made again, with a warning that says why."""
     key = store_key(corpus_inputs(specs), tokenizer, whole_word, encoding)
     directory = stores_home() / key
-    with locked(directory.parent, key):
-        if (directory / META).exists():
+    if (directory / META).exists():
+        with contextlib.suppress(StoreError):  # a whole store is read without the lock; a damaged one waits for it
             return TokenStore.open(directory)
+    with locked(directory.parent, key):
+        if (directory / META).exists():  # else: none yet, or a maker was killed (prepare_store starts afresh)
+            try:
+                return TokenStore.open(directory)
+            except StoreError as err:
+                warnings.warn(DataWarning(f"the store bertkit made for {' '.join(specs)} cannot be used ({err}); it "
+                                          "is made again"), stacklevel=2)
+                shutil.rmtree(directory)
         return prepare_store(specs, tokenizer, directory, whole_word=whole_word, encoding=encoding,
                              progress=progress, key=key)

@@ -9,6 +9,7 @@ last, so a store without it is incomplete.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import shutil
@@ -42,11 +43,15 @@ class StoreWriter:
         self.files["documents"].write(np.zeros(1, np.int64).tobytes())
         self.tokens = self.sentences = self.documents = self.unknown = self.open_sentences = 0
         self.bits = np.zeros(0, dtype=bool)  # word-start bits not yet a whole byte
+        self.digest = hashlib.sha256()       # of the ids and the sentence and document ends: the content's identity
 
     def add(self, part: Tokenized) -> None:
-        self.files["ids"].write(part.ids.astype(self.dtype, copy=False).tobytes())
+        ids = part.ids.astype(self.dtype, copy=False).tobytes()
+        self.files["ids"].write(ids)
         ends = self.tokens + np.cumsum(part.sentence_lengths, dtype=np.int64)
         self.files["sentences"].write(ends.tobytes())
+        self.digest.update(ids)
+        self.digest.update(ends.tobytes())
         position = self.sentences
         for run in part.documents:  # counts join the open document; None ends it
             if run is None:
@@ -68,6 +73,7 @@ class StoreWriter:
         if self.open_sentences:
             end = self.sentences if position is None else position
             self.files["documents"].write(np.array([end], np.int64).tobytes())
+            self.digest.update(b"D" + np.array([end], np.int64).tobytes())
             self.documents += 1
         self.open_sentences = 0
 
@@ -75,7 +81,7 @@ class StoreWriter:
         """What store.json says of the arrays written."""
         return {"format": FORMAT, "version": VERSION, "tokens": self.tokens, "sentences": self.sentences,
                 "documents": self.documents, "unknown_tokens": self.unknown, "dtype": self.dtype.name,
-                "whole_word": self.whole_word}
+                "whole_word": self.whole_word, "content_sha256": self.digest.hexdigest()}
 
     def close(self) -> None:
         if self.whole_word and len(self.bits):

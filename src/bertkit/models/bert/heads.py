@@ -97,8 +97,8 @@ def masked_lm_scores(head: BertLMPredictionHead, sequence_output: Tensor,
 class BertForPreTraining(BertPreTrainedModel):
     """BERT with its two pretraining heads: masked LM (tied decoder) and next-sentence prediction."""
 
-    head_prefixes = ("cls.",)
-    other_head_prefixes = ("classifier.",)
+    head_prefixes = ("cls.", "bert.pooler.")  # a reader (QA) or masked-LM checkpoint has no pooler: it starts fresh
+    other_head_prefixes = ("classifier.", "qa_outputs.")
 
     def __init__(self, config: BertConfig) -> None:
         super().__init__(config)
@@ -143,7 +143,7 @@ class BertForMaskedLM(BertPreTrainedModel):
     """BERT with the masked-LM head only (no pooler, no NSP): RoBERTa's objective."""
 
     head_prefixes = ("cls.predictions.",)
-    other_head_prefixes = ("cls.seq_relationship.", "bert.pooler.", "classifier.")
+    other_head_prefixes = ("cls.seq_relationship.", "bert.pooler.", "classifier.", "qa_outputs.")
 
     def __init__(self, config: BertConfig) -> None:
         super().__init__(config)
@@ -201,7 +201,7 @@ class BertForSequenceClassification(_BertWithClassifier):
     """dropout + Linear on the pooled [CLS] vector; cross-entropy, or MSE when num_labels == 1 (regression)."""
 
     head_prefixes = ("classifier.", "bert.pooler.")  # a masked-LM checkpoint (RoBERTa's objective) has no pooler
-    other_head_prefixes = ("cls.",)
+    other_head_prefixes = ("cls.", "qa_outputs.")
 
     def loss(self, logits: Tensor, labels: Tensor) -> Tensor:
         """labels (B,): class ids, or target values when num_labels == 1."""
@@ -216,7 +216,7 @@ class BertForTokenClassification(_BertWithClassifier):
     """dropout + Linear on every token's vector (NER); positions labelled -100 are not scored."""
 
     pooled = False
-    other_head_prefixes = ("cls.", "bert.pooler.")
+    other_head_prefixes = ("cls.", "bert.pooler.", "qa_outputs.")
 
     def loss(self, logits: Tensor, labels: Tensor) -> Tensor:
         """labels (B, T): tag ids, -100 on positions not scored."""
