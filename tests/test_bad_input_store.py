@@ -148,6 +148,16 @@ def test_a_directory_corpus_reads_its_subdirectories_leaves_hidden_files_out_and
     assert "2 documents" in out and f"read 2 inputs: {folder / 'a.txt'}, {folder / 'sub' / 'b.txt'}" in out, out
     assert err.count("\n") == 1 and "reading 2 corpus files (a.txt, sub/b.txt); left out 2 hidden (.git, " \
         ".hidden.txt)" in err, err
+    # a store prepared inside the corpus directory is not read as JSON, and a store is no corpus for prepare
+    shutil.move(root / "s", folder / "store")
+    assert main([*argv[:-2], str(root / "s2"), "--no-progress"]) == 0
+    assert "left out 2 hidden (.git, .hidden.txt) and 1 token store (store)" in capsys.readouterr().err
+    for given in (folder / "store", folder / "store" / "store.json"):
+        argv_store = ["prepare", "--corpus", str(given), "--vocab", str(root.parent / "vocab"), "--out",
+                      str(root / "s3"), "--no-progress"]
+        assert main(argv_store) == 2
+        assert f"is {'a file of ' if given.name == 'store.json' else ''}a token store, not text: `bertkit " \
+               f"pretrain --corpus {folder / 'store'}` reads it" in one_error_line(capsys, "prepare")
 
 
 def test_held_out_figures_carry_their_support_and_too_few_pairs_are_not_a_figure(vocab_beside, capsys):

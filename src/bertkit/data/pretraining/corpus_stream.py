@@ -33,8 +33,11 @@ import numpy as np
 
 from bertkit.data import corpus, sources
 from bertkit.data.lines import line_blocks
+from bertkit.data.pretraining.store import FILES, META, PLANS, is_store
 from bertkit.data.readers import TEXT_NAMES, DataWarning
+from bertkit.errors import InputError
 
+STORE_NAMES = {META, PLANS, *FILES.values()}  # a store's own files: never read as a corpus
 CHUNK_BYTES = 1 << 21       # a worker's share of a file at a time: big enough to keep it busy, small to keep memory
 TEXT_SUFFIXES = (".txt",)
 JSONL_SUFFIXES = (".jsonl", ".json")
@@ -71,6 +74,10 @@ def corpus_inputs(specs: list[str]) -> list[CorpusInput]:
     found: list[CorpusInput] = []
     for spec in specs:
         path = Path(spec)
+        if is_store(path) or path.name in STORE_NAMES and is_store(path.parent):
+            store = path if is_store(path) else path.parent
+            raise InputError(f"{spec} is {'a file of ' if store != path else ''}a token store, not text: "
+                             f"`bertkit pretrain --corpus {store}` reads it as it is; prepare reads text files")
         if path.is_dir():
             found += [_file_input(p) for p in directory_files(path)]
         elif path.exists():
@@ -90,23 +97,27 @@ def is_corpus_file(path: Path) -> bool:
 def directory_files(directory: Path) -> list[Path]:
     """The corpus files of a directory and of its subdirectories, in sorted order of their paths: *.txt, *.jsonl and
     *.json (and their .gz). Hidden files and directories (a name starting with ".": an editor's backup, a version
-    control's files) are left out, and a warning (once) names them and what is read; other files (a README) are left
-    out quietly."""
-    files, hidden = [], []
+    control's files) and token stores inside it are left out, and a warning (once) names them and what is read;
+    other files (a README) are left out quietly."""
+    files, hidden, stores = [], [], []
     for root, directories, names in os.walk(directory):
+        # hidden directories, and token stores (their store.json is no JSONL document), are not descended into
+        stores += [Path(root, d) for d in directories if not d.startswith(".") and is_store(Path(root, d))]
         hidden += [Path(root, d) for d in directories if d.startswith(".")]
-        directories[:] = sorted(d for d in directories if not d.startswith("."))
+        directories[:] = sorted(d for d in directories if not d.startswith(".") and not is_store(Path(root, d)))
         hidden += [Path(root, name) for name in names if name.startswith(".")]
         files += [Path(root, name) for name in names if not name.startswith(".") and is_corpus_file(Path(name))]
     if not files:
         raise FileNotFoundError(f"{directory} holds no corpus files (*.txt, *.jsonl, or either .gz)")
     files.sort()
-    said = (str(directory), len(files), len(hidden))
-    if hidden and said not in _SAID:
+    left_out = [f"{len(hidden)} hidden ({_names(sorted(hidden), directory)})"] if hidden else []
+    left_out += [f"{len(stores)} token store{'s' if len(stores) > 1 else ''} ({_names(sorted(stores), directory)})"
+                 ] if stores else []
+    said = (str(directory), len(files), len(hidden), len(stores))
+    if left_out and said not in _SAID:
         _SAID.add(said)
         warnings.warn(DataWarning(f"{directory}: reading {len(files)} corpus file{'s' if len(files) > 1 else ''} "
-                                  f"({_names(files, directory)}); left out {len(hidden)} hidden "
-                                  f"({_names(sorted(hidden), directory)})"), stacklevel=3)
+                                  f"({_names(files, directory)}); left out {' and '.join(left_out)}"), stacklevel=3)
     return files
 
 
