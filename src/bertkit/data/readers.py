@@ -171,6 +171,7 @@ def read_classification_file(path: str | Path, *, format: str | None = None, hea
         raise InputError(f"unknown format {format!r} for {path}; use 'tsv', 'csv' or 'jsonl'")
     skips = Skips(path, "row")
     examples: list[TextExample] = []
+    label_types = _LabelTypes(path)
 
     def add(number: int, text: object, pair: object, label: object) -> None:
         for what, value in (("text", text), ("text_pair", pair), ("label", label)):
@@ -179,7 +180,7 @@ def read_classification_file(path: str | Path, *, format: str | None = None, hea
                           f"or number", number)
                 return
         text = "" if text is None else str(text).strip()
-        label = "" if label is None else str(label).strip()
+        label = "" if label is None else label_types.text(label, number)
         if "\n" in label:  # a quoted CSV cell that ran on over the next lines: a quote was never closed
             skips.add("label runs over several lines (an unclosed quote?)", number)
         elif not text:
@@ -228,6 +229,7 @@ def read_classification_file(path: str | Path, *, format: str | None = None, hea
     if not examples and not skips.lines:
         warnings.warn(f"{path}: no examples (empty file)", DataWarning, stacklevel=2)
     skips.warn(len(examples))
+    label_types.check()
     return examples
 
 
@@ -299,3 +301,54 @@ def read_parallel(path: str | Path, *, encoding: str = "utf-8") -> list[tuple[st
         warnings.warn(f"{path}: no pairs (empty file)", DataWarning, stacklevel=2)
     skips.warn(len(pairs))
     return pairs
+
+
+class _LabelTypes:
+    """The labels of one file as the class names they become, and a check that JSON gave them one way.
+
+    A class is named by text, as a TSV file names it. JSON Lines can also give a label as a number or a boolean:
+    numbers that are equal are one class, named as the whole number they are (1 and 1.0 are both class "1", as they
+    are one value in JSON and in Python), and a fraction (0.5) is a score, not a class, so it is an error. Labels of
+    different JSON types in one file are an error too, since whether true and 1, or "pos" and 1, are one class or
+    two is a guess; only a string that is the very text the other type's labels become ("1" beside 1, "True" beside
+    true) is taken as such a label, since the file cannot mean another class by it."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = path
+        self.seen: dict[tuple[str, str], tuple[int, object]] = {}  # (JSON type, class name) -> its first line, label
+
+    def text(self, value: object, line: int) -> str:
+        """The class name of one label (stripped text); a label that is a fraction is a DataError naming it."""
+        if isinstance(value, float) and not value.is_integer():
+            raise DataError(f"{self.path}, line {line}: the label {json.dumps(value)} is not a whole number: a "
+                            "classifier's labels are class names or whole numbers (0, 1, 2, ...), not scores; give "
+                            "each example its class")
+        kind = "boolean" if isinstance(value, bool) else "number" if isinstance(value, int | float) else "string"
+        text = str(int(value)) if kind == "number" else str(value).strip()
+        if text:
+            self.seen.setdefault((kind, text), (line, value))
+        return text
+
+    def check(self) -> None:
+        """A DataError naming two labels of different JSON types, when the file's labels mix them."""
+        kinds = {kind for kind, _ in self.seen}
+        if len(kinds) < 2:
+            return
+        first = {kind: min(where for (k, _), where in self.seen.items() if k == kind) for kind in kinds}
+        if {"number", "boolean"} <= kinds:
+            clash = [first["boolean"], first["number"]]
+        else:
+            other = next(kind for kind in kinds if kind != "string")
+            same = _WHOLE_NUMBER.fullmatch if other == "number" else {"True", "False"}.__contains__
+            strays = [where for (kind, text), where in self.seen.items() if kind == "string" and not same(text)]
+            if not strays:
+                return
+            clash = [min(strays), first[other]]
+        shown = [f"{json.dumps(label, ensure_ascii=False)} ({_JSON_TYPE[type(label)]}, line {line})"
+                 for line, label in sorted(clash, key=lambda where: where[0])]
+        raise DataError(f"{self.path}: the labels mix JSON types, {shown[0]} and {shown[1]}: whether they are one "
+                        "class or two is a guess; give every label as the same JSON type")
+
+
+_WHOLE_NUMBER = re.compile(r"0|-?[1-9][0-9]*")  # how a whole number's class name is written ("1", never "01")
+_JSON_TYPE = {str: "a string", int: "a number", float: "a number", bool: "a boolean"}
