@@ -108,3 +108,55 @@ def test_a_fraction_as_a_label_is_refused(ws, tmp_path, capsys, label, spelled):
     assert err == (f"bertkit finetune: error: {path}, line 2: the label {spelled} is not a whole number: a "
                    "classifier's labels are class names or whole numbers (0, 1, 2, ...), not scores; give each "
                    "example its class")
+
+
+# ---- 2. typed fields of SQuAD-format files -------------------------------------------------------
+
+def squad(qas: list[dict], context: str = "张三在北京工作") -> dict:
+    return {"data": [{"title": "t", "paragraphs": [{"context": context, "qas": qas}]}]}
+
+
+def question(qid: str, **fields) -> dict:
+    return {"id": qid, "question": "张三在哪", "answers": [{"text": "北京", "answer_start": 3}], **fields}
+
+
+def test_is_impossible_written_as_text_or_a_number_means_what_it_says(tmp_path):
+    from bertkit.data.qa import read_squad
+
+    qas = [question("a", is_impossible="false"), question("b", is_impossible="TRUE", answers=[]),
+           question("c", is_impossible=0), question("d", is_impossible=1, answers=[]),
+           question("e", is_impossible=None), question("f", is_impossible=" False ")]
+    (tmp_path / "t.json").write_text(json.dumps(squad(qas)), encoding="utf-8")
+    for need_offsets in (True, False):
+        examples = read_squad(tmp_path / "t.json", need_offsets=need_offsets)
+        assert [(e.id, e.is_impossible) for e in examples] == [("a", False), ("b", True), ("c", False),
+                                                               ("d", True), ("e", False), ("f", False)]
+        assert examples[0].answers[0].text == "北京"  # "false" no longer drops the answer
+
+
+@pytest.mark.parametrize("value, shown", [("no", "'no'"), (2, "2"), ([], "[]")])
+def test_is_impossible_of_another_value_is_refused_naming_the_question(ws, tmp_path, capsys, value, shown):
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps(squad([question("a"), question("q7", is_impossible=value)])), encoding="utf-8")
+    err = refused(capsys, "evaluate", "--model", ws / "reader", "--data", path)
+    assert err == (f"bertkit evaluate: error: {path}: question q7: is_impossible is {shown}, not true or false (a "
+                   'boolean, "true"/"false" or 0/1); fix the file')
+
+
+def test_answer_starts_and_questions_of_other_types_are_read_or_named(tmp_path):
+    from bertkit.data.qa import read_squad
+    from bertkit.data.readers import DataWarning
+
+    qas = [question("text", answers=[{"text": "北京", "answer_start": "3"}]),
+           question("float", answers=[{"text": "北京", "answer_start": 3.0}]),
+           question("fraction", answers=[{"text": "北京", "answer_start": 3.5}]),
+           question("negative", answers=[{"text": "张三", "answer_start": -7}]),  # context[-7:-5] is 张三 by chance
+           question("number", question=42)]
+    (tmp_path / "t.json").write_text(json.dumps(squad(qas)), encoding="utf-8")
+    with pytest.warns(DataWarning) as caught:
+        examples = read_squad(tmp_path / "t.json")
+    assert [(e.id, e.answers[0].start) for e in examples] == [("text", 3), ("float", 3)]
+    message = str(caught[0].message)
+    assert "an answer_start that is not a whole number (id fraction)" in message
+    assert "an answer_start that does not point at the answer in the context (id negative)" in message
+    assert "a question that is not a string (id number)" in message

@@ -21,6 +21,7 @@ from __future__ import annotations
 import bisect
 import json
 import os
+import re
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -103,13 +104,39 @@ def _answers(raw: Any, need_offsets: bool) -> list[Answer] | str:
             return _NOT_ANSWERS
         if "answer_start" not in item and need_offsets:
             return 'an answer without "answer_start"'
-        start = item.get("answer_start", -1)
-        if isinstance(start, str) and start.lstrip("-").isdigit():  # some conversions write the offset as text
-            start = int(start)
-        if not isinstance(start, int) or isinstance(start, bool):
-            return _NOT_ANSWERS
+        start = _offset(item.get("answer_start", -1))
+        if start is None:
+            return "an answer_start that is not a whole number"
         answers.append(Answer(item["text"], start))
     return answers
+
+
+def _offset(value: Any) -> int | None:
+    """An answer_start as the int it stands for, or None: conversions write the offset as text ("12") or, through a
+    table with missing values, as a float (12.0); a fraction, a boolean or anything else is no offset."""
+    if isinstance(value, str) and re.fullmatch(r"\s*-?[0-9]+\s*", value):
+        return int(value)
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+_TRUE, _FALSE = ("true", "1"), ("false", "0")
+
+
+def _impossible(value: Any, path: Any, qid: str) -> bool:
+    """`is_impossible` as a bool. Converted files write it as text ("false") or as 0/1, and Python would call any
+    non-empty text true, so that "false" made a question unanswerable: these are read as what they say, null as
+    absent (false), and any other value is an error naming the question, since guessing it would train or score the
+    question wrongly."""
+    if value is None or isinstance(value, bool):
+        return bool(value)
+    if isinstance(value, int | float) and value in (0, 1):
+        return bool(value)
+    if isinstance(value, str) and value.strip().lower() in _TRUE + _FALSE:
+        return value.strip().lower() in _TRUE
+    raise DataError(f"{path}: question {qid}: is_impossible is {value!r}, not true or false (a boolean, "
+                    '"true"/"false" or 0/1); fix the file')
 
 
 def read_squad(path: str | os.PathLike, *, need_offsets: bool = True, encoding: str = "utf-8") -> list[QAExample]:
@@ -164,11 +191,13 @@ def read_squad(path: str | os.PathLike, *, need_offsets: bool = True, encoding: 
 def _question(qa: dict, qid: str, context: Any, title: str, need_offsets: bool,
               skipped: Skips) -> QAExample | None:
     """One question of a file as a QAExample, or None (counted in `skipped`) when it cannot be used."""
-    question, impossible = qa.get("question"), bool(qa.get("is_impossible", False))
+    question, impossible = qa.get("question"), _impossible(qa.get("is_impossible"), skipped.path, qid)
     problem = ('no "question"' if question is None else
-               "an empty question" if not isinstance(question, str) or not question.strip() else
+               "a question that is not a string" if not isinstance(question, str) else
+               "an empty question" if not question.strip() else
                'no "context" in its paragraph' if context is None else
-               "an empty context" if not isinstance(context, str) or not context.strip() else
+               "a context that is not a string" if not isinstance(context, str) else
+               "an empty context" if not context.strip() else
                'no "answers", and not marked is_impossible' if "answers" not in qa and not impossible else None)
     answers = [] if impossible or problem else _answers(qa["answers"], need_offsets)
     if isinstance(answers, str):
@@ -180,8 +209,9 @@ def _question(qa: dict, qid: str, context: Any, title: str, need_offsets: bool,
         skipped.add("no answer, and not marked is_impossible", qid)
         return None
     if need_offsets:
-        answers = [answer for answer in answers
-                   if answer.text.strip() and context[answer.start:answer.end] == answer.text]
+        # a negative offset would slice from the context's end, and could match there by chance
+        answers = [answer for answer in answers if answer.text.strip() and answer.start >= 0
+                   and context[answer.start:answer.end] == answer.text]
         if not answers and not impossible:
             skipped.add("an answer_start that does not point at the answer in the context", qid)
             return None
