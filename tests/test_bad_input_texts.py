@@ -160,3 +160,39 @@ def test_answer_starts_and_questions_of_other_types_are_read_or_named(tmp_path):
     assert "an answer_start that is not a whole number (id fraction)" in message
     assert "an answer_start that does not point at the answer in the context (id negative)" in message
     assert "a question that is not a string (id number)" in message
+
+
+# ---- 3. JSON nested too deeply -------------------------------------------------------------------
+
+def test_a_deeply_nested_qa_file_is_one_line_naming_the_file(ws, tmp_path, capsys):
+    (tmp_path / "deep.json").write_text(DEEP)
+    err = refused(capsys, "evaluate", "--model", ws / "reader", "--data", tmp_path / "deep.json")
+    assert err == (f"bertkit evaluate: error: {tmp_path / 'deep.json'} is not SQuAD-format JSON: not JSON (arrays or "
+                   "objects nested 100,000 deep, too deep to read at line 1 column 100000); expected "
+                   '{"data": [{"title", "paragraphs": [{"context", "qas": [{"id", "question", "answers": '
+                   '[{"text", "answer_start"}]}]}]}]}')
+    argv = ["--task", "qa", "--model", ws / "reader", "--train", tmp_path / "deep.json", "--out", tmp_path / "o"]
+    assert "deep.json is not SQuAD-format JSON: not JSON (arrays or objects nested 100,000 deep" in refused(
+        capsys, "finetune", *argv)
+
+
+def test_deeply_nested_json_lines_and_config_files_are_named(ws, tmp_path, capsys):
+    from bertkit.data.readers import DataWarning, read_classification_file
+
+    (tmp_path / "d.jsonl").write_text(DEEP + "\n" + json.dumps({"text": "张三", "label": "a"}) + "\n")
+    with pytest.warns(DataWarning, match=r"d.jsonl: skipped 1 row, kept 1: invalid JSON \(line 1\)"):
+        assert [e.text for e in read_classification_file(tmp_path / "d.jsonl")] == ["张三"]
+    asked = json.dumps({"question": "张三在哪", "context": "张三在北京"})
+    (tmp_path / "q.jsonl").write_text(DEEP + "\n" + asked + "\n", encoding="utf-8")
+    code, out, err = run(capsys, "predict", "--model", ws / "reader", "--input", tmp_path / "q.jsonl")
+    assert code == 0 and "q.jsonl: skipped 1 line, kept 1: not a JSON object (line 1)" in err
+    save(BertForSequenceClassification.from_pretrained(ws / "classifier"), tmp_path / "model")
+    (tmp_path / "model" / "config.json").write_text(DEEP)
+    err = refused(capsys, "predict", "--model", tmp_path / "model", "张三")
+    assert err == (f"bertkit predict: error: {tmp_path / 'model' / 'config.json'} is not valid JSON: arrays or "
+                   "objects nested 100,000 deep, too deep to read: line 1 column 100000 (char 99999)")
+    (tmp_path / "tok").mkdir()
+    BertTokenizer({t: i for i, t in enumerate(VOCAB)}).save_pretrained(tmp_path / "tok")
+    (tmp_path / "tok" / "tokenizer_config.json").write_text(DEEP)
+    with pytest.raises(ValueError, match="tokenizer_config.json: not valid JSON \\(arrays or objects nested 100,000"):
+        BertTokenizer.from_pretrained(tmp_path / "tok")

@@ -21,7 +21,6 @@ rules).
 from __future__ import annotations
 
 import itertools
-import json
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -32,6 +31,7 @@ import numpy as np
 from bertkit.data import corpus, sources
 from bertkit.data.lines import line_blocks
 from bertkit.data.readers import TEXT_NAMES
+from bertkit.utils import jsonfiles
 
 CHUNK_BYTES = 1 << 21       # a worker's share of a file at a time: big enough to keep it busy, small to keep memory
 TEXT_SUFFIXES = (".txt",)
@@ -213,7 +213,7 @@ def _jsonl_text(line: str, number: int, skipped: dict[str, list[int]]) -> str | 
     if not line.strip():
         return None  # a blank line between records is no record
     try:
-        record = json.loads(line)
+        record = jsonfiles.loads(line)
     except ValueError:
         skipped.setdefault("invalid JSON", []).append(number)
         return None

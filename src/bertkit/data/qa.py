@@ -31,6 +31,7 @@ from typing import Any
 from bertkit.data.lines import NotTextError, check_not_binary
 from bertkit.data.readers import DataWarning, Skips
 from bertkit.errors import DataError, InputError
+from bertkit.utils import jsonfiles
 
 QA_DATASETS = ("squad-excerpt", "xquad-en", "xquad-zh")  # named sets of the source "squad-excerpt"
 MAX_QUERY_LENGTH = 64  # question tokens kept at most (BERT's run_squad.py); the rest of the window is context
@@ -82,7 +83,7 @@ def _load_json(path: Path, encoding: str) -> Any:
         raise NotTextError(f"{path} is not {encoding} text: bytes at byte {err.start} do not decode (give its "
                            "encoding with --encoding)") from None
     try:
-        return json.loads(text.removeprefix("\ufeff"))
+        return jsonfiles.loads(text.removeprefix("\ufeff"))
     except json.JSONDecodeError as err:
         first = text.lstrip()[:1]
         hint = " (one JSON object per line is JSON Lines: predict reads that, training needs SQuAD JSON)" if (

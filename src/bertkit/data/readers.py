@@ -20,6 +20,7 @@ from pathlib import Path
 from bertkit.data.lines import NotTextError as NotTextError  # where the readers' callers have always found it
 from bertkit.data.lines import check_decoded, line_blocks
 from bertkit.errors import DataError, InputError
+from bertkit.utils import jsonfiles
 
 _ENTITY_TAG = re.compile(r"O|[BIMES]-\S+")
 TEXT_NAMES = ("text", "sentence", "sentence1", "text_a", "content", "review", "src")
@@ -194,7 +195,7 @@ def read_classification_file(path: str | Path, *, format: str | None = None, hea
     if fmt == "jsonl":
         for number, line in _usable_lines(path, encoding, skips, "empty row"):
             try:
-                obj = json.loads(line)
+                obj = jsonfiles.loads(line)
             except ValueError:
                 skips.add("invalid JSON", number)
                 continue

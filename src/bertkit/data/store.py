@@ -43,6 +43,7 @@ from bertkit.data.lines import check_decoded
 from bertkit.data.readers import Skips
 from bertkit.data.sources import home
 from bertkit.errors import DataError, InputError
+from bertkit.utils import jsonfiles
 from bertkit.utils.atomic import atomic_write_text, fsync_directory
 from bertkit.utils.locking import locked
 from bertkit.utils.processes import process_pool
@@ -127,7 +128,7 @@ class TokenStore:
         path = Path(path)
         meta_path = path / META
         try:
-            meta = json.loads(meta_path.read_text(encoding="utf-8"))
+            meta = jsonfiles.loads(meta_path.read_text(encoding="utf-8"))
         except FileNotFoundError:
             raise StoreError(f"{path} holds no {META}: it is not a token store, or its preparation did not finish "
                              "(prepare it again: bertkit prepare)") from None

@@ -21,6 +21,7 @@ from bertkit.errors import DataError, InputError
 from bertkit.inference import batching, label_names, predict, tag_words
 from bertkit.inference.loading import task_of_model
 from bertkit.training import metrics
+from bertkit.utils import jsonfiles
 
 
 class EvaluationDataError(DataError):
@@ -119,7 +120,7 @@ def read_questions(path: str | os.PathLike, encoding: str = "utf-8") -> tuple[li
             skips.add("undecodable bytes" if line is None else "blank", number)
             continue
         try:
-            record = json.loads(line)
+            record = jsonfiles.loads(line)
         except json.JSONDecodeError:
             record = None
         if not isinstance(record, dict):

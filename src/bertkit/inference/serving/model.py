@@ -11,7 +11,6 @@ vectors, a fine-tuned classifier labels, a tagger entity spans.
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,6 +40,7 @@ from bertkit.inference.predict import (
     tagger_rows,
     token_tags,
 )
+from bertkit.utils import jsonfiles
 
 TASKS = ("embedding", "classifier", "ner")
 
@@ -68,7 +68,7 @@ def declared_pooling(path: str | os.PathLike) -> str | None:
     (mean or cls), or m3e's `uniem_embedding_strategy`; None where it declares none that bertkit computes."""
     path = Path(path)
     try:
-        pooling = json.loads((path / "1_Pooling" / "config.json").read_text(encoding="utf-8"))
+        pooling = jsonfiles.loads((path / "1_Pooling" / "config.json").read_text(encoding="utf-8"))
     except (OSError, ValueError):
         pooling = None
     if isinstance(pooling, dict):
@@ -78,7 +78,7 @@ def declared_pooling(path: str | os.PathLike) -> str | None:
             return "cls"
         return None
     try:
-        config = json.loads((path / "config.json").read_text(encoding="utf-8"))
+        config = jsonfiles.loads((path / "config.json").read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
     strategy = config.get("uniem_embedding_strategy") if isinstance(config, dict) else None
