@@ -4,9 +4,15 @@ vocabulary kind chosen for mixed text. docs/bad-input.md lists what each gets.""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import socket
+import threading
+import time
+import unicodedata
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -196,3 +202,119 @@ def test_deeply_nested_json_lines_and_config_files_are_named(ws, tmp_path, capsy
     (tmp_path / "tok" / "tokenizer_config.json").write_text(DEEP)
     with pytest.raises(ValueError, match="tokenizer_config.json: not valid JSON \\(arrays or objects nested 100,000"):
         BertTokenizer.from_pretrained(tmp_path / "tok")
+
+
+# ---- 4. text of invisible characters only is empty, everywhere -----------------------------------
+
+INVISIBLE = {
+    "zero-width-space": ("\u200b", "U+200B ZERO WIDTH SPACE"),
+    "bom": ("\ufeff", "U+FEFF ZERO WIDTH NO-BREAK SPACE"),
+    "joiners": ("\u200c\u200d", "U+200C ZERO WIDTH NON-JOINER, U+200D ZERO WIDTH JOINER"),
+    "word-joiner": ("\u2060", "U+2060 WORD JOINER"),
+    "soft-hyphen": ("\u00ad", "U+00AD SOFT HYPHEN"),
+    "hangul-filler": ("\u3164", "U+3164 HANGUL FILLER"),
+}
+
+
+@pytest.mark.parametrize("text, named", INVISIBLE.values(), ids=INVISIBLE)
+@pytest.mark.parametrize("command", ["encode", "predict", "attention"])
+def test_text_of_invisible_characters_is_refused_on_the_command_line(ws, tmp_path, capsys, command, text, named):
+    extra = ["--out", tmp_path / "a.html"] if command == "attention" else []
+    err = refused(capsys, command, "--model", ws / "classifier", text, *extra)
+    assert err == f"bertkit {command}: error: the text is only invisible characters ({named}): {EMPTY_TAIL}"
+
+
+def test_invisible_characters_and_white_space_together_are_named(ws, capsys):
+    err = refused(capsys, "encode", "--model", ws / "classifier", "\u3000\u200b \ufeff")
+    assert err == ("bertkit encode: error: the text is only invisible characters and white space (U+200B ZERO WIDTH "
+                   f"SPACE, U+FEFF ZERO WIDTH NO-BREAK SPACE): {EMPTY_TAIL}")
+    err = refused(capsys, "predict", "--model", ws / "reader", "--question", "\u200b", "--context", "张三在北京")
+    assert err == f"bertkit predict: error: the question is only invisible characters (U+200B ZERO WIDTH SPACE): " \
+                  f"{EMPTY_TAIL}"
+
+
+def test_invisible_texts_in_the_python_api_are_counted_as_empty(ws):
+    from bertkit.inference import EmptyTextWarning, encode, predict
+    from bertkit.inference.qa import answer_questions
+
+    tokenizer = BertTokenizer.from_pretrained(ws / "classifier")
+    model = BertForSequenceClassification.from_pretrained(ws / "classifier")
+    with pytest.warns(EmptyTextWarning, match=r"^2 of 3 texts have no visible character \(empty, white space, or "
+                                              r"invisible characters such as U\+200B ZERO WIDTH SPACE\) \(the first "
+                                              r"is texts\[1\]\): with no tokens"):
+        vectors = encode(model.bert, tokenizer, ["张三", "\u200b", "\ufeff\u2060"])
+    np.testing.assert_array_equal(vectors[1], vectors[2])  # both are [CLS] [SEP] alone
+    with pytest.warns(EmptyTextWarning, match="1 of 1 texts has no visible character"):
+        predict(model, tokenizer, ["\u200c"])
+    reader = BertForQuestionAnswering.from_pretrained(ws / "reader")
+    with pytest.raises(ValueError, match=r"contexts\[0\] is empty: there is nothing to find an answer in"):
+        answer_questions(reader, tokenizer, "张三在哪", "\u200b\u200b")
+
+
+def test_readers_skip_rows_of_invisible_characters_as_blank(ws, tmp_path, capsys):
+    from bertkit.data.qa import read_squad
+    from bertkit.data.readers import DataWarning, read_classification_file
+
+    (tmp_path / "d.tsv").write_text("张三\ta\n\u200b\n北京\tb\n\ufeff\t\u200b\n", encoding="utf-8")
+    with pytest.warns(DataWarning, match=r"skipped 1 row, kept 2: empty row \(line 2\)"):
+        assert [e.text for e in read_classification_file(tmp_path / "d.tsv")] == ["张三", "北京"]
+    path = jsonl(tmp_path / "d.jsonl", [{"text": "\u200b\u2060", "label": "a"}, {"text": "张三", "label": "a",
+                                                                                 "text_pair": "\ufeff"}])
+    with pytest.warns(DataWarning, match=r"skipped 1 row, kept 1: text of invisible characters only \(line 1\)"):
+        assert [(e.text, e.text_pair) for e in read_classification_file(path)] == [("张三", None)]
+    (tmp_path / "texts.txt").write_text("张三\n\u200b\n北京\n", encoding="utf-8")
+    code, out, err = run(capsys, "predict", "--model", ws / "classifier", "--input", tmp_path / "texts.txt")
+    assert code == 0 and len(out.splitlines()) == 2 and "skipped 1 line, kept 2: blank (line 2)" in err
+    (tmp_path / "q.json").write_text(json.dumps(squad([question("a"), question("b", question="\u200b")])))
+    with pytest.warns(DataWarning, match=r"skipped 1 question, kept 1: an empty question \(id b\)"):
+        assert [e.id for e in read_squad(tmp_path / "q.json")] == ["a"]
+
+
+def test_the_invisible_table_holds_every_control_and_format_character():
+    from bertkit.utils.visible import is_blank
+
+    missed = [f"U+{code:04X}" for code in range(0x110000)
+              if unicodedata.category(chr(code)) in ("Cc", "Cf") and not is_blank(chr(code))]
+    assert missed == []
+    assert not any(is_blank(text) for text in ("a", "\u200b张", "。", "\u0301", "\ue000"))
+
+
+@contextlib.contextmanager
+def serving(model_dir: Path):
+    """The server's app on a free loopback port, run by uvicorn in a thread, until the block ends."""
+    import uvicorn
+
+    from bertkit.inference.serving import ServedModel, ServerSettings, create_app
+    from serve_helpers import CALL_TIMEOUT, request
+
+    app = create_app(lambda: ServedModel.load(model_dir), ServerSettings(max_batch_tokens=64))
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [listener]}, daemon=True)
+    thread.start()
+    try:
+        deadline = time.monotonic() + CALL_TIMEOUT
+        while not server.started or request(port, "GET", "/health")[0] != 200:
+            assert time.monotonic() < deadline, "the server did not become ready"
+            time.sleep(0.02)
+        yield lambda route, body: request(port, "POST", route, body)
+    finally:
+        server.should_exit = True
+        thread.join(CALL_TIMEOUT)
+
+
+def test_the_server_refuses_invisible_texts_on_every_route(ws):
+    base = BertForSequenceClassification.from_pretrained(ws / "classifier").bert
+    save(base, ws / "encoder")
+    with serving(ws / "encoder") as post:
+        for route, field in (("/embed", "inputs"), ("/tokenize", "inputs"), ("/v1/embeddings", "input")):
+            status, answer = post(route, {field: ["张三", "\u200b"]})
+            error = answer["error"]["message"] if route == "/v1/embeddings" else answer["error"]
+            assert status == 422 and error == (f"{field}[1] is only invisible characters (U+200B ZERO WIDTH SPACE): "
+                                               f"{EMPTY_TAIL}"), route
+    with serving(ws / "classifier") as post:
+        status, answer = post("/predict", {"inputs": "\ufeff"})
+        assert status == 422 and answer["error"] == ("inputs is only invisible characters (U+FEFF ZERO WIDTH NO-BREAK "
+                                                     f"SPACE): {EMPTY_TAIL}")

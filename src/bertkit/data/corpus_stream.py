@@ -32,6 +32,7 @@ from bertkit.data import corpus, sources
 from bertkit.data.lines import line_blocks
 from bertkit.data.readers import TEXT_NAMES
 from bertkit.utils import jsonfiles
+from bertkit.utils.visible import is_blank
 
 CHUNK_BYTES = 1 << 21       # a worker's share of a file at a time: big enough to keep it busy, small to keep memory
 TEXT_SUFFIXES = (".txt",)
@@ -196,7 +197,7 @@ def _read_lines(chunk: Chunk, skipped: dict[str, list[int]]) -> tuple[list[str],
             found = [s for part in text.splitlines() for s in corpus.split_sentences(part, corpus.guess_lang(part))]
             sentences += found
             runs += [len(found), None]  # a record is a document of its own
-        elif text.strip():
+        elif not is_blank(text):  # as data/corpus.py: no visible character is a blank line
             found = corpus.split_sentences(text, corpus.guess_lang(text))
             sentences += found
             count += len(found)
@@ -210,7 +211,7 @@ def _read_lines(chunk: Chunk, skipped: dict[str, list[int]]) -> tuple[list[str],
 
 
 def _jsonl_text(line: str, number: int, skipped: dict[str, list[int]]) -> str | None:
-    if not line.strip():
+    if is_blank(line):
         return None  # a blank line between records is no record
     try:
         record = jsonfiles.loads(line)

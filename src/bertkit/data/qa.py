@@ -32,6 +32,7 @@ from bertkit.data.lines import NotTextError, check_not_binary
 from bertkit.data.readers import DataWarning, Skips
 from bertkit.errors import DataError, InputError
 from bertkit.utils import jsonfiles
+from bertkit.utils.visible import is_blank
 
 QA_DATASETS = ("squad-excerpt", "xquad-en", "xquad-zh")  # named sets of the source "squad-excerpt"
 MAX_QUERY_LENGTH = 64  # question tokens kept at most (BERT's run_squad.py); the rest of the window is context
@@ -195,10 +196,10 @@ def _question(qa: dict, qid: str, context: Any, title: str, need_offsets: bool,
     question, impossible = qa.get("question"), _impossible(qa.get("is_impossible"), skipped.path, qid)
     problem = ('no "question"' if question is None else
                "a question that is not a string" if not isinstance(question, str) else
-               "an empty question" if not question.strip() else
+               "an empty question" if is_blank(question) else
                'no "context" in its paragraph' if context is None else
                "a context that is not a string" if not isinstance(context, str) else
-               "an empty context" if not context.strip() else
+               "an empty context" if is_blank(context) else
                'no "answers", and not marked is_impossible' if "answers" not in qa and not impossible else None)
     answers = [] if impossible or problem else _answers(qa["answers"], need_offsets)
     if isinstance(answers, str):
@@ -206,12 +207,12 @@ def _question(qa: dict, qid: str, context: Any, title: str, need_offsets: bool,
     if problem:
         skipped.add(problem, qid)
         return None
-    if not impossible and not any(answer.text.strip() for answer in answers):
+    if not impossible and all(is_blank(answer.text) for answer in answers):
         skipped.add("no answer, and not marked is_impossible", qid)
         return None
     if need_offsets:
         # a negative offset would slice from the context's end, and could match there by chance
-        answers = [answer for answer in answers if answer.text.strip() and answer.start >= 0
+        answers = [answer for answer in answers if not is_blank(answer.text) and answer.start >= 0
                    and context[answer.start:answer.end] == answer.text]
         if not answers and not impossible:
             skipped.add("an answer_start that does not point at the answer in the context", qid)

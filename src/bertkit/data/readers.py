@@ -21,6 +21,7 @@ from bertkit.data.lines import NotTextError as NotTextError  # where the readers
 from bertkit.data.lines import check_decoded, line_blocks
 from bertkit.errors import DataError, InputError
 from bertkit.utils import jsonfiles
+from bertkit.utils.visible import is_blank
 
 _ENTITY_TAG = re.compile(r"O|[BIMES]-\S+")
 TEXT_NAMES = ("text", "sentence", "sentence1", "text_a", "content", "review", "src")
@@ -106,18 +107,19 @@ def decoded_lines(path: str | Path, encoding: str = "utf-8") -> list[tuple[int, 
 
 def _trim_trailing_blank(lines: list[tuple[int, str | None]]) -> list[tuple[int, str | None]]:
     # blank lines at the very end are an editor habit, not a skipped row
-    while lines and lines[-1][1] is not None and not lines[-1][1].strip():
+    while lines and lines[-1][1] is not None and is_blank(lines[-1][1]):
         lines = lines[:-1]
     return lines
 
 
 def _usable_lines(path: str | Path, encoding: str, skips: Skips, blank: str) -> Iterator[tuple[int, str]]:
-    """(line number, text) of the lines that decode and hold text; the others go to `skips` (blank ones under the
-    reason `blank`), except blank lines at the very end, an editor habit rather than a skipped row."""
+    """(line number, text) of the lines that decode and hold text; the others go to `skips` (blank ones, with no
+    visible character, under the reason `blank`), except blank lines at the very end, an editor habit rather than a
+    skipped row."""
     for number, text in _trim_trailing_blank(decoded_lines(path, encoding)):
         if text is None:
             skips.add("undecodable bytes", number)
-        elif not text.strip():
+        elif is_blank(text):
             skips.add(blank, number)
         else:
             yield number, text
@@ -186,10 +188,12 @@ def read_classification_file(path: str | Path, *, format: str | None = None, hea
             skips.add("label runs over several lines (an unclosed quote?)", number)
         elif not text:
             skips.add("missing text", number)
+        elif is_blank(text):
+            skips.add("text of invisible characters only", number)
         elif require_label and not label:
             skips.add("missing label", number)
         else:
-            pair = None if pair is None or not str(pair).strip() else str(pair).strip()
+            pair = None if pair is None or is_blank(str(pair)) else str(pair).strip()
             examples.append(TextExample(text=text, label=label, text_pair=pair))
 
     if fmt == "jsonl":
@@ -259,7 +263,7 @@ def read_conll(path: str | Path, *, encoding: str = "utf-8") -> list[TokenExampl
             problem = problem or ("undecodable bytes", number)
             continue
         cells = line.split()
-        if not cells:
+        if not cells or is_blank(line):  # a line of invisible characters ends a sentence as a blank one does
             end_sentence()
         elif cells[0] == "-DOCSTART-":
             continue
@@ -294,7 +298,7 @@ def read_parallel(path: str | Path, *, encoding: str = "utf-8") -> list[tuple[st
     for number, line in _usable_lines(path, encoding, skips, "empty line"):
         if len(cells := line.split("\t")) != 2:
             skips.add("ragged row (expected 2 tab-separated columns)", number)
-        elif not cells[0].strip() or not cells[1].strip():
+        elif is_blank(cells[0]) or is_blank(cells[1]):
             skips.add("empty side", number)
         else:
             pairs.append((cells[0].strip(), cells[1].strip()))

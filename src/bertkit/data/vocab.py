@@ -26,6 +26,7 @@ from bertkit.data.quality import DataQualityError, DataReport
 from bertkit.errors import InputError
 from bertkit.tokenizer import unicode_tables as uni
 from bertkit.tokenizer.basic import BasicTokenizer
+from bertkit.utils.visible import is_blank
 
 SPECIAL_TOKENS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 PREFIX = "##"
@@ -162,7 +163,7 @@ def build_vocab(texts: Iterable[str], out: str | Path, *, vocab_size: int | None
     tokens (every character rarer than `min_count`) is a DataQualityError: it would read every text as [UNK]."""
     from bertkit.tokenizer import BertTokenizer
 
-    texts = [text for text in texts if text.strip()]
+    texts = [text for text in texts if not is_blank(text)]
     if not texts:
         raise InputError("no text to build a vocabulary from")
     if kind == "auto":

@@ -27,6 +27,7 @@ from bertkit.data.qa import QAExample, QAWindow, qa_windows
 from bertkit.errors import InputError
 from bertkit.inference.batching import EncodedText, check_text_content, check_texts, run_sorted
 from bertkit.inference.precision import for_inference
+from bertkit.utils.visible import is_blank
 
 DEFAULTS = {"max_length": 384, "doc_stride": 128, "max_answer_length": 30, "impossible": False}
 
@@ -154,7 +155,7 @@ def check_questions(questions: Sequence[str], contexts: Sequence[str]) -> tuple[
     if len(questions) != len(contexts):
         raise InputError(f"{len(questions)} questions but {len(contexts)} contexts: give one context per question")
     for name, texts in (("questions", questions), ("contexts", contexts)):
-        empty = next((i for i, text in enumerate(texts) if not text.strip()), None)
+        empty = next((i for i, text in enumerate(texts) if is_blank(text)), None)
         if empty is not None:
             raise InputError(f"{name}[{empty}] is empty: there is nothing to " +
                              ("ask" if name == "questions" else "find an answer in"))

@@ -22,6 +22,7 @@ from bertkit.inference import batching, label_names, predict, tag_words
 from bertkit.inference.loading import task_of_model
 from bertkit.training import metrics
 from bertkit.utils import jsonfiles
+from bertkit.utils.visible import is_blank
 
 
 class EvaluationDataError(DataError):
@@ -53,14 +54,14 @@ class InputFile:
                 skipped.setdefault("undecodable bytes", []).append(number)
                 continue
             text, _, pair = line.partition("\t") if self.tsv else (line, "", "")
-            if not text.strip():
+            if is_blank(text):
                 skipped.setdefault("blank", []).append(number)
                 continue
             if self.tsv and "\t" in pair:
                 skipped.setdefault("more than 2 columns", []).append(number)
                 continue
             kept += 1
-            yield text.strip(), pair.strip() or None
+            yield text.strip(), None if is_blank(pair) else pair.strip()
         if not kept:
             unusable = sum(map(len, skipped.values()))
             raise InputError(f"input file {self.path} has no texts"
@@ -116,7 +117,7 @@ def read_questions(path: str | os.PathLike, encoding: str = "utf-8") -> tuple[li
     contexts: list[str] = []
     skips = Skips(path)
     for number, line in iter_decoded_lines(path, encoding):
-        if line is None or not line.strip():
+        if line is None or is_blank(line):
             skips.add("undecodable bytes" if line is None else "blank", number)
             continue
         try:
@@ -127,9 +128,9 @@ def read_questions(path: str | os.PathLike, encoding: str = "utf-8") -> tuple[li
             skips.add("not a JSON object", number)
             continue
         question, context = record.get("question"), record.get("context")
-        if not isinstance(question, str) or not question.strip():
+        if not isinstance(question, str) or is_blank(question):
             skips.add("no question", number)
-        elif not isinstance(context, str) or not context.strip():
+        elif not isinstance(context, str) or is_blank(context):
             skips.add("no context", number)
         else:
             ids.append(str(record.get("id", number)))

@@ -18,6 +18,8 @@ from typing import Any
 
 import orjson
 
+from bertkit.utils.visible import blank_message
+
 
 class ServeError(Exception):
     """A request the server cannot answer: an HTTP status, TEI's error type, and a message for people."""
@@ -119,9 +121,8 @@ def text_list(value: Any, name: str, max_client_batch_size: int) -> tuple[list[s
         if not isinstance(text, str):
             hint = " (this server takes texts, not token ids)" if isinstance(text, (int, list)) else ""
             raise invalid(f"{where} is {_kind(text)}, not a text{hint}")
-        if not text.strip():
-            raise invalid(f"{where} is {'empty' if not text else 'only white space'}: it has no tokens, so nothing "
-                          "made for it could mean anything")
+        if (empty := blank_message(where, text)) is not None:  # no visible character: the one rule for all
+            raise invalid(empty)
     return texts, single
 
 
