@@ -318,3 +318,44 @@ def test_the_server_refuses_invisible_texts_on_every_route(ws):
         status, answer = post("/predict", {"inputs": "\ufeff"})
         assert status == 422 and answer["error"] == ("inputs is only invisible characters (U+FEFF ZERO WIDTH NO-BREAK "
                                                      f"SPACE): {EMPTY_TAIL}")
+
+
+# ---- 5. a text pair to a classifier of single texts ----------------------------------------------
+
+def test_the_server_does_not_read_two_texts_as_a_pair_for_a_classifier_of_single_texts(ws):
+    with serving(ws / "single") as post:
+        status, answer = post("/predict", {"inputs": ["张三", "北京"]})
+        assert status == 422 and answer["error"] == (
+            'inputs is a list of 2 texts, which is one input, a text and its pair (["text", "pair"]), but this '
+            "server's classifier was fine-tuned on single texts, not pairs; to classify 2 texts, send them as a "
+            'batch: [["text"], ["text"]]')
+        status, answer = post("/predict", {"inputs": [["张三"], ["北京", "很好"]]})
+        assert status == 422 and answer["error"].startswith("inputs[1] is a text pair, but this server's classifier "
+                                                            "was fine-tuned on single texts")
+        status, batch = post("/predict", {"inputs": [["张三"], ["北京"]]})  # the batch the message asks for
+        assert status == 200 and len(batch) == 2 and {a["label"] for a in batch[0]} == {"negative", "positive"}
+        assert post("/predict", {"inputs": "张三"})[0] == 200
+    with serving(ws / "pairs") as post:
+        status, answer = post("/predict", {"inputs": "张三"})
+        assert status == 422 and answer["error"] == (
+            "inputs is a single text, but this server's classifier was fine-tuned on text pairs; send each input as a "
+            'text and its pair: ["text", "pair"], or a batch [["text", "pair"], ...]')
+        assert post("/predict", {"inputs": ["张三", "北京"]})[0] == 200
+    with serving(ws / "classifier") as post:  # a model that does not say: TEI's grammar, as before
+        status, answer = post("/predict", {"inputs": ["张三", "北京"]})
+        assert status == 200 and len(answer) == 2 and isinstance(answer[0], dict)
+
+
+def test_finetune_records_what_a_classifier_reads_and_predict_holds_to_it(ws, tmp_path, capsys):
+    code, _, err = run(capsys, "finetune", *finetune_argv(ws, tmp_path, ws / "train.tsv"))
+    assert code == 0, err
+    config = json.loads((tmp_path / "out" / "best" / "config.json").read_text())
+    assert config["text_pairs"] is False
+    err = refused(capsys, "predict", "--model", tmp_path / "out" / "best", "张三", "--pair", "北京")
+    assert err == ('bertkit predict: error: text 0 has a text pair, but this classifier was fine-tuned on single '
+                   'texts (its config.json says "text_pairs": false) and never learnt to read a pair; give single '
+                   "texts")
+    assert run(capsys, "predict", "--model", tmp_path / "out" / "best", "张三")[0] == 0
+    err = refused(capsys, "predict", "--model", ws / "pairs", "张三")
+    assert err.endswith('text 0 has no text pair, but this classifier was fine-tuned on text pairs (its config.json '
+                        'says "text_pairs": true); give each text its pair')

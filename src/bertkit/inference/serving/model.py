@@ -96,6 +96,7 @@ class ServedModel:
     pooling: str                # sentence vectors' pooling (used by "embedding")
     labels: list[str]           # label names by id (classifier, ner); [] for "embedding"
     max_length: int             # the longest input in tokens: the model's positions
+    text_pairs: bool | None = None  # a classifier fine-tuned on text pairs (true) or single texts; None: not known
 
     @classmethod
     def load(cls, spec: str | os.PathLike, dtype: str = "fp32", pooling: str | None = None,
@@ -120,7 +121,8 @@ class ServedModel:
             from bertkit.data.sources import resolve_model
 
             pooling = declared_pooling(resolve_model(spec)) or "cls"
-        return cls(name or str(spec), model, tokenizer, task, pooling, labels, max_length)
+        text_pairs = getattr(model.config, "text_pairs", None) if task == "classifier" else None
+        return cls(name or str(spec), model, tokenizer, task, pooling, labels, max_length, text_pairs)
 
     @property
     def dtype(self) -> str:
