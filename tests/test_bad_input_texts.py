@@ -359,3 +359,21 @@ def test_finetune_records_what_a_classifier_reads_and_predict_holds_to_it(ws, tm
     err = refused(capsys, "predict", "--model", ws / "pairs", "张三")
     assert err.endswith('text 0 has no text pair, but this classifier was fine-tuned on text pairs (its config.json '
                         'says "text_pairs": true); give each text its pair')
+
+
+# ---- 6. QA windows: advice names what predict can change -----------------------------------------
+
+def test_predict_with_short_windows_lowers_the_stride_it_chose(ws, tmp_path, capsys):
+    code, out, err = run(capsys, "predict", "--model", ws / "reader", "--max-length", "8", "--question", "张三在哪",
+                         "--context", "张三在北京工作很好")
+    assert code == 0 and "doc_stride" not in err, err
+    err = refused(capsys, "predict", "--model", ws / "reader", "--max-length", "8", "--question", "张三在北京工作",
+                  "--context", "张三在北京工作很好")
+    assert err == ("bertkit predict: error: --max-length 8 leaves no room for the context: question '张三在北京工作' "
+                   "takes 7 tokens, and [CLS], [SEP], [SEP] 3 more; raise --max-length or shorten the question")
+    (tmp_path / "q.json").write_text(json.dumps(squad([question("a"), question("b", question="张三在北京工作")])))
+    err = refused(capsys, "evaluate", "--model", ws / "reader", "--data", tmp_path / "q.json", "--max-length", "8")
+    assert err.endswith("error: --max-length 8 leaves no room for the context: question 'b' takes 7 tokens, and "
+                        "[CLS], [SEP], [SEP] 3 more; raise --max-length or shorten the question")
+    (tmp_path / "q.json").write_text(json.dumps(squad([question("a")])))
+    assert run(capsys, "evaluate", "--model", ws / "reader", "--data", tmp_path / "q.json", "--max-length", "8")[0] == 0

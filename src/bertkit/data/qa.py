@@ -281,7 +281,7 @@ def check_window(max_length: int, doc_stride: int, question_tokens: int = 1, que
         f"a question of {question_tokens} token{'s' if question_tokens > 1 else ''}"
     if room < 1:
         raise InputError(f"{length} {max_length} leaves no room for the context: {which}, and [CLS], [SEP], [SEP] "
-                         f"3 more; raise {length}")
+                         f"3 more; raise {length}" + (" or shorten the question" if question is not None else ""))
     if not 0 <= doc_stride < room:
         raise InputError(f"{stride} {doc_stride} must be at least 0 and less than the context tokens a window "
                          f"holds ({room} = {length} {max_length} - {question_tokens} question tokens - "
@@ -305,15 +305,24 @@ def token_span(offsets: Sequence[tuple[int, int]], start: int, end: int) -> tupl
     return (first, last) if first <= last else None
 
 
+def _fitted(max_length: int, doc_stride: int, question_tokens: int) -> int:
+    """The stride, lowered where needed to less than the context tokens a window holds after this question."""
+    room = max_length - question_tokens - SPECIAL_TOKENS
+    return min(doc_stride, room - 1) if room >= 1 else doc_stride
+
+
 def qa_windows(examples: Sequence[QAExample], tokenizer: Any, max_length: int = 384, doc_stride: int = 128,
-               labels: bool = True) -> list[QAWindow]:
+               labels: bool = True, fit_stride: bool = False, flags: bool = False) -> list[QAWindow]:
     """The windows of every example, in example order; with `labels`, each labelled with the first answer's
     token positions (or 0, [CLS], where the answer is not whole inside it or there is none).
 
     Questions are cut to their first MAX_QUERY_LENGTH tokens (one warning counts them). A context is tokenized
-    once however many questions it has.
+    once however many questions it has. A stride that leaves a window no new context is an error, unless
+    `fit_stride` (a stride nobody chose: a default, or the one the model was fine-tuned with): then it is lowered
+    to fit for the questions that need it, and only a window too short for the question itself is an error.
+    `flags`: errors name --max-length and --doc-stride, as the command line calls them.
     """
-    check_window(max_length, doc_stride)
+    check_window(max_length, _fitted(max_length, doc_stride, 1) if fit_stride else doc_stride, flags=flags)
     if not examples:
         return []
     questions = tokenizer([e.question for e in examples], add_special_tokens=False, return_token_type_ids=False,
@@ -332,7 +341,8 @@ def qa_windows(examples: Sequence[QAExample], tokenizer: Any, max_length: int = 
     windows = []
     for index, (example, question) in enumerate(zip(examples, questions)):
         question = question[:MAX_QUERY_LENGTH]
-        check_window(max_length, doc_stride, len(question), example.id)
+        stride = _fitted(max_length, doc_stride, len(question)) if fit_stride else doc_stride
+        check_window(max_length, stride, len(question), example.id, flags)
         ids, offsets = context_tokens[example.context]
         room = max_length - len(question) - SPECIAL_TOKENS
         span = None
@@ -340,7 +350,7 @@ def qa_windows(examples: Sequence[QAExample], tokenizer: Any, max_length: int = 
             answer = example.answers[0]
             span = token_span(offsets, answer.start, answer.end)
         head = [cls, *question, sep]
-        for first in _window_starts(len(ids), room, doc_stride):
+        for first in _window_starts(len(ids), room, stride):
             last = min(first + room, len(ids))
             window = QAWindow(index, head + ids[first:last] + [sep], [0] * len(head) + [1] * (last - first + 1),
                               len(head), offsets[first:last])

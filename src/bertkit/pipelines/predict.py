@@ -160,15 +160,16 @@ def _check_labels(found: set[str], labels: list[str], data: str) -> None:
 
 def evaluate(model: Any, tokenizer: Any, data: str, split: str = "test", batch_size: int = 32,
              max_length: int | None = None, truncation: bool = True, progress: bool | None = False,
-             dtype: str | None = None, encoding: str = "utf-8") -> dict[str, Any]:
+             dtype: str | None = None, encoding: str = "utf-8", flags: bool = False) -> dict[str, Any]:
     """Accuracy and macro-F1 of a classifier, or entity P/R/F1 of a tagger, on `data` (source name or file, read
-    as `encoding`); `dtype` runs a converted copy of the model (bertkit.inference.precision)."""
+    as `encoding`); `dtype` runs a converted copy of the model (bertkit.inference.precision); `flags`: a reader's
+    window errors name the command line's flags (--max-length)."""
     task = task_of_model(model, "evaluate")
     if task.spans:
         examples = task.read(data, split, "to evaluate on", encoding=encoding)
         return {"task": task.family, "data": data, "examples": len(examples),
                 **_evaluate_qa(model, tokenizer, examples, batch_size=batch_size, max_length=max_length,
-                               progress=progress, dtype=dtype)}
+                               progress=progress, dtype=dtype, flags=flags)}
     labels = label_names(model)
     examples = task.read(data, split, "to evaluate on", scheme=_scheme(labels), encoding=encoding)
     result: dict[str, Any] = {"task": task.family, "data": data, "examples": len(examples)}
