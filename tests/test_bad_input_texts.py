@@ -377,3 +377,17 @@ def test_predict_with_short_windows_lowers_the_stride_it_chose(ws, tmp_path, cap
                         "[CLS], [SEP], [SEP] 3 more; raise --max-length or shorten the question")
     (tmp_path / "q.json").write_text(json.dumps(squad([question("a")])))
     assert run(capsys, "evaluate", "--model", ws / "reader", "--data", tmp_path / "q.json", "--max-length", "8")[0] == 0
+
+
+# ---- 7. vocab says why it chose WordPiece --------------------------------------------------------
+
+def test_vocab_says_what_it_measured_when_it_asks_for_a_size(tmp_path, capsys):
+    cjk = "".join(VOCAB[6:]) * 2  # 47 CJK ideographs and 53 Latin letters a line: 47% CJK
+    (tmp_path / "mixed.txt").write_text((cjk[:47] + "abcdefghij" * 5 + "abc\n") * 10, encoding="utf-8")
+    err = refused(capsys, "vocab", "--corpus", tmp_path / "mixed.txt", "--out", tmp_path / "v")
+    assert err == ("bertkit vocab: error: 47.0% of the text's characters are CJK ideographs, less than the 50% from "
+                   "which kind 'auto' builds a vocabulary of characters, so it chose WordPiece, which needs a size: "
+                   "give --size N (vocab_size in Python), e.g. 8000, or --kind chars for a vocabulary of characters")
+    assert not (tmp_path / "v").exists()
+    code, out, _ = run(capsys, "vocab", "--corpus", tmp_path / "mixed.txt", "--out", tmp_path / "v", "--size", "200")
+    assert code == 0 and "wrote" in out
