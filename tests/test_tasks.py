@@ -165,12 +165,12 @@ def test_missing_labels_allowed_when_not_required(tmp_path):
 
 def test_jsonl_with_configurable_fields(tmp_path):
     lines = [json.dumps({"q": "问题", "a": "答案", "y": 1}, ensure_ascii=False), "{not json", "[1, 2]",
-             json.dumps({"q": "没有标签"}, ensure_ascii=False), json.dumps({"q": "二", "y": "neg"})]
+             json.dumps({"q": "没有标签"}, ensure_ascii=False), json.dumps({"q": "二", "y": 0})]
     path = _write(tmp_path, "d.jsonl", "\n".join(lines) + "\n")
     with pytest.warns(DataWarning, match=r"skipped 3 rows, kept 2: invalid JSON \(line 2\); not a JSON object "
                                          r"\(line 3\); missing label \(line 4\)"):
         examples = read_classification_file(path, text_field="q", text_pair_field="a", label_field="y")
-    assert examples == [TextExample("问题", "1", "答案"), TextExample("二", "neg")]
+    assert examples == [TextExample("问题", "1", "答案"), TextExample("二", "0")]
 
 
 @pytest.mark.parametrize("name", ["empty.tsv", "empty.csv", "empty.jsonl"])

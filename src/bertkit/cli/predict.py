@@ -212,7 +212,7 @@ def _predict_answers(args: argparse.Namespace, path) -> int:
         raise UserError(f"--picture draws one question's answer; {len(questions)} questions were given")
     model, tokenizer = load_text_model(path, "predict")
     results = answer_questions(model, tokenizer, questions, contexts, batch_size=args.batch_size,
-                               max_length=args.max_length, progress=None, dtype=args.dtype)
+                               max_length=args.max_length, progress=None, dtype=args.dtype, flags=True)
     for n, (question, result) in enumerate(zip(questions, results)):
         if args.json:
             record = {**({"id": ids[n]} if ids else {}), "question": question, **result}
@@ -225,7 +225,7 @@ def _predict_answers(args: argparse.Namespace, path) -> int:
     if args.picture:
         from bertkit.pictures import figures
 
-        shown = explain_answer(model, tokenizer, questions[0], contexts[0], max_length=args.max_length)
+        shown = explain_answer(model, tokenizer, questions[0], contexts[0], max_length=args.max_length, flags=True)
         title = shorten(questions[0], 60) + f"  →  {shown['answer'] or '(no answer)'}"
         fig = figures.answer_probabilities(shown["pieces"], shown["start_probabilities"], shown["end_probabilities"],
                                            shown["first"], shown["last"], title=title)
@@ -251,7 +251,7 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
     model, tokenizer = load_text_model(args.model, "evaluate")
     scores = evaluate(model, tokenizer, args.data, split=args.split, batch_size=args.batch_size,
                       max_length=args.max_length, truncation=not args.no_truncation, progress=None,
-                      dtype=args.dtype, encoding=args.encoding)
+                      dtype=args.dtype, encoding=args.encoding, flags=True)
     if named:
         scores["split"] = args.split
     if args.json:

@@ -9,6 +9,7 @@ import sys
 from collections.abc import Sequence
 
 from bertkit.cli.common import UserError
+from bertkit.utils.visible import blank_message, is_blank
 
 
 def add_encoding_option(p: argparse.ArgumentParser, what: str = "texts and input files") -> None:
@@ -45,17 +46,16 @@ def command_line_texts(values: Sequence[str], encoding: str = "utf-8", what: str
     for n, value in enumerate(values, start=1):
         where = f"{what} {n}" if len(values) > 1 else f"the {what}"
         text = value if encoding == "utf-8" and value.isascii() else _decoded(os.fsencode(value), encoding, where)
-        if not text.strip():
-            raise UserError(f"{where} is {'empty' if not text else 'only white space'}: it has no tokens, so "
-                            "nothing made for it could mean anything")
+        if (empty := blank_message(where, text)) is not None:  # no visible character: the one rule for all
+            raise UserError(empty)
         texts.append(text)
     return texts
 
 
 def stdin_lines(encoding: str = "utf-8") -> list[str]:
-    """The non-blank lines of standard input, decoded as `encoding` (a line that does not decode is a UserError
-    naming its number), without their line breaks."""
+    """The lines of standard input that have a visible character, decoded as `encoding` (a line that does not decode
+    is a UserError naming its number), without their line breaks."""
     data = sys.stdin.buffer.read() if hasattr(sys.stdin, "buffer") else sys.stdin.read().encode("utf-8")
     lines = data.removeprefix(b"\xef\xbb\xbf").split(b"\n")
     return [text for n, raw in enumerate(lines, start=1)
-            if (text := _decoded(raw.rstrip(b"\r"), encoding, f"line {n} of standard input")).strip()]
+            if not is_blank(text := _decoded(raw.rstrip(b"\r"), encoding, f"line {n} of standard input"))]

@@ -14,6 +14,7 @@ from pathlib import Path
 from bertkit.data import sources
 from bertkit.data.readers import Skips, decoded_lines
 from bertkit.errors import InputError
+from bertkit.utils.visible import is_blank
 
 Document = list[str]
 
@@ -59,7 +60,7 @@ def split_sentences(text: str, lang: str = "zh") -> list[str]:
     if lang not in ("zh", "en"):
         raise InputError(f"lang must be 'zh' or 'en', not {lang!r}")
     split = _split_zh if lang == "zh" else _split_en
-    return [s.strip() for line in text.splitlines() for s in split(line) if s.strip()]
+    return [s.strip() for line in text.splitlines() for s in split(line) if not is_blank(s)]
 
 
 def guess_lang(text: str) -> str:
@@ -86,7 +87,7 @@ def read_text_documents(paths: str | Path | Iterable[str | Path], lang: str | No
         for number, line in decoded_lines(path, encoding):
             if line is None:
                 skips.add("undecodable bytes", number)
-            elif line.strip():
+            elif not is_blank(line):  # a line of invisible characters separates documents as a blank one does
                 blocks[-1].append(line)
             elif blocks[-1] and not one_per_file:
                 blocks.append([])

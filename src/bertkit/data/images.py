@@ -28,6 +28,7 @@ import numpy as np
 from bertkit.data.pickles import loads_arrays
 from bertkit.data.readers import DataWarning
 from bertkit.errors import DataError, InputError
+from bertkit.utils import jsonfiles
 from bertkit.utils.atomic import atomic_write_text
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg")
@@ -281,9 +282,13 @@ class ImageProcessor:
         if not path.is_file():
             raise FileNotFoundError(f"{directory} has no {PROCESSOR_NAME}: it does not say how its images were "
                                     "prepared (bertkit vision-train writes one)")
-        data = json.loads(path.read_text(encoding="utf-8"))
-        size = data.get("size", {})
-        if not ({"height", "width"} <= set(size) and data.get("image_mean") and data.get("image_std")):
+        try:
+            data = jsonfiles.loads(path.read_text(encoding="utf-8"))
+        except ValueError as err:  # not JSON, or not UTF-8
+            raise DataError(f"{path}: not valid JSON ({err})") from None
+        size = data.get("size") if isinstance(data, dict) else None
+        if not (isinstance(size, dict) and {"height", "width"} <= set(size) and data.get("image_mean")
+                and data.get("image_std")):
             raise DataError(f"{path}: expected size {{height, width}}, image_mean and image_std")
         return cls((int(size["height"]), int(size["width"])), [float(m) for m in data["image_mean"]],
                    [float(s) for s in data["image_std"]])

@@ -21,6 +21,7 @@ from __future__ import annotations
 import bisect
 import json
 import os
+import re
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -30,6 +31,8 @@ from typing import Any
 from bertkit.data.lines import NotTextError, check_not_binary
 from bertkit.data.readers import DataWarning, Skips
 from bertkit.errors import DataError, InputError
+from bertkit.utils import jsonfiles
+from bertkit.utils.visible import is_blank
 
 QA_DATASETS = ("squad-excerpt", "xquad-en", "xquad-zh")  # named sets of the source "squad-excerpt"
 MAX_QUERY_LENGTH = 64  # question tokens kept at most (BERT's run_squad.py); the rest of the window is context
@@ -81,7 +84,7 @@ def _load_json(path: Path, encoding: str) -> Any:
         raise NotTextError(f"{path} is not {encoding} text: bytes at byte {err.start} do not decode (give its "
                            "encoding with --encoding)") from None
     try:
-        return json.loads(text.removeprefix("\ufeff"))
+        return jsonfiles.loads(text.removeprefix("\ufeff"))
     except json.JSONDecodeError as err:
         first = text.lstrip()[:1]
         hint = " (one JSON object per line is JSON Lines: predict reads that, training needs SQuAD JSON)" if (
@@ -103,13 +106,39 @@ def _answers(raw: Any, need_offsets: bool) -> list[Answer] | str:
             return _NOT_ANSWERS
         if "answer_start" not in item and need_offsets:
             return 'an answer without "answer_start"'
-        start = item.get("answer_start", -1)
-        if isinstance(start, str) and start.lstrip("-").isdigit():  # some conversions write the offset as text
-            start = int(start)
-        if not isinstance(start, int) or isinstance(start, bool):
-            return _NOT_ANSWERS
+        start = _offset(item.get("answer_start", -1))
+        if start is None:
+            return "an answer_start that is not a whole number"
         answers.append(Answer(item["text"], start))
     return answers
+
+
+def _offset(value: Any) -> int | None:
+    """An answer_start as the int it stands for, or None: conversions write the offset as text ("12") or, through a
+    table with missing values, as a float (12.0); a fraction, a boolean or anything else is no offset."""
+    if isinstance(value, str) and re.fullmatch(r"\s*-?[0-9]+\s*", value):
+        return int(value)
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+_TRUE, _FALSE = ("true", "1"), ("false", "0")
+
+
+def _impossible(value: Any, path: Any, qid: str) -> bool:
+    """`is_impossible` as a bool. Converted files write it as text ("false") or as 0/1, and Python would call any
+    non-empty text true, so that "false" made a question unanswerable: these are read as what they say, null as
+    absent (false), and any other value is an error naming the question, since guessing it would train or score the
+    question wrongly."""
+    if value is None or isinstance(value, bool):
+        return bool(value)
+    if isinstance(value, int | float) and value in (0, 1):
+        return bool(value)
+    if isinstance(value, str) and value.strip().lower() in _TRUE + _FALSE:
+        return value.strip().lower() in _TRUE
+    raise DataError(f"{path}: question {qid}: is_impossible is {value!r}, not true or false (a boolean, "
+                    '"true"/"false" or 0/1); fix the file')
 
 
 def read_squad(path: str | os.PathLike, *, need_offsets: bool = True, encoding: str = "utf-8") -> list[QAExample]:
@@ -164,11 +193,13 @@ def read_squad(path: str | os.PathLike, *, need_offsets: bool = True, encoding: 
 def _question(qa: dict, qid: str, context: Any, title: str, need_offsets: bool,
               skipped: Skips) -> QAExample | None:
     """One question of a file as a QAExample, or None (counted in `skipped`) when it cannot be used."""
-    question, impossible = qa.get("question"), bool(qa.get("is_impossible", False))
+    question, impossible = qa.get("question"), _impossible(qa.get("is_impossible"), skipped.path, qid)
     problem = ('no "question"' if question is None else
-               "an empty question" if not isinstance(question, str) or not question.strip() else
+               "a question that is not a string" if not isinstance(question, str) else
+               "an empty question" if is_blank(question) else
                'no "context" in its paragraph' if context is None else
-               "an empty context" if not isinstance(context, str) or not context.strip() else
+               "a context that is not a string" if not isinstance(context, str) else
+               "an empty context" if is_blank(context) else
                'no "answers", and not marked is_impossible' if "answers" not in qa and not impossible else None)
     answers = [] if impossible or problem else _answers(qa["answers"], need_offsets)
     if isinstance(answers, str):
@@ -176,12 +207,13 @@ def _question(qa: dict, qid: str, context: Any, title: str, need_offsets: bool,
     if problem:
         skipped.add(problem, qid)
         return None
-    if not impossible and not any(answer.text.strip() for answer in answers):
+    if not impossible and all(is_blank(answer.text) for answer in answers):
         skipped.add("no answer, and not marked is_impossible", qid)
         return None
     if need_offsets:
-        answers = [answer for answer in answers
-                   if answer.text.strip() and context[answer.start:answer.end] == answer.text]
+        # a negative offset would slice from the context's end, and could match there by chance
+        answers = [answer for answer in answers if not is_blank(answer.text) and answer.start >= 0
+                   and context[answer.start:answer.end] == answer.text]
         if not answers and not impossible:
             skipped.add("an answer_start that does not point at the answer in the context", qid)
             return None
@@ -249,7 +281,7 @@ def check_window(max_length: int, doc_stride: int, question_tokens: int = 1, que
         f"a question of {question_tokens} token{'s' if question_tokens > 1 else ''}"
     if room < 1:
         raise InputError(f"{length} {max_length} leaves no room for the context: {which}, and [CLS], [SEP], [SEP] "
-                         f"3 more; raise {length}")
+                         f"3 more; raise {length}" + (" or shorten the question" if question is not None else ""))
     if not 0 <= doc_stride < room:
         raise InputError(f"{stride} {doc_stride} must be at least 0 and less than the context tokens a window "
                          f"holds ({room} = {length} {max_length} - {question_tokens} question tokens - "
@@ -273,15 +305,24 @@ def token_span(offsets: Sequence[tuple[int, int]], start: int, end: int) -> tupl
     return (first, last) if first <= last else None
 
 
+def _fitted(max_length: int, doc_stride: int, question_tokens: int) -> int:
+    """The stride, lowered where needed to less than the context tokens a window holds after this question."""
+    room = max_length - question_tokens - SPECIAL_TOKENS
+    return min(doc_stride, room - 1) if room >= 1 else doc_stride
+
+
 def qa_windows(examples: Sequence[QAExample], tokenizer: Any, max_length: int = 384, doc_stride: int = 128,
-               labels: bool = True) -> list[QAWindow]:
+               labels: bool = True, fit_stride: bool = False, flags: bool = False) -> list[QAWindow]:
     """The windows of every example, in example order; with `labels`, each labelled with the first answer's
     token positions (or 0, [CLS], where the answer is not whole inside it or there is none).
 
     Questions are cut to their first MAX_QUERY_LENGTH tokens (one warning counts them). A context is tokenized
-    once however many questions it has.
+    once however many questions it has. A stride that leaves a window no new context is an error, unless
+    `fit_stride` (a stride nobody chose: a default, or the one the model was fine-tuned with): then it is lowered
+    to fit for the questions that need it, and only a window too short for the question itself is an error.
+    `flags`: errors name --max-length and --doc-stride, as the command line calls them.
     """
-    check_window(max_length, doc_stride)
+    check_window(max_length, _fitted(max_length, doc_stride, 1) if fit_stride else doc_stride, flags=flags)
     if not examples:
         return []
     questions = tokenizer([e.question for e in examples], add_special_tokens=False, return_token_type_ids=False,
@@ -300,7 +341,8 @@ def qa_windows(examples: Sequence[QAExample], tokenizer: Any, max_length: int = 
     windows = []
     for index, (example, question) in enumerate(zip(examples, questions)):
         question = question[:MAX_QUERY_LENGTH]
-        check_window(max_length, doc_stride, len(question), example.id)
+        stride = _fitted(max_length, doc_stride, len(question)) if fit_stride else doc_stride
+        check_window(max_length, stride, len(question), example.id, flags)
         ids, offsets = context_tokens[example.context]
         room = max_length - len(question) - SPECIAL_TOKENS
         span = None
@@ -308,7 +350,7 @@ def qa_windows(examples: Sequence[QAExample], tokenizer: Any, max_length: int = 
             answer = example.answers[0]
             span = token_span(offsets, answer.start, answer.end)
         head = [cls, *question, sep]
-        for first in _window_starts(len(ids), room, doc_stride):
+        for first in _window_starts(len(ids), room, stride):
             last = min(first + room, len(ids))
             window = QAWindow(index, head + ids[first:last] + [sep], [0] * len(head) + [1] * (last - first + 1),
                               len(head), offsets[first:last])

@@ -20,6 +20,8 @@ from pathlib import Path
 from bertkit.data.lines import NotTextError as NotTextError  # where the readers' callers have always found it
 from bertkit.data.lines import check_decoded, line_blocks
 from bertkit.errors import DataError, InputError
+from bertkit.utils import jsonfiles
+from bertkit.utils.visible import is_blank
 
 _ENTITY_TAG = re.compile(r"O|[BIMES]-\S+")
 TEXT_NAMES = ("text", "sentence", "sentence1", "text_a", "content", "review", "src")
@@ -105,18 +107,19 @@ def decoded_lines(path: str | Path, encoding: str = "utf-8") -> list[tuple[int, 
 
 def _trim_trailing_blank(lines: list[tuple[int, str | None]]) -> list[tuple[int, str | None]]:
     # blank lines at the very end are an editor habit, not a skipped row
-    while lines and lines[-1][1] is not None and not lines[-1][1].strip():
+    while lines and lines[-1][1] is not None and is_blank(lines[-1][1]):
         lines = lines[:-1]
     return lines
 
 
 def _usable_lines(path: str | Path, encoding: str, skips: Skips, blank: str) -> Iterator[tuple[int, str]]:
-    """(line number, text) of the lines that decode and hold text; the others go to `skips` (blank ones under the
-    reason `blank`), except blank lines at the very end, an editor habit rather than a skipped row."""
+    """(line number, text) of the lines that decode and hold text; the others go to `skips` (blank ones, with no
+    visible character, under the reason `blank`), except blank lines at the very end, an editor habit rather than a
+    skipped row."""
     for number, text in _trim_trailing_blank(decoded_lines(path, encoding)):
         if text is None:
             skips.add("undecodable bytes", number)
-        elif not text.strip():
+        elif is_blank(text):
             skips.add(blank, number)
         else:
             yield number, text
@@ -171,6 +174,7 @@ def read_classification_file(path: str | Path, *, format: str | None = None, hea
         raise InputError(f"unknown format {format!r} for {path}; use 'tsv', 'csv' or 'jsonl'")
     skips = Skips(path, "row")
     examples: list[TextExample] = []
+    label_types = _LabelTypes(path)
 
     def add(number: int, text: object, pair: object, label: object) -> None:
         for what, value in (("text", text), ("text_pair", pair), ("label", label)):
@@ -179,21 +183,23 @@ def read_classification_file(path: str | Path, *, format: str | None = None, hea
                           f"or number", number)
                 return
         text = "" if text is None else str(text).strip()
-        label = "" if label is None else str(label).strip()
+        label = "" if label is None else label_types.text(label, number)
         if "\n" in label:  # a quoted CSV cell that ran on over the next lines: a quote was never closed
             skips.add("label runs over several lines (an unclosed quote?)", number)
         elif not text:
             skips.add("missing text", number)
+        elif is_blank(text):
+            skips.add("text of invisible characters only", number)
         elif require_label and not label:
             skips.add("missing label", number)
         else:
-            pair = None if pair is None or not str(pair).strip() else str(pair).strip()
+            pair = None if pair is None or is_blank(str(pair)) else str(pair).strip()
             examples.append(TextExample(text=text, label=label, text_pair=pair))
 
     if fmt == "jsonl":
         for number, line in _usable_lines(path, encoding, skips, "empty row"):
             try:
-                obj = json.loads(line)
+                obj = jsonfiles.loads(line)
             except ValueError:
                 skips.add("invalid JSON", number)
                 continue
@@ -228,6 +234,7 @@ def read_classification_file(path: str | Path, *, format: str | None = None, hea
     if not examples and not skips.lines:
         warnings.warn(f"{path}: no examples (empty file)", DataWarning, stacklevel=2)
     skips.warn(len(examples))
+    label_types.check()
     return examples
 
 
@@ -256,7 +263,7 @@ def read_conll(path: str | Path, *, encoding: str = "utf-8") -> list[TokenExampl
             problem = problem or ("undecodable bytes", number)
             continue
         cells = line.split()
-        if not cells:
+        if not cells or is_blank(line):  # a line of invisible characters ends a sentence as a blank one does
             end_sentence()
         elif cells[0] == "-DOCSTART-":
             continue
@@ -291,7 +298,7 @@ def read_parallel(path: str | Path, *, encoding: str = "utf-8") -> list[tuple[st
     for number, line in _usable_lines(path, encoding, skips, "empty line"):
         if len(cells := line.split("\t")) != 2:
             skips.add("ragged row (expected 2 tab-separated columns)", number)
-        elif not cells[0].strip() or not cells[1].strip():
+        elif is_blank(cells[0]) or is_blank(cells[1]):
             skips.add("empty side", number)
         else:
             pairs.append((cells[0].strip(), cells[1].strip()))
@@ -299,3 +306,54 @@ def read_parallel(path: str | Path, *, encoding: str = "utf-8") -> list[tuple[st
         warnings.warn(f"{path}: no pairs (empty file)", DataWarning, stacklevel=2)
     skips.warn(len(pairs))
     return pairs
+
+
+class _LabelTypes:
+    """The labels of one file as the class names they become, and a check that JSON gave them one way.
+
+    A class is named by text, as a TSV file names it. JSON Lines can also give a label as a number or a boolean:
+    numbers that are equal are one class, named as the whole number they are (1 and 1.0 are both class "1", as they
+    are one value in JSON and in Python), and a fraction (0.5) is a score, not a class, so it is an error. Labels of
+    different JSON types in one file are an error too, since whether true and 1, or "pos" and 1, are one class or
+    two is a guess; only a string that is the very text the other type's labels become ("1" beside 1, "True" beside
+    true) is taken as such a label, since the file cannot mean another class by it."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = path
+        self.seen: dict[tuple[str, str], tuple[int, object]] = {}  # (JSON type, class name) -> its first line, label
+
+    def text(self, value: object, line: int) -> str:
+        """The class name of one label (stripped text); a label that is a fraction is a DataError naming it."""
+        if isinstance(value, float) and not value.is_integer():
+            raise DataError(f"{self.path}, line {line}: the label {json.dumps(value)} is not a whole number: a "
+                            "classifier's labels are class names or whole numbers (0, 1, 2, ...), not scores; give "
+                            "each example its class")
+        kind = "boolean" if isinstance(value, bool) else "number" if isinstance(value, int | float) else "string"
+        text = str(int(value)) if kind == "number" else str(value).strip()
+        if text:
+            self.seen.setdefault((kind, text), (line, value))
+        return text
+
+    def check(self) -> None:
+        """A DataError naming two labels of different JSON types, when the file's labels mix them."""
+        kinds = {kind for kind, _ in self.seen}
+        if len(kinds) < 2:
+            return
+        first = {kind: min(where for (k, _), where in self.seen.items() if k == kind) for kind in kinds}
+        if {"number", "boolean"} <= kinds:
+            clash = [first["boolean"], first["number"]]
+        else:
+            other = next(kind for kind in kinds if kind != "string")
+            same = _WHOLE_NUMBER.fullmatch if other == "number" else {"True", "False"}.__contains__
+            strays = [where for (kind, text), where in self.seen.items() if kind == "string" and not same(text)]
+            if not strays:
+                return
+            clash = [min(strays), first[other]]
+        shown = [f"{json.dumps(label, ensure_ascii=False)} ({_JSON_TYPE[type(label)]}, line {line})"
+                 for line, label in sorted(clash, key=lambda where: where[0])]
+        raise DataError(f"{self.path}: the labels mix JSON types, {shown[0]} and {shown[1]}: whether they are one "
+                        "class or two is a guess; give every label as the same JSON type")
+
+
+_WHOLE_NUMBER = re.compile(r"0|-?[1-9][0-9]*")  # how a whole number's class name is written ("1", never "01")
+_JSON_TYPE = {str: "a string", int: "a number", float: "a number", bool: "a boolean"}

@@ -26,6 +26,7 @@ from bertkit.data.quality import DataQualityError, DataReport
 from bertkit.errors import InputError
 from bertkit.tokenizer import unicode_tables as uni
 from bertkit.tokenizer.basic import BasicTokenizer
+from bertkit.utils.visible import is_blank
 
 SPECIAL_TOKENS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 PREFIX = "##"
@@ -146,10 +147,20 @@ def wordpiece_vocab(texts: Iterable[str], *, vocab_size: int, min_frequency: int
     return train_wordpiece(count_words(texts, lowercase), vocab_size, min_frequency)
 
 
-def mostly_chinese(texts: list[str], threshold: float = 0.5) -> bool:
-    """Whether CJK ideographs are at least `threshold` of the non-space characters."""
+CJK_SHARE = 0.5  # kind "auto": a character vocabulary when at least this share of the characters are CJK
+AUTO_SAMPLE = 20_000  # kind "auto" decides on the first this many texts
+
+
+def cjk_share(texts: list[str]) -> float:
+    """The share of CJK ideographs among the non-space characters (0 for no characters)."""
     chars = [c for text in texts for c in text if not c.isspace()]
-    return bool(chars) and sum(uni.contains(uni.CJK, c) for c in chars) >= threshold * len(chars)
+    return sum(uni.contains(uni.CJK, c) for c in chars) / len(chars) if chars else 0.0
+
+
+def mostly_chinese(texts: list[str], threshold: float = CJK_SHARE) -> bool:
+    """Whether CJK ideographs are at least `threshold` of the non-space characters."""
+    share = cjk_share(texts)
+    return share > 0 and share >= threshold
 
 
 def build_vocab(texts: Iterable[str], out: str | Path, *, vocab_size: int | None = None, kind: str = "auto",
@@ -162,16 +173,23 @@ def build_vocab(texts: Iterable[str], out: str | Path, *, vocab_size: int | None
     tokens (every character rarer than `min_count`) is a DataQualityError: it would read every text as [UNK]."""
     from bertkit.tokenizer import BertTokenizer
 
-    texts = [text for text in texts if text.strip()]
+    texts = [text for text in texts if not is_blank(text)]
     if not texts:
         raise InputError("no text to build a vocabulary from")
+    chosen = ""  # why kind "auto" chose WordPiece, for the error that asks for its size
     if kind == "auto":
-        kind = "chars" if mostly_chinese(texts[:20_000]) else "wordpiece"
+        share = cjk_share(texts[:AUTO_SAMPLE])
+        kind = "chars" if share >= CJK_SHARE else "wordpiece"
+        sample = f" (in its first {AUTO_SAMPLE:,} sentences)" if len(texts) > AUTO_SAMPLE else ""
+        chosen = (f"{share:.1%} of the text's characters{sample} are CJK ideographs, less than the {CJK_SHARE:.0%} "
+                  "from which kind 'auto' builds a vocabulary of characters, so it chose WordPiece, which ")
     if kind == "chars":
         tokens = char_vocab(texts, min_count=min_count, vocab_size=vocab_size, lowercase=lowercase)
     elif kind == "wordpiece":
         if vocab_size is None:
-            raise InputError("a WordPiece vocabulary needs a size (vocab_size, or --size on the command line)")
+            raise InputError((chosen or "a WordPiece vocabulary ") + "needs a size: give --size N (vocab_size in "
+                             "Python), e.g. 8000" + (", or --kind chars for a vocabulary of characters" if chosen else
+                                                     ""))
         tokens = wordpiece_vocab(texts, vocab_size=vocab_size, min_frequency=max(min_count, 2),
                                  lowercase=lowercase, trainer=trainer)
     else:

@@ -22,6 +22,7 @@ from torch import Tensor, nn
 from tqdm.auto import tqdm
 
 from bertkit.errors import DataError, InputError
+from bertkit.utils.visible import is_blank
 
 PROGRESS_MIN_TEXTS = 1000  # progress=None: fewer texts than this finish before a progress bar would tell anything
 CHUNK_TEXTS = 16_384  # texts tokenized, sorted by length and run together: memory stays bounded for any number
@@ -32,7 +33,8 @@ class TruncationWarning(UserWarning):
 
 
 class EmptyTextWarning(UserWarning):
-    """Some texts are empty or only white space: they have no tokens, so their results mean nothing."""
+    """Some texts have no visible character (empty, white space, invisible characters): they have no tokens, so their
+    results mean nothing."""
 
 
 class InputTooLongError(InputError):
@@ -52,16 +54,20 @@ class InputFindings:
     name: str = "texts"
     total: int = 0                                              # texts seen so far (the next chunk's first index)
     empty: list[int] = field(default_factory=list)
+    invisible: bool = False                                     # some empty text holds invisible characters
     cut: list[tuple[int, int]] = field(default_factory=list)   # (index, tokens before cutting)
     limit_name: str = ""
     max_length: int = 0
 
     def warn(self, stacklevel: int = 3) -> None:
         if self.empty:
-            verb = "are" if len(self.empty) > 1 else "is"
-            warnings.warn(f"{len(self.empty):,} of {self.total:,} {self.name} {verb} empty or only white space (the "
-                          f"first is {self.name}[{self.empty[0]}]): with no tokens, each gets what [CLS] [SEP] alone "
-                          "gets", EmptyTextWarning, stacklevel=stacklevel)
+            several = len(self.empty) > 1
+            what = (f"{'are' if several else 'is'} empty or only white space" if not self.invisible else
+                    f"{'have' if several else 'has'} no visible character (empty, white space, or invisible "
+                    "characters such as U+200B ZERO WIDTH SPACE)")
+            warnings.warn(f"{len(self.empty):,} of {self.total:,} {self.name} {what} (the first is "
+                          f"{self.name}[{self.empty[0]}]): with no tokens, each gets what [CLS] [SEP] alone gets",
+                          EmptyTextWarning, stacklevel=stacklevel)
         if self.cut:
             index = min(self.cut)[0]
             warnings.warn(f"{len(self.cut):,} of {self.total:,} texts are longer than {self.limit_name} (up to "
@@ -107,15 +113,17 @@ def check_texts(texts: Any, name: str = "texts", content: bool = True) -> list[s
 
 def check_text_content(texts: Sequence[str | None], name: str = "texts", findings: InputFindings | None = None,
                        offset: int = 0) -> None:
-    """Count the texts that are empty or only white space (they have no tokens: what is made for them is made from
-    [CLS] and [SEP] alone, the same for every such text) into `findings`, or without findings say them now in an
-    EmptyTextWarning; a text holding lone surrogates (undecoded bytes, which no tokenizer reads) is an error.
-    `offset` is the index of texts[0] among all texts of the run."""
-    empty = [offset + i for i, text in enumerate(texts) if text is not None and not text.strip()]
+    """Count the texts with no visible character (empty, white space, invisible characters such as U+200B: they have
+    no tokens, so what is made for them is made from [CLS] and [SEP] alone, the same for every such text) into
+    `findings`, or without findings say them now in an EmptyTextWarning; a text holding lone surrogates (undecoded
+    bytes, which no tokenizer reads) is an error. `offset` is the index of texts[0] among all texts of the run."""
+    empty = [offset + i for i, text in enumerate(texts) if text is not None and is_blank(text)]
+    invisible = any(texts[i - offset].strip() for i in empty)  # blank, yet not white space: invisible characters
     if findings is not None:
         findings.empty += empty
+        findings.invisible = findings.invisible or invisible
     elif empty:
-        InputFindings(name, total=len(texts), empty=empty).warn(stacklevel=4)
+        InputFindings(name, total=len(texts), empty=empty, invisible=invisible).warn(stacklevel=4)
     for i, text in enumerate(texts):
         if text is None:
             continue

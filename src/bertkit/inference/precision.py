@@ -30,27 +30,6 @@ from bertkit.errors import InputError
 from bertkit.inference.machine import native_bfloat16
 
 DTYPES = {"fp32": "float32", "float32": "float32", "bf16": "bfloat16", "bfloat16": "bfloat16", "int8": "int8"}
-# The least cosine between a format's sentence vectors and float32's on PROBE_TEXTS for `choose_dtype` to take it.
-MIN_COSINE = 0.999
-# Sentences of the kinds a served model meets (English, Chinese, mixed, short and long), for `choose_dtype`.
-PROBE_TEXTS = (
-    "The quick brown fox jumps over the lazy dog.",
-    "How do I reset my password if I no longer have access to my email account?",
-    "Transformers replaced recurrent networks because attention relates every token to every other one at once.",
-    "Revenue grew 12% year over year, driven by strong demand in the Asia-Pacific region and new subscriptions.",
-    "ok",
-    "Paris is the capital and most populous city of France, with an estimated population of two million.",
-    "今天天气很好，我们去公园散步吧。",
-    "央行宣布下调存款准备金率0.5个百分点，释放长期资金约一万亿元。",
-    "这部电影的剧情很一般，但是演员的表演非常出色，值得一看。",
-    "北京大学是中国最早的国立综合性大学之一。",
-    "好",
-    "BERT 模型在 2018 年发布，使用了 masked language model 和 next sentence prediction 两个预训练任务。",
-    "Machine learning models can be quantized to int8 to run faster on CPUs with VNNI instructions.",
-    "请问从上海到杭州的高铁大概需要多长时间？",
-    "She sells sea shells by the sea shore, and the shells she sells are surely sea shells.",
-    "深度学习的发展离不开大规模数据和强大的计算能力。",
-)
 
 
 class PrecisionWarning(UserWarning):
@@ -172,23 +151,3 @@ def quantize_int8(model: nn.Module) -> nn.Module:
 def _is_quantized_linear(module: nn.Module) -> bool:
     return isinstance(module, Int8Linear)
 
-
-def choose_dtype(model: nn.Module, tokenizer, pooling: str = "mean") -> tuple[str, str]:
-    """(dtype, why): the fastest number format for inference on this machine whose sentence vectors stay within
-    cosine MIN_COSINE of float32's on PROBE_TEXTS. bfloat16 where the CPU computes it natively; else int8 where the
-    model passes the check (faster than float32 with VNNI, and with AVX2 alone too); else float32. `model`: the
-    encoder whose sentence vectors are compared."""
-    from bertkit.inference.encode import encode
-
-    device = next(model.parameters()).device
-    if native_bfloat16(device):
-        return "bfloat16", f"this {device.type.upper()} computes bfloat16 natively"
-    if device.type != "cpu":
-        return "float32", f"int8 runs on CPU only, this model is on {device}"
-    exact = encode(model, tokenizer, list(PROBE_TEXTS), pooling=pooling, normalize=True)
-    int8 = encode(quantize_int8(model), tokenizer, list(PROBE_TEXTS), pooling=pooling, normalize=True)
-    cosine = float((exact * int8).sum(1).min())
-    if cosine >= MIN_COSINE:
-        return "int8", f"no native bfloat16; int8's vectors are within cosine {cosine:.4f} of float32's"
-    return "float32", (f"no native bfloat16, and int8's vectors are only within cosine {cosine:.4f} of float32's "
-                       f"(below {MIN_COSINE})")

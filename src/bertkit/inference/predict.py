@@ -101,9 +101,25 @@ def classifier_rows(model: nn.Module, tokenizer: Any, texts: list[str], pairs: l
     limit, limit_name = input_limit(model, max_length)
     if getattr(model.config, "prompt", None) is not None:  # a cloze classifier: each text inside its template
         return prompt_rows(model.config.prompt["template"], tokenizer, texts, pairs, limit, truncation, limit_name)
+    check_pair_form(model, len(texts), pairs, run.findings.total if run is not None else 0)
     if run is not None:
         return run.tokenize(tokenizer, texts, pairs, max_length=limit, truncation=truncation, limit_name=limit_name)
     return tokenize(tokenizer, texts, pairs, max_length=limit, truncation=truncation, limit_name=limit_name)
+
+
+def check_pair_form(model: nn.Module, count: int, pairs: Sequence[str | None] | None, offset: int = 0) -> None:
+    """Refuse texts of the other form than the classifier was fine-tuned on (config.text_pairs): a pair to a model of
+    single texts, or a single text to a model of pairs, would still get a label, from input it never learnt to read.
+    `offset` is the index of the first text among all texts of the run."""
+    trained = getattr(model.config, "text_pairs", None)
+    paired = [False] * count if pairs is None else [pair is not None for pair in pairs]
+    if trained is False and any(paired):
+        raise InputError(f"text {offset + paired.index(True)} has a text pair, but this classifier was fine-tuned on "
+                         "single texts (its config.json says \"text_pairs\": false) and never learnt to read a pair; "
+                         "give single texts")
+    if trained is True and not all(paired):
+        raise InputError(f"text {offset + paired.index(False)} has no text pair, but this classifier was fine-tuned "
+                         "on text pairs (its config.json says \"text_pairs\": true); give each text its pair")
 
 
 def class_probabilities(model: nn.Module, input_ids: Tensor, attention_mask: Tensor, token_type_ids: Tensor

@@ -27,6 +27,7 @@ from bertkit.data.qa import QAExample, QAWindow, qa_windows
 from bertkit.errors import InputError
 from bertkit.inference.batching import EncodedText, check_text_content, check_texts, run_sorted
 from bertkit.inference.precision import for_inference
+from bertkit.utils.visible import is_blank
 
 DEFAULTS = {"max_length": 384, "doc_stride": 128, "max_answer_length": 30, "impossible": False}
 
@@ -137,14 +138,24 @@ def answer_windows(model: nn.Module, examples: Sequence[QAExample], windows: Seq
 
 def answer_examples(model: nn.Module, tokenizer: Any, examples: Sequence[QAExample], batch_size: int = 32,
                     progress: bool | None = False, dtype: str | torch.dtype | None = None, n_best: int = 20,
-                    null_threshold: float = 0.0, **settings: Any) -> list[dict[str, Any]]:
+                    null_threshold: float = 0.0, flags: bool = False, **settings: Any) -> list[dict[str, Any]]:
     """{"answer", "score", "start", "end"} of every example; `settings` (max_length, doc_stride, max_answer_length,
-    impossible) override the model's own (`qa_settings`)."""
+    impossible) override the model's own (`qa_settings`). A doc_stride not given is lowered where a long question
+    leaves a window less context than the stride (`qa_windows`' fit_stride); `flags`: errors name the command
+    line's flags (--max-length, --doc-stride)."""
+    windows = _windows(model, tokenizer, examples, settings, flags)
     settings = qa_settings(model, **settings)
-    windows = qa_windows(examples, tokenizer, settings["max_length"], settings["doc_stride"], labels=False)
     results = answer_windows(for_inference(model, dtype), examples, windows, tokenizer.pad_token_id, batch_size,
                              progress, n_best, settings["max_answer_length"], settings["impossible"], null_threshold)
     return [{key: value for key, value in result.items() if key != "window"} for result in results]
+
+
+def _windows(model: nn.Module, tokenizer: Any, examples: Sequence[QAExample], given: dict[str, Any],
+             flags: bool) -> list[QAWindow]:
+    """The examples' windows as `qa_settings` sets them; the user chose the stride only if it was given."""
+    settings = qa_settings(model, **given)
+    return qa_windows(examples, tokenizer, settings["max_length"], settings["doc_stride"], labels=False,
+                      fit_stride=given.get("doc_stride") is None, flags=flags)
 
 
 def check_questions(questions: Sequence[str], contexts: Sequence[str]) -> tuple[list[str], list[str]]:
@@ -154,7 +165,7 @@ def check_questions(questions: Sequence[str], contexts: Sequence[str]) -> tuple[
     if len(questions) != len(contexts):
         raise InputError(f"{len(questions)} questions but {len(contexts)} contexts: give one context per question")
     for name, texts in (("questions", questions), ("contexts", contexts)):
-        empty = next((i for i, text in enumerate(texts) if not text.strip()), None)
+        empty = next((i for i, text in enumerate(texts) if is_blank(text)), None)
         if empty is not None:
             raise InputError(f"{name}[{empty}] is empty: there is nothing to " +
                              ("ask" if name == "questions" else "find an answer in"))
@@ -170,20 +181,26 @@ def answer_questions(model: nn.Module, tokenizer: Any, questions: Sequence[str] 
     if single != isinstance(contexts, str):
         raise InputError("give one question and one context, or a list of each")
     questions, contexts = check_questions([questions] if single else questions, [contexts] if single else contexts)
-    examples = [QAExample(str(i), q, c) for i, (q, c) in enumerate(zip(questions, contexts))]
+    # the question itself names it where a message must (a question too long for the window): it has no id here
+    examples = [QAExample(_shortened(q), q, c) for q, c in zip(questions, contexts)]
     results = answer_examples(model, tokenizer, examples, **options)
     return results[0] if single else results
 
 
-def explain_answer(model: nn.Module, tokenizer: Any, question: str, context: str, **settings: Any) -> dict[str, Any]:
+def _shortened(text: str, width: int = 40) -> str:
+    return text if len(text) <= width else text[:width - 1] + "…"
+
+
+def explain_answer(model: nn.Module, tokenizer: Any, question: str, context: str, flags: bool = False,
+                   **settings: Any) -> dict[str, Any]:
     """One question's answer with what it was chosen from: the answer's window as context pieces (the characters
     of each token), p(start) and p(end) over them, and the answer's first and last piece ({"answer", "score",
     "start", "end", "pieces", "start_probabilities", "end_probabilities", "first", "last"}; first and last None
     for no answer). With a model that can say "no answer", the first piece is [CLS]."""
     check_questions([question], [context])
+    example = QAExample(_shortened(question), question, context)
+    windows = _windows(model, tokenizer, [example], settings, flags)
     settings = qa_settings(model, **settings)
-    example = QAExample("0", question, context)
-    windows = qa_windows([example], tokenizer, settings["max_length"], settings["doc_stride"], labels=False)
     logits = window_logits(model, windows, tokenizer.pad_token_id)
     result = decode(example, windows, logits, max_answer_length=settings["max_answer_length"],
                     impossible=settings["impossible"])

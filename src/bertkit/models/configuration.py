@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from bertkit.errors import ConfigError
+from bertkit.utils import jsonfiles
 from bertkit.utils.atomic import atomic_write_text
 
 ACTIVATIONS = ("gelu", "gelu_new", "gelu_pytorch_tanh", "relu")
@@ -214,7 +215,7 @@ def read_config_json(path: str | os.PathLike) -> dict[str, Any]:
     """A config.json file's object, or a clear error for a missing, unreadable or non-object file."""
     path = Path(path)
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = jsonfiles.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise FileNotFoundError(f"no config file at {path}") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as err:

@@ -21,6 +21,7 @@ import numpy as np
 
 from bertkit.errors import DataError, InputError
 from bertkit.utils.atomic import atomic_write_text
+from bertkit.utils.visible import is_blank
 
 TEMPLATE = "assets/attention.html"
 
@@ -60,8 +61,8 @@ def sentence_attentions(model, tokenizer, text: str, text_pair: str | None = Non
     """Run `text` (and `text_pair`) through `model` and collect the attention weights of every layer and head."""
     import torch
 
-    if not text or not text.strip():
-        raise InputError("text is empty: there is nothing to attend to")
+    if is_blank(text):
+        raise InputError("text is empty (it has no visible character): there is nothing to attend to")
     max_length = max_length or model.config.max_position_embeddings
     encoding = tokenizer(text, text_pair=text_pair, truncation=True, max_length=max_length, return_tensors="pt")
     length = len(tokenizer(text, text_pair=text_pair, verbose=False)["input_ids"])

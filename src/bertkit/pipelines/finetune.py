@@ -226,6 +226,9 @@ def finetune(options: FinetuneOptions) -> dict[str, Any]:
             check_labels(splits[split], label2id, task, split)
 
     cls, head, template = family_for("bert").head(task.name), {"id2label": id2label}, None
+    # what a classifier reads, so that predictions refuse the other form (None: a tagger, or both forms seen)
+    forms = {example.text_pair is not None for example in train} if not task.token_level else set()
+    head["text_pairs"] = forms.pop() if len(forms) == 1 else None
     if options.prompt is not None:
         cls, template = BertForPromptClassification, PromptTemplate(options.prompt)
         head["prompt"] = template.config(tokenizer, prompt_label_words(options, names))

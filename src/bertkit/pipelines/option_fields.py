@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from bertkit.errors import DataError, InputError
+from bertkit.utils import jsonfiles
 from bertkit.utils.atomic import atomic_write_text
 from bertkit.utils.ranges import check_number, stated_range
 
@@ -142,7 +143,7 @@ class Options:
     def load(cls, path: str | os.PathLike):
         """Options written by `save`, their relative paths resolved against the file's directory."""
         try:
-            values = json.loads(Path(path).read_text(encoding="utf-8"))
+            values = jsonfiles.loads(Path(path).read_text(encoding="utf-8"))
         except ValueError as err:  # not JSON, or not UTF-8: the file was damaged after the run wrote it
             raise DataError(f"{path} cannot be read as a run's options ({err})") from None
         return cls(**_map_paths(values, cls, lambda v: _loaded_path(v, Path(path).parent)))

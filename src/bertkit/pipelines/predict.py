@@ -21,6 +21,8 @@ from bertkit.errors import DataError, InputError
 from bertkit.inference import batching, label_names, predict, tag_words
 from bertkit.inference.loading import task_of_model
 from bertkit.training import metrics
+from bertkit.utils import jsonfiles
+from bertkit.utils.visible import is_blank
 
 
 class EvaluationDataError(DataError):
@@ -52,14 +54,14 @@ class InputFile:
                 skipped.setdefault("undecodable bytes", []).append(number)
                 continue
             text, _, pair = line.partition("\t") if self.tsv else (line, "", "")
-            if not text.strip():
+            if is_blank(text):
                 skipped.setdefault("blank", []).append(number)
                 continue
             if self.tsv and "\t" in pair:
                 skipped.setdefault("more than 2 columns", []).append(number)
                 continue
             kept += 1
-            yield text.strip(), pair.strip() or None
+            yield text.strip(), None if is_blank(pair) else pair.strip()
         if not kept:
             unusable = sum(map(len, skipped.values()))
             raise InputError(f"input file {self.path} has no texts"
@@ -115,20 +117,20 @@ def read_questions(path: str | os.PathLike, encoding: str = "utf-8") -> tuple[li
     contexts: list[str] = []
     skips = Skips(path)
     for number, line in iter_decoded_lines(path, encoding):
-        if line is None or not line.strip():
+        if line is None or is_blank(line):
             skips.add("undecodable bytes" if line is None else "blank", number)
             continue
         try:
-            record = json.loads(line)
+            record = jsonfiles.loads(line)
         except json.JSONDecodeError:
             record = None
         if not isinstance(record, dict):
             skips.add("not a JSON object", number)
             continue
         question, context = record.get("question"), record.get("context")
-        if not isinstance(question, str) or not question.strip():
+        if not isinstance(question, str) or is_blank(question):
             skips.add("no question", number)
-        elif not isinstance(context, str) or not context.strip():
+        elif not isinstance(context, str) or is_blank(context):
             skips.add("no context", number)
         else:
             ids.append(str(record.get("id", number)))
@@ -158,15 +160,16 @@ def _check_labels(found: set[str], labels: list[str], data: str) -> None:
 
 def evaluate(model: Any, tokenizer: Any, data: str, split: str = "test", batch_size: int = 32,
              max_length: int | None = None, truncation: bool = True, progress: bool | None = False,
-             dtype: str | None = None, encoding: str = "utf-8") -> dict[str, Any]:
+             dtype: str | None = None, encoding: str = "utf-8", flags: bool = False) -> dict[str, Any]:
     """Accuracy and macro-F1 of a classifier, or entity P/R/F1 of a tagger, on `data` (source name or file, read
-    as `encoding`); `dtype` runs a converted copy of the model (bertkit.inference.precision)."""
+    as `encoding`); `dtype` runs a converted copy of the model (bertkit.inference.precision); `flags`: a reader's
+    window errors name the command line's flags (--max-length)."""
     task = task_of_model(model, "evaluate")
     if task.spans:
         examples = task.read(data, split, "to evaluate on", encoding=encoding)
         return {"task": task.family, "data": data, "examples": len(examples),
                 **_evaluate_qa(model, tokenizer, examples, batch_size=batch_size, max_length=max_length,
-                               progress=progress, dtype=dtype)}
+                               progress=progress, dtype=dtype, flags=flags)}
     labels = label_names(model)
     examples = task.read(data, split, "to evaluate on", scheme=_scheme(labels), encoding=encoding)
     result: dict[str, Any] = {"task": task.family, "data": data, "examples": len(examples)}

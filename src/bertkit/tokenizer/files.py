@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from bertkit.errors import DataError, InputError
+from bertkit.utils import jsonfiles
 from bertkit.utils.atomic import atomic_write_text
 
 if TYPE_CHECKING:
@@ -77,8 +78,7 @@ def _content(token: Any) -> str | None:
 
 def _read_json(path: Path) -> dict[str, Any]:
     try:
-        with open(path, encoding="utf-8") as f:
-            return json.load(f)
+        return jsonfiles.loads(path.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
         raise DataError(f"{path}: not valid JSON ({err})") from None
 

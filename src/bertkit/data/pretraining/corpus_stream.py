@@ -22,7 +22,6 @@ rules).
 from __future__ import annotations
 
 import itertools
-import json
 import os
 import warnings
 from collections.abc import Iterator
@@ -36,6 +35,8 @@ from bertkit.data.lines import line_blocks
 from bertkit.data.pretraining.store import FILES, META, PLANS, is_store
 from bertkit.data.readers import TEXT_NAMES, DataWarning
 from bertkit.errors import InputError
+from bertkit.utils import jsonfiles
+from bertkit.utils.visible import is_blank
 
 STORE_NAMES = {META, PLANS, *FILES.values()}  # a store's own files: never read as a corpus
 CHUNK_BYTES = 1 << 21       # a worker's share of a file at a time: big enough to keep it busy, small to keep memory
@@ -240,7 +241,7 @@ def _read_lines(chunk: Chunk, skipped: dict[str, list[int]]) -> tuple[list[str],
             found = [s for part in text.splitlines() for s in corpus.split_sentences(part, corpus.guess_lang(part))]
             sentences += found
             runs += [len(found), None]  # a record is a document of its own
-        elif text.strip():
+        elif not is_blank(text):  # as data/corpus.py: no visible character is a blank line
             found = corpus.split_sentences(text, corpus.guess_lang(text))
             sentences += found
             count += len(found)
@@ -254,10 +255,10 @@ def _read_lines(chunk: Chunk, skipped: dict[str, list[int]]) -> tuple[list[str],
 
 
 def _jsonl_text(line: str, number: int, skipped: dict[str, list[int]]) -> str | None:
-    if not line.strip():
+    if is_blank(line):
         return None  # a blank line between records is no record
     try:
-        record = json.loads(line)
+        record = jsonfiles.loads(line)
     except ValueError:
         skipped.setdefault("invalid JSON", []).append(number)
         return None

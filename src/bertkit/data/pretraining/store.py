@@ -30,6 +30,7 @@ import numpy as np
 
 from bertkit.data.sources import home
 from bertkit.errors import DataError, InputError
+from bertkit.utils import jsonfiles
 
 FORMAT, VERSION = "bertkit-token-store", 1
 META = "store.json"
@@ -178,7 +179,7 @@ class TokenStore:
         path = Path(path)
         meta_path = path / META
         try:
-            meta = json.loads(meta_path.read_text(encoding="utf-8"))
+            meta = jsonfiles.loads(meta_path.read_text(encoding="utf-8"))
         except FileNotFoundError:
             raise StoreError(f"{path} holds no {META}: it is not a token store, or its preparation did not finish; "
                              f"{remedy(path)}") from None

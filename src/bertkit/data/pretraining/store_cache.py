@@ -19,7 +19,7 @@ from bertkit.data.pretraining.store_writer import prepare_store
 from bertkit.data.readers import DataWarning
 from bertkit.utils.locking import locked
 
-TEXT_VERSION = 1          # how text becomes sentences (data/corpus.py, corpus_stream.py): a change makes new keys
+TEXT_VERSION = 2          # how text becomes sentences (data/corpus.py, corpus_stream.py): a change makes new keys
 
 
 def store_key(inputs: list[CorpusInput], tokenizer, whole_word: bool, encoding: str) -> str:

@@ -46,6 +46,7 @@ from bertkit.inference.serving.metrics import ServerMetrics
 from bertkit.inference.serving.model import ServedModel, normalized
 from bertkit.inference.serving.payloads import (
     ServeError,
+    check_input_form,
     embed_request,
     invalid,
     openai_request,
@@ -239,6 +240,8 @@ def create_app(load: Callable[[], ServedModel], settings: ServerSettings | None 
             query = predict_request(await read_json(request, limits.payload_limit), limits.max_client_batch_size)
             if served.task == "ner" and query.pairs is not None:
                 raise invalid("this server serves a tagger (NER), which reads single texts; send no text pairs")
+            if served.task == "classifier":
+                check_input_form(query, served.text_pairs)
             rows = _rows(served, query.texts, query.pairs, query.truncate)
             outputs = await server.infer(rows)
         if served.task == "ner":

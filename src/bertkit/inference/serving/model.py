@@ -11,7 +11,6 @@ vectors, a fine-tuned classifier labels, a tagger entity spans.
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,6 +40,7 @@ from bertkit.inference.predict import (
     tagger_rows,
     token_tags,
 )
+from bertkit.utils import jsonfiles
 
 TASKS = ("embedding", "classifier", "ner")
 
@@ -68,7 +68,7 @@ def declared_pooling(path: str | os.PathLike) -> str | None:
     (mean or cls), or m3e's `uniem_embedding_strategy`; None where it declares none that bertkit computes."""
     path = Path(path)
     try:
-        pooling = json.loads((path / "1_Pooling" / "config.json").read_text(encoding="utf-8"))
+        pooling = jsonfiles.loads((path / "1_Pooling" / "config.json").read_text(encoding="utf-8"))
     except (OSError, ValueError):
         pooling = None
     if isinstance(pooling, dict):
@@ -78,7 +78,7 @@ def declared_pooling(path: str | os.PathLike) -> str | None:
             return "cls"
         return None
     try:
-        config = json.loads((path / "config.json").read_text(encoding="utf-8"))
+        config = jsonfiles.loads((path / "config.json").read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
     strategy = config.get("uniem_embedding_strategy") if isinstance(config, dict) else None
@@ -96,6 +96,7 @@ class ServedModel:
     pooling: str                # sentence vectors' pooling (used by "embedding")
     labels: list[str]           # label names by id (classifier, ner); [] for "embedding"
     max_length: int             # the longest input in tokens: the model's positions
+    text_pairs: bool | None = None  # a classifier fine-tuned on text pairs (true) or single texts; None: not known
 
     @classmethod
     def load(cls, spec: str | os.PathLike, dtype: str = "fp32", pooling: str | None = None,
@@ -120,7 +121,8 @@ class ServedModel:
             from bertkit.data.sources import resolve_model
 
             pooling = declared_pooling(resolve_model(spec)) or "cls"
-        return cls(name or str(spec), model, tokenizer, task, pooling, labels, max_length)
+        text_pairs = getattr(model.config, "text_pairs", None) if task == "classifier" else None
+        return cls(name or str(spec), model, tokenizer, task, pooling, labels, max_length, text_pairs)
 
     @property
     def dtype(self) -> str:

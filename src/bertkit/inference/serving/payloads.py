@@ -18,6 +18,8 @@ from typing import Any
 
 import orjson
 
+from bertkit.utils.visible import blank_message
+
 
 class ServeError(Exception):
     """A request the server cannot answer: an HTTP status, TEI's error type, and a message for people."""
@@ -119,9 +121,8 @@ def text_list(value: Any, name: str, max_client_batch_size: int) -> tuple[list[s
         if not isinstance(text, str):
             hint = " (this server takes texts, not token ids)" if isinstance(text, (int, list)) else ""
             raise invalid(f"{where} is {_kind(text)}, not a text{hint}")
-        if not text.strip():
-            raise invalid(f"{where} is {'empty' if not text else 'only white space'}: it has no tokens, so nothing "
-                          "made for it could mean anything")
+        if (empty := blank_message(where, text)) is not None:  # no visible character: the one rule for all
+            raise invalid(empty)
     return texts, single
 
 
@@ -185,6 +186,25 @@ def predict_request(body: dict[str, Any], max_client_batch_size: int) -> Predict
     texts = [text for text, _ in sequences]
     pairs = [pair for _, pair in sequences]
     return PredictRequest(texts, pairs if any(pair is not None for pair in pairs) else None, single, truncate)
+
+
+def check_input_form(query: PredictRequest, text_pairs: bool | None) -> None:
+    """422 for inputs of the other form than the served classifier was fine-tuned on (`text_pairs`, from its
+    config.json; None: not known, and either form is served). ["a", "b"] is one text pair in TEI's grammar: to a
+    classifier of single texts that is most likely two texts meant as a batch, and answering it as a pair would be a
+    label for input the model never learnt to read, so the message says how to send either."""
+    paired = [False] * len(query.texts) if query.pairs is None else [pair is not None for pair in query.pairs]
+    if text_pairs is False and any(paired):
+        if query.single:
+            raise invalid('inputs is a list of 2 texts, which is one input, a text and its pair (["text", "pair"]), '
+                          "but this server's classifier was fine-tuned on single texts, not pairs; to classify 2 "
+                          'texts, send them as a batch: [["text"], ["text"]]')
+        raise invalid(f"inputs[{paired.index(True)}] is a text pair, but this server's classifier was fine-tuned on "
+                      'single texts, not pairs; send each text as an input of its own: [["text"], ["text"]]')
+    if text_pairs is True and not all(paired):
+        where = "inputs" if query.single else f"inputs[{paired.index(False)}]"
+        raise invalid(f"{where} is a single text, but this server's classifier was fine-tuned on text pairs; send "
+                      'each input as a text and its pair: ["text", "pair"], or a batch [["text", "pair"], ...]')
 
 
 def _sequence(item: list, where: str) -> tuple[str, str | None]:

@@ -43,6 +43,10 @@ class BertConfig(EncoderConfig, LabelsMixin):
     # Extractive QA (BertForQuestionAnswering): how it was fine-tuned to read questions, so that predictions read
     # them the same way: {"max_length", "doc_stride", "max_answer_length", "impossible"} (bertkit.inference.qa).
     qa: dict[str, Any] | None = None
+    # Sequence classification: fine-tuned on text pairs (true) or on single texts (false). Predictions refuse the
+    # other form, which the model never learnt to read and would still label; None: not known (a model from
+    # elsewhere, or from before bertkit wrote it) or fine-tuned on both, and either form is taken.
+    text_pairs: bool | None = None
 
     def validate(self) -> None:
         """Raise ConfigError naming the first value no model can be built from."""
@@ -58,6 +62,8 @@ class BertConfig(EncoderConfig, LabelsMixin):
             self._validate_prompt()
         if self.qa is not None and (not isinstance(self.qa, dict) or not set(self.qa) <= set(QA_KEYS)):
             raise ConfigError(f"qa must be a dict with some of the keys {', '.join(QA_KEYS)}, got {self.qa!r}")
+        if self.text_pairs is not None and not isinstance(self.text_pairs, bool):
+            raise ConfigError(f"text_pairs must be true, false or null, got {self.text_pairs!r}")
 
     def _validate_prompt(self) -> None:
         prompt = self.prompt
@@ -84,7 +90,7 @@ class BertConfig(EncoderConfig, LabelsMixin):
 
     def to_dict(self) -> dict[str, Any]:
         out = super().to_dict()
-        for optional in ("embedding_size", "classifier_dropout", "prompt", "qa"):
+        for optional in ("embedding_size", "classifier_dropout", "prompt", "qa", "text_pairs"):
             if out[optional] is None:
                 del out[optional]
         for option, default in (("share_layers", False), ("normalize_before", False), ("use_bias", True)):
