@@ -65,15 +65,22 @@ def _add_evaluate(sub: argparse._SubParsersAction) -> None:
     _add_inference_options(p)
 
 
+def _add_sentence_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--pooling", choices=["cls", "mean"],
+                   help="the [CLS] token's vector or the mean of the real tokens' vectors (default: what the model "
+                        "directory declares, as sentence-transformers' 1_Pooling; else cls)")
+    p.add_argument("--normalize", action=argparse.BooleanOptionalAction,
+                   help="scale each vector to unit length, or not (default: as the directory declares, with "
+                        "sentence-transformers' 2_Normalize; else not)")
+
+
 def _add_encode(sub: argparse._SubParsersAction) -> None:
     p = add_command(sub, "encode", _cmd_encode)
     _add_text_inputs(p)
     p.add_argument("--out", metavar="FILE.npy", help="save the vectors (N, hidden) float32 with numpy.save "
                                                               "(default: print them)")
     p.add_argument("--overwrite", action="store_true", help="replace the --out file if it exists (default: refuse)")
-    p.add_argument("--pooling", default="cls", choices=["cls", "mean"],
-                   help="the [CLS] token's vector or the mean of the real tokens' vectors (default: cls)")
-    p.add_argument("--normalize", action="store_true", help="scale each vector to unit length (default: off)")
+    _add_sentence_options(p)
     _add_inference_options(p)
 
 
@@ -282,13 +289,17 @@ def _cmd_encode(args: argparse.Namespace) -> int:
 
     Encode texts into sentence vectors; with --out, row i of the .npy file is the vector of text i (of the
     i-th non-blank line of --input). A file is read, encoded and written as a stream, a chunk of lines at a
-    time, so its length does not change the memory it takes.
+    time, so its length does not change the memory it takes. The pooling, normalisation and longest text are
+    what the model directory declares in sentence-transformers' files (modules.json, 1_Pooling, 2_Normalize,
+    sentence_bert_config.json), as `bertkit finetune --task embedding` writes them, unless given.
     """
     from pathlib import Path
 
     import numpy as np
 
+    from bertkit.data.sources import resolve_model
     from bertkit.inference import encode_stream
+    from bertkit.inference.encode import declared_settings
     from bertkit.inference.loading import load_text_model
     from bertkit.pipelines.run_directory import check_output_file
     from bertkit.utils.atomic import atomic_write
@@ -298,12 +309,13 @@ def _cmd_encode(args: argparse.Namespace) -> int:
                           inputs=[("--input", args.input)] if args.input else ())
     chunks, total = _text_inputs(args, count=bool(args.out))
     model, tokenizer = load_text_model(args.model, "encode")
+    settings = declared_settings(resolve_model(args.model), args.pooling, args.normalize, args.max_length)
     kept: collections.deque = collections.deque()
     if not args.out:  # the printer shows each chunk's texts beside its vectors; a file of vectors keeps none
         chunks = _kept(chunks, kept)
     vectors = encode_stream(model, tokenizer, _single_texts(chunks, args.input), total=total,
-                            batch_size=args.batch_size, pooling=args.pooling, max_length=args.max_length,
-                            normalize=args.normalize, truncation=not args.no_truncation, progress=None,
+                            batch_size=args.batch_size, pooling=settings.pooling, max_length=settings.max_seq_length,
+                            normalize=settings.normalize, truncation=not args.no_truncation, progress=None,
                             dtype=args.dtype)
     if args.out:
         out = Path(args.out)
@@ -317,8 +329,8 @@ def _cmd_encode(args: argparse.Namespace) -> int:
                     f.write(np.ascontiguousarray(block, dtype="<f4").tobytes())
 
         atomic_write(out, save)
-        print(f"wrote {out}: {total} vectors of {width} ({args.pooling} pooling"
-              f"{', normalized' if args.normalize else ''}, float32)")
+        print(f"wrote {out}: {total} vectors of {width} ({settings.pooling} pooling"
+              f"{', normalized' if settings.normalize else ''}, float32)")
         return 0
     for block in vectors:
         texts, _ = kept.popleft()
