@@ -11,8 +11,8 @@ of sentence-transformers' MultipleNegativesRankingLoss and CoSENTLoss, and SimCS
     simcse    one sentence                           two dropout views of a sentence nearer each other than any
                                                      other sentence's view (unsupervised SimCSE: InfoNCE on views)
 
-`LOSS_FOR_SHAPE` is the rule that picks a loss from the data's shape (`bertkit finetune --task embedding`; `--loss`
-overrides it).
+`LOSS_FOR_SHAPE` (bertkit.data.embedding_data) is the rule that picks a loss from the data's shape (`bertkit finetune
+--task embedding`; `--loss` overrides it).
 """
 
 from __future__ import annotations
@@ -21,11 +21,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from bertkit.data.embedding_data import LOSS_FOR_SHAPE, LOSSES  # noqa: F401  (the rule that picks a loss)
 from bertkit.errors import InputError
 
-LOSSES = ("infonce", "cosent", "simcse")
-# the data's shape (bertkit.data.embedding_data) -> the loss it trains with unless told otherwise
-LOSS_FOR_SHAPE = {"pairs": "infonce", "scored": "cosent", "text": "simcse"}
 TEMPERATURE = 0.05
 
 
@@ -51,7 +49,7 @@ def info_nce(anchors: Tensor, candidates: Tensor, temperature: float = TEMPERATU
     are no queries there): sentence-transformers' MultipleNegativesSymmetricRankingLoss."""
     B = anchors.size(0)
     if candidates.size(0) < B or candidates.size(0) % B:
-        raise ValueError(f"candidates must be K x {B} rows (positives first), got {candidates.size(0)}")
+        raise InputError(f"candidates must be K x {B} rows (positives first), got {candidates.size(0)}")
     target = torch.arange(B, device=anchors.device)
     loss = F.cross_entropy(cosine_matrix(anchors, candidates) / temperature, target)
     if symmetric:
@@ -94,7 +92,7 @@ def embedding_loss(name: str, columns: Tensor, scores: Tensor | None, temperatur
             raise InputError("the cosent loss needs scored pairs: (text, text, score) rows")
         return cosent(columns[0], columns[1], scores, temperature)
     if K < 2:
-        raise ValueError(f"{name} needs at least two columns of vectors, got {K}")
+        raise InputError(f"{name} needs at least two columns of vectors, got {K}")
     if name == "simcse":
         return simcse(columns[0], columns[1], temperature)
     return info_nce(columns[0], columns[1:].flatten(0, 1), temperature, symmetric)
