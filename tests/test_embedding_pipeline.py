@@ -206,6 +206,7 @@ def test_scored_pairs_train_with_cosent_and_plain_text_with_simcse(tiny, tmp_pat
     assert -1 <= scored["dev_spearman"] <= 1 and "test_spearman" in scored
     text = run(tiny, tmp_path, "text", train=str(tiny / "train.txt"), dev=None, test=None, max_steps=6)
     assert (text["shape"], text["loss"], text["best_step"]) == ("text", "simcse", None)
+    assert text["dropout"] == 0.1 and scored["dropout"] == 0.0  # the views need dropout the tiny BERT lacks
     assert not any(key.startswith("dev_") for key in text)  # no dev score: the last model is kept
     assert read_sentence_config(tmp_path / "text").pooling == "mean"
 
@@ -282,3 +283,18 @@ def test_overwrite_replaces_the_sentence_files_of_an_earlier_run(tiny, tmp_path)
     run(tiny, tmp_path, "again", max_steps=2, dev=None, test=None, normalize=False, overwrite=True)
     assert not (tmp_path / "again" / "2_Normalize").exists()
     assert read_sentence_config(tmp_path / "again").normalize is False
+
+
+def test_serve_loads_the_trained_directory_with_its_pooling(tiny, tmp_path):
+    """`bertkit serve DIR` takes the pooling the directory declares and runs encode's `sentence_vectors`: the vectors
+    `bertkit encode` gives (/embed normalises on request, as text-embeddings-inference does)."""
+    pytest.importorskip("starlette")
+    from bertkit.inference.serving import ServedModel
+
+    run(tiny, tmp_path, max_steps=2, dev=None, test=None, pooling="cls")
+    served = ServedModel.load(tmp_path / "run")
+    assert (served.task, served.pooling) == ("embedding", "cls")
+    model, tokenizer = load_text_model(tmp_path / "run", "encode")
+    texts = ["a b c", "q w e r t y"]
+    expected = encode(model, tokenizer, texts, pooling="cls")
+    assert np.abs(np.stack(served.run(served.rows(texts))) - expected).max() <= 1e-6

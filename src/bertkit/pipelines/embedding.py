@@ -161,17 +161,33 @@ def evaluate_embedding(model: Any, tokenizer: Any, task: str, data: str, *, spli
 
 # ---- training ------------------------------------------------------------------------------------
 
+SIMCSE_DROPOUT = 0.1  # SimCSE's views are dropout's: a model trained without dropout gets BERT's own
+
+
 @dataclass(frozen=True)
 class EmbeddingModelMaker:
-    """The model `fine_tune` builds, as a task's model class: from a directory, or fresh from a config."""
+    """The model `fine_tune` builds, as a task's model class: from a directory, or fresh from a config;
+    `config_changes` (dropout for SimCSE) go into the encoder's config either way."""
 
     settings: EmbeddingSettings
+    config_changes: tuple[tuple[str, Any], ...] = ()
 
     def __call__(self, config: Any) -> SentenceEmbeddingModel:
-        return SentenceEmbeddingModel(BertModel(config), self.settings)
+        return SentenceEmbeddingModel(BertModel(config.replace(**dict(self.config_changes))), self.settings)
 
     def from_pretrained(self, path: str | Path, **head: Any) -> SentenceEmbeddingModel:
-        return SentenceEmbeddingModel.from_pretrained(path, self.settings)
+        return SentenceEmbeddingModel(BertModel.from_pretrained(path, **dict(self.config_changes)), self.settings)
+
+
+def simcse_dropout(model_dir: Path) -> tuple[tuple[str, Any], ...]:
+    """The config changes SimCSE needs: dropout where the model has none (the crammed recipe pretrains without),
+    else none. Without dropout its two views of a sentence would be the same vector."""
+    from bertkit.models.bert.configuration import BertConfig
+
+    config = BertConfig.from_pretrained(model_dir)
+    if config.hidden_dropout_prob > 0 or config.attention_probs_dropout_prob > 0:
+        return ()
+    return (("hidden_dropout_prob", SIMCSE_DROPOUT), ("attention_probs_dropout_prob", SIMCSE_DROPOUT))
 
 
 def choose_loss(options: FinetuneOptions, shape: str) -> str:
@@ -265,15 +281,18 @@ def finetune_embedding(options: FinetuneOptions) -> dict[str, Any]:
 
     report = DataReport("the training data")
     report.measured.update({"rows": len(train), "shape": shape, "loss": loss})
-    parts = TaskParts(model_class=EmbeddingModelMaker(settings), head={}, train=train, dev=splits.get("dev") or [],
-                      featurize=featurize, collator=EmbeddingCollator(tokenizer.pad_token_id),
-                      scorer=lambda examples: dev, metric=metric, report=report, unit="rows", count_items=count_items)
+    changes = simcse_dropout(model_dir) if loss == "simcse" else ()
+    parts = TaskParts(model_class=EmbeddingModelMaker(settings, changes), head={}, train=train,
+                      dev=splits.get("dev") or [], featurize=featurize,
+                      collator=EmbeddingCollator(tokenizer.pad_token_id), scorer=lambda examples: dev,
+                      metric=metric, report=report, unit="rows", count_items=count_items)
     run = fine_tune(replace(options, select_best=select), parts, model_dir, tokenizer, started)
 
     results: dict[str, Any] = {"task": "embedding", "model": options.model, "random_init": options.random_init,
                                "shape": shape, "loss": loss, "pooling": settings.pooling,
                                "normalize": settings.normalize, "temperature": settings.temperature,
                                "symmetric": settings.symmetric, "cached_batch": settings.cached_batch,
+                               "dropout": run.model.config.hidden_dropout_prob,
                                "train_examples": len(train), "steps": run.state.step,
                                "stop_reason": run.state.stop_reason, "train_seconds": run.train_seconds,
                                "best_step": run.state.best_step, "best_model": str(run.best_dir)}
