@@ -72,7 +72,7 @@ COUNTS = ("queries", "documents", "pairs", "texts")  # what a score counted, bes
 # ---- scoring vectors -----------------------------------------------------------------------------
 
 @dataclass(frozen=True)
-class Encoder:
+class Embedder:
     """What turns texts into vectors for a score: the encoder, its tokenizer and the settings `encode` runs."""
 
     model: Any
@@ -88,24 +88,24 @@ class Encoder:
                       normalize=s.normalize, max_length=s.max_seq_length, progress=self.progress, dtype=self.dtype)
 
 
-def score_retrieval(encoder: Encoder, examples: Sequence[EmbeddingExample]) -> dict[str, float]:
+def score_retrieval(embed: Embedder, examples: Sequence[EmbeddingExample]) -> dict[str, float]:
     """Pairs as a search (`retrieval_set`): MRR@10, nDCG@10, recall@k of every query over all documents."""
     search = retrieval_set(examples)
-    ranked = top_k(encoder(search.queries), encoder(search.corpus), RANKED)
+    ranked = top_k(embed(search.queries), embed(search.corpus), RANKED)
     return {"queries": float(len(search.queries)), "documents": float(len(search.corpus)),
             **retrieval_scores(ranked, search.relevant)}
 
 
-def score_sts(encoder: Encoder, first: Sequence[str], second: Sequence[str], gold: Sequence[float]
+def score_sts(embed: Embedder, first: Sequence[str], second: Sequence[str], gold: Sequence[float]
               ) -> dict[str, float]:
-    return {"pairs": float(len(gold)), **sts_scores(encoder(first), encoder(second), gold)}
+    return {"pairs": float(len(gold)), **sts_scores(embed(first), embed(second), gold)}
 
 
-def score_bitext(encoder: Encoder, source: Sequence[str], target: Sequence[str], languages: tuple[str, str]
+def score_bitext(embed: Embedder, source: Sequence[str], target: Sequence[str], languages: tuple[str, str]
                  ) -> dict[str, float]:
     """Bitext mining both ways: each source sentence's translation among all targets, and back; accuracy and F1
     of each way, and their means."""
-    a, b = encoder(source), encoder(target)
+    a, b = embed(source), embed(target)
     there, back = bitext_scores(a, b), bitext_scores(b, a)
     forward, backward = f"{languages[0]}->{languages[1]}", f"{languages[1]}->{languages[0]}"
     return {"pairs": float(len(source)), "accuracy": (there["accuracy"] + back["accuracy"]) / 2,
@@ -113,12 +113,12 @@ def score_bitext(encoder: Encoder, source: Sequence[str], target: Sequence[str],
             **{f"{forward} {k}": v for k, v in there.items()}, **{f"{backward} {k}": v for k, v in back.items()}}
 
 
-def score_clustering(encoder: Encoder, texts: Sequence[str], labels: Sequence[str], seed: int = 0
+def score_clustering(embed: Embedder, texts: Sequence[str], labels: Sequence[str], seed: int = 0
                      ) -> dict[str, float]:
-    return {"texts": float(len(texts)), **clustering_scores(encoder(texts), labels, seed=seed)}
+    return {"texts": float(len(texts)), **clustering_scores(embed(texts), labels, seed=seed)}
 
 
-# the figure each evaluation leads with (and `finetune --task embedding` picks its best checkpoint by)
+# the figure each evaluation leads with
 MAIN_METRIC = {"retrieval": "mrr@10", "bitext": "f1", "clustering": "v_measure", "sts": "spearman"}
 
 
@@ -140,21 +140,21 @@ def evaluate_embedding(model: Any, tokenizer: Any, task: str, data: str, *, spli
     else:
         raise InputError(f"--data {data} is neither a {task} dataset ({', '.join(named) or 'none'}) nor a file "
                          f"({EVALUATION_FILES[task]})")
-    encoder = Encoder(model, tokenizer, settings or SentenceConfig("cls"), batch_size, dtype, progress)
+    embed = Embedder(model, tokenizer, settings or SentenceConfig("cls"), batch_size, dtype, progress)
     cut = slice(None, limit)
     if task == "retrieval":
         examples = inews_pairs(split) if data == "inews" else read_embedding_file(data, "to evaluate on", encoding)
-        scores = score_retrieval(encoder, examples[cut])
+        scores = score_retrieval(embed, examples[cut])
     elif task == "bitext":
         found = bitext_set(data, split, encoding)
-        scores = score_bitext(encoder, found.source[cut], found.target[cut], found.languages)
+        scores = score_bitext(embed, found.source[cut], found.target[cut], found.languages)
     elif task == "clustering":
         found = clustering_set(data, split, encoding)
-        scores = score_clustering(encoder, found.texts[cut], found.labels[cut], seed)
+        scores = score_clustering(embed, found.texts[cut], found.labels[cut], seed)
     else:
         found = sts_set(data, encoding)
-        scores = score_sts(encoder, found.first[cut], found.second[cut], found.scores[cut])
-    s = encoder.settings
+        scores = score_sts(embed, found.first[cut], found.second[cut], found.scores[cut])
+    s = embed.settings
     return {"task": task, "data": where, "metric": MAIN_METRIC[task], **scores, "pooling": s.pooling,
             "normalize": s.normalize, "max_length": s.max_seq_length}
 
@@ -227,12 +227,12 @@ def dev_scorer(examples: Sequence[EmbeddingExample], tokenizer: Any, settings: E
     config = SentenceConfig(settings.pooling, False, max_length)
 
     def score(model: SentenceEmbeddingModel) -> dict[str, float]:
-        encoder = Encoder(model.encoder, tokenizer, config)
-        with warnings.catch_warnings():  # long documents are cut at --max-length, as in training: said once there
+        embed = Embedder(model.encoder, tokenizer, config)
+        with warnings.catch_warnings():  # long documents are cut at --max-length, as in training (data_report.json)
             warnings.simplefilter("ignore", TruncationWarning)
             if shape == "pairs":
-                return score_retrieval(encoder, examples)
-            return score_sts(encoder, [e.texts[0] for e in examples], [e.texts[1] for e in examples],
+                return score_retrieval(embed, examples)
+            return score_sts(embed, [e.texts[0] for e in examples], [e.texts[1] for e in examples],
                              [e.score for e in examples])
 
     texts = sum(len(e.texts) for e in examples)
@@ -270,17 +270,20 @@ def finetune_embedding(options: FinetuneOptions) -> dict[str, Any]:
     if select:
         metric, dev = dev_scorer(splits["dev"], tokenizer, settings, options.max_length)
 
+    report = DataReport("the training data")
+    report.measured.update({"rows": len(train), "shape": shape, "loss": loss})
+
     def featurize(examples: Sequence[EmbeddingExample]) -> list[dict[str, Any]]:
         # simcse reads only each row's first text (its two views are made by dropout)
         columns = settings.columns
         flat = [text for e in examples for text in e.texts[:columns]]
         ids = tokenizer(flat, truncation=True, max_length=options.max_length, return_token_type_ids=False,
                         return_attention_mask=False)["input_ids"]
+        if examples is train:  # how many training texts --max-length cut (or fill exactly), for the data report
+            report.measured["texts_at_max_length"] = sum(len(row) == options.max_length for row in ids)
         return [{"input_ids": ids[i * columns], "texts": ids[i * columns:(i + 1) * columns], "score": e.score}
                 for i, e in enumerate(examples)]
 
-    report = DataReport("the training data")
-    report.measured.update({"rows": len(train), "shape": shape, "loss": loss})
     changes = simcse_dropout(model_dir) if loss == "simcse" else ()
     parts = TaskParts(model_class=EmbeddingModelMaker(settings, changes), head={}, train=train,
                       dev=splits.get("dev") or [], featurize=featurize,
