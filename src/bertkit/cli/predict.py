@@ -7,6 +7,7 @@ import collections
 
 from bertkit.cli.common import MODEL_HELP, UserError, add_command, integer, shorten
 from bertkit.cli.texts import add_encoding_option, command_line_texts
+from bertkit.data.embedding_data import EVALUATION_DATASETS, EVALUATION_FILES, EVALUATION_TASKS
 from bertkit.data.task_kinds import DATASETS, FILE_FORMATS
 
 # ---- predict, evaluate, encode -------------------------------------------------------------------
@@ -58,11 +59,29 @@ def _add_evaluate(sub: argparse._SubParsersAction) -> None:
                     formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--data", required=True, metavar="FILE|NAME",
                    help=f"a named dataset ({', '.join(DATASETS)}), or a TSV/CSV/JSONL (classification), CoNLL "
-                        "(NER) or SQuAD-format JSON (question answering) file")
+                        "(NER) or SQuAD-format JSON (question answering) file; with --task: "
+                        + "; ".join(f"{task}: {', '.join((*EVALUATION_DATASETS[task], ''))}{EVALUATION_FILES[task]}"
+                                    for task in EVALUATION_TASKS))
+    p.add_argument("--task", choices=EVALUATION_TASKS,
+                   help="score sentence vectors instead: retrieval (MRR@10, nDCG@10, recall@k), bitext mining "
+                        "(accuracy, F1), clustering (k-means, V-measure) or sts (Spearman) (default: the task of the "
+                        "model's fine-tuned head)")
     p.add_argument("--split", default="test", help="the named dataset's split (default: test)")
+    p.add_argument("--max-examples", type=integer(1), metavar="N",
+                   help="with --task: the first N queries, sentence pairs or texts only (default: all)")
+    _add_sentence_options(p)
     p.add_argument("--json", action="store_true", help="machine output: the scores as one JSON object "
                                                          "(default: a table for people)")
     _add_inference_options(p)
+
+
+def _add_sentence_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--pooling", choices=["cls", "mean"],
+                   help="the [CLS] token's vector or the mean of the real tokens' vectors (default: what the model "
+                        "directory declares, as sentence-transformers' 1_Pooling; else cls)")
+    p.add_argument("--normalize", action=argparse.BooleanOptionalAction,
+                   help="scale each vector to unit length, or not (default: as the directory declares, with "
+                        "sentence-transformers' 2_Normalize; else not)")
 
 
 def _add_encode(sub: argparse._SubParsersAction) -> None:
@@ -71,9 +90,7 @@ def _add_encode(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out", metavar="FILE.npy", help="save the vectors (N, hidden) float32 with numpy.save "
                                                               "(default: print them)")
     p.add_argument("--overwrite", action="store_true", help="replace the --out file if it exists (default: refuse)")
-    p.add_argument("--pooling", default="cls", choices=["cls", "mean"],
-                   help="the [CLS] token's vector or the mean of the real tokens' vectors (default: cls)")
-    p.add_argument("--normalize", action="store_true", help="scale each vector to unit length (default: off)")
+    _add_sentence_options(p)
     _add_inference_options(p)
 
 
@@ -234,17 +251,25 @@ def _predict_answers(args: argparse.Namespace, path) -> int:
 
 
 def _cmd_evaluate(args: argparse.Namespace) -> int:
-    """score a fine-tuned model on labelled data: accuracy/macro-F1, entity F1, or exact match/F1
+    """score a fine-tuned model on labelled data, or a model's sentence vectors (--task)
 
     Score a classifier (accuracy, macro-F1), an NER tagger (entity precision, recall, F1) or a reader
     (extractive QA: exact match and F1 as SQuAD's evaluation script computes them for English, CMRC 2018's
-    for Chinese) on a named dataset's split or on your file.
+    for Chinese) on a named dataset's split or on your file. With --task, score any model's sentence vectors:
+    retrieval (inews: each test title searches all test bodies), bitext mining (bible: English and Chinese
+    verses; hsk), clustering (thucnews headlines into their 10 classes) or sts (your scored pairs).
     """
     import json
 
     from bertkit.inference.loading import load_text_model
     from bertkit.pipelines.predict import evaluate
 
+    if args.task:
+        return _evaluate_vectors(args)
+    for flag, given in (("--max-examples", args.max_examples), ("--pooling", args.pooling),
+                        ("--normalize", args.normalize)):
+        if given is not None:
+            raise UserError(f"{flag} goes with --task (retrieval, bitext, clustering, sts): sentence vectors")
     named = args.data in DATASETS
     if args.split != "test" and not named:
         raise UserError(f"--split is for the named datasets ({', '.join(DATASETS)}); {args.data} is a file")
@@ -277,18 +302,54 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
     return 0
 
 
+LABELS = {"mrr@10": "MRR@10", "ndcg@10": "nDCG@10", "v_measure": "V-measure", "spearman": "Spearman"}
+
+
+def _evaluate_vectors(args: argparse.Namespace) -> int:
+    """`evaluate --task ...`: the model's sentence vectors scored on retrieval, bitext mining, clustering or STS."""
+    import json
+
+    from bertkit.data.sources import resolve_model
+    from bertkit.inference.encode import declared_settings
+    from bertkit.inference.loading import load_text_model
+    from bertkit.pipelines.embedding import COUNTS, evaluate_embedding
+
+    if args.split != "test" and args.data not in EVALUATION_DATASETS[args.task]:
+        raise UserError(f"--split is for the named datasets; {args.data} is a file")
+    model, tokenizer = load_text_model(args.model, "evaluate")
+    settings = declared_settings(resolve_model(args.model), args.pooling, args.normalize, args.max_length)
+    scores = evaluate_embedding(model, tokenizer, args.task, args.data, split=args.split, settings=settings,
+                                limit=args.max_examples, batch_size=args.batch_size, dtype=args.dtype, progress=None,
+                                encoding=args.encoding)
+    if args.json:
+        print(json.dumps(scores, ensure_ascii=False))
+        return 0
+    counts = ", ".join(f"{int(scores[k]):,} {k}" for k in COUNTS if k in scores)
+    length = f", at most {scores['max_length']} tokens" if scores["max_length"] else ""
+    print(f"{scores['data']}: {counts} ({args.task}; {scores['pooling']} pooling"
+          f"{', normalized' if scores['normalize'] else ''}{length})")
+    for key, value in scores.items():
+        if isinstance(value, float) and key not in COUNTS and key != "clusters":
+            print(f"{LABELS.get(key, key):<22}{value:.4f}")
+    return 0
+
+
 def _cmd_encode(args: argparse.Namespace) -> int:
     """sentence vectors ([CLS] or mean pooling), printed or saved as .npy
 
     Encode texts into sentence vectors; with --out, row i of the .npy file is the vector of text i (of the
     i-th non-blank line of --input). A file is read, encoded and written as a stream, a chunk of lines at a
-    time, so its length does not change the memory it takes.
+    time, so its length does not change the memory it takes. The pooling, normalisation and longest text are
+    what the model directory declares in sentence-transformers' files (modules.json, 1_Pooling, 2_Normalize,
+    sentence_bert_config.json), as `bertkit finetune --task embedding` writes them, unless given.
     """
     from pathlib import Path
 
     import numpy as np
 
+    from bertkit.data.sources import resolve_model
     from bertkit.inference import encode_stream
+    from bertkit.inference.encode import declared_settings
     from bertkit.inference.loading import load_text_model
     from bertkit.pipelines.run_directory import check_output_file
     from bertkit.utils.atomic import atomic_write
@@ -298,12 +359,13 @@ def _cmd_encode(args: argparse.Namespace) -> int:
                           inputs=[("--input", args.input)] if args.input else ())
     chunks, total = _text_inputs(args, count=bool(args.out))
     model, tokenizer = load_text_model(args.model, "encode")
+    settings = declared_settings(resolve_model(args.model), args.pooling, args.normalize, args.max_length)
     kept: collections.deque = collections.deque()
     if not args.out:  # the printer shows each chunk's texts beside its vectors; a file of vectors keeps none
         chunks = _kept(chunks, kept)
     vectors = encode_stream(model, tokenizer, _single_texts(chunks, args.input), total=total,
-                            batch_size=args.batch_size, pooling=args.pooling, max_length=args.max_length,
-                            normalize=args.normalize, truncation=not args.no_truncation, progress=None,
+                            batch_size=args.batch_size, pooling=settings.pooling, max_length=settings.max_seq_length,
+                            normalize=settings.normalize, truncation=not args.no_truncation, progress=None,
                             dtype=args.dtype)
     if args.out:
         out = Path(args.out)
@@ -317,8 +379,8 @@ def _cmd_encode(args: argparse.Namespace) -> int:
                     f.write(np.ascontiguousarray(block, dtype="<f4").tobytes())
 
         atomic_write(out, save)
-        print(f"wrote {out}: {total} vectors of {width} ({args.pooling} pooling"
-              f"{', normalized' if args.normalize else ''}, float32)")
+        print(f"wrote {out}: {total} vectors of {width} ({settings.pooling} pooling"
+              f"{', normalized' if settings.normalize else ''}, float32)")
         return 0
     for block in vectors:
         texts, _ = kept.popleft()

@@ -91,16 +91,21 @@ def _add_finetune(sub: argparse._SubParsersAction) -> None:
 
 
 def _cmd_finetune(args: argparse.Namespace) -> int:
-    """fine-tune BERT for classification, sentence pairs, NER or extractive question answering
+    """fine-tune BERT for classification, sentence pairs, NER, extractive question answering or sentence vectors
 
     Fine-tune a model directory or model name on a named dataset or your files;
-    keeps the best dev checkpoint in OUT/best and scores it on test.
+    keeps the best dev checkpoint in OUT/best and scores it on test. --task embedding trains sentence vectors
+    (pairs: InfoNCE with in-batch negatives; scored pairs: CoSENT; plain text: SimCSE; docs/embeddings.md).
     """
     options = options_from_args(FinetuneOptions, args)
     if options.task == "qa":
         from bertkit.pipelines.qa import finetune_qa
 
         results = finetune_qa(options)
+    elif options.task == "embedding":
+        from bertkit.pipelines.embedding import finetune_embedding
+
+        results = finetune_embedding(options)
     else:
         from bertkit.pipelines.finetune import finetune
 
@@ -112,6 +117,10 @@ def _cmd_finetune(args: argparse.Namespace) -> int:
           f"({results['stop_reason']}); {scores}")
     if options.task == "qa":
         print(f"best model in {results['best_model']}")
+    elif options.task == "embedding":
+        print(f"{results['loss']} loss on {results['shape']}; best model ({results['pooling']} pooling"
+              f"{', normalized' if results['normalize'] else ''}, sentence-transformers' files) in "
+              f"{results['best_model']}")
     else:
         print(f"best model (labels {', '.join(results['labels'])}) in {results['best_model']}")
     return 0

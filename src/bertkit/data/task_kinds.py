@@ -12,6 +12,9 @@ the best checkpoint. `bertkit finetune --task`, `predict`, `evaluate` and `bertk
                                                                                                              xquad-en,
                                                                                                              xquad-zh
 
+Sentence vectors (`--task embedding`) are no labelled kind: their data, its shapes and named sets are
+bertkit.data.embedding_data's.
+
 Nothing here imports torch or bertkit.models: the command line reads the table to offer `--task`. A kind names
 its heads (`heads`); their classes are looked up in the registry of model families (bertkit.models.registry) by
 the code that builds or checks a model: `bertkit.inference.loading.task_of_model`, pipelines/finetune.py.
@@ -34,7 +37,10 @@ category/sentiment...). JSONL: one {"text": ..., "text_pair": ..., "label": ...}
 ner: a CoNLL file: one "token ... tag" line per token (first and last column), a blank line between
 sentences, BIO, BIOES or BMES tags. Unusable lines are skipped and counted in one warning.
 qa: a SQuAD-format JSON file ({"data": [{"paragraphs": [{"context", "qas": [{"id", "question", "answers":
-[{"text", "answer_start"}], "is_impossible"}]}]}]}), as SQuAD, CMRC 2018, DRCD and DuReader-robust ship."""
+[{"text", "answer_start"}], "is_impossible"}]}]}]}), as SQuAD, CMRC 2018, DRCD and DuReader-robust ship.
+embedding: TSV or JSONL rows of one shape: anchor<TAB>positive[<TAB>negative...] (pairs), text<TAB>text<TAB>score
+(scored pairs), or one sentence a line (plain text); JSONL {"anchor", "positive", "negative"} or {"text",
+"text_pair", "score"} (bertkit.data.embedding_data)."""
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,7 @@ float32 either way.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
@@ -20,24 +21,46 @@ from bertkit.errors import InputError
 from bertkit.inference.batching import ChunkedRun, check_texts, encoder_of, in_chunks, input_limit
 from bertkit.inference.machine import native_bfloat16
 from bertkit.inference.precision import for_inference, quantize_int8
+from bertkit.models.functional import pool_tokens
+from bertkit.models.sentence_files import POOLINGS, SentenceConfig, read_sentence_config
 
-POOLINGS = ("cls", "mean")
+# (B, T, C) hidden states -> (B, C): the [CLS] vector, or the mean over real tokens; the pooling training runs too
+pool = pool_tokens
 
 
-def pool(hidden: Tensor, attention_mask: Tensor, pooling: str) -> Tensor:
-    """(B, T, C) hidden states -> (B, C): the [CLS] vector, or the mean over real (unpadded) tokens."""
-    if pooling == "cls":
-        return hidden[:, 0]
-    if pooling == "mean":
-        weights = attention_mask.unsqueeze(-1).to(hidden.dtype)                    # (B, T, 1)
-        return (hidden * weights).sum(1) / weights.sum(1).clamp(min=1)
-    raise InputError(f"pooling must be one of {POOLINGS}, not {pooling!r}")
+def declared_settings(path: str | os.PathLike, pooling: str | None = None, normalize: bool | None = None,
+                      max_length: int | None = None) -> SentenceConfig:
+    """The pooling, normalisation and longest text (tokens) to encode a model directory's texts with: each value
+    given, else what the directory declares in sentence-transformers' files (`bertkit.models.sentence_files`: so
+    bertkit gives the vectors sentence-transformers gives), else [CLS], not normalised, the model's positions."""
+    declared = read_sentence_config(path)
+    return SentenceConfig(pooling or declared.pooling or "cls",
+                          declared.normalize if normalize is None else normalize,
+                          max_length or declared.max_seq_length)
+
+
+# The BLAS under torch multiplies a matrix of fewer than 4 rows (B x T tokens) by another kernel than a taller one,
+# which rounds differently: a lone text of one or two tokens would get a vector a few 1e-6 off its vector in a batch.
+MIN_ROWS = 8
+
+
+def at_least_rows(encoder: nn.Module, input_ids: Tensor, attention_mask: Tensor, token_type_ids: Tensor
+                  ) -> tuple[Tensor, Tensor, Tensor]:
+    """The batch padded (masked: the vectors do not change) to at least MIN_ROWS tokens in all, where the model's
+    positions allow, so even a lone short text runs through the kernels a batch runs through."""
+    B, T = input_ids.shape
+    extra = -(-MIN_ROWS // B) - T
+    positions = getattr(getattr(encoder, "config", None), "max_position_embeddings", 0)
+    if extra <= 0 or T + extra > positions:
+        return input_ids, attention_mask, token_type_ids
+    return F.pad(input_ids, (0, extra)), F.pad(attention_mask, (0, extra)), F.pad(token_type_ids, (0, extra))
 
 
 def sentence_vectors(encoder: nn.Module, input_ids: Tensor, attention_mask: Tensor, token_type_ids: Tensor,
                      pooling: str, normalize: bool = False) -> Tensor:
     """(B, C) float32 sentence vectors of one padded batch: the encoder's last hidden states, pooled, normalized if
     asked. `encode` and the server (bertkit.inference.serving) both run this, so they give the same vectors."""
+    input_ids, attention_mask, token_type_ids = at_least_rows(encoder, input_ids, attention_mask, token_type_ids)
     hidden = encoder(input_ids, attention_mask, token_type_ids).last_hidden_state.float()
     vectors = pool(hidden, attention_mask, pooling)
     return F.normalize(vectors, dim=-1) if normalize else vectors

@@ -92,7 +92,35 @@ def efficient_attention(query: Tensor, key: Tensor, value: Tensor, mask: Tensor 
     """
     if query.device.type == "cpu" and query.dtype in (torch.bfloat16, torch.float16):
         return attention(query, key, value, mask, dropout=dropout, training=training)[0]
+    if query.device.type == "cpu" and not training:  # inference: a text's vector must not depend on its batch
+        key, value, mask = keys_in_whole_blocks(key, value, mask)
     return F.scaled_dot_product_attention(query, key, value, attn_mask=mask, dropout_p=dropout if training else 0.0)
+
+
+KEY_BLOCK = 16  # float32 lanes of an AVX-512 register; a multiple of AVX2's 8
+
+
+def keys_in_whole_blocks(key: Tensor, value: Tensor, mask: Tensor | None) -> tuple[Tensor, Tensor, Tensor | None]:
+    """key and value (B, H, S, D) padded with masked keys to a multiple of KEY_BLOCK, and the mask to match.
+
+    torch's CPU attention kernel computes the exponentials and sums of a row's last S mod 16 keys by another path
+    than the rest (a vector tail), which rounds differently. A text alone (S = its length) and the same text padded
+    in a batch (S = the batch's longest, its pad keys masked) then get vectors that differ in the last bits (about
+    1e-6 after four layers). With S always a multiple of 16, every real key takes the same path whatever the
+    padding, masked keys add exact zeros, and a text's vector no longer depends on the batch it ran in.
+    """
+    extra = -key.size(-2) % KEY_BLOCK
+    if extra == 0:
+        return key, value, mask
+    S = key.size(-2)
+    key = F.pad(key, (0, 0, 0, extra))
+    value = F.pad(value, (0, 0, 0, extra))
+    if mask is None:
+        mask = torch.zeros(1, 1, 1, S, dtype=key.dtype, device=key.device)
+    elif mask.dtype == torch.bool:
+        mask = torch.zeros(mask.shape, dtype=key.dtype, device=key.device).masked_fill(~mask, mask_value(key.dtype))
+    mask = F.pad(mask.expand(*mask.shape[:-1], S), (0, extra), value=mask_value(mask.dtype))
+    return key, value, mask
 
 
 def multi_head_attention(query: Tensor, key: Tensor, value: Tensor, mask: Tensor | None = None, dropout: float = 0.0,
@@ -143,6 +171,18 @@ def gelu_pytorch_tanh(x: Tensor) -> Tensor:
 
 
 ACT2FN = {"gelu": gelu, "gelu_new": gelu_new, "gelu_pytorch_tanh": gelu_pytorch_tanh, "relu": F.relu}
+
+
+def pool_tokens(hidden: Tensor, attention_mask: Tensor, pooling: str) -> Tensor:
+    """(B, T, C) hidden states -> (B, C) sentence vectors: the first token's ([CLS]), or the mean over the real
+    tokens (attention_mask 1), so padding never enters a vector. The one pooling that encoding, serving and
+    training sentence vectors run."""
+    if pooling == "cls":
+        return hidden[:, 0]
+    if pooling == "mean":
+        weights = attention_mask.unsqueeze(-1).to(hidden.dtype)                    # (B, T, 1)
+        return (hidden * weights).sum(1) / weights.sum(1).clamp(min=1)
+    raise InputError(f"pooling must be one of cls, mean, not {pooling!r}")
 
 
 def cloze_scores(vocab_logits: Tensor, label_word_ids: Tensor) -> Tensor:

@@ -1,6 +1,7 @@
 """The fine-tuning run every text task shares, from the pretrained model to its best checkpoint.
 
-A task's pipeline (pipelines/finetune.py: classes, pairs and tags; pipelines/qa.py: extractive QA) reads its data,
+A task's pipeline (pipelines/finetune.py: classes, pairs and tags; pipelines/qa.py: extractive QA;
+pipelines/embedding.py: sentence vectors) reads its data,
 says in a `TaskParts` what is its own (the head, how examples become features, how dev is scored) and calls
 `fine_tune`, which runs the rest the same way for every task:
 
@@ -45,7 +46,8 @@ class Scorer:
 class TaskParts:
     """What a fine-tuning task brings to the run; the rest is `fine_tune`'s, the same for every task."""
 
-    model_class: type                      # the encoder with the task's head, e.g. BertForSequenceClassification
+    model_class: Any                       # the encoder with the task's head, e.g. BertForSequenceClassification:
+                                           # (config) -> a model, and from_pretrained(dir, **head)
     head: dict[str, Any]                   # the head's config fields, saved with the model (id2label, qa, prompt)
     train: Sequence                        # the training examples
     dev: Sequence                          # the dev examples: they pick the best checkpoint
@@ -55,6 +57,7 @@ class TaskParts:
     metric: str                            # the dev score that picks the best checkpoint ("accuracy", "f1")
     report: DataReport                     # what was measured on the training data so far
     unit: str = "examples"                 # what one feature is ("windows" for QA), as a warning names it
+    count_items: Callable | None = None    # the Trainer's item counts of a batch's loss terms (see Trainer)
 
 
 @dataclass(frozen=True)
@@ -110,7 +113,7 @@ def fine_tune(options: FinetuneOptions, task: TaskParts, model_dir: Path, tokeni
         early_stopping_patience=options.early_stopping_patience if select else None, save_total_limit=1)
 
     trainer = Trainer(model, args, train_features, task.collator, eval_fn=dev.score if dev else None,
-                      tokenizer=tokenizer)
+                      count_items=task.count_items, tokenizer=tokenizer)
     state = trainer.train()
     train_seconds = time.perf_counter() - started
 

@@ -126,7 +126,7 @@ class Options:
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
             choices, value = f.metadata.get("choices"), getattr(self, f.name)
-            if choices and value not in choices:
+            if choices and value not in choices and not (value is None and f.default is None):  # None: unset
                 raise InputError(f"{f.name} {value!r} is not one of {', '.join(map(str, choices))}")
             check_range(f, value)
 

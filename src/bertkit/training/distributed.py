@@ -101,3 +101,56 @@ def setup_distributed(device: str | None = None) -> Distributed:
     elif world_size > 1 and dist.get_world_size() != world_size:
         raise RuntimeError(f"process group has {dist.get_world_size()} processes but WORLD_SIZE={world_size}")
     return info
+
+
+class _GatherWithGrad(torch.autograd.Function):
+    """All processes' rows in rank order, with a backward that gives each process the gradient of every process's
+    loss with respect to its own rows."""
+
+    @staticmethod
+    def forward(ctx: Any, tensor: torch.Tensor) -> torch.Tensor:
+        world, rank = dist.get_world_size(), dist.get_rank()
+        # all_gather moves tensors of one shape: a process with fewer rows (an uneven share) pads, and says how many
+        sizes = [torch.zeros(1, dtype=torch.long, device=tensor.device) for _ in range(world)]
+        dist.all_gather(sizes, torch.tensor([tensor.size(0)], dtype=torch.long, device=tensor.device))
+        counts = [int(size.item()) for size in sizes]
+        padded = torch.cat([tensor, tensor.new_zeros((max(counts) - tensor.size(0), *tensor.shape[1:]))])
+        parts = [torch.empty_like(padded) for _ in range(world)]
+        dist.all_gather(parts, padded.contiguous())
+        ctx.counts, ctx.rank = counts, rank
+        return torch.cat([part[:count] for part, count in zip(parts, counts)])
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> torch.Tensor:
+        # Every process computed its loss from all the rows, so the gradient reaching this process's rows is the
+        # sum over processes of each one's gradient for them.
+        grad = grad.contiguous().clone()
+        dist.all_reduce(grad, op=dist.ReduceOp.SUM)
+        start = sum(ctx.counts[:ctx.rank])
+        return grad[start:start + ctx.counts[ctx.rank]]
+
+
+def gather_with_grad(tensor: torch.Tensor) -> torch.Tensor:
+    """(n_r, ...) on each process -> (sum of n_r, ...) on every process, rank 0's rows first; the tensor itself
+    without a process group. Gradients flow back to each process's own rows from the losses of all processes (the
+    in-batch negatives of a contrastive loss then span the whole global batch)."""
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+        return tensor
+    return _GatherWithGrad.apply(tensor)
+
+
+def average_gradients(model: torch.nn.Module) -> None:
+    """Average the parameters' gradients over the processes, in one all_reduce: what DistributedDataParallel does
+    after a backward, for a model it cannot wrap (one whose backward runs its forward again)."""
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+        return
+    grads = [p.grad for p in model.parameters() if p.grad is not None]
+    if not grads:
+        return
+    flat = torch.cat([g.reshape(-1) for g in grads])
+    dist.all_reduce(flat, op=dist.ReduceOp.SUM)
+    flat /= dist.get_world_size()
+    offset = 0
+    for g in grads:
+        g.copy_(flat[offset:offset + g.numel()].view_as(g))
+        offset += g.numel()

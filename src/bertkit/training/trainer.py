@@ -29,7 +29,7 @@ from torch import nn
 from bertkit.errors import BertkitError, InputError
 from bertkit.training import checkpointing as ckpt
 from bertkit.training.arguments import TrainingArguments, TrainState
-from bertkit.training.distributed import Distributed, setup_distributed
+from bertkit.training.distributed import Distributed, average_gradients, setup_distributed
 from bertkit.training.memory import keep_freed_memory
 from bertkit.training.schedule import build_optimizer, build_scheduler
 from bertkit.utils.rng import mix
@@ -135,6 +135,10 @@ class Trainer:
       on every call. Without it, micro-batch losses are averaged weighted by their number of examples.
     - eval_fn(model) -> {name: value}: every `eval_every` steps and at the end, on rank 0, in eval mode.
     - tokenizer: saved (`save_pretrained`) beside every saved model.
+
+    Under torchrun the model is wrapped in DistributedDataParallel, unless it says `runs_forward_in_backward` (a
+    cached loss's backward runs the encoder again, mini-batch by mini-batch, which DDP's gradient hooks cannot
+    follow): its gradients are then averaged over the processes in one all_reduce after the backward.
     """
 
     def __init__(self, model: nn.Module, args: TrainingArguments, train_dataset: Sequence[Any],
@@ -262,6 +266,8 @@ class Trainer:
         held = step < args.freeze_steps
         with self._holding(held):
             exact = self._forward_backward(micro, terms, totals, stats, exact, autocast)
+        if dist.enabled and self._wrapped is self.model:  # a model DistributedDataParallel does not wrap
+            average_gradients(self.model)
         stats = dist.all_reduce_sum(stats).cpu()
         loss_value = stats[0].item()
         lr = self.optimizer.param_groups[0]["lr"]
@@ -305,7 +311,8 @@ class Trainer:
         had loss_sums (the loss is then exact over the global batch)."""
         args, dist = self.args, self.dist
         for k, (size, batch) in enumerate(micro):
-            sync = nullcontext() if k == len(micro) - 1 or not dist.enabled else self._wrapped.no_sync()
+            ddp = isinstance(self._wrapped, nn.parallel.DistributedDataParallel)
+            sync = self._wrapped.no_sync() if ddp and k < len(micro) - 1 else nullcontext()
             with sync:
                 with autocast:
                     output = self._forward(**batch)
@@ -512,7 +519,7 @@ class Trainer:
                 self._prepare_output(state, bool(resume))
             dist.barrier()
             self._wrapped = self.model
-            if dist.enabled:
+            if dist.enabled and not getattr(self.model, "runs_forward_in_backward", False):
                 self._wrapped = nn.parallel.DistributedDataParallel(
                     self.model, device_ids=[dist.device.index] if dist.device.type == "cuda" else None,
                     find_unused_parameters=args.ddp_find_unused_parameters)

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -40,13 +39,9 @@ from bertkit.inference.predict import (
     tagger_rows,
     token_tags,
 )
-from bertkit.utils import jsonfiles
+from bertkit.models.sentence_files import read_sentence_config
 
 TASKS = ("embedding", "classifier", "ner")
-
-# uniem (m3e's trainer) writes its pooling into config.json
-_UNIEM_POOLING = {"last_mean": "mean", "first_last_mean": None, "cls": "cls", "last_cls": "cls"}
-
 
 def qa_not_served(spec: str | os.PathLike) -> str:
     """Why a question-answering model is refused: a reader's answer is a span over windows of a question and its
@@ -64,25 +59,9 @@ def default_threads() -> int:
 
 
 def declared_pooling(path: str | os.PathLike) -> str | None:
-    """The pooling a model directory declares for its sentence vectors: sentence-transformers' 1_Pooling/config.json
-    (mean or cls), or m3e's `uniem_embedding_strategy`; None where it declares none that bertkit computes."""
-    path = Path(path)
-    try:
-        pooling = jsonfiles.loads((path / "1_Pooling" / "config.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        pooling = None
-    if isinstance(pooling, dict):
-        if pooling.get("pooling_mode_mean_tokens"):
-            return "mean"
-        if pooling.get("pooling_mode_cls_token"):
-            return "cls"
-        return None
-    try:
-        config = jsonfiles.loads((path / "config.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    strategy = config.get("uniem_embedding_strategy") if isinstance(config, dict) else None
-    return _UNIEM_POOLING.get(strategy) if isinstance(strategy, str) else None
+    """The pooling a model directory declares for its sentence vectors (sentence-transformers' 1_Pooling, or m3e's
+    `uniem_embedding_strategy`: `bertkit.models.sentence_files`); None where it declares none bertkit computes."""
+    return read_sentence_config(path).pooling
 
 
 @dataclass

@@ -1,0 +1,300 @@
+"""`bertkit finetune --task embedding` and `bertkit evaluate --task ...` end to end on a tiny BERT: the data's shapes
+and the loss they choose, the saved directory's sentence-transformers files, the cached loss in a run, the
+evaluations on files, and the built-in evaluation sets."""
+
+from __future__ import annotations
+
+import json
+import random
+import warnings
+
+import numpy as np
+import pytest
+
+from bertkit.cli import main
+from bertkit.data.embedding_data import (
+    EmbeddingExample,
+    bitext_set,
+    clustering_set,
+    load_embedding_dataset,
+    read_embedding_file,
+    retrieval_set,
+    shape_of,
+    unique_pairs,
+)
+from bertkit.data.readers import DataWarning
+from bertkit.inference import encode
+from bertkit.inference.encode import declared_settings
+from bertkit.inference.loading import load_text_model
+from bertkit.models.bert.configuration import BertConfig
+from bertkit.models.bert.modeling import BertModel
+from bertkit.models.sentence_files import read_sentence_config
+from bertkit.pipelines.embedding import choose_loss, evaluate_embedding, finetune_embedding
+from bertkit.pipelines.options import FinetuneOptions
+from tolerance import assert_close
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+LETTERS = "abcdefghijklmnopqrstuvwxyz"
+
+
+# ---- the data's shapes ---------------------------------------------------------------------------
+
+def test_tsv_pairs_with_a_header_and_hard_negatives(tmp_path):
+    path = tmp_path / "pairs.tsv"
+    path.write_text("anchor\tpositive\tnegative\nq1\td1\tn1\nq2\td2\tn2\nq3\td3\n\nq4\t\tn4\n")
+    with pytest.warns(DataWarning, match="skipped 2 lines, kept 2.*not 3 texts as the first row.*an empty text"):
+        rows = read_embedding_file(path)
+    assert rows == [EmbeddingExample(("q1", "d1", "n1")), EmbeddingExample(("q2", "d2", "n2"))]
+    assert shape_of(rows) == "pairs"
+
+
+def test_a_numeric_third_column_in_every_row_is_a_score(tmp_path):
+    scored = tmp_path / "sts.tsv"
+    scored.write_text("sentence1\tsentence2\tscore\na\tb\t4.5\nc\td\t0\n")
+    assert read_embedding_file(scored) == [EmbeddingExample(("a", "b"), 4.5), EmbeddingExample(("c", "d"), 0.0)]
+    assert shape_of(read_embedding_file(scored)) == "scored"
+    negatives = tmp_path / "negatives.tsv"  # a third column that is a number only sometimes: a hard negative
+    negatives.write_text("a\tb\t3\nc\td\tnot a number\n")
+    assert shape_of(read_embedding_file(negatives)) == "pairs"
+
+
+def test_plain_text_and_jsonl(tmp_path):
+    text = tmp_path / "sentences.txt"
+    text.write_text("今天天气很好\n\n明天会下雨\n")
+    assert [row.texts for row in read_embedding_file(text)] == [("今天天气很好",), ("明天会下雨",)]
+    assert shape_of(read_embedding_file(text)) == "text"
+    jsonl = tmp_path / "rows.jsonl"
+    jsonl.write_text('{"query": "q", "positive": "p", "negatives": ["n1", "n2"]}\n'
+                     '{"anchor": "q2", "positive": "p2", "negative": ["m1", "m2"]}\n["q3", "p3", "x", "y"]\nnot json\n')
+    with pytest.warns(DataWarning, match="not a JSON object with texts"):
+        rows = read_embedding_file(jsonl)
+    assert [row.texts for row in rows] == [("q", "p", "n1", "n2"), ("q2", "p2", "m1", "m2"), ("q3", "p3", "x", "y")]
+    scored = tmp_path / "scored.jsonl"
+    scored.write_text('{"text": "a", "text_pair": "b", "score": 1}\n{"sentence1": "c", "sentence2": "d", "label": 0}\n')
+    assert read_embedding_file(scored) == [EmbeddingExample(("a", "b"), 1.0), EmbeddingExample(("c", "d"), 0.0)]
+
+
+def test_files_that_cannot_train(tmp_path):
+    (tmp_path / "empty.tsv").write_text("")
+    with pytest.raises(ValueError, match="is empty: no examples to train on"):
+        read_embedding_file(tmp_path / "empty.tsv")
+    with pytest.raises(FileNotFoundError, match="no such file, and not a named dataset"):
+        read_embedding_file(tmp_path / "missing.tsv")
+    with pytest.raises(ValueError, match="is a directory"):
+        read_embedding_file(tmp_path)
+
+
+def options(**given):
+    return FinetuneOptions(**{"task": "embedding", "model": "m", "train": "t", "out": "o", "max_steps": 1, **given})
+
+
+def test_the_data_chooses_the_loss_and_loss_overrides_only_what_fits():
+    assert [choose_loss(options(), shape) for shape in ("pairs", "scored", "text")] == ["infonce", "cosent",
+                                                                                        "simcse"]
+    assert choose_loss(options(loss="simcse"), "pairs") == "simcse"  # SimCSE on the anchors alone
+    with pytest.raises(ValueError, match="--loss cosent needs scored pairs.*pairs without scores"):
+        choose_loss(options(loss="cosent"), "pairs")
+    with pytest.raises(ValueError, match="plain text: SimCSE"):
+        choose_loss(options(loss="infonce"), "text")
+
+
+def test_embedding_options_are_refused_on_other_tasks():
+    with pytest.raises(ValueError, match="--loss, --cached-batch are for --task embedding, not classify"):
+        FinetuneOptions(task="classify", model="m", train="t", out="o", loss="infonce", cached_batch=4)
+    with pytest.raises(ValueError, match="--symmetric is for the infonce loss"):
+        options(loss="cosent", symmetric=True)
+    with pytest.raises(ValueError, match="--cached-batch must be at least 1"):
+        options(cached_batch=0)
+
+
+def test_bitext_keeps_pairs_whose_sentences_occur_once():
+    assert unique_pairs([("a", "x"), ("b", "x"), ("a", "y"), ("c", "z")]) == [("a", "x"), ("c", "z")]
+
+
+def test_retrieval_from_pairs_merges_repeated_queries_and_documents():
+    search = retrieval_set([EmbeddingExample(("q", "d1", "n")), EmbeddingExample(("q", "d2")),
+                            EmbeddingExample(("r", "d1"))])
+    assert search.queries == ["q", "r"] and search.corpus == ["d1", "n", "d2"]
+    assert search.relevant == [frozenset({0, 2}), frozenset({0})]
+
+
+# ---- training on a tiny BERT ---------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    """A tiny BERT over letters (dropout off), and rows of each shape built from a rule it can learn: an anchor's
+    positive is its own letters in reverse, with one more."""
+    root = tmp_path_factory.mktemp("embedding")
+    model = root / "model"
+    BertModel(BertConfig(vocab_size=5 + len(LETTERS), hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                         intermediate_size=64, max_position_embeddings=32, hidden_dropout_prob=0.0,
+                         attention_probs_dropout_prob=0.0)).save_pretrained(model)
+    (model / "vocab.txt").write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *LETTERS]) + "\n")
+    rng = random.Random(0)
+
+    def anchor() -> list[str]:
+        return rng.sample(LETTERS, rng.randint(3, 8))
+
+    def pair() -> tuple[str, str, str]:
+        a = anchor()
+        return " ".join(a), " ".join([*reversed(a), rng.choice(LETTERS)]), " ".join(anchor())
+
+    for name, n in (("train", 256), ("dev", 40), ("test", 40)):
+        rows = [pair() for _ in range(n)]
+        (root / f"{name}.tsv").write_text("".join(f"{a}\t{p}\t{neg}\n" for a, p, neg in rows))
+        (root / f"{name}-scored.tsv").write_text("".join(f"{a}\t{p if i % 2 else neg}\t{i % 2}\n"
+                                                         for i, (a, p, neg) in enumerate(rows)))
+        (root / f"{name}.txt").write_text("".join(f"{a}\n" for a, _, _ in rows))
+    return root
+
+
+def run(tiny, tmp_path, name="run", **given):
+    settings = {"task": "embedding", "model": str(tiny / "model"), "train": str(tiny / "train.tsv"),
+                "dev": str(tiny / "dev.tsv"), "test": str(tiny / "test.tsv"), "out": str(tmp_path / name),
+                "max_steps": 24, "batch_size": 16, "learning_rate": 2e-3, "max_length": 16, "progress": False,
+                "eval_every": 12, **given}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # a batch of 16 from 40 dev rows, tiny data: said, and not the point here
+        return finetune_embedding(FinetuneOptions(**settings))
+
+
+def losses(out) -> list[float]:
+    return [json.loads(line)["loss"] for line in (out / "metrics.jsonl").read_text().splitlines()]
+
+
+def test_pairs_train_with_infonce_and_save_a_sentence_transformers_directory(tiny, tmp_path, capsys):
+    results = run(tiny, tmp_path, pooling="cls", normalize=True, symmetric=True)
+    assert (results["shape"], results["loss"], results["pooling"], results["normalize"]) == ("pairs", "infonce",
+                                                                                            "cls", True)
+    trained = losses(tmp_path / "run")
+    assert trained[-1] < trained[0]
+    assert results["dev_mrr@10"] > 0 and 0 < results["test_mrr@10"] <= 1 and "test_recall@100" in results
+    best = tmp_path / "run" / "best"
+    assert read_sentence_config(best).pooling == "cls" and read_sentence_config(best).normalize
+    assert (best / "2_Normalize").is_dir() and (tmp_path / "run" / "modules.json").is_file()
+    # bertkit encode reads the pooling and normalisation the directory declares
+    assert main(["encode", "--model", str(best), "a b c", "x y z w", "--out", str(tmp_path / "v.npy")]) == 0
+    assert "cls pooling, normalized" in capsys.readouterr().out
+    model, tokenizer = load_text_model(best, "encode")
+    expected = encode(model, tokenizer, ["a b c", "x y z w"], pooling="cls", normalize=True)
+    assert np.abs(np.load(tmp_path / "v.npy") - expected).max() <= 1e-6
+    # the scores written are the scores evaluate gives the best model on the same pairs
+    again = evaluate_embedding(model, tokenizer, "retrieval", str(tiny / "test.tsv"),
+                               settings=declared_settings(best, max_length=16))
+    assert again["mrr@10"] == pytest.approx(results["test_mrr@10"], abs=1e-9)
+
+
+def test_sentence_transformers_loads_the_trained_directory_and_gives_its_vectors(tiny, tmp_path):
+    st = pytest.importorskip("sentence_transformers")
+    run(tiny, tmp_path, max_steps=4, pooling="mean", normalize=True)
+    best = tmp_path / "run" / "best"
+    reference = st.SentenceTransformer(str(best), device="cpu")
+    assert [type(m).__name__ for m in reference] == ["Transformer", "Pooling", "Normalize"]
+    texts = ["a b c", "q w e r t y", "z"]
+    model, tokenizer = load_text_model(best, "encode")
+    settings = declared_settings(best)
+    vectors = encode(model, tokenizer, texts, pooling=settings.pooling, normalize=settings.normalize,
+                     max_length=settings.max_seq_length)
+    assert_close(vectors, reference.encode(texts, convert_to_numpy=True), rtol=1e-5)
+
+
+def test_scored_pairs_train_with_cosent_and_plain_text_with_simcse(tiny, tmp_path):
+    scored = run(tiny, tmp_path, "scored", train=str(tiny / "train-scored.tsv"), dev=str(tiny / "dev-scored.tsv"),
+                 test=str(tiny / "test-scored.tsv"))
+    assert (scored["shape"], scored["loss"]) == ("scored", "cosent")
+    assert -1 <= scored["dev_spearman"] <= 1 and "test_spearman" in scored
+    text = run(tiny, tmp_path, "text", train=str(tiny / "train.txt"), dev=None, test=None, max_steps=6)
+    assert (text["shape"], text["loss"], text["best_step"]) == ("text", "simcse", None)
+    assert text["dropout"] == 0.1 and scored["dropout"] == 0.0  # the views need dropout the tiny BERT lacks
+    assert not any(key.startswith("dev_") for key in text)  # no dev score: the last model is kept
+    assert read_sentence_config(tmp_path / "text").pooling == "mean"
+
+
+def test_a_cached_run_takes_the_steps_of_an_uncached_one(tiny, tmp_path):
+    plain = run(tiny, tmp_path, "plain", max_steps=6, dev=None, test=None)
+    cached = run(tiny, tmp_path, "cached", max_steps=6, dev=None, test=None, cached_batch=5)
+    assert cached["cached_batch"] == 5 and plain["steps"] == cached["steps"] == 6
+    assert_close(losses(tmp_path / "cached"), losses(tmp_path / "plain"), rtol=1e-5)
+
+
+def test_the_finetune_command_says_the_loss_and_where_the_model_is(tiny, tmp_path, capsys):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        code = main(["finetune", "--task", "embedding", "--model", str(tiny / "model"), "--train",
+                     str(tiny / "train-scored.tsv"), "--dev", str(tiny / "dev-scored.tsv"), "--max-steps", "2",
+                     "--batch-size", "16", "--max-length", "16", "--out", str(tmp_path / "cli"), "--no-progress"])
+    assert code == 0
+    out = capsys.readouterr().out
+    assert "dev_spearman" in out and "cosent loss on scored; best model (mean pooling" in out
+    assert main(["finetune", "--task", "embedding", "--model", str(tiny / "model"), "--train",
+                 str(tiny / "train.txt"), "--loss", "cosent", "--max-steps", "1", "--out", str(tmp_path / "bad")]) == 2
+    assert "--loss cosent needs scored pairs" in capsys.readouterr().err
+
+
+# ---- evaluate --task on files --------------------------------------------------------------------
+
+def test_evaluate_scores_files_of_each_task(tiny, tmp_path, capsys):
+    (tmp_path / "bitext.tsv").write_text("a b c\tc b a\nd e f\tf e d\ng h\th g\n")
+    (tmp_path / "classes.tsv").write_text("".join(f"{' '.join(random.Random(i).sample('abc', 2))}\tx\n"
+                                                  f"{' '.join(random.Random(i).sample('xyz', 2))}\ty\n"
+                                                  for i in range(6)))
+    model = str(tiny / "model")
+    for task, data in (("retrieval", tiny / "test.tsv"), ("sts", tiny / "test-scored.tsv"),
+                       ("bitext", tmp_path / "bitext.tsv"), ("clustering", tmp_path / "classes.tsv")):
+        assert main(["evaluate", "--model", model, "--task", task, "--data", str(data), "--json",
+                     "--pooling", "mean"]) == 0
+        scores = json.loads(capsys.readouterr().out)
+        assert scores["task"] == task and scores["pooling"] == "mean"
+        assert 0 <= scores[scores["metric"]] <= 1 or task == "sts"
+    assert main(["evaluate", "--model", model, "--task", "retrieval", "--data", str(tiny / "test.tsv"),
+                 "--max-examples", "5"]) == 0
+    out = capsys.readouterr().out
+    assert "5 queries, 10 documents (retrieval; cls pooling" in out and "MRR@10" in out
+    assert main(["evaluate", "--model", model, "--task", "sts", "--data", str(tiny / "test.tsv")]) == 2
+    assert "sts needs scored pairs" in capsys.readouterr().err
+    assert main(["evaluate", "--model", model, "--task", "retrieval", "--data", "thucnews"]) == 2
+    assert "neither a retrieval dataset (inews) nor a file" in capsys.readouterr().err
+
+
+# ---- the built-in sets ---------------------------------------------------------------------------
+
+@pytest.mark.network
+def test_the_built_in_sets():
+    from conftest import fetch_or_skip
+
+    for name in ("inews", "thucnews", "hsk"):
+        fetch_or_skip(name)
+    pairs = load_embedding_dataset("inews-pairs")
+    assert {k: len(v) for k, v in pairs.items()} == {"train": 5298, "dev": 993, "test": 990}
+    search = retrieval_set(pairs["test"])
+    assert (len(search.queries), len(search.corpus)) == (990, 989)
+    hsk = bitext_set("hsk")
+    assert len(hsk.source) == len(set(hsk.source)) == len(set(hsk.target)) > 400 and hsk.languages == ("zh", "en")
+    headlines = clustering_set("thucnews")
+    assert len(headlines.texts) == 1000 and len(set(headlines.labels)) == 10
+
+
+def test_overwrite_replaces_the_sentence_files_of_an_earlier_run(tiny, tmp_path):
+    run(tiny, tmp_path, "again", max_steps=2, dev=None, test=None, normalize=True)
+    assert (tmp_path / "again" / "2_Normalize").is_dir()
+    with pytest.raises(ValueError, match="already holds"):
+        run(tiny, tmp_path, "again", max_steps=2, dev=None, test=None)
+    run(tiny, tmp_path, "again", max_steps=2, dev=None, test=None, normalize=False, overwrite=True)
+    assert not (tmp_path / "again" / "2_Normalize").exists()
+    assert read_sentence_config(tmp_path / "again").normalize is False
+
+
+def test_serve_loads_the_trained_directory_with_its_pooling(tiny, tmp_path):
+    """`bertkit serve DIR` takes the pooling the directory declares and runs encode's `sentence_vectors`: the vectors
+    `bertkit encode` gives (/embed normalises on request, as text-embeddings-inference does)."""
+    pytest.importorskip("starlette")
+    from bertkit.inference.serving import ServedModel
+
+    run(tiny, tmp_path, max_steps=2, dev=None, test=None, pooling="cls")
+    served = ServedModel.load(tmp_path / "run")
+    assert (served.task, served.pooling) == ("embedding", "cls")
+    model, tokenizer = load_text_model(tmp_path / "run", "encode")
+    texts = ["a b c", "q w e r t y"]
+    expected = encode(model, tokenizer, texts, pooling="cls")
+    assert np.abs(np.stack(served.run(served.rows(texts))) - expected).max() <= 1e-6
