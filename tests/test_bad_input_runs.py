@@ -1,0 +1,209 @@
+"""Bad input to the commands that write runs: the user's files in an output directory, options that name a preset,
+corpus, model or dataset where a folder of that name exists, and options whose values a run cannot honour.
+
+A CLI error is exit status 2 and one line `bertkit COMMAND: error: ...` naming the problem; a warning is one
+line `bertkit COMMAND: warning: ...`. docs/bad-input.md lists what each kind of bad input gets."""
+
+from __future__ import annotations
+
+import json
+import random
+import shutil
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from bertkit.cli import main
+from bertkit.models.bert.configuration import BertConfig
+from bertkit.models.bert.heads import BertForSequenceClassification
+from bertkit.pipelines.run_directory import MANIFEST_NAME, entries
+from bertkit.tokenizer import BertTokenizer
+
+VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "。", *"张三在北京工作很好差的一是不了有人这中大为上个国我"]
+TINY = dict(vocab_size=len(VOCAB), hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=48,
+            max_position_embeddings=32)
+
+
+def run(capsys, *argv) -> tuple[int, str, str]:
+    code = main([str(a) for a in argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def refused(capsys, command: str, *argv) -> str:
+    """A refused command: exit 2, one line in the command's voice (after any warnings); returns that line."""
+    code, _, err = run(capsys, command, *argv)
+    assert code == 2, err
+    assert "Traceback" not in err
+    lines = err.splitlines()
+    assert lines and lines[-1].startswith(f"bertkit {command}: error: "), err
+    assert all(line.startswith(f"bertkit {command}: warning: ") for line in lines[:-1]), err
+    return lines[-1]
+
+
+def tree(path: Path) -> dict[str, bytes]:
+    """Every file below `path` and its bytes: what must be the same after a refused command."""
+    return {str(p.relative_to(path)): p.read_bytes() for p in sorted(path.rglob("*")) if p.is_file()}
+
+
+@pytest.fixture(scope="module")
+def ws(tmp_path_factory) -> Path:
+    """A vocabulary, a tiny classifier, a corpus, classification data and a tiny config."""
+    root = tmp_path_factory.mktemp("ws")
+    BertTokenizer({t: i for i, t in enumerate(VOCAB)}).save_pretrained(root / "vocab")
+    torch.manual_seed(0)
+    model = BertForSequenceClassification(BertConfig(**TINY, id2label={0: "negative", 1: "positive"}))
+    model.save_pretrained(root / "classifier")
+    BertTokenizer({t: i for i, t in enumerate(VOCAB)}).save_pretrained(root / "classifier")
+    rng = random.Random(0)
+    chars = VOCAB[6:]
+    docs = ["\n".join("".join(rng.choice(chars) for _ in range(8)) + "。" for _ in range(4)) for _ in range(20)]
+    (root / "corpus.txt").write_text("\n\n".join(docs), encoding="utf-8")
+    rows = ["".join(rng.choice(chars) for _ in range(6)) + f"\t{'ab'[i % 2]}" for i in range(24)]
+    (root / "train.tsv").write_text("\n".join(rows) + "\n", encoding="utf-8")
+    (root / "tiny.json").write_text(json.dumps(TINY))
+    return root
+
+
+def pretrain_argv(ws: Path, out: Path, *extra) -> list:
+    return ["--corpus", ws / "corpus.txt", "--vocab", ws / "vocab", "--config", ws / "tiny.json", "--max-steps", "2",
+            "--max-seq-length", "32", "--batch-size", "8", "--no-progress", "--out", out, *extra]
+
+
+def finetune_argv(ws: Path, out: Path, *extra) -> list:
+    return ["--task", "classify", "--model", ws / "classifier", "--train", ws / "train.tsv", "--dev",
+            ws / "train.tsv", "--max-length", "16", "--batch-size", "8", "--no-progress", "--out", out, *extra]
+
+
+def prepare_argv(ws: Path, out: Path, *extra) -> list:
+    return ["--corpus", ws / "corpus.txt", "--vocab", ws / "vocab", "--no-progress", "--out", out, *extra]
+
+
+def users_directory(path: Path, *names: str) -> dict[str, bytes]:
+    """A directory of the user's own files, some of the names bertkit writes; returns its tree."""
+    path.mkdir()
+    for name in names:
+        (path / name).write_text(f"the user's own {name}\n")
+    return tree(path)
+
+
+def manifest(path: Path) -> list[str]:
+    return json.loads((path / MANIFEST_NAME).read_text())["entries"]
+
+
+# ---- 1. no file of the user's is touched: --overwrite replaces only what bertkit recorded writing ---------
+
+NOT_BERTKITS = "holds files that bertkit did not write"
+
+
+def test_prepare_never_deletes_the_users_config_and_metrics(ws, tmp_path, capsys):
+    out = tmp_path / "exp"
+    before = users_directory(out, "config.json", "metrics.jsonl", "notes.txt")
+    for extra in ((), ("--overwrite",)):
+        err = refused(capsys, "prepare", *prepare_argv(ws, out, *extra))
+        assert f"--out {out} holds files that bertkit did not write (config.json, metrics.jsonl): they are not " \
+               "bertkit's, and a run there could write over them; choose a new or empty directory" in err
+        assert "--overwrite" not in err and "bertkit run or model" not in err
+        assert tree(out) == before
+
+
+def test_prepare_records_what_it_wrote_and_overwrite_deletes_only_that(ws, tmp_path, capsys):
+    out = tmp_path / "store"
+    assert run(capsys, "prepare", *prepare_argv(ws, out))[0] == 0
+    assert manifest(out) == ["store.documents", "store.ids", "store.json", "store.sentences"]
+    (out / "notes.txt").write_text("mine")
+    assert "already holds a bertkit run or model (store.json); give --overwrite" in refused(
+        capsys, "prepare", *prepare_argv(ws, out))
+    (out / "config.json").write_text("mine")  # a file of a name bertkit writes, but the user's
+    before = tree(out)
+    err = refused(capsys, "prepare", *prepare_argv(ws, out, "--overwrite"))
+    assert "bertkit did not write (config.json)" in err and "--overwrite" not in err
+    assert tree(out) == before
+    (out / "config.json").unlink()
+    assert run(capsys, "prepare", *prepare_argv(ws, out, "--overwrite"))[0] == 0
+    assert (out / "notes.txt").read_text() == "mine" and (out / "store.json").is_file()
+    assert manifest(out) == ["store.documents", "store.ids", "store.json", "store.sentences"]
+
+
+def test_pretrain_overwrite_keeps_the_users_files_and_refuses_theirs_of_bertkits_names(ws, tmp_path, capsys):
+    out = tmp_path / "run"
+    assert run(capsys, "pretrain", *pretrain_argv(ws, out))[0] == 0
+    assert {"pretrain_options.json", "metrics.jsonl", "model.safetensors", "train_results.json"} <= set(manifest(out))
+    (out / "analysis.ipynb").write_text("mine")
+    assert run(capsys, "pretrain", *pretrain_argv(ws, out, "--overwrite"))[0] == 0
+    assert (out / "analysis.ipynb").read_text() == "mine" and "analysis.ipynb" not in manifest(out)
+    mine = users_directory(tmp_path / "mine", "report.json", "tokenizer.json")
+    err = refused(capsys, "pretrain", *pretrain_argv(ws, tmp_path / "mine", "--overwrite"))
+    assert f"{NOT_BERTKITS} (report.json, tokenizer.json)" in err and "--overwrite" not in err
+    assert tree(tmp_path / "mine") == mine
+
+
+def test_finetune_refuses_a_directory_of_the_users_model_files(ws, tmp_path, capsys):
+    out = tmp_path / "exp"
+    before = users_directory(out, "config.json", "vocab.txt")
+    for extra in ((), ("--overwrite",)):
+        err = refused(capsys, "finetune", *finetune_argv(ws, out, "--max-steps", "1", *extra))
+        assert f"{NOT_BERTKITS} (config.json, vocab.txt)" in err and "--overwrite" not in err
+    assert tree(out) == before
+
+
+def test_vocab_overwrite_replaces_its_own_vocabulary_but_not_the_users(ws, tmp_path, capsys):
+    out = tmp_path / "v"
+    assert run(capsys, "vocab", "--corpus", ws / "corpus.txt", "--out", out)[0] == 0
+    assert manifest(out) == ["special_tokens_map.json", "tokenizer_config.json", "vocab.txt"]
+    assert "already holds a bertkit run or model" in refused(capsys, "vocab", "--corpus", ws / "corpus.txt",
+                                                              "--out", out)
+    assert run(capsys, "vocab", "--corpus", ws / "corpus.txt", "--out", out, "--overwrite")[0] == 0
+    mine = users_directory(tmp_path / "mine", "vocab.txt")  # a vocabulary the user wrote by hand
+    err = refused(capsys, "vocab", "--corpus", ws / "corpus.txt", "--out", tmp_path / "mine", "--overwrite")
+    assert f"{NOT_BERTKITS} (vocab.txt)" in err
+    assert tree(tmp_path / "mine") == mine
+
+
+def test_a_run_of_an_earlier_bertkit_is_replaced_keeping_the_rest(ws, tmp_path, capsys):
+    """No manifest, but what only a run leaves (options, results, weights): its entries of bertkit's names are
+    its own; the user's other files stay."""
+    out = tmp_path / "old"
+    assert run(capsys, "pretrain", *pretrain_argv(ws, out))[0] == 0
+    (out / MANIFEST_NAME).unlink()
+    (out / "notes.txt").write_text("mine")
+    assert "already holds a bertkit run or model" in refused(capsys, "pretrain", *pretrain_argv(ws, out))
+    assert run(capsys, "pretrain", *pretrain_argv(ws, out, "--overwrite"))[0] == 0
+    assert (out / "notes.txt").read_text() == "mine" and "notes.txt" not in manifest(out)
+
+
+KILLED = ("import sys, time\nfrom pathlib import Path\nfrom bertkit.pipelines.run_directory import run_directory\n"
+          "with run_directory(sys.argv[1], 'bertkit pretrain'):\n"
+          "    out = Path(sys.argv[1])\n    (out / 'checkpoint-2').mkdir()\n"
+          "    (out / 'metrics.jsonl').write_text('{}')\n"
+          "    print('wrote', flush=True)\n    time.sleep(120)\n")
+
+
+def test_what_a_killed_run_wrote_is_its_own_and_what_came_after_is_not(tmp_path):
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "notes.txt").write_text("there before the run")
+    proc = subprocess.Popen([sys.executable, "-c", KILLED, str(out)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "wrote"
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    assert json.loads((out / MANIFEST_NAME).read_text())["open"]  # killed before it could close it
+    (out / "later.txt").write_text("the user's, after the run was killed")
+    found = entries(out)
+    assert found.ours == {"checkpoint-2", "metrics.jsonl"} and found.foreign == set()
+    assert found.others == {"notes.txt", "later.txt"}
+
+
+def test_a_lone_config_and_metrics_are_not_taken_for_a_run(tmp_path):
+    (tmp_path / "config.json").write_text("{}")
+    (tmp_path / "metrics.jsonl").write_text("")
+    (tmp_path / "notes.txt").write_text("")
+    found = entries(tmp_path)
+    assert (found.ours, found.foreign, found.others) == (set(), {"config.json", "metrics.jsonl"}, {"notes.txt"})
+    shutil.rmtree(tmp_path)
