@@ -207,3 +207,87 @@ def test_a_lone_config_and_metrics_are_not_taken_for_a_run(tmp_path):
     found = entries(tmp_path)
     assert (found.ours, found.foreign, found.others) == (set(), {"config.json", "metrics.jsonl"}, {"notes.txt"})
     shutil.rmtree(tmp_path)
+
+
+# ---- 2. a run records what its options meant: a name stays a name, and resumes as one ------------------
+
+def resumable(run_dir: Path) -> Path:
+    """The run as if killed after its step-2 checkpoint."""
+    shutil.rmtree(run_dir / "checkpoint-4")
+    (run_dir / "train_results.json").unlink()
+    return run_dir
+
+
+def test_a_preset_beside_a_folder_of_its_name_is_saved_as_the_preset_and_resumes(ws, tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    Path("tiny").mkdir()  # a folder of the user's that happens to be called tiny
+    argv = pretrain_argv(ws, Path("run"), "--max-steps", "4", "--save-every", "2")
+    argv[argv.index("--config") + 1] = "tiny"
+    code, _, err = run(capsys, "pretrain", *argv)
+    assert code == 0, err
+    assert err == ("bertkit pretrain: warning: --config tiny is the preset tiny; the folder tiny in the working "
+                   "directory is not read (to read it, give its path: ./tiny)\n")
+    assert json.loads(Path("run/pretrain_options.json").read_text())["config"] == "tiny"
+    shutil.copytree("run", "copy")
+    code, out, err = run(capsys, "pretrain", "--resume", resumable(Path("run")), "--no-progress")
+    assert code == 0 and "pretrained 4 steps" in out, err
+    Path("tiny").rmdir()
+    code, out, err = run(capsys, "pretrain", "--resume", resumable(Path("copy")), "--no-progress")
+    assert code == 0 and "pretrained 4 steps" in out and err == "", err
+
+
+def test_resuming_a_run_that_read_a_named_corpus_beside_a_folder_of_its_name_is_refused(ws, tmp_path, capsys,
+                                                                                     monkeypatch):
+    argv = pretrain_argv(ws, tmp_path / "run", "--max-steps", "4", "--save-every", "2")
+    assert run(capsys, "pretrain", *argv)[0] == 0
+    run_dir = resumable(tmp_path / "run")
+    saved = json.loads((run_dir / "pretrain_options.json").read_text())
+    (run_dir / "pretrain_options.json").write_text(json.dumps({**saved, "corpus": ["zh"]}))  # as if it read zh
+    monkeypatch.chdir(tmp_path)
+    Path("zh").mkdir()
+    before = tree(run_dir)
+    assert refused(capsys, "pretrain", "--resume", run_dir).endswith(
+        f"the run in {run_dir} read the corpus zh, but here --corpus zh would read the folder zh in the working "
+        "directory instead; resume it from another directory, or rename the folder")
+    assert tree(run_dir) == before
+
+
+def test_names_beside_paths_of_the_same_name_say_which_is_read(ws, tmp_path, monkeypatch):
+    from bertkit.pipelines.options import FinetuneOptions, PretrainOptions
+
+    monkeypatch.chdir(tmp_path)
+    for name in ("zh", "m3e-small", "thucnews"):
+        Path(name).mkdir()
+    with pytest.warns(UserWarning) as said:
+        pretraining = PretrainOptions(corpus=["zh"], init="m3e-small", out="run", max_steps=2)
+        tuning = FinetuneOptions(task="classify", model="m3e-small", train="thucnews", out="ft", max_steps=2)
+    assert [str(w.message) for w in said] == [
+        "--corpus zh reads the folder zh in the working directory, not the corpus zh (to use the corpus, rename or "
+        "move the folder, or run from another directory)",
+        "--init m3e-small reads the folder m3e-small in the working directory, not the model m3e-small (to use the "
+        "model, rename or move the folder, or run from another directory)",
+        "--model m3e-small reads the folder m3e-small in the working directory, not the model m3e-small (to use the "
+        "model, rename or move the folder, or run from another directory)",
+        "--train thucnews is the dataset thucnews; the folder thucnews in the working directory is not read (to read "
+        "it, give its path: ./thucnews)"]
+    # what is read is what is saved: the folders as paths, the dataset as its name
+    pretraining.save(tmp_path / "run" / "pretrain_options.json")
+    saved = json.loads((tmp_path / "run" / "pretrain_options.json").read_text())
+    assert saved["corpus"] == [str(tmp_path / "zh")] and saved["init"] == str(tmp_path / "m3e-small")
+    assert ("--train", "thucnews") not in tuning.inputs() and ("--model", "m3e-small") in tuning.inputs()
+    tuning.save(tmp_path / "ft" / "options.json")
+    assert json.loads((tmp_path / "ft" / "options.json").read_text())["train"] == "thucnews"
+
+
+def test_a_path_inside_the_run_that_reads_like_a_name_round_trips_as_a_path(tmp_path):
+    from bertkit.pipelines.options import PretrainOptions
+
+    (tmp_path / "run" / "zh").mkdir(parents=True)
+    (tmp_path / "vocab").mkdir()
+    made = PretrainOptions(corpus=[str(tmp_path / "run" / "zh"), "inews"], vocab=str(tmp_path / "vocab"),
+                           out=str(tmp_path / "run"), max_steps=2)
+    made.save(tmp_path / "run" / "pretrain_options.json")
+    assert json.loads((tmp_path / "run" / "pretrain_options.json").read_text())["corpus"] == ["./zh", "inews"]
+    shutil.move(tmp_path / "run", tmp_path / "moved")
+    loaded = PretrainOptions.load(tmp_path / "moved" / "pretrain_options.json")
+    assert loaded.corpus == [str(tmp_path / "moved" / "zh"), "inews"]

