@@ -291,3 +291,48 @@ def test_a_path_inside_the_run_that_reads_like_a_name_round_trips_as_a_path(tmp_
     shutil.move(tmp_path / "run", tmp_path / "moved")
     loaded = PretrainOptions.load(tmp_path / "moved" / "pretrain_options.json")
     assert loaded.corpus == [str(tmp_path / "moved" / "zh"), "inews"]
+
+
+# ---- 3. an encoder held for the whole run is refused -----------------------------------------------------
+
+def test_freezing_the_encoder_for_all_the_steps_is_refused(ws, tmp_path, capsys):
+    argv = ["--corpus", ws / "corpus.txt", "--init", ws / "classifier", "--freeze-encoder-steps", "10", "--max-steps",
+            "2", "--no-progress", "--out", tmp_path / "run"]
+    assert refused(capsys, "pretrain", *argv).endswith(
+        "--freeze-encoder-steps 10 is not less than --max-steps 2: the encoder would be held for the whole run and "
+        "never train; give fewer --freeze-encoder-steps, or more --max-steps")
+    argv[argv.index("10")] = "2"
+    assert "--freeze-encoder-steps 2 is not less than --max-steps 2" in refused(capsys, "pretrain", *argv)
+    assert not (tmp_path / "run").exists()
+
+
+def test_freezing_the_encoder_for_all_the_steps_minutes_fit_is_refused_when_they_are_planned(ws, tmp_path):
+    """With --minutes alone, pretraining times the run and remakes its options with the steps that fit: then."""
+    import dataclasses
+
+    from bertkit.pipelines.options import PretrainOptions
+
+    made = PretrainOptions(corpus=[str(ws / "corpus.txt")], init=str(ws / "classifier"), freeze_encoder_steps=10,
+                           minutes=0.5, out=str(tmp_path / "run"))
+    with pytest.raises(ValueError, match=r"^--freeze-encoder-steps 10 is not less than the 8 steps the run trains at "
+                                         r"most \(--max-steps, or what --minutes 0\.5 fits\): the encoder would be "
+                                         r"held for the whole run and never train; give fewer --freeze-encoder-steps, "
+                                         r"or more --max-steps or --minutes$"):
+        dataclasses.replace(made, max_steps=8)  # as pipelines.pretrain does with the steps it planned
+    assert dataclasses.replace(made, max_steps=11).max_steps == 11
+
+
+def test_the_trainer_says_when_held_parameters_never_train(tmp_path, caplog):
+    from bertkit.training.arguments import TrainingArguments
+    from bertkit.training.trainer import Trainer
+
+    model = BertForSequenceClassification(BertConfig(**TINY, id2label={0: "a", 1: "b"}))
+    data = [{"input_ids": [2, 6 + i % 20, 3], "labels": i % 2} for i in range(8)]
+    collate = lambda rows, seeds=None: {"input_ids": torch.tensor([r["input_ids"] for r in rows]),  # noqa: E731
+                                        "labels": torch.tensor([r["labels"] for r in rows])}
+    args = dict(output_dir=str(tmp_path), batch_size=4, device="cpu", progress=False, freeze=("bert.",))
+    with caplog.at_level("WARNING", logger="bertkit"):
+        Trainer(model, TrainingArguments(**args, max_steps=2, freeze_steps=2), data, collate)
+        Trainer(model, TrainingArguments(**args, max_steps=3, freeze_steps=2), data, collate)
+    assert [r.getMessage() for r in caplog.records] == [
+        "freeze_steps 2 is not less than the run's 2 steps: the parameters it holds (bert.) are never trained"]

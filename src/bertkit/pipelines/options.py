@@ -202,6 +202,22 @@ class PretrainOptions(TrainingOptions):
         if changes:
             raise InputError(f"--init {self.init} continues that model with its own shape; {', '.join(changes)} "
                              "would change it (leave them out, or pretrain from fresh weights without --init)")
+        self.check_freeze_steps()
+
+    def check_freeze_steps(self) -> None:
+        """Refuse an encoder held for the whole run. With --minutes alone the steps are planned later (pretrain
+        times the run, then remakes its options with the steps that fit), and checked then."""
+        held, steps = self.freeze_encoder_steps, self.max_steps
+        if not held or steps is None or held < steps:
+            return
+        if self.minutes is None:
+            run = f"--max-steps {steps}"
+            more = "more --max-steps"
+        else:  # typed with --minutes, or what --minutes fits on this machine
+            run = f"the {steps} steps the run trains at most (--max-steps, or what --minutes {self.minutes:g} fits)"
+            more = "more --max-steps or --minutes"
+        raise InputError(f"--freeze-encoder-steps {held} is not less than {run}: the encoder would be held for the "
+                         f"whole run and never train; give fewer --freeze-encoder-steps, or {more}")
 
 
 @dataclass(kw_only=True)
