@@ -336,3 +336,17 @@ def test_the_trainer_says_when_held_parameters_never_train(tmp_path, caplog):
         Trainer(model, TrainingArguments(**args, max_steps=3, freeze_steps=2), data, collate)
     assert [r.getMessage() for r in caplog.records] == [
         "freeze_steps 2 is not less than the run's 2 steps: the parameters it holds (bert.) are never trained"]
+
+
+# ---- 4. a held-out share that cannot be honoured is refused ---------------------------------------------
+
+def test_a_held_out_share_above_a_half_is_refused_saying_why(ws, tmp_path, capsys):
+    from bertkit.pipelines.options import PretrainOptions
+
+    argv = pretrain_argv(ws, tmp_path / "run", "--eval-fraction", "0.9")
+    assert refused(capsys, "pretrain", *argv).endswith(
+        "--eval-fraction 0.9 would hold out more than half of the documents: the held-out share is at most 0.5, so "
+        "that at least as many documents are left to train on as are held out; give 0.5 or less")
+    assert not (tmp_path / "run").exists()
+    assert PretrainOptions(corpus=["zh"], vocab="v", out="o", max_steps=1, eval_fraction=0.5).eval_fraction == 0.5
+

