@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 import shutil
 import signal
 import subprocess
@@ -350,3 +351,105 @@ def test_a_held_out_share_above_a_half_is_refused_saying_why(ws, tmp_path, capsy
     assert not (tmp_path / "run").exists()
     assert PretrainOptions(corpus=["zh"], vocab="v", out="o", max_steps=1, eval_fraction=0.5).eval_fraction == 0.5
 
+
+# ---- 5. values that other options leave unused are said, values that cannot be honoured refused --------
+
+UNUSED = [
+    ("PretrainOptions", dict(masking="dynamic", dupe_factor=3),
+     "--dupe-factor 3 is not used: it counts the differently masked copies of static masking; dynamic masking "
+     "masks every instance afresh each epoch"),
+    ("PretrainOptions", dict(eval_fraction=0.0, eval_every=5),
+     "--eval-every 5 is not used: --eval-fraction 0 holds out no documents, so nothing is evaluated"),
+    ("FinetuneOptions", dict(doc_stride=64),
+     "--doc-stride 64 is not used: it is for --task qa (a long context read in windows), not classify"),
+    ("FinetuneOptions", dict(select_best=False, early_stopping_patience=5),
+     "--patience 5 is not used: --keep-last keeps the last model, so no dev set is scored during the run (it only "
+     "chooses the best checkpoint and stops the run early)"),
+    ("FinetuneOptions", dict(select_best=False, dev="dev.tsv"), "--dev dev.tsv is not used: --keep-last keeps"),
+    ("FinetuneOptions", dict(epochs=10.0), "--epochs 10 is not used: --max-steps 2 sets the run's length"),
+    ("VisionTrainOptions", dict(epochs=1.0), "--epochs 1 is not used: --max-steps 2 sets the run's length"),
+    ("TranslationOptions", dict(batch_tokens=400, batch_size=16),
+     "--batch-size 16 is not used: --batch-tokens 400 sizes the batches instead"),
+    ("TranslationOptions", dict(tune_length_penalty=True, length_penalty=1.4),
+     "--length-penalty 1.4 is not used: --tune-length-penalty chooses it by BLEU on dev"),
+    ("TranslationOptions", dict(num_beams=1, length_penalty=1.4),
+     "--length-penalty 1.4 is not used: --beams 1 translates greedily, and a length penalty ranks the finished "
+     "translations of a beam search"),
+    ("LMOptions", dict(vocab="v", vocab_size=500),
+     "--vocab-size 500 is not used: --vocab v is the vocabulary, and --vocab-size sizes one built from the corpus"),
+]
+REQUIRED = {"PretrainOptions": dict(corpus=["zh"], vocab="v", out="o", max_steps=2),
+            "FinetuneOptions": dict(task="classify", model="m", train="t.tsv", out="o", max_steps=2),
+            "VisionTrainOptions": dict(data="mnist", out="o", max_steps=2),
+            "TranslationOptions": dict(data="bible", out="o", max_steps=2),
+            "LMOptions": dict(out="o", max_steps=2)}
+
+
+@pytest.mark.parametrize("cls, given, said", UNUSED)
+def test_a_value_other_options_leave_unused_is_said(cls, given, said, tmp_path, monkeypatch):
+    from bertkit.pipelines import options
+
+    monkeypatch.chdir(tmp_path)
+    with pytest.warns(UserWarning) as warned:
+        getattr(options, cls)(**REQUIRED[cls], **given)
+    assert len(warned) == 1 and str(warned[0].message).startswith(said), str(warned[0].message)
+
+
+@pytest.mark.parametrize("cls, given", [("PretrainOptions", dict(masking="dynamic")),  # the default 5: not typed
+                                        ("PretrainOptions", dict(masking="dynamic", dupe_factor=1)),
+                                        ("FinetuneOptions", dict(select_best=False)),
+                                        ("TranslationOptions", dict(num_beams=1))])
+def test_defaults_that_go_unused_are_not_said(cls, given, tmp_path, monkeypatch):
+    import warnings
+
+    from bertkit.pipelines import options
+
+    monkeypatch.chdir(tmp_path)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        getattr(options, cls)(**REQUIRED[cls], **given)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        options.recipe_options("crammed", **REQUIRED["PretrainOptions"])
+
+
+def test_values_that_cannot_be_honoured_are_refused():
+    from bertkit.pipelines import options
+
+    with pytest.raises(ValueError, match=r"^--label-all-subtokens scores every sub-token of a tagged word \(--task "
+                                         r"ner\); --task classify tags no words$"):
+        options.FinetuneOptions(**REQUIRED["FinetuneOptions"], label_all_subtokens=True)
+    with pytest.raises(ValueError, match=r"^--eval-fraction must be in \(0, 1\), got 0"):
+        options.LMOptions(**REQUIRED["LMOptions"], eval_fraction=0.0)  # it held out one document all the same
+
+
+def test_more_training_examples_asked_for_than_there_are_is_said(ws, tmp_path, capsys):
+    code, _, err = run(capsys, "finetune", *finetune_argv(ws, tmp_path / "ft", "--max-steps", "1",
+                                                          "--max-train-examples", "1000"))
+    assert code == 0, err
+    assert "bertkit finetune: warning: --max-train-examples 1000 is more than the 24 training examples: all 24 are " \
+           "used\n" in err
+
+
+def test_a_language_model_batch_larger_than_the_training_blocks_is_said(ws, tmp_path, capsys):
+    code, _, err = run(capsys, "lm-train", "--corpus", ws / "corpus.txt", "--size", "tiny", "--block-size", "16",
+                       "--batch-size", "1000", "--max-steps", "1", "--no-progress", "--out", tmp_path / "lm")
+    assert code == 0, err
+    assert re.search(r"warning: --batch-size 1000 is more than the (\d+) training blocks of 16 tokens: each step "
+                     r"takes all \1\n", err), err
+
+
+def test_more_test_pairs_asked_for_than_there_are_is_said(tmp_path, capsys):
+    rng, digits = random.Random(0), "一二三四五六七八九十"
+    words = "one two three four five six seven eight nine ten".split()
+    rows = []
+    for _ in range(120):
+        picked = [rng.randrange(10) for _ in range(rng.randint(1, 4))]
+        rows.append(" ".join(words[i] for i in picked) + "\t" + "".join(digits[i] for i in picked))
+    (tmp_path / "numbers.tsv").write_text("\n".join(rows) + "\n", encoding="utf-8")
+    code, _, err = run(capsys, "translate-train", "--data", tmp_path / "numbers.tsv", "--pair", "en-zh", "--size",
+                       "tiny", "--batch-size", "16", "--max-steps", "1", "--max-test", "1000", "--beams", "1",
+                       "--no-progress", "--out", tmp_path / "mt")
+    assert code == 0, err
+    assert err == "bertkit translate-train: warning: --max-test 1000 is more than the 12 test pairs: BLEU is scored " \
+                  "on all 12\n"

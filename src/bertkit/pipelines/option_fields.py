@@ -30,6 +30,11 @@ class OptionWarning(UserWarning):
     that another option makes unused. Said once, when the options are made (not again when a run resumes)."""
 
 
+def warn_unused(given: str, why: str) -> None:
+    """Say that an option's value (`given`: "--dupe-factor 3") is not used, and `why`."""
+    warnings.warn(f"{given} is not used: {why}", OptionWarning, stacklevel=4)
+
+
 @dataclass(frozen=True)
 class Names:
     """The names a path option takes besides paths (presets, corpora, models, datasets), and which of the two the
@@ -188,6 +193,23 @@ class Options:
                 raise InputError(f"{f.name} {value!r} is not one of {', '.join(map(str, choices))}")
             check_range(f, value)
         self.check_names()
+
+    def _field(self, name: str) -> dataclasses.Field:
+        return next(f for f in dataclasses.fields(self) if f.name == name)
+
+    def flag(self, name: str) -> str:
+        """The command-line flag of the option `name`."""
+        return flag_of(self._field(name))
+
+    def differs(self, name: str) -> bool:
+        """Whether the option `name` has another value than its default (so it was given)."""
+        f = self._field(name)
+        default = f.default_factory() if f.default_factory is not MISSING else f.default
+        return getattr(self, name) != default
+
+    def given(self, name: str) -> str:
+        """The option `name` as typed: "--dupe-factor 3"."""
+        return f"{self.flag(name)} {_shown_value(getattr(self, name))}"
 
     def check_names(self, resuming: str | os.PathLike | None = None) -> None:
         """Say where a value that is one of its option's names is also a path in the working directory: which of

@@ -15,7 +15,14 @@ from bertkit.data.sources import model_names
 from bertkit.data.task_kinds import TASKS
 from bertkit.data.tasks import TRANSLATION_LANGUAGES
 from bertkit.errors import InputError
-from bertkit.pipelines.option_fields import Names, Options, option, overwrite_option, progress_option
+from bertkit.pipelines.option_fields import (
+    Names,
+    Options,
+    option,
+    overwrite_option,
+    progress_option,
+    warn_unused,
+)
 from bertkit.pipelines.presets import (
     DEFAULT_PRESET,
     DEMO_TASK_NAMES,
@@ -190,6 +197,7 @@ class PretrainOptions(TrainingOptions):
             raise InputError(f"--eval-fraction {self.eval_fraction:g} would hold out more than half of the documents: "
                              f"the held-out share is at most {MAX_EVAL_FRACTION:g}, so that at least as many documents "
                              "are left to train on as are held out; give 0.5 or less")
+        self.check_unused()
         if self.init is None:
             if self.vocab is None:
                 raise InputError("give --vocab (a tokenizer directory), or --init MODEL to continue pretraining a "
@@ -208,6 +216,17 @@ class PretrainOptions(TrainingOptions):
             raise InputError(f"--init {self.init} continues that model with its own shape; {', '.join(changes)} "
                              "would change it (leave them out, or pretrain from fresh weights without --init)")
         self.check_freeze_steps()
+
+    def check_unused(self) -> None:
+        """Warn of values that other options make unused."""
+        if self.masking == "dynamic" and self.dupe_factor != 1 and self.differs("dupe_factor"):
+            warn_unused(self.given("dupe_factor"), "it counts the differently masked copies of static "
+                        "masking; dynamic masking masks every instance afresh each epoch")
+        if self.eval_fraction == 0:
+            for name in ("eval_every", "max_eval_instances"):
+                if self.differs(name):
+                    warn_unused(self.given(name), "--eval-fraction 0 holds out no documents, so nothing is "
+                                "evaluated")
 
     def check_freeze_steps(self) -> None:
         """Refuse an encoder held for the whole run. With --minutes alone the steps are planned later (pretrain
@@ -319,6 +338,9 @@ class FinetuneOptions(TrainingOptions):
             raise InputError(f"a prompt template classifies single texts (--task classify), not {self.task!r}")
         if self.label_words is not None and self.prompt is None:
             raise InputError("--label-words go with a prompt template; give --prompt too")
+        if self.label_all_subtokens and self.task != "ner":
+            raise InputError(f"--label-all-subtokens scores every sub-token of a tagged word (--task ner); --task "
+                             f"{self.task} tags no words")
         if self.max_length is None:
             self.max_length = 384 if self.task == "qa" else 128
         check_sequence_length("--max-length", self.max_length)
@@ -326,6 +348,21 @@ class FinetuneOptions(TrainingOptions):
             from bertkit.data.qa import check_window
 
             check_window(self.max_length, self.doc_stride, flags=True)
+        self.check_unused()
+
+    def check_unused(self) -> None:
+        """Warn of values that other options make unused."""
+        if self.task != "qa":
+            for name in ("doc_stride", "max_answer_length"):
+                if self.differs(name):
+                    warn_unused(self.given(name), f"it is for --task qa (a long context read in windows), not "
+                                f"{self.task}")
+        if not self.select_best:
+            for name in ("early_stopping_patience", "eval_every", "dev"):
+                if self.differs(name):
+                    warn_unused(self.given(name), "--keep-last keeps the last model, so no dev set is scored during "
+                                "the run (it only chooses the best checkpoint and stops the run early)")
+        check_epochs(self)
 
 
 @dataclass(kw_only=True)
@@ -366,6 +403,16 @@ class TranslationOptions(TrainingOptions):
         if self.batch_tokens is not None and self.batch_tokens < self.max_length:
             raise InputError(f"batch_tokens {self.batch_tokens} is below max_length {self.max_length}: "
                              f"the longest pairs would fit in no batch")
+        if self.batch_tokens is not None and self.differs("batch_size"):
+            warn_unused(self.given("batch_size"), f"--batch-tokens {self.batch_tokens} sizes the batches instead")
+        if self.tune_length_penalty and self.differs("length_penalty"):
+            warn_unused(self.given("length_penalty"), "--tune-length-penalty chooses it by BLEU on dev")
+        if self.num_beams == 1:
+            for name in ("length_penalty", "tune_length_penalty"):
+                if self.differs(name):
+                    warn_unused(self.given(name) if name == "length_penalty" else "--tune-length-penalty",
+                                "--beams 1 translates greedily, and a length penalty ranks the finished "
+                                "translations of a beam search")
         self.source_lang, self.target_lang = parse_pair(self.pair)
         known = TRANSLATION_LANGUAGES.get(self.data)
         unknown = [lang for lang in (self.source_lang, self.target_lang) if known and lang not in known]
@@ -402,7 +449,8 @@ class LMOptions(TrainingOptions):
     learning_rate: float = option(1e-3, "peak learning rate", above=0)
     warmup_ratio: float = option(0.05, "share of the steps spent warming up", minimum=0, below=1)
     dropout: float = option(0.1, "dropout", minimum=0, below=1)
-    eval_fraction: float = option(0.02, "share of the documents held out whole", minimum=0, below=1)
+    eval_fraction: float = option(0.02, "share of the documents held out whole (at least one document)", above=0,
+                                  below=1)
     max_eval_blocks: int = option(256, "held-out blocks evaluated at most", minimum=1)
     seed: int = option(0, "random seed (split, order, initialisation)", minimum=0, maximum=2**32 - 1)
 
@@ -410,6 +458,9 @@ class LMOptions(TrainingOptions):
         super().__post_init__()
         self.require_budget()
         check_sequence_length("--block-size", self.block_size)
+        if self.vocab is not None and self.differs("vocab_size"):
+            warn_unused(self.given("vocab_size"), f"--vocab {self.vocab} is the vocabulary, and --vocab-size sizes "
+                        "one built from the corpus")
 
 
 DEFAULT_DEMO_MINUTES = 16.5  # the whole main job, so that `make run` (set-up included) takes at most 20 minutes
@@ -495,6 +546,13 @@ class VisionTrainOptions(TrainingOptions):
         super().__post_init__()
         if self.image_size is not None:
             check_image_size("--image-size", self.image_size, self.image_size, self.patch_size)
+        check_epochs(self)
+
+
+def check_epochs(options: TrainingOptions) -> None:
+    """Warn that --epochs is not used where --max-steps sets the run's length (it wins, more steps or fewer)."""
+    if options.max_steps is not None and options.differs("epochs"):
+        warn_unused(f"--epochs {options.epochs:g}", f"--max-steps {options.max_steps} sets the run's length")
 
 
 def check_image_size(flag: str, height: int, width: int, patch_size: int) -> None:
