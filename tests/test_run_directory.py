@@ -23,7 +23,14 @@ from safetensors.torch import load_file
 
 from bertkit.cli import main
 from bertkit.pipelines import options
-from bertkit.pipelines.run_directory import LOCK_NAME, RunLock, RunLockedError, clear_run, run_directory
+from bertkit.pipelines.run_directory import (
+    LOCK_NAME,
+    MANIFEST_NAME,
+    RunLock,
+    RunLockedError,
+    clear_run,
+    run_directory,
+)
 
 VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "。", *"的一是在不了有和人这中大为上个国我以要他时来用们生到作"]
 TINY = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
@@ -243,8 +250,9 @@ def test_a_process_forked_by_a_run_does_not_hold_its_lock(tmp_path):
 
 def test_only_the_main_process_of_a_torchrun_job_checks_and_locks(tmp_path):
     (tmp_path / "config.json").write_text("{}")  # a model: refused for the main process, not looked at by others
+    (tmp_path / "model.safetensors").write_bytes(b"")
     with run_directory(tmp_path, "bertkit pretrain", main=False):
-        assert not (tmp_path / LOCK_NAME).exists()
+        assert not (tmp_path / LOCK_NAME).exists() and not (tmp_path / MANIFEST_NAME).exists()
     with pytest.raises(ValueError, match="already holds a bertkit run or model"):
         with run_directory(tmp_path, "bertkit pretrain"):
             pass
@@ -308,8 +316,11 @@ def test_overwrite_replaces_what_bertkit_wrote_and_keeps_the_users_files(inputs,
     (a_model / "data" / "mine.tsv").write_text("a\tb\n")
     code, out, err = run(capsys, "vocab", "--corpus", inputs / "corpus.txt", "--out", a_model, "--overwrite")
     assert code == 0, err
-    assert sorted(p.name for p in a_model.iterdir()) == ["data", "notes.txt", "special_tokens_map.json",
-                                                         "tokenizer_config.json", "vocab.txt"]
+    assert sorted(p.name for p in a_model.iterdir()) == [MANIFEST_NAME, "data", "notes.txt",
+                                                         "special_tokens_map.json", "tokenizer_config.json",
+                                                         "vocab.txt"]
+    assert json.loads((a_model / MANIFEST_NAME).read_text())["entries"] == ["special_tokens_map.json",
+                                                                            "tokenizer_config.json", "vocab.txt"]
     assert (a_model / "notes.txt").read_text() == "my notes" and (a_model / "data" / "mine.tsv").read_text() == "a\tb\n"
 
 

@@ -191,9 +191,9 @@ def _cmd_vocab(args: argparse.Namespace) -> int:
     if args.size is not None and args.size < 6:
         raise UserError(f"--size {args.size} is too small: the 5 special tokens alone take 5")
     inputs = [("--corpus", path) for path in args.corpus]
-    check_output_directory(args.out, args.overwrite)  # before reading the corpus, which may take a while
-    if args.overwrite:
+    if args.overwrite:  # before reading the corpus, which may take a while
         check_inputs_survive(args.out, inputs)
+    check_output_directory(args.out, args.overwrite)
     texts = [sentence for document in read_text_documents(args.corpus, encoding=args.encoding)
              for sentence in document]
     with run_directory(args.out, "bertkit vocab", overwrite=args.overwrite, inputs=inputs):

@@ -71,6 +71,13 @@ class FineTuned:
     train_features: int
 
 
+def warn_if_fewer_examples(options: FinetuneOptions, available: int, what: str = "training examples") -> None:
+    """Say where --max-train-examples asks for more examples than the training data has: all of them are used."""
+    if options.max_train_examples and options.max_train_examples > available:
+        warnings.warn(f"--max-train-examples {options.max_train_examples} is more than the {available} {what}: all "
+                      f"{available} are used", stacklevel=3)
+
+
 def input_ids(feature: Any) -> Sequence[int]:
     """A feature's token ids: a key (classes and tags) or an attribute (QA windows)."""
     return feature["input_ids"] if isinstance(feature, Mapping) else feature.input_ids

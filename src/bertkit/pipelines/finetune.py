@@ -25,7 +25,7 @@ from bertkit.errors import InputError
 from bertkit.inference import EncodedText, run_sorted
 from bertkit.models.bert.heads import IGNORE_INDEX, BertForPromptClassification
 from bertkit.models.registry import family_for
-from bertkit.pipelines.fine_tuning import Scorer, TaskParts, fine_tune, write_results
+from bertkit.pipelines.fine_tuning import Scorer, TaskParts, fine_tune, warn_if_fewer_examples, write_results
 from bertkit.pipelines.options import FinetuneOptions
 from bertkit.pipelines.run_directory import holds_out
 from bertkit.training import metrics
@@ -200,6 +200,7 @@ def finetune(options: FinetuneOptions) -> dict[str, Any]:
     tokenizer = BertTokenizer.from_pretrained(model_dir)
     splits = load_task_data(task, options.train, options.dev, options.test, options.encoding)
     train = splits["train"]
+    warn_if_fewer_examples(options, len(train))
     if options.max_train_examples and len(train) > options.max_train_examples:
         if task.token_level:
             rng = np.random.default_rng(options.seed)

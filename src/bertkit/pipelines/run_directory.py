@@ -1,13 +1,26 @@
 """Where a command may write: the one rule for output directories, and the lock a run holds on its own.
 
-Every command that writes a directory (pretrain, finetune, vocab, translate-train, lm-train, demo) opens it
-with `run_directory`:
+Every command that writes a directory (prepare, pretrain, finetune, vocab, translate-train, lm-train, vision-train,
+export, demo) opens it with `run_directory`, and records there what it wrote: `DIR/.bertkit-manifest.json` names
+the entries (top-level files and folders) that are bertkit's. The rule:
 
 - absent or empty: written;
 - a file: an error;
-- holding a bertkit run or model (a checkpoint, a model's config.json, a tokenizer, metrics, a report): an
-  error, unless `overwrite`; then what bertkit writes there is deleted first, and nothing else;
+- holding a bertkit run or model (the entries its manifest names, `entries`): an error, unless `overwrite`; then
+  those entries are deleted first, and nothing else;
+- holding files of the names bertkit writes (a `config.json`, a `metrics.jsonl`, ...) that bertkit did not write
+  (no manifest names them): an error, with or without `overwrite`: they are the user's, and a run could write
+  over them;
 - holding other files only: written beside them.
+
+The manifest is written before the run writes anything: it lists what the directory held then (the user's), and
+when the run ends the entries that appeared meanwhile under names bertkit writes (RUN_ENTRIES) become its own. A
+run killed before it could say so leaves the manifest open; the next run on the directory counts what appeared
+the same way, and records it when it begins.
+A directory written before bertkit kept manifests is taken for a run when it holds what only a run or a model
+leaves (RUN_RECORDS: options, results, checkpoints, a store, weights, at its top or in a folder of a bertkit
+name); then the entries of bertkit's names are its own, and the rest stays. Without such a sign, files of
+bertkit's names are not taken for bertkit's.
 
 While it runs, a run holds an exclusive `flock` on `DIR/.bertkit-lock`, a file naming the holder (pid, host,
 command, start time). A second run on the same directory is refused with that name. The operating system
@@ -26,6 +39,7 @@ told `--overwrite`, an input of the command never, and every file is written who
 
 from __future__ import annotations
 
+import fnmatch
 import functools
 import json
 import os
@@ -36,22 +50,36 @@ import time
 import warnings
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager, suppress
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from bertkit.errors import InputError
 from bertkit.models.sentence_files import SENTENCE_FILES
 
 LOCK_NAME = ".bertkit-lock"
+# What bertkit adds later to an entry it wrote, outside the command that wrote it: (its entry, the cache's entry).
+# A store's plans are cached beside it by the runs that read it (bertkit.data.pretraining.plans).
+LATER_CACHES = (("store.json", "store.plans"),)
+MANIFEST_NAME = ".bertkit-manifest.json"  # the entries of the directory that bertkit wrote
+BOOKKEEPING = (LOCK_NAME, MANIFEST_NAME)
 
 # What shows that a directory holds a bertkit run or model.
 RUN_MARKERS = ("config.json", "model.safetensors", "pytorch_model.bin", "vocab.txt", "tokenizer.json",
                "tokenizer_config.json", "metrics.jsonl", "training_args.json", "train_results.json",
                "*_options.json", "*_results.json", "report.json", "data_report.json", "checkpoint-*", "best",
                "source_tokenizer", "model.onnx", "model_int8.onnx", "store.json")
-# What bertkit writes into a run directory: `overwrite` deletes these, never anything else.
+# The names bertkit writes into a run directory: only entries of these names can be bertkit's, and `overwrite`
+# deletes only those of them that are (the manifest's), never anything else.
+TEMPORARY = (".*.tmp-*", ".*.old-*", ".*.tmp")  # what an atomic write leaves when it is killed half-way
 RUN_ENTRIES = (*RUN_MARKERS, "special_tokens_map.json", "generation_config.json", "languages.json",
-               "eval_results.json", "target_tokenizer", "report.md", "*.onnx.data", ".final", ".*.tmp-*", ".*.old-*",
-               ".*.tmp", "store.*", "corpus_stores.json", *SENTENCE_FILES)
+               "eval_results.json", "target_tokenizer", "report.md", "*.onnx.data", ".final", *TEMPORARY,
+               "store.*", "corpus_stores.json", "predictions.json", "loss_curve.png",
+               *SENTENCE_FILES)
+# What only a bertkit run, or a model's weights, leaves: a directory without a manifest (written by a bertkit
+# from before manifests) holding one of these, at its top or in a folder of a bertkit name, holds a run.
+RUN_RECORDS = ("pretrain_options.json", "lm_options.json", "translation_options.json", "training_args.json",
+               "train_results.json", "finetune_results.json", "data_report.json", "corpus_stores.json", "store.json",
+               "checkpoint-*", "model.safetensors", "pytorch_model.bin", "model.onnx", "model_int8.onnx")
 
 
 class OutputDirectoryError(InputError):
@@ -117,35 +145,138 @@ def run_entries(directory: str | os.PathLike, patterns: Iterable[str] = RUN_MARK
     directory = Path(directory)
     if not directory.is_dir():
         return []
-    return sorted({path.name for pattern in patterns for path in directory.glob(pattern)} - {LOCK_NAME})
+    return sorted({path.name for pattern in patterns for path in directory.glob(pattern)} - set(BOOKKEEPING))
+
+
+def _shown(names: Iterable[str]) -> str:
+    names = sorted(names)
+    return ", ".join(names[:4]) + (f" and {len(names) - 4} more" if len(names) > 4 else "")
+
+
+def _read_manifest(directory: Path) -> dict | None:
+    """The directory's manifest, or None where it has none (or one that cannot be read: then the rule for
+    directories without one holds)."""
+    try:
+        manifest = json.loads((directory / MANIFEST_NAME).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(manifest, dict) or not isinstance(manifest.get("entries"), list):
+        return None
+    return manifest
+
+
+@dataclass
+class Entries:
+    """A directory's entries (top-level names) by whose they are: `ours` (bertkit wrote them: `overwrite` deletes
+    them), `foreign` (of names bertkit writes, but bertkit did not write them: refused), `others` (the rest)."""
+
+    ours: set[str] = field(default_factory=set)
+    foreign: set[str] = field(default_factory=set)
+    others: set[str] = field(default_factory=set)
+
+    @property
+    def run(self) -> set[str]:
+        """The entries that make the directory hold a run or model (ours, less what killed writes left)."""
+        return {name for name in self.ours if not any(fnmatch.fnmatch(name, t) for t in TEMPORARY)}
+
+
+def _holds_record(directory: Path, named: Iterable[str]) -> bool:
+    """Whether a directory without a manifest holds a run of an earlier bertkit: a RUN_RECORDS entry at its top,
+    or in one of its folders of bertkit's names (`best`, a demo's `pretrain`), or such a folder's manifest."""
+    if run_entries(directory, RUN_RECORDS):
+        return True
+    return any((directory / name).is_dir() and ((directory / name / MANIFEST_NAME).is_file()
+                                                 or run_entries(directory / name, RUN_RECORDS)) for name in named)
+
+
+def entries(directory: str | os.PathLike, also: Iterable[str] = ()) -> Entries:
+    """Whose `directory`'s entries are. With a manifest: the entries it names are bertkit's, and so are those of
+    bertkit's names (RUN_ENTRIES, `also`) that appeared while a run that never closed its manifest held it (it was
+    killed). Without one: the entries of bertkit's names are bertkit's if the directory holds a run of an earlier
+    bertkit (`_holds_record`), else foreign. What a killed atomic write left (TEMPORARY) is bertkit's always."""
+    directory = Path(directory)
+    if not directory.is_dir():
+        return Entries()
+    names = {path.name for path in directory.iterdir()} - set(BOOKKEEPING)
+    named = set(run_entries(directory, (*RUN_ENTRIES, *also)))
+    temporary = set(run_entries(directory, TEMPORARY))
+    manifest = _read_manifest(directory)
+    if manifest is not None:
+        ours = set(manifest["entries"])
+        if manifest.get("open"):  # its run was killed before it said what it wrote
+            ours |= (names - ours - set(manifest.get("others", []))) & named
+        ours = (ours & names) | temporary
+        ours |= {cache for owner, cache in LATER_CACHES if owner in ours and cache in names}
+        return Entries(ours, (names - ours) & named, names - ours - named)
+    if _holds_record(directory, named):
+        return Entries(named | temporary, set(), names - named - temporary)
+    return Entries(temporary, named - temporary, names - named - temporary)
 
 
 def check_output_directory(out: str | os.PathLike, overwrite: bool = False, also: Iterable[str] = (),
                            flag: str = "--out") -> None:
-    """Raise OutputDirectoryError if the rule forbids writing `out`: it is a file, or it holds a run (RUN_MARKERS
-    or the caller's `also` patterns) and `overwrite` is off. No side effects."""
+    """Raise OutputDirectoryError if the rule forbids writing `out`: it is a file, it holds files of bertkit's names
+    that bertkit did not write (`entries`: whatever `overwrite` says), or it holds a run and `overwrite` is off.
+    No side effects."""
     out = Path(out)
     if out.exists() and not out.is_dir():
         raise OutputDirectoryError(f"{flag} {out} is a file, not a directory; choose a directory (new or empty)")
-    found = run_entries(out, (*RUN_MARKERS, *also))
-    if found and not overwrite:
-        shown = ", ".join(found[:4]) + (f" and {len(found) - 4} more" if len(found) > 4 else "")
-        raise OutputDirectoryError(f"{flag} {out} already holds a bertkit run or model ({shown}); give --overwrite "
-                                   "to replace it, or choose a new or empty directory")
+    found = entries(out, also)
+    if found.foreign:
+        raise OutputDirectoryError(
+            f"{flag} {out} holds files that bertkit did not write ({_shown(found.foreign)}): they are not bertkit's, "
+            "and a run there could write over them; choose a new or empty directory, or move them out of it")
+    if found.run and not overwrite:
+        signs = found.run & set(run_entries(out, (*RUN_MARKERS, *also))) or found.run
+        raise OutputDirectoryError(f"{flag} {out} already holds a bertkit run or model ({_shown(signs)}); give "
+                                   "--overwrite to replace it, or choose a new or empty directory")
 
 
-def clear_run(out: str | os.PathLike, also: Iterable[str] = ()) -> list[str]:
-    """Delete what bertkit wrote into `out` (RUN_ENTRIES and the caller's `also` patterns); other files stay.
-    Returns the names deleted."""
-    out = Path(out)
-    doomed = run_entries(out, (*RUN_ENTRIES, *also))
+def _delete(out: Path, names: Iterable[str]) -> list[str]:
+    doomed = sorted(names)
     for name in doomed:
         path = out / name
         if path.is_dir() and not path.is_symlink():
             shutil.rmtree(path)
         else:
-            path.unlink()
+            path.unlink(missing_ok=True)
     return doomed
+
+
+def clear_run(out: str | os.PathLike, also: Iterable[str] = ()) -> list[str]:
+    """Delete what bertkit wrote into `out` (`entries`: what its manifest names, or for a run of an earlier bertkit
+    the entries of bertkit's names); other files stay. Returns the names deleted."""
+    return _delete(Path(out), entries(out, also).ours)
+
+
+class Manifest:
+    """The record of what a run wrote into its directory, kept while it holds the directory's lock.
+
+    `begin` writes it (atomically) before the run writes anything: the entries that are bertkit's already and,
+    while the run is open, those that were there and are not. `end` records as bertkit's the entries of bertkit's
+    names that appeared meanwhile; a run killed before `end` leaves it open, and `entries` reads it the same way."""
+
+    def __init__(self, directory: Path, command: str, also: Iterable[str] = ()) -> None:
+        self.directory, self.command, self.also = directory, command, tuple(also)
+        self.existed = (directory / MANIFEST_NAME).exists()
+
+    def _write(self, values: dict) -> None:
+        from bertkit.utils.atomic import atomic_write_text
+
+        atomic_write_text(self.directory / MANIFEST_NAME, json.dumps(values, indent=1, ensure_ascii=False) + "\n")
+
+    def begin(self, found: Entries) -> Manifest:
+        self._write({"command": self.command, "entries": sorted(found.run),
+                     "others": sorted(found.others | found.foreign),
+                     "open": {"pid": os.getpid(), "host": socket.gethostname(), "started": time.time()}})
+        return self
+
+    def end(self) -> None:
+        ours = entries(self.directory, self.also).run
+        if not ours and not self.existed:
+            (self.directory / MANIFEST_NAME).unlink(missing_ok=True)  # wrote nothing: leave no trace
+            return
+        self._write({"command": self.command, "entries": sorted(ours)})
 
 
 @contextmanager
@@ -274,10 +405,11 @@ def run_directory(out: str | os.PathLike, command: str, *, overwrite: bool = Fal
                   main: bool = True, also: Iterable[str] = (), inputs: Inputs = (), flag: str = "--out"
                   ) -> Iterator[Path]:
     """Open `out` for a run of `command` (e.g. "bertkit pretrain"): check the rule, lock it, and with
-    `overwrite` clear what bertkit wrote there (`also`: the caller's own entries), unless that would delete one
-    of the run's `inputs` ((flag, path) pairs: then nothing is touched); the lock is held until the block ends.
-    `resume` continues the run already there. Processes other than the `main` one of a torchrun job neither
-    check nor lock: rank 0 does it for the job. `flag` is how messages name `out`."""
+    `overwrite` delete what bertkit wrote there (`also`: the caller's own entries), unless that would delete one
+    of the run's `inputs` ((flag, path) pairs: then nothing is touched); the lock is held, and the directory's
+    manifest open, until the block ends. `resume` continues the run already there. Processes other than the
+    `main` one of a torchrun job neither check nor lock: rank 0 does it for the job. `flag` is how messages name
+    `out`."""
     out = Path(out)
     if not main:
         yield out
@@ -292,11 +424,16 @@ def run_directory(out: str | os.PathLike, command: str, *, overwrite: bool = Fal
     try:
         with RunLock(out, command):
             if not resume:  # checked under the lock, so a run that just started cannot be cleared away
-                check_output_directory(out, overwrite, also, flag)
                 if overwrite:
                     check_inputs_survive(out, inputs, also, flag)
+                check_output_directory(out, overwrite, also, flag)
+                if overwrite:
                     clear_run(out, also)
-            yield out
+            manifest = Manifest(out, command, also).begin(entries(out, also))
+            try:
+                yield out
+            finally:
+                manifest.end()
     except BaseException:
         _remove_unused(created)
         raise
@@ -321,9 +458,10 @@ def holds_out(command: str, distributed: bool = True) -> Callable:
 
 
 def _remove_unused(created: list[Path]) -> None:
-    """After a run failed: remove the directories it created if it wrote nothing there but its options (it
-    failed before training), so the same command can simply be run again."""
+    """After a run failed: remove the directories it created if it wrote nothing there but its options and
+    manifest (it failed before training), so the same command can simply be run again."""
     if not created or not created[0].is_dir() or any(not path.name.endswith("_options.json")
+                                                      and path.name != MANIFEST_NAME
                                                       for path in created[0].iterdir()):
         return
     for path in created[0].iterdir():

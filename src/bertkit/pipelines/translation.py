@@ -17,6 +17,7 @@ import math
 import random
 import tempfile
 import time
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -309,6 +310,9 @@ def train_translation(options: TranslationOptions) -> dict[str, Any]:
         length_penalty, sweep = tune_length_penalty(model, tokenizer, splits["dev"][:TUNING_PAIRS], options.num_beams)
     save_generation_config(out, options.num_beams, length_penalty)
     test = splits["test"][: options.max_test_sentences]
+    if options.max_test_sentences and options.max_test_sentences > len(test):
+        warnings.warn(f"--max-test {options.max_test_sentences} is more than the {len(test)} test pairs: BLEU is "
+                      f"scored on all {len(test)}", stacklevel=2)
     started = time.perf_counter()
     scores, hypotheses = evaluate_bleu(model, tokenizer, test, options.num_beams, length_penalty)
     final = state.log_history[-1] if state.log_history else {}

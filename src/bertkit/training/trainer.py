@@ -163,6 +163,9 @@ class Trainer:
         self.frozen = [p for name, p in model.named_parameters() if name.startswith(args.freeze)] if args.freeze else []
         if args.freeze and not self.frozen:
             raise InputError(f"freeze {list(args.freeze)} names no parameter of {type(model).__name__}")
+        if self.frozen and args.freeze_steps >= self.total_steps:
+            logger.warning("freeze_steps %d is not less than the run's %d steps: the parameters it holds (%s) are "
+                           "never trained", args.freeze_steps, self.total_steps, ", ".join(args.freeze))
         self.dist = Distributed()  # a single process until train() sets up torchrun's process group, if any
         # what a step runs the model through: the model itself until train() knows the process group, then wrapped
         # in DistributedDataParallel under torchrun and compiled with args.compile
@@ -585,6 +588,10 @@ class Trainer:
         finally:
             self._loaded = None  # stops the data loader's workers, if any
             bar.close()
+        if self.frozen and state.step <= args.freeze_steps < self.total_steps and dist.is_main:
+            logger.warning("the run stopped at step %d (%s), within the %d steps that hold %s fixed: those parameters "
+                           "were never trained", state.step, state.stop_reason, args.freeze_steps,
+                           ", ".join(args.freeze))
         if dist.is_main:
             ckpt.publish_model(self.output_dir, self.model, self.tokenizer)
             found = ckpt.list_checkpoints(self.output_dir)

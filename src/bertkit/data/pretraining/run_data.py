@@ -101,7 +101,7 @@ def build(tokenizer, vocab: str | Path, settings: DataSettings, *, progress: boo
     report = DataReport("the training corpus").unknown_tokens(
         sum(w * s.meta["unknown_tokens"] for w, s in zip(mix.weights, stores)),
         sum(w * s.num_tokens for w, s in zip(mix.weights, stores)), f"the vocabulary {vocab}")
-    report.measured["documents"] = len(train)
+    report.measured.update(documents=len(train), held_out_documents=len(held))
     report.check(stacklevel=4)
 
     max_predictions = settings.max_predictions_per_seq or math.ceil(settings.mlm_probability * settings.max_seq_length)
