@@ -1,17 +1,22 @@
 """Text files read a block of whole lines at a time: the one reading path of every file bertkit reads by lines.
 
-`line_blocks` reads a file (gzipped or not) in blocks, never whole, and hands on the whole lines of each block, the
-line cut by the block's end waiting for the next. The rules every reader shares live here, so that a file is text,
-or not, the same way for every command:
+`line_blocks` reads a file (gzipped or not, a pipe or standard input as well) in blocks, never whole, and hands on
+the whole lines of each block, the line cut by the block's end waiting for the next. The rules every reader shares
+live here, so that a file is text, or not, the same way for every command:
 
+- a line ends at b"\\n", b"\\r\\n" or a lone b"\\r" (old Mac files): the lines handed on end in b"\\n" alone, and a
+  b"\\r\\n" split by a block's end is one line end, not two;
 - a file with NUL bytes in its first 64 KiB is not text (an image, a model, UTF-16 read as UTF-8): a NotTextError
   naming it, at once;
 - a UTF-8 byte-order mark is no text;
 - UTF-16 and UTF-32, whose line break is not the byte b"\\n", are decoded here and handed on as UTF-8
   (`LineBlock.encoding` says which encoding the lines are in);
-- a line longer than MAX_LINE_BYTES is cut, so that no line is read whole;
+- a line longer than MAX_LINE_BYTES is handed on in parts, each cut after a space or between two characters, so
+  that no line is read whole;
 - a file where most lines do not decode is not text in that encoding (`check_decoded`): skipping every line would
   only hide the reason. The readers count the few undecodable lines of a text file and go on.
+
+Nothing seeks or asks a file's position: a pipe or standard input reads as a file does.
 """
 
 from __future__ import annotations
@@ -26,7 +31,7 @@ from pathlib import Path
 from bertkit.errors import DataError
 
 NUL_WINDOW = 1 << 16        # the bytes looked at for NULs
-MAX_LINE_BYTES = 1 << 26    # a longer line is cut (at a space, or a character boundary)
+MAX_LINE_BYTES = 1 << 26    # a longer line is handed on in parts (cut at a space, or a character boundary)
 UTF8_BOM = b"\xef\xbb\xbf"
 
 
@@ -36,12 +41,14 @@ class NotTextError(DataError):
 
 @dataclass
 class LineBlock:
-    """Whole lines of a file, each ended by b"\\n"."""
+    """Whole lines of a file, each ended by b"\\n"; or, where `continued`, one part of a line too long to hold whole,
+    ended by b"\\n" as well, whose line goes on in the next block (which has the same `first_line`)."""
 
     first_line: int   # the file's number (from 1) of the first of them
     lines: bytes
     size: int         # bytes of the file read for them (compressed bytes for a .gz): for progress bars
     encoding: str     # the encoding of `lines`: the file's, or UTF-8 where the file's is UTF-16 or UTF-32
+    continued: bool = False
 
 
 def is_wide(encoding: str) -> bool:
@@ -70,12 +77,20 @@ def line_blocks(path: str | Path, encoding: str = "utf-8", block_bytes: int = 1 
     """The file's lines a block (about `block_bytes`) at a time, in order; `compressed`: the file is gzipped.
 
     The lines are bytes, in `LineBlock.encoding`: decoding them is the caller's (a worker process's, for a corpus),
-    so one bad byte costs one line. A last line without a line break gets one; an empty file gives no block."""
+    so one bad byte costs one line. A last line without a line break gets one; an empty file gives no block.
+
+    A line longer than MAX_LINE_BYTES comes in parts, a block each (`LineBlock.continued`), each cut after a space
+    or between characters; a part of white space only is left out (it holds no text, and as a line of its own it
+    would read as a blank line)."""
     wide = is_wide(encoding)
-    with open(path, "rb") as raw:
-        stream = gzip.GzipFile(fileobj=raw) if compressed else raw
+    max_line_bytes = MAX_LINE_BYTES
+    encoding_out = "utf-8" if wide else encoding
+    with open(path, "rb") as file:
+        raw = _Counted(file)
+        stream = gzip.GzipFile(fileobj=raw, mode="rb") if compressed else raw
         reader = codecs.getreader(encoding)(stream) if wide else None
-        carry, line, position, first = b"", 1, 0, True
+        carry = bytearray()   # the start of a line whose end is not read yet (never a b"\n")
+        line, position, first, held = 1, 0, True, False
         while True:
             # the first read takes at least what the NUL check and the byte-order mark need
             block = _read(path, stream, reader, encoding, max(block_bytes, NUL_WINDOW) if first else block_bytes)
@@ -83,23 +98,49 @@ def line_blocks(path: str | Path, encoding: str = "utf-8", block_bytes: int = 1 
                 if not wide:
                     check_not_binary(path, block, encoding)
                 block, first = block.removeprefix(UTF8_BOM), False
-            if not block:
+            end = not block
+            if held:  # the b"\r" that ended the block before: b"\r\n" cut in two is one line end
+                block, held = b"\r" + block, False
+            if b"\r" in block:
+                if block.endswith(b"\r") and not end:
+                    block, held = block[:-1], True
+                block = block.replace(b"\r\n", b"\n")
+                if b"\r" in block:  # lone ones: not in a Windows file
+                    block = block.replace(b"\r", b"\n")
+            last = block.rfind(b"\n")
+            if last < 0:
+                carry += block
+            elif len(carry) + (ends := block.find(b"\n")) > max_line_bytes:
+                # the line begun in an earlier block ends in this one, too long to hand on whole: its parts first
+                carry += memoryview(block)[:ends]
+                block, last = block[ends:], last - ends
+            while len(carry) > max_line_bytes:
+                cut = _character_boundary(carry, max_line_bytes, encoding_out)
+                if not carry[:cut].isspace():
+                    yield LineBlock(line, bytes(carry[:cut]) + b"\n", raw.count - position, encoding_out, True)
+                    position = raw.count
+                del carry[:cut]
+            if last >= 0:
+                lines = b"".join((carry, memoryview(block)[:last + 1]))
+                yield LineBlock(line, lines, raw.count - position, encoding_out)
+                line += block.count(b"\n", 0, last + 1)
+                carry, position = bytearray(memoryview(block)[last + 1:]), raw.count
+            if end:
                 break
-            data = carry + block
-            cut = data.rfind(b"\n") + 1
-            if cut == 0 and len(data) > MAX_LINE_BYTES:
-                cut = _character_boundary(data, MAX_LINE_BYTES)
-                data = data[:cut] + b"\n" + data[cut:]
-                cut += 1
-            if cut:
-                now = raw.tell()
-                yield LineBlock(line, data[:cut], now - position, "utf-8" if wide else encoding)
-                line += data.count(b"\n", 0, cut)
-                carry, position = data[cut:], now
-            else:
-                carry = data
         if carry:
-            yield LineBlock(line, carry + b"\n", raw.tell() - position, "utf-8" if wide else encoding)
+            yield LineBlock(line, bytes(carry) + b"\n", raw.count - position, encoding_out)
+
+
+class _Counted:
+    """A file's bytes read so far (`count`), without asking its position: a pipe has none."""
+
+    def __init__(self, file) -> None:
+        self.file, self.count = file, 0
+
+    def read(self, size: int = -1) -> bytes:
+        data = self.file.read(size)
+        self.count += len(data)
+        return data
 
 
 def _read(path: str | Path, stream, reader, encoding: str, block_bytes: int) -> bytes:
@@ -113,12 +154,17 @@ def _read(path: str | Path, stream, reader, encoding: str, block_bytes: int) -> 
         raise NotTextError(f"{path} cannot be read as gzip: {err}") from None
 
 
-def _character_boundary(data: bytes, limit: int) -> int:
-    """A cut at most `limit` bytes in, after a space or, in UTF-8, not inside a character."""
-    space = data.rfind(b" ", 0, limit)
-    if space > limit // 2:
+def _character_boundary(data: bytearray, limit: int, encoding: str) -> int:
+    """A cut at most `limit` bytes in, after a space (in the second half), else not inside a character: in UTF-8 not
+    before a continuation byte; in another encoding (GBK, Big5, Latin-1...) where its decoder has no byte pending."""
+    space = data.rfind(b" ", limit // 2, limit)
+    if space >= 0:
         return space + 1
-    cut = limit
-    while cut > 0 and 0x80 <= data[cut] < 0xC0:  # a UTF-8 continuation byte: still inside a character
-        cut -= 1
-    return cut
+    if codecs.lookup(encoding).name == "utf-8":
+        cut = limit
+        while cut > limit - 3 and 0x80 <= data[cut] < 0xC0:  # a continuation byte: still inside a character
+            cut -= 1
+        return cut
+    decoder = codecs.getincrementaldecoder(encoding)(errors="replace")
+    decoder.decode(bytes(data[:limit]), final=False)
+    return max(1, limit - len(decoder.getstate()[0]))

@@ -82,14 +82,17 @@ def iter_decoded_lines(path: str | Path, encoding: str = "utf-8", block_bytes: i
     A few undecodable lines are the caller's to skip and count; a file that is not text at all is a NotTextError
     naming it: one holding NUL bytes (an image, a model, UTF-16 text read as UTF-8), or one where most lines do not
     decode (text in another encoding, such as GBK read as UTF-8), since skipping every line would only hide the
-    reason. The first 1,000 lines tell that early; the whole file is checked again at its end."""
+    reason. The first 1,000 lines tell that early; the whole file is checked again at its end.
+
+    A line ends at "\\n", "\\r\\n" or a lone "\\r"; a line longer than data/lines.py's MAX_LINE_BYTES comes in parts,
+    each with the line's number."""
     failed: list[int] = []
     number = 0
     for block in line_blocks(path, encoding, block_bytes):
-        for raw in block.lines.split(b"\n")[:-1]:  # every line ends with b"\n": nothing follows the last
-            number += 1
+        # every line ends with b"\n": nothing follows the last; a part of a line has the line's number
+        for number, raw in enumerate(block.lines.split(b"\n")[:-1], block.first_line):
             try:
-                yield number, raw.rstrip(b"\r").decode(block.encoding)
+                yield number, raw.decode(block.encoding)
             except UnicodeDecodeError:
                 failed.append(number)
                 yield number, None

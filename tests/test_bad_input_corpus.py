@@ -1,0 +1,148 @@
+"""Bad corpora for the token stores (`bertkit prepare --corpus FILE`, `bertkit pretrain --corpus FILE`): old Mac line
+ends, lines of megabytes without punctuation, standard input and pipes, a token store's own files given as text.
+
+As in test_bad_input.py: a CLI error is exit status 2 and one line `bertkit COMMAND: error: ...`; a warning is one
+line `bertkit COMMAND: warning: ...`. docs/bad-input.md lists what each gets."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from bertkit.cli import main
+from bertkit.data import corpus_stream, lines
+from bertkit.data.corpus import read_text_documents
+from bertkit.data.lines import line_blocks
+from bertkit.data.readers import iter_decoded_lines, read_classification_file, read_conll
+from bertkit.data.store import TokenStore
+from bertkit.tokenizer import BertTokenizer
+
+VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "。", *"张三在北京工作很好差的一是不了有人这中大为上个国我",
+         "the", "cat", "sat", "on", "mat"]
+SRC = Path(__file__).resolve().parents[1] / "src"
+
+
+def run(capsys, *argv) -> tuple[int, str, str]:
+    code = main([str(a) for a in argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def refused(capsys, command: str, *argv) -> str:
+    """A refused command: exit 2, one line in the command's voice (after any warnings); returns that line."""
+    code, _, err = run(capsys, command, *argv)
+    assert code == 2, err
+    assert "Traceback" not in err
+    said = err.splitlines()
+    assert said and said[-1].startswith(f"bertkit {command}: error: "), err
+    assert all(line.startswith(f"bertkit {command}: warning: ") for line in said[:-1]), err
+    return said[-1]
+
+
+def documents(seed: int = 0, count: int = 40) -> list[list[str]]:
+    rng = np.random.default_rng(seed)
+    chars = VOCAB[6:-5]
+    return [["".join(rng.choice(chars, size=8)) + "。" for _ in range(4)] for _ in range(count)]
+
+
+def text_of(docs: list[list[str]], end: str = "\n") -> str:
+    return (end + end).join(end.join(doc) for doc in docs) + end
+
+
+@pytest.fixture(scope="module")
+def vocab(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("corpus-vocab") / "vocab"
+    BertTokenizer({t: i for i, t in enumerate(VOCAB)}).save_pretrained(path)
+    return path
+
+
+def prepare(capsys, vocab: Path, corpus, out: Path, *extra) -> tuple[TokenStore, str]:
+    """`bertkit prepare` that succeeds: the store, and what it said on standard error."""
+    code, _, err = run(capsys, "prepare", "--corpus", corpus, "--vocab", vocab, "--out", out, "--no-progress", *extra)
+    assert code == 0, err
+    return TokenStore.open(out), err
+
+
+def arrays(store: TokenStore) -> list[bytes]:
+    return [(store.path / name).read_bytes() for name in ("store.ids", "store.sentences", "store.documents")]
+
+
+# ---- 1. line ends: "\r\n", "\n" and a lone "\r" alike -------------------------------------------------------------
+
+def test_old_mac_line_ends_keep_the_documents_apart(vocab, tmp_path, capsys):
+    docs = documents()
+    (tmp_path / "lf.txt").write_text(text_of(docs), encoding="utf-8")
+    (tmp_path / "cr.txt").write_bytes(text_of(docs, "\r").encode())       # an old Mac file: "\r" alone
+    (tmp_path / "crlf.txt").write_bytes(text_of(docs, "\r\n").encode())
+    reference, _ = prepare(capsys, vocab, tmp_path / "lf.txt", tmp_path / "s-lf")
+    assert reference.num_documents == 40
+    for name in ("cr.txt", "crlf.txt"):
+        store, err = prepare(capsys, vocab, tmp_path / name, tmp_path / f"s-{name}")
+        assert store.num_documents == 40 and arrays(store) == arrays(reference), name
+        assert "warning" not in err
+    assert read_text_documents(tmp_path / "cr.txt") == docs
+
+
+def test_line_ends_split_by_a_block_are_one_line_end_and_line_numbers_stay_right(vocab, tmp_path, capsys,
+                                                                                   monkeypatch):
+    # every kind of line end, at every place a block can end: the lines are those of the file, numbered as its own
+    text = "一\r\n二\r三\n\r\n四\r\r五\r\n\r\n六"
+    want = [(1, "一"), (2, "二"), (3, "三"), (4, ""), (5, "四"), (6, ""), (7, "五"), (8, ""), (9, "六")]
+    path = tmp_path / "mixed.txt"
+    monkeypatch.setattr(lines, "NUL_WINDOW", 1)  # the first read is no longer than the others
+    for encoding in ("utf-8", "gbk", "utf-16"):
+        path.write_bytes(text.encode(encoding))
+        for block in range(1, 9):
+            assert list(iter_decoded_lines(path, encoding, block_bytes=block)) == want, (encoding, block)
+    # a store read in small chunks: a bad line of a CR-only file is named by its number
+    monkeypatch.setattr(corpus_stream, "CHUNK_BYTES", 7)
+    bad = tmp_path / "bad.txt"
+    bad.write_bytes("张三。\r北京。\r\r很好。\r".encode() + "坏".encode("gbk") + "\r\r我。\r\n人。\r".encode())
+    _, err = prepare(capsys, vocab, bad, tmp_path / "store")
+    assert err == f"bertkit prepare: warning: {bad}: skipped 1 line, kept 3: undecodable bytes (line 5)\n"
+
+
+def test_the_readers_read_old_mac_files(tmp_path):
+    tsv, conll = tmp_path / "train.tsv", tmp_path / "ner.conll"
+    tsv.write_bytes(b"text\tlabel\rgood film\tpos\rbad film\tneg\r")
+    conll.write_bytes("张 B-PER\r三 I-PER\r\r北 B-LOC\r京 I-LOC\r".encode())
+    assert [(e.text, e.label) for e in read_classification_file(tsv)] == [("good film", "pos"), ("bad film", "neg")]
+    assert [e.tokens for e in read_conll(conll)] == [["张", "三"], ["北", "京"]]
+
+
+# ---- 3. standard input and pipes -----------------------------------------------------------------------------------
+
+def test_prepare_reads_standard_input(vocab, tmp_path):
+    docs = documents()
+    done = subprocess.run([sys.executable, "-m", "bertkit", "prepare", "--corpus", "/dev/stdin", "--vocab", str(vocab),
+                           "--out", str(tmp_path / "store"), "--no-progress"], input=text_of(docs, "\r\n"),
+                          capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(SRC)}, timeout=300)
+    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
+    assert TokenStore.open(tmp_path / "store").num_documents == 40
+
+
+def test_a_pipe_reads_as_a_file(tmp_path):
+    if not hasattr(os, "mkfifo"):
+        pytest.skip("no named pipes here")
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    data = "".join(f"行{k}\r\n" for k in range(50000)).encode()
+
+    def write():
+        with open(fifo, "wb") as f:
+            f.write(data)
+
+    writer = threading.Thread(target=write)
+    writer.start()
+    try:
+        blocks = list(line_blocks(fifo, block_bytes=4096))
+    finally:
+        writer.join()
+    assert b"".join(b.lines for b in blocks) == data.replace(b"\r\n", b"\n")
+    assert sum(b.size for b in blocks) == len(data) and blocks[-1].first_line > 1
