@@ -11,8 +11,10 @@ live here, so that a file is text, or not, the same way for every command:
 - a UTF-8 byte-order mark is no text;
 - UTF-16 and UTF-32, whose line break is not the byte b"\\n", are decoded here and handed on as UTF-8
   (`LineBlock.encoding` says which encoding the lines are in);
-- a line longer than MAX_LINE_BYTES is handed on in parts, each cut after a space or between two characters, so
-  that no line is read whole;
+- a line longer than the block size (at least MAX_LINE_BYTES) is handed on in parts, each cut after a space or
+  between two characters, so that no line is held whole: memory stays bounded whatever a line's length. A line
+  that means nothing in parts (a JSON record, a data file's row: `records=True`) is cut only past MAX_RECORD_BYTES.
+  One DataWarning per file counts the lines cut;
 - a file where most lines do not decode is not text in that encoding (`check_decoded`): skipping every line would
   only hide the reason. The readers count the few undecodable lines of a text file and go on.
 
@@ -23,6 +25,7 @@ from __future__ import annotations
 
 import codecs
 import gzip
+import warnings
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -31,12 +34,18 @@ from pathlib import Path
 from bertkit.errors import DataError
 
 NUL_WINDOW = 1 << 16        # the bytes looked at for NULs
-MAX_LINE_BYTES = 1 << 26    # a longer line is handed on in parts (cut at a space, or a character boundary)
+MAX_LINE_BYTES = 1 << 20    # a line longer than this, or than the block if that is larger, is handed on in parts
+MAX_RECORD_BYTES = 1 << 26  # the same for lines read whole (a JSON record, a row of a data file)
 UTF8_BOM = b"\xef\xbb\xbf"
+RECORD_SUFFIXES = (".jsonl", ".json", ".jsonl.gz", ".json.gz")  # JSON lines: a record cannot be cut
 
 
 class NotTextError(DataError):
     """A file that is not text in the encoding it is read with: binary data, or most lines undecodable."""
+
+
+class DataWarning(UserWarning):
+    """Lines or rows of a data file were skipped (or cut); the message counts them and names the first few."""
 
 
 @dataclass
@@ -72,19 +81,24 @@ def check_decoded(path: str | Path, encoding: str, failed: list[int], lines: int
                            f"first is line {failed[0]}); {hint}")
 
 
-def line_blocks(path: str | Path, encoding: str = "utf-8", block_bytes: int = 1 << 20,
-                compressed: bool = False) -> Iterator[LineBlock]:
+def line_blocks(path: str | Path, encoding: str = "utf-8", block_bytes: int = 1 << 20, compressed: bool = False,
+                records: bool | None = None) -> Iterator[LineBlock]:
     """The file's lines a block (about `block_bytes`) at a time, in order; `compressed`: the file is gzipped.
 
     The lines are bytes, in `LineBlock.encoding`: decoding them is the caller's (a worker process's, for a corpus),
     so one bad byte costs one line. A last line without a line break gets one; an empty file gives no block.
 
-    A line longer than MAX_LINE_BYTES comes in parts, a block each (`LineBlock.continued`), each cut after a space
-    or between characters; a part of white space only is left out (it holds no text, and as a line of its own it
-    would read as a blank line)."""
+    A line longer than the block size (at least MAX_LINE_BYTES) comes in parts, a block each (`LineBlock.continued`),
+    each cut after a space or between characters; a part of white space only is left out (it holds no text, and as a
+    line of its own it would read as a blank line). `records`: the lines are records that mean nothing in parts (a
+    JSON line, a row of a data file), cut only past MAX_RECORD_BYTES; by default, those of a JSON lines file
+    (RECORD_SUFFIXES)."""
     wide = is_wide(encoding)
-    max_line_bytes = MAX_LINE_BYTES
+    if records is None:
+        records = str(path).lower().endswith(RECORD_SUFFIXES)
+    max_line_bytes = MAX_RECORD_BYTES if records else max(block_bytes, MAX_LINE_BYTES)
     encoding_out = "utf-8" if wide else encoding
+    cut_lines: list[int] = []
     with open(path, "rb") as file:
         raw = _Counted(file)
         stream = gzip.GzipFile(fileobj=raw, mode="rb") if compressed else raw
@@ -116,6 +130,8 @@ def line_blocks(path: str | Path, encoding: str = "utf-8", block_bytes: int = 1 
                 block, last = block[ends:], last - ends
             while len(carry) > max_line_bytes:
                 cut = _character_boundary(carry, max_line_bytes, encoding_out)
+                if not cut_lines or cut_lines[-1] != line:
+                    cut_lines.append(line)
                 if not carry[:cut].isspace():
                     yield LineBlock(line, bytes(carry[:cut]) + b"\n", raw.count - position, encoding_out, True)
                     position = raw.count
@@ -129,6 +145,8 @@ def line_blocks(path: str | Path, encoding: str = "utf-8", block_bytes: int = 1 
                 break
         if carry:
             yield LineBlock(line, bytes(carry) + b"\n", raw.count - position, encoding_out)
+    if cut_lines:
+        _warn_cut(path, cut_lines, max_line_bytes)
 
 
 class _Counted:
@@ -168,3 +186,12 @@ def _character_boundary(data: bytearray, limit: int, encoding: str) -> int:
     decoder = codecs.getincrementaldecoder(encoding)(errors="replace")
     decoder.decode(bytes(data[:limit]), final=False)
     return max(1, limit - len(decoder.getstate()[0]))
+
+
+def _warn_cut(path: str | Path, numbers: list[int], limit: int) -> None:
+    count = len(numbers)
+    size = f"{limit / (1 << 20):g} MiB" if limit >= 1 << 20 else f"{limit:,} bytes"
+    shown = ", ".join(map(str, numbers[:5])) + (f" and {count - 5} more" if count > 5 else "")
+    warnings.warn(f"{path}: {count:,} line{'s' if count != 1 else ''} longer than {size} "
+                  f"{'were' if count != 1 else 'was'} cut into parts of at most {size}, each read as a line of its own "
+                  f"(line{'s' if count != 1 else ''} {shown})", DataWarning, stacklevel=3)
