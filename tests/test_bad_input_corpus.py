@@ -17,7 +17,7 @@ import pytest
 
 from bertkit.cli import main
 from bertkit.data import corpus_stream, lines
-from bertkit.data.corpus import read_text_documents
+from bertkit.data.corpus import MAX_SENTENCE_TOKENS, read_text_documents, split_sentences
 from bertkit.data.lines import line_blocks
 from bertkit.data.readers import iter_decoded_lines, read_classification_file, read_conll
 from bertkit.data.store import TokenStore
@@ -114,6 +114,66 @@ def test_the_readers_read_old_mac_files(tmp_path):
     conll.write_bytes("张 B-PER\r三 I-PER\r\r北 B-LOC\r京 I-LOC\r".encode())
     assert [(e.text, e.label) for e in read_classification_file(tsv)] == [("good film", "pos"), ("bad film", "neg")]
     assert [e.tokens for e in read_conll(conll)] == [["张", "三"], ["北", "京"]]
+
+
+# ---- 2. long lines: bounded sentences, bounded memory ---------------------------------------------------------------
+
+def test_a_sentence_never_exceeds_the_cap():
+    rng = np.random.default_rng(0)
+    chinese = "".join(rng.choice(list("张三在北京工作很好差的一是不了有人这中大为上个国我"), size=1000))
+    pieces = split_sentences(chinese, "zh")
+    assert "".join(pieces) == chinese and len(pieces) == 10 and all(len(p) <= MAX_SENTENCE_TOKENS for p in pieces)
+    commas = "，".join(chinese[k:k + 30] for k in range(0, 300, 30))  # cut after a comma where one is near
+    assert all(p.endswith("，") for p in split_sentences(commas, "zh")[:-1])
+    words = " ".join(f"w{k}" for k in range(500))
+    pieces = split_sentences(words, "en")
+    assert " ".join(pieces) == words and all(len(p.split()) <= 60 for p in pieces) and len(pieces) == 9
+    blob = "x" * 1000  # no space at all: cut anyway
+    assert "".join(split_sentences(blob, "en")) == blob and max(map(len, split_sentences(blob, "en"))) <= 100
+    # a sentence under the cap is as it was
+    assert split_sentences("今天天气很好。我们去公园吧！", "zh") == ["今天天气很好。", "我们去公园吧！"]
+
+
+def test_a_long_unpunctuated_line_is_stored_as_sentences_a_sequence_can_hold(vocab, tmp_path, capsys, monkeypatch):
+    rng = np.random.default_rng(0)
+    line = "".join(rng.choice(list("张三在北京工作很好差的一是不了有人这中大为上个国我"), size=30000))
+    path = tmp_path / "long.txt"
+    path.write_text(f"{line}\n\n{line}\n", encoding="utf-8")
+    # lines longer than the block are read in parts: one warning for the file, naming it and counting them
+    monkeypatch.setattr(lines, "MAX_LINE_BYTES", 4096)
+    monkeypatch.setattr(corpus_stream, "CHUNK_BYTES", 4096)
+    store, err = prepare(capsys, vocab, path, tmp_path / "store")
+    assert err == (f"bertkit prepare: warning: {path}: 2 lines longer than 4,096 bytes were cut into parts of at "
+                   "most 4,096 bytes, each read as a line of its own (lines 1, 3)\n")
+    lengths = np.diff(np.asarray(store.sentence_offsets))
+    assert store.num_tokens == 60000 and store.num_documents == 2
+    assert lengths.max() <= MAX_SENTENCE_TOKENS  # every token fits a sequence: none is cut off by packing
+
+
+MEMORY = """
+import resource, sys
+from bertkit.data.store import prepare_store
+from bertkit.tokenizer import BertTokenizer
+prepare_store([sys.argv[1]], BertTokenizer.from_pretrained(sys.argv[2]), sys.argv[3], workers=0, progress=False)
+print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+"""
+
+
+def test_memory_does_not_grow_with_a_lines_length(vocab, tmp_path):
+    rng = np.random.default_rng(0)
+    chars = list("张三在北京工作很好差的一是不了有人这中大为上个国我")
+    size = 1_000_000  # characters: 3 MB of UTF-8
+    long, normal = tmp_path / "long.txt", tmp_path / "normal.txt"
+    text = "".join(rng.choice(chars, size=size))
+    long.write_text(text + "\n", encoding="utf-8")
+    normal.write_text("\n\n".join(text[k:k + 40] + "。" for k in range(0, size, 40)) + "\n", encoding="utf-8")
+    peaks = {}
+    for path in (normal, long):
+        done = subprocess.run([sys.executable, "-c", MEMORY, str(path), str(vocab), str(tmp_path / path.stem)],
+                              capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(SRC)}, timeout=300)
+        assert done.returncode == 0, done.stderr
+        peaks[path.stem] = int(done.stdout.split()[-1])
+    assert peaks["long"] < 1.5 * peaks["normal"], peaks  # was 3.4 times (a 3 MB line), 6.7 times at 6 MB
 
 
 # ---- 3. standard input and pipes -----------------------------------------------------------------------------------
