@@ -6,6 +6,7 @@ line `bertkit COMMAND: warning: ...`. docs/bad-input.md lists what each gets."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -206,3 +207,23 @@ def test_a_pipe_reads_as_a_file(tmp_path):
         writer.join()
     assert b"".join(b.lines for b in blocks) == data.replace(b"\r\n", b"\n")
     assert sum(b.size for b in blocks) == len(data) and blocks[-1].first_line > 1
+
+
+# ---- 4. a token store's own files are not text ---------------------------------------------------------------------
+
+@pytest.mark.parametrize("name", ["store.json", "store.ids", "store.sentences", "store.documents"])
+def test_a_stores_files_are_named_as_a_store(vocab, tmp_path, capsys, name):
+    (tmp_path / "corpus.txt").write_text(text_of(documents()), encoding="utf-8")
+    prepare(capsys, vocab, tmp_path / "corpus.txt", tmp_path / "store")
+    said = (f"error: {tmp_path / 'store' / name} is a file of a token store, not text: a store is a corpus already "
+            f"tokenized; give its directory to pretrain --corpus ({tmp_path / 'store'})")
+    assert refused(capsys, "prepare", "--corpus", tmp_path / "store" / name, "--vocab", vocab, "--out",
+                   tmp_path / "again", "--no-progress") == f"bertkit prepare: {said}"
+    assert not (tmp_path / "again").exists()
+    if name == "store.json":  # pretrain reads a file given as --corpus as text too
+        (tmp_path / "tiny.json").write_text(json.dumps(dict(
+            vocab_size=len(VOCAB), hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=48,
+            max_position_embeddings=32)))
+        assert refused(capsys, "pretrain", "--corpus", tmp_path / "store" / name, "--vocab", vocab, "--config",
+                       tmp_path / "tiny.json", "--max-steps", "2", "--no-progress", "--out",
+                       tmp_path / "run") == f"bertkit pretrain: {said}"

@@ -8,6 +8,8 @@ live here, so that a file is text, or not, the same way for every command:
   b"\\r\\n" split by a block's end is one line end, not two;
 - a file with NUL bytes in its first 64 KiB is not text (an image, a model, UTF-16 read as UTF-8): a NotTextError
   naming it, at once;
+- a token store's files (store.json, store.ids, ...) are not text either: a NotTextError saying that the store's
+  directory is what `pretrain --corpus` takes;
 - a UTF-8 byte-order mark is no text;
 - UTF-16 and UTF-32, whose line break is not the byte b"\\n", are decoded here and handed on as UTF-8
   (`LineBlock.encoding` says which encoding the lines are in);
@@ -37,6 +39,9 @@ NUL_WINDOW = 1 << 16        # the bytes looked at for NULs
 MAX_LINE_BYTES = 1 << 20    # a line longer than this, or than the block if that is larger, is handed on in parts
 MAX_RECORD_BYTES = 1 << 26  # the same for lines read whole (a JSON record, a row of a data file)
 UTF8_BOM = b"\xef\xbb\xbf"
+# A token store's files (data/store.py's META and FILES), and how its store.json begins
+STORE_FILES = ("store.json", "store.ids", "store.sentences", "store.documents", "store.word_starts")
+STORE_FORMAT = b'"bertkit-token-store"'
 RECORD_SUFFIXES = (".jsonl", ".json", ".jsonl.gz", ".json.gz")  # JSON lines: a record cannot be cut
 
 
@@ -70,6 +75,19 @@ def check_not_binary(path: str | Path, head: bytes, encoding: str) -> None:
     if b"\x00" in head[:NUL_WINDOW] and not is_wide(encoding):
         raise NotTextError(f"{path} is not a text file: it holds NUL bytes (binary data, or UTF-16 text: then give "
                            "its encoding, e.g. --encoding utf-16)")
+
+
+def check_not_store(path: str | Path, head: bytes) -> None:
+    """A NotTextError when `path` is a file of a token store (its first bytes `head`): a store's description (what
+    its store.json begins with, whatever the file's name), or one of its arrays (named as a store names them, and
+    binary or beside a store.json)."""
+    path = Path(path)
+    description = head[:512].lstrip().startswith(b"{") and STORE_FORMAT in head[:512]
+    array = path.name in STORE_FILES[1:] and (b"\x00" in head[:NUL_WINDOW] or (path.parent / STORE_FILES[0]).is_file())
+    if description or array:
+        inside = path.name in STORE_FILES or (path.parent / STORE_FILES[1]).is_file()  # in the store's directory
+        raise NotTextError(f"{path} is a file of a token store, not text: a store is a corpus already tokenized; give "
+                           f"its directory to pretrain --corpus" + (f" ({path.parent})" if inside else ""))
 
 
 def check_decoded(path: str | Path, encoding: str, failed: list[int], lines: int) -> None:
@@ -109,6 +127,7 @@ def line_blocks(path: str | Path, encoding: str = "utf-8", block_bytes: int = 1 
             # the first read takes at least what the NUL check and the byte-order mark need
             block = _read(path, stream, reader, encoding, max(block_bytes, NUL_WINDOW) if first else block_bytes)
             if first:
+                check_not_store(path, block)
                 if not wide:
                     check_not_binary(path, block, encoding)
                 block, first = block.removeprefix(UTF8_BOM), False
