@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import codecs
 import gzip
+import re
 import warnings
 import zlib
 from collections.abc import Iterator
@@ -39,6 +40,7 @@ NUL_WINDOW = 1 << 16        # the bytes looked at for NULs
 MAX_LINE_BYTES = 1 << 20    # a line longer than this, or than the block if that is larger, is handed on in parts
 MAX_RECORD_BYTES = 1 << 26  # the same for lines read whole (a JSON record, a row of a data file)
 UTF8_BOM = b"\xef\xbb\xbf"
+_LONE_CR = re.compile(rb"\r(?!\n)")  # a line end of its own (an old Mac file), not the start of b"\r\n"
 # A token store's files (data/store.py's META and FILES), and how its store.json begins
 STORE_FILES = ("store.json", "store.ids", "store.sentences", "store.documents", "store.word_starts")
 STORE_FORMAT = b'"bertkit-token-store"'
@@ -137,9 +139,10 @@ def line_blocks(path: str | Path, encoding: str = "utf-8", block_bytes: int = 1 
             if b"\r" in block:
                 if block.endswith(b"\r") and not end:
                     block, held = block[:-1], True
-                block = block.replace(b"\r\n", b"\n")
-                if b"\r" in block:  # lone ones: not in a Windows file
-                    block = block.replace(b"\r", b"\n")
+                if _LONE_CR.search(block):
+                    block = block.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
+                else:  # a Windows file: every b"\r" is one of b"\r\n" (deleting them is twice as fast as replacing)
+                    block = block.translate(None, b"\r")
             last = block.rfind(b"\n")
             if last < 0:
                 carry += block
