@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from bertkit.cli import main
-from bertkit.data import corpus_stream, lines
+from bertkit.data import corpus_stream, lines, packing
 from bertkit.data.corpus import MAX_SENTENCE_TOKENS, read_text_documents, split_sentences
 from bertkit.data.lines import line_blocks
 from bertkit.data.readers import iter_decoded_lines, read_classification_file, read_conll
@@ -123,14 +123,16 @@ def test_a_sentence_never_exceeds_the_cap():
     rng = np.random.default_rng(0)
     chinese = "".join(rng.choice(list("张三在北京工作很好差的一是不了有人这中大为上个国我"), size=1000))
     pieces = split_sentences(chinese, "zh")
-    assert "".join(pieces) == chinese and len(pieces) == 10 and all(len(p) <= MAX_SENTENCE_TOKENS for p in pieces)
+    assert "".join(pieces) == chinese and all(len(p) <= MAX_SENTENCE_TOKENS for p in pieces)
+    assert len(pieces) == -(-1000 // MAX_SENTENCE_TOKENS)  # of about equal length: no short piece left over
     commas = "，".join(chinese[k:k + 30] for k in range(0, 300, 30))  # cut after a comma where one is near
     assert all(p.endswith("，") for p in split_sentences(commas, "zh")[:-1])
     words = " ".join(f"w{k}" for k in range(500))
     pieces = split_sentences(words, "en")
-    assert " ".join(pieces) == words and all(len(p.split()) <= 60 for p in pieces) and len(pieces) == 9
+    assert " ".join(pieces) == words and all(len(p.split()) <= 48 for p in pieces) and len(pieces) == 11
     blob = "x" * 1000  # no space at all: cut anyway
-    assert "".join(split_sentences(blob, "en")) == blob and max(map(len, split_sentences(blob, "en"))) <= 100
+    assert "".join(split_sentences(blob, "en")) == blob
+    assert max(map(len, split_sentences(blob, "en"))) <= MAX_SENTENCE_TOKENS
     # a sentence under the cap is as it was
     assert split_sentences("今天天气很好。我们去公园吧！", "zh") == ["今天天气很好。", "我们去公园吧！"]
 
@@ -147,8 +149,12 @@ def test_a_long_unpunctuated_line_is_stored_as_sentences_a_sequence_can_hold(voc
     assert err == (f"bertkit prepare: warning: {path}: 2 lines longer than 4,096 bytes were cut into parts of at "
                    "most 4,096 bytes, each read as a line of its own (lines 1, 3)\n")
     lengths = np.diff(np.asarray(store.sentence_offsets))
-    assert store.num_tokens == 60000 and store.num_documents == 2
-    assert lengths.max() <= MAX_SENTENCE_TOKENS  # every token fits a sequence: none is cut off by packing
+    assert store.num_tokens == 60000 and store.num_documents == 2 and lengths.max() <= MAX_SENTENCE_TOKENS
+    # the tokens the store counts are the tokens pretraining sees: packing cuts off only a little (all but one
+    # sequence's worth, before)
+    for objective in ("mlm", "mlm+nsp"):
+        plan = packing.plan_in_memory(packing.StoreChain([store]), np.arange(2), packing.Packing(128, objective))
+        assert int(plan.a_len.sum() + plan.b_len.sum()) > 0.9 * store.num_tokens, objective
 
 
 MEMORY = """
