@@ -181,12 +181,14 @@ def test_a_corpus_too_small_to_hold_documents_out_trains_on_all_of_them_and_says
 
 def test_a_plan_that_leaves_most_of_the_text_unused_says_so(vocab_beside, capsys):
     root = vocab_beside
-    # Chinese text without a sentence end: each line one sentence of 90 tokens, where an instance holds 30
+    # Chinese text without a sentence end: each line two sentences of 45 tokens (at most 64 a sentence), where an
+    # instance of --max-seq-length 16 holds 14
     chars = "".join(c for c in (root / "corpus.txt").read_text(encoding="utf-8") if "\u4e00" <= c <= "\u9fff")
     (root / "long.txt").write_text("\n\n".join(chars[i:i + 90] for i in range(0, 900, 90)), encoding="utf-8")
-    assert main(pretrain_argv(root, root / "long.txt", root / "a", "--max-steps", "1", "--objective", "mlm")) == 0
+    assert main(pretrain_argv(root, root / "long.txt", root / "a", "--max-steps", "1", "--objective", "mlm",
+                              "--max-seq-length", "16")) == 0
     out, err = capsys.readouterr()
-    assert "the training instances hold" in err and "sentences longer than --max-seq-length 32 are cut" in err, err
+    assert "the training instances hold" in err and "sentences longer than --max-seq-length 16 are cut" in err, err
     report = json.loads((root / "a" / "data_report.json").read_text())
     assert report["measured"]["planned_tokens"] < report["measured"]["document_tokens"] / 2
 
@@ -206,3 +208,19 @@ def test_init_from_a_question_answering_model_drops_its_reader_head(tmp_path):
             warnings.simplefilter("ignore")  # the pretraining heads start fresh, and a warning says so
             model = head.from_pretrained(tmp_path / "reader")
         assert not any(name.startswith("qa_outputs") for name in model.state_dict())
+
+
+def test_pretrain_refuses_a_stream_as_its_corpus(vocab_beside, capsys):
+    """A pipe has no path, size and time to cache its store by, and a resumed run could not read it again."""
+    import os
+    import threading
+
+    root = vocab_beside
+    fifo = root / "pipe"
+    os.mkfifo(fifo)
+    writer = threading.Thread(target=lambda: (fifo.open("w").close()), daemon=True)  # an opened, empty stream
+    writer.start()
+    assert main(pretrain_argv(root, fifo, root / "a", "--max-steps", "1")) == 2
+    said = one_error_line(capsys, "pretrain")
+    assert f"--corpus {fifo} is a pipe or standard input" in said and "bertkit prepare --corpus" in said
+    assert not (root / "a").exists()

@@ -39,10 +39,11 @@ def test_blocks_hold_whole_lines_in_order_and_count_the_files_bytes(tmp_path):
 
 
 def test_a_line_longer_than_the_limit_is_cut_not_read_whole(tmp_path, monkeypatch):
-    monkeypatch.setattr(lines, "MAX_LINE_BYTES", 1000)
+    monkeypatch.setattr(lines, "MAX_RECORD_BYTES", 1000)  # the readers' rows are records: read whole up to this
     path = tmp_path / "long.txt"
     path.write_text("短" * 40000 + "\nok\n", encoding="utf-8")  # 120,000 bytes without a line break
-    got = list(iter_decoded_lines(path, block_bytes=64))
+    with pytest.warns(DataWarning, match=r"long.txt: 1 line longer than 1,000 bytes was cut into parts"):
+        got = list(iter_decoded_lines(path, block_bytes=64))
     assert "".join(text for _, text in got[:-1]) == "短" * 40000 and got[-1][1] == "ok" and len(got) > 100
     assert all(len(text.encode()) <= 1000 for _, text in got)  # cut between characters, never inside one
 

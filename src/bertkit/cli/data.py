@@ -240,7 +240,7 @@ def _cmd_prepare(args: argparse.Namespace) -> int:
     speed = f", {megabytes / seconds:.1f} MB/s" if megabytes else ""
     print(f"prepared {meta['tokens']:,} tokens, {meta['sentences']:,} sentences, {meta['documents']:,} documents in "
           f"{seconds:.1f} s{speed}")
-    read = [item.get("path") or item.get("corpus") for item in meta["inputs"]]
+    read = [item.get("path") or item.get("stream") or item.get("corpus") for item in meta["inputs"]]
     shown = ", ".join(read[:5]) + (f", ... {len(read) - 5} more" if len(read) > 5 else "")
     print(f"read {len(read)} input{'s' if len(read) != 1 else ''}: {shown}")
     print(f"store in {store.path}: pretrain with --corpus {store.path} --vocab {options.vocab}")

@@ -17,7 +17,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from bertkit.data.lines import NotTextError as NotTextError  # where the readers' callers have always found it
+from bertkit.data.lines import DataWarning as DataWarning  # where the readers' callers have always found them
+from bertkit.data.lines import NotTextError as NotTextError
 from bertkit.data.lines import check_decoded, line_blocks
 from bertkit.errors import DataError, InputError
 from bertkit.utils import jsonfiles
@@ -44,10 +45,6 @@ class TokenExample:
 
     tokens: list[str]
     tags: list[str]
-
-
-class DataWarning(UserWarning):
-    """Lines or rows of a data file were skipped; the message counts them and names the first few."""
 
 
 class Skips:
@@ -84,14 +81,17 @@ def iter_decoded_lines(path: str | Path, encoding: str = "utf-8", block_bytes: i
     A few undecodable lines are the caller's to skip and count; a file that is not text at all is a NotTextError
     naming it: one holding NUL bytes (an image, a model, UTF-16 text read as UTF-8), or one where most lines do not
     decode (text in another encoding, such as GBK read as UTF-8), since skipping every line would only hide the
-    reason. The first 1,000 lines tell that early; the whole file is checked again at its end."""
+    reason. The first 1,000 lines tell that early; the whole file is checked again at its end.
+
+    A line ends at "\\n", "\\r\\n" or a lone "\\r". A row is read whole (a line longer than MAX_RECORD_BYTES comes in
+    parts, each with the line's number, and a DataWarning says so)."""
     failed: list[int] = []
     number = 0
-    for block in line_blocks(path, encoding, block_bytes):
-        for raw in block.lines.split(b"\n")[:-1]:  # every line ends with b"\n": nothing follows the last
-            number += 1
+    for block in line_blocks(path, encoding, block_bytes, records=True):
+        # every line ends with b"\n": nothing follows the last; a part of a line has the line's number
+        for number, raw in enumerate(block.lines.split(b"\n")[:-1], block.first_line):
             try:
-                yield number, raw.rstrip(b"\r").decode(block.encoding)
+                yield number, raw.decode(block.encoding)
             except UnicodeDecodeError:
                 failed.append(number)
                 yield number, None

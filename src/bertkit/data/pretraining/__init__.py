@@ -15,8 +15,16 @@ In the order the data flows:
     records.py        which store a run read, so that a resumed run reads the same text
 """
 
-from bertkit.utils.lazy import lazy_modules
+import importlib
 
-# Names are read when first asked for: a worker process that tokenizes imports corpus_stream.py, and should not pay
-# for torch (instances.py's).
-__getattr__, __dir__ = lazy_modules(__name__, ("mix", "run_data"))
+# Read when first asked for (PEP 562): a worker process that tokenizes imports corpus_stream.py, and should not pay
+# for torch (instances.py's). Only these names: `from bertkit.data.pretraining import corpus_stream` asks the package
+# for its submodule first, and must not import run_data.py (which imports the stores) on the way.
+_EXPORTS = {"CorpusMix": "mix", "DataSettings": "run_data", "PretrainingData": "run_data", "build": "run_data"}
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str):
+    if name in _EXPORTS:
+        return getattr(importlib.import_module(f"{__name__}.{_EXPORTS[name]}"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

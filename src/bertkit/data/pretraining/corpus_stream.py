@@ -27,6 +27,7 @@ import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from stat import S_ISREG
 
 import numpy as np
 
@@ -61,7 +62,13 @@ class CorpusInput:
         if self.kind == "corpus":
             return {"corpus": self.name, "sources": [sources.get_source(s).sha256 for s in CORPUS_SOURCES[self.name]]}
         stat = os.stat(self.name)
+        if not S_ISREG(stat.st_mode):  # a pipe or standard input: no size or time says what it held
+            return {"stream": self.name}
         return {"path": str(Path(self.name).resolve()), "size": stat.st_size, "mtime_ns": stat.st_mtime_ns}
+
+    def is_stream(self) -> bool:
+        """A pipe or standard input: read once, as it comes; nothing can tell whether it holds the same text again."""
+        return self.kind != "corpus" and not S_ISREG(os.stat(self.name).st_mode)
 
 
 def _file_input(path: Path) -> CorpusInput:

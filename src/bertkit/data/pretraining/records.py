@@ -60,7 +60,7 @@ def check_corpus_unchanged(mix: CorpusMix, out: Path, tokenizer, wwm: bool, enco
         then = {}
         with contextlib.suppress(OSError, ValueError, KeyError):
             then = {i.get("path"): i for i in json.loads((Path(record["store"]) / META).read_text())["inputs"]}
-        changed = [i.name for i in inputs if i.kind != "corpus" and i.identity() != then.get(i.identity()["path"])]
+        changed = [i.name for i in inputs if i.kind != "corpus" and i.identity() != then.get(i.identity().get("path"))]
         raise InputError(f"{', '.join(changed) or spec} changed since the run in {out} started (its size or time "
                          "differ): resuming would train on other text than the run's; put back the corpus it started "
                          "with, or start a new run")

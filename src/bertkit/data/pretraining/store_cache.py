@@ -17,6 +17,7 @@ from bertkit.data.pretraining.corpus_stream import CorpusInput, corpus_inputs
 from bertkit.data.pretraining.store import META, VERSION, StoreError, TokenStore, stores_home, tokenizer_identity
 from bertkit.data.pretraining.store_writer import prepare_store
 from bertkit.data.readers import DataWarning
+from bertkit.errors import InputError
 from bertkit.utils.locking import locked
 
 TEXT_VERSION = 2          # how text becomes sentences (data/corpus.py, corpus_stream.py): a change makes new keys
@@ -33,7 +34,14 @@ def cached_store(specs: list[str], tokenizer, *, whole_word: bool = False, encod
                  progress: bool = True) -> TokenStore:
     """The store of `specs` in $BERTKIT_HOME/stores, made on first use (concurrent callers wait for one maker). A
     cached store that cannot be opened (damaged, or cut short) is made again, with a warning that says why."""
-    key = store_key(corpus_inputs(specs), tokenizer, whole_word, encoding)
+    inputs = corpus_inputs(specs)
+    streams = [item.name for item in inputs if item.is_stream()]
+    if streams:
+        raise InputError(f"--corpus {streams[0]} is a pipe or standard input: a run's store is kept by its files' "
+                         "path, size and time, which a stream has not, and a resumed run reads its corpus again; save "
+                         f"the text to a file first, or prepare it (bertkit prepare --corpus {streams[0]} --out DIR) "
+                         "and give DIR to pretrain --corpus")
+    key = store_key(inputs, tokenizer, whole_word, encoding)
     directory = stores_home() / key
     if (directory / META).exists():
         with contextlib.suppress(StoreError):  # a whole store is read without the lock; a damaged one waits for it
