@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import collections
 
-from bertkit.cli.common import MODEL_HELP, UserError, add_command, integer, shorten
+from bertkit.cli.common import MODEL_HELP, UserError, add_command, add_long_input_options, integer, shorten
 from bertkit.cli.texts import add_encoding_option, command_line_texts
 from bertkit.data.task_kinds import DATASETS, FILE_FORMATS
 
@@ -74,6 +74,8 @@ def _add_encode(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--pooling", default="cls", choices=["cls", "mean"],
                    help="the [CLS] token's vector or the mean of the real tokens' vectors (default: cls)")
     p.add_argument("--normalize", action="store_true", help="scale each vector to unit length (default: off)")
+    add_long_input_options(p, "truncate", "truncate: cut it to the model's positions (refuse it with "
+                                           "--no-truncation)")
     _add_inference_options(p)
 
 
@@ -282,7 +284,8 @@ def _cmd_encode(args: argparse.Namespace) -> int:
 
     Encode texts into sentence vectors; with --out, row i of the .npy file is the vector of text i (of the
     i-th non-blank line of --input). A file is read, encoded and written as a stream, a chunk of lines at a
-    time, so its length does not change the memory it takes.
+    time, so its length does not change the memory it takes. A text longer than the model's positions is cut,
+    or with --long-inputs chunk read whole in overlapping windows whose vectors are pooled into one.
     """
     from pathlib import Path
 
@@ -293,6 +296,11 @@ def _cmd_encode(args: argparse.Namespace) -> int:
     from bertkit.pipelines.run_directory import check_output_file
     from bertkit.utils.atomic import atomic_write
 
+    chunked = args.long_inputs == "chunk"
+    if chunked and args.no_truncation:
+        raise UserError("--no-truncation refuses long texts, --long-inputs chunk reads them whole; give one")
+    if not chunked and (args.chunk_stride is not None or args.chunk_pooling != "mean"):
+        raise UserError("--chunk-stride and --chunk-pooling are for --long-inputs chunk")
     if args.out:  # before any work: refused outputs cost nothing
         check_output_file(args.out, args.overwrite, suffixes=(".npy",),
                           inputs=[("--input", args.input)] if args.input else ())
@@ -304,7 +312,8 @@ def _cmd_encode(args: argparse.Namespace) -> int:
     vectors = encode_stream(model, tokenizer, _single_texts(chunks, args.input), total=total,
                             batch_size=args.batch_size, pooling=args.pooling, max_length=args.max_length,
                             normalize=args.normalize, truncation=not args.no_truncation, progress=None,
-                            dtype=args.dtype)
+                            dtype=args.dtype, long_inputs=args.long_inputs, chunk_stride=args.chunk_stride,
+                            chunk_pooling=args.chunk_pooling)
     if args.out:
         out = Path(args.out)
         width = model.config.hidden_size
