@@ -128,6 +128,7 @@ def test_encode_command_line_chunks_long_texts(encoder, tmp_path, capsys):
     capsys.readouterr()
     for argv, words in ((["--long-inputs", "chunk", "--no-truncation"], "--no-truncation refuses long texts"),
                         (["--chunk-stride", "3"], "are for --long-inputs chunk"),
-                        (["--long-inputs", "chunk", "--chunk-stride", "14"], "chunk_stride must be a whole number")):
+                        (["--long-inputs", "chunk", "--chunk-stride", "14"],
+                         "--chunk-stride must be a whole number from 0 to 13")):
         assert main(["encode", "--model", str(path), *argv, "good"]) == 2
         assert words in capsys.readouterr().err

@@ -74,8 +74,7 @@ def _add_encode(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--pooling", default="cls", choices=["cls", "mean"],
                    help="the [CLS] token's vector or the mean of the real tokens' vectors (default: cls)")
     p.add_argument("--normalize", action="store_true", help="scale each vector to unit length (default: off)")
-    add_long_input_options(p, "truncate", "truncate: cut it to the model's positions (refuse it with "
-                                           "--no-truncation)")
+    add_long_input_options(p, "truncate", "cut it to the model's positions (refuse it with --no-truncation)")
     _add_inference_options(p)
 
 
@@ -306,6 +305,11 @@ def _cmd_encode(args: argparse.Namespace) -> int:
                           inputs=[("--input", args.input)] if args.input else ())
     chunks, total = _text_inputs(args, count=bool(args.out))
     model, tokenizer = load_text_model(args.model, "encode")
+    if chunked and args.chunk_stride is not None:  # named as the flag, before any text is read
+        from bertkit.inference.batching import input_limit
+        from bertkit.inference.long_inputs import check_overlap
+
+        check_overlap(args.chunk_stride, input_limit(model, args.max_length)[0], "--chunk-stride")
     kept: collections.deque = collections.deque()
     if not args.out:  # the printer shows each chunk's texts beside its vectors; a file of vectors keeps none
         chunks = _kept(chunks, kept)

@@ -61,9 +61,8 @@ def _add_serve(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--prompts", action="append", metavar="NAME=PREFIX",
                    help="an embedding model: a prefix a request names by prompt_name; repeat for more (default: "
                         "the prompts of the model's config_sentence_transformers.json, if any)")
-    add_long_input_options(p, defaults.long_inputs, 'refuse: 422 naming the limit, unless the request sends '
-                                                    '"truncate": true; chunk: /embed, /similarity and '
-                                                    "/v1/embeddings")
+    add_long_input_options(p, defaults.long_inputs, 'a 422 naming the limit, unless the request sends "truncate": '
+                                                    "true", where=" (on /embed, /similarity and /v1/embeddings)")
 
 
 def _cmd_serve(args: argparse.Namespace) -> int:
