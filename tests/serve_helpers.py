@@ -29,15 +29,23 @@ CALL_TIMEOUT = 60.0     # seconds for one HTTP answer
 def request(port: int, method: str, path: str, body: Any = None, raw: bytes | None = None,
             headers: dict[str, str] | None = None, timeout: float = CALL_TIMEOUT) -> tuple[int, Any]:
     """(status, body): JSON bodies decoded, others as bytes. `body` is sent as JSON, `raw` as it is."""
+    status, _, payload = exchange(port, method, path, body, raw, headers, timeout)
+    return status, payload
+
+
+def exchange(port: int, method: str, path: str, body: Any = None, raw: bytes | None = None,
+             headers: dict[str, str] | None = None, timeout: float = CALL_TIMEOUT) -> tuple[int, dict[str, str], Any]:
+    """(status, the answer's headers with lower-case names, body) of one request, as `request` sends it."""
     connection = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
     try:
         data = raw if raw is not None else (None if body is None else json.dumps(body).encode())
         connection.request(method, path, body=data, headers={"Content-Type": "application/json", **(headers or {})})
         response = connection.getresponse()
         payload = response.read()
-        if response.getheader("content-type", "").startswith("application/json"):
-            return response.status, json.loads(payload)
-        return response.status, payload
+        answer_headers = {name.lower(): value for name, value in response.getheaders()}
+        if answer_headers.get("content-type", "").startswith("application/json"):
+            payload = json.loads(payload)
+        return response.status, answer_headers, payload
     finally:
         connection.close()
 

@@ -20,11 +20,7 @@ from bertkit.inference import encode, predict
 from bertkit.inference.loading import load_text_model
 from bertkit.inference.serving import ServedModel, ServerSettings, create_app, declared_pooling
 from bertkit.models.bert.configuration import BertConfig
-from bertkit.models.bert.heads import (
-    BertForQuestionAnswering,
-    BertForSequenceClassification,
-    BertForTokenClassification,
-)
+from bertkit.models.bert.heads import BertForSequenceClassification, BertForTokenClassification
 from bertkit.models.bert.modeling import BertModel
 from bertkit.models.gpt.configuration import GPT2Config
 from bertkit.models.gpt.modeling import GPT2LMHeadModel
@@ -239,12 +235,15 @@ BAD = [  # (route, body or raw bytes, status, words of the message)
     ("/embed", {"inputs": "good", "normalize": "yes"}, 422, "normalize must be true or false"),
     ("/embed", {"inputs": "good", "truncate": 1}, 422, "truncate must be true or false"),
     ("/embed", {"inputs": " ".join(["the cat"] * 20)}, 422, 'inputs[0] has 42 tokens, more than the model\'s 16'),
-    ("/embed", {"inputs": "good", "truncation_direction": "left"}, 422, "not supported"),
-    ("/embed", {"inputs": "good", "dimensions": 8}, 422, "dimensions is not supported"),
+    ("/embed", {"inputs": "good", "truncation_direction": "up"}, 422, 'truncation_direction must be "Left" or'),
+    ("/embed", {"inputs": "good", "dimensions": 64}, 422, "dimensions 64 is more than the model's 32"),
+    ("/embed", {"inputs": "good", "dimensions": 0}, 422, "dimensions must be a positive whole number"),
+    ("/embed", {"inputs": "good", "prompt_name": "query"}, 422, "this server has no prompts"),
+    ("/embed", {"inputs": "good", "raw_scores": True}, 422, "raw_scores is not supported"),
     ("/embed", {"inputs": "good\ud800"}, 422, "not valid"),
-    ("/embed", {"inputs": ["good"] * 9}, 413, "9 texts, more than the server's maximum of 8"),
+    ("/embed", {"inputs": ["good"] * 9}, 422, "9 texts, more than the server's maximum of 8"),
     ("/embed", {"inputs": ["good " * 1000]}, 413, "more than the server's limit of 4,000"),
-    ("/tokenize", {"inputs": ["good"] * 9}, 413, "maximum of 8"),
+    ("/tokenize", {"inputs": ["good"] * 9}, 422, "maximum of 8"),
     ("/tokenize", {"inputs": 5}, 422, "a text or a list of texts"),
     ("/v1/embeddings", {"input": [1, 2]}, 422, "not token ids"),
     ("/v1/embeddings", {"input": "good", "encoding_format": "int8"}, 422, "encoding_format"),
@@ -363,17 +362,6 @@ def test_unservable_models_and_bad_flags_are_refused(tmp_path, encoder_dir, caps
     with pytest.raises(SystemExit):
         main(["serve", str(encoder_dir), "--max-client-batch-size", "0"])
     assert "--max-client-batch-size: must be at least 1" in capsys.readouterr().err
-
-
-def test_a_question_answering_model_is_not_served(tmp_path, capsys):
-    reader = save(BertForQuestionAnswering(BertConfig(**TINY)), tmp_path / "reader")
-    assert main(["serve", str(reader), "--port", "0"]) == 2  # refused before it listens or loads
-    err = capsys.readouterr().err.strip()
-    assert err == (f"bertkit serve: error: {reader} is a question-answering model (BertForQuestionAnswering), which "
-                   "bertkit serve does not serve (it serves sentence vectors, classifiers and NER taggers); answer "
-                   f"questions with bertkit predict --model {reader} --question Q --context C")
-    with pytest.raises(ValueError, match="is a question-answering model .* which bertkit serve does not serve"):
-        ServedModel.load(reader)
 
 
 def test_command_line_defaults_are_the_servers():

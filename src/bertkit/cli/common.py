@@ -54,6 +54,20 @@ def add_threads_option(p: argparse.ArgumentParser) -> None:
                                                       "can be much faster (default: torch's choice)")
 
 
+def add_long_input_options(p: argparse.ArgumentParser, default: str, what_default_does: str, where: str = "") -> None:
+    """--long-inputs, --chunk-stride, --chunk-pooling: what `encode` and `serve` do with a text longer than the
+    model's positions (bertkit.inference.long_inputs); `where` says where chunking applies."""
+    p.add_argument("--long-inputs", choices=[default, "chunk"], default=default,
+                   help=f"a text longer than the model's positions: {default}: {what_default_does}; chunk: read it "
+                        f"whole{where}, in overlapping windows whose vectors are pooled into one (default: {default})")
+    p.add_argument("--chunk-stride", type=integer(0), metavar="N",
+                   help="with --long-inputs chunk: tokens each window shares with the one before (default: a "
+                        "quarter of a window)")
+    p.add_argument("--chunk-pooling", choices=["mean", "first"], default="mean",
+                   help="with --long-inputs chunk: the windows' vectors averaged, weighted by the tokens of the "
+                        "text each holds, or the first window's alone (default: mean)")
+
+
 def set_threads(args: argparse.Namespace) -> None:
     """torch's thread count from `--threads`, when the command has the option and it was given."""
     if getattr(args, "threads", None):

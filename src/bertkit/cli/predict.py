@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import collections
 
-from bertkit.cli.common import MODEL_HELP, UserError, add_command, integer, shorten
+from bertkit.cli.common import MODEL_HELP, UserError, add_command, add_long_input_options, integer, shorten
 from bertkit.cli.texts import add_encoding_option, command_line_texts
 from bertkit.data.embedding_data import EVALUATION_DATASETS, EVALUATION_FILES, EVALUATION_TASKS
 from bertkit.data.task_kinds import DATASETS, FILE_FORMATS
@@ -91,6 +91,7 @@ def _add_encode(sub: argparse._SubParsersAction) -> None:
                                                               "(default: print them)")
     p.add_argument("--overwrite", action="store_true", help="replace the --out file if it exists (default: refuse)")
     _add_sentence_options(p)
+    add_long_input_options(p, "truncate", "cut it to the model's positions (refuse it with --no-truncation)")
     _add_inference_options(p)
 
 
@@ -341,7 +342,9 @@ def _cmd_encode(args: argparse.Namespace) -> int:
     i-th non-blank line of --input). A file is read, encoded and written as a stream, a chunk of lines at a
     time, so its length does not change the memory it takes. The pooling, normalisation and longest text are
     what the model directory declares in sentence-transformers' files (modules.json, 1_Pooling, 2_Normalize,
-    sentence_bert_config.json), as `bertkit finetune --task embedding` writes them, unless given.
+    sentence_bert_config.json), as `bertkit finetune --task embedding` writes them, unless given. A text longer than
+    the model's positions is cut, or with --long-inputs chunk read whole in overlapping windows whose vectors are
+    pooled into one.
     """
     from pathlib import Path
 
@@ -354,19 +357,30 @@ def _cmd_encode(args: argparse.Namespace) -> int:
     from bertkit.pipelines.run_directory import check_output_file
     from bertkit.utils.atomic import atomic_write
 
+    chunked = args.long_inputs == "chunk"
+    if chunked and args.no_truncation:
+        raise UserError("--no-truncation refuses long texts, --long-inputs chunk reads them whole; give one")
+    if not chunked and (args.chunk_stride is not None or args.chunk_pooling != "mean"):
+        raise UserError("--chunk-stride and --chunk-pooling are for --long-inputs chunk")
     if args.out:  # before any work: refused outputs cost nothing
         check_output_file(args.out, args.overwrite, suffixes=(".npy",),
                           inputs=[("--input", args.input)] if args.input else ())
     chunks, total = _text_inputs(args, count=bool(args.out))
     model, tokenizer = load_text_model(args.model, "encode")
     settings = declared_settings(resolve_model(args.model), args.pooling, args.normalize, args.max_length)
+    if chunked and args.chunk_stride is not None:  # named as the flag, before any text is read
+        from bertkit.inference.batching import input_limit
+        from bertkit.inference.long_inputs import check_overlap
+
+        check_overlap(args.chunk_stride, input_limit(model, settings.max_seq_length)[0], "--chunk-stride")
     kept: collections.deque = collections.deque()
     if not args.out:  # the printer shows each chunk's texts beside its vectors; a file of vectors keeps none
         chunks = _kept(chunks, kept)
     vectors = encode_stream(model, tokenizer, _single_texts(chunks, args.input), total=total,
                             batch_size=args.batch_size, pooling=settings.pooling, max_length=settings.max_seq_length,
                             normalize=settings.normalize, truncation=not args.no_truncation, progress=None,
-                            dtype=args.dtype)
+                            dtype=args.dtype, long_inputs=args.long_inputs, chunk_stride=args.chunk_stride,
+                            chunk_pooling=args.chunk_pooling)
     if args.out:
         out = Path(args.out)
         width = model.config.hidden_size

@@ -8,13 +8,15 @@ import signal
 import socket
 import sys
 import warnings
+from pathlib import Path
 
-from bertkit.cli.common import MODEL_HELP, UserError, add_command, integer
+from bertkit.cli.common import MODEL_HELP, UserError, add_command, add_long_input_options, integer
 
 # bertkit.inference.serving.ServerSettings' defaults (tests hold them equal), written out so that `bertkit --help`
 # imports neither torch nor the web server
 DEFAULTS = argparse.Namespace(max_batch_tokens=2048, max_client_batch_size=32, max_concurrent_requests=512,
-                              payload_limit=2_000_000)
+                              payload_limit=2_000_000, long_inputs="refuse", chunk_pooling="mean")
+API_KEY_ENV = "BERTKIT_API_KEY"
 
 
 def _add_serve(sub: argparse._SubParsersAction) -> None:
@@ -35,7 +37,7 @@ def _add_serve(sub: argparse._SubParsersAction) -> None:
                    help="padded tokens per forward (inputs x the longest): the batch's size limit; at least the "
                         f"model's positions (default: {defaults.max_batch_tokens})")
     p.add_argument("--max-client-batch-size", type=integer(1), default=defaults.max_client_batch_size,
-                   help=f"inputs per request; more get 413 (default: {defaults.max_client_batch_size})")
+                   help=f"inputs per request; more get 422 (default: {defaults.max_client_batch_size})")
     p.add_argument("--max-concurrent-requests", type=integer(1), default=defaults.max_concurrent_requests,
                    help="requests accepted and not yet answered; more get 429 "
                         f"(default: {defaults.max_concurrent_requests})")
@@ -44,19 +46,40 @@ def _add_serve(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--threads", type=integer(1), help="torch threads for the model (default: one fewer than the "
                                                       "cores, at least 1: the event loop that reads requests keeps "
                                                       "a core)")
+    p.add_argument("--api-key", metavar="KEY",
+                   help="every route but /health needs the header 'Authorization: Bearer KEY' (401 without it); "
+                        f"--api-key-file or ${API_KEY_ENV} keep it out of the process list (default: "
+                        f"${API_KEY_ENV} if set, else none: no key needed)")
+    p.add_argument("--api-key-file", metavar="PATH",
+                   help="read the API key from this file (its first line) (default: none)")
+    p.add_argument("--cors-allow-origin", action="append", metavar="ORIGIN",
+                   help="an origin browsers may call the server from, e.g. https://example.com; repeat for more, "
+                        "'*' for any (default: none, no CORS headers)")
+    p.add_argument("--default-prompt", metavar="TEXT",
+                   help="an embedding model: a prefix put before every text a request names no prompt_name for, "
+                        "e.g. 'query: ' (default: none)")
+    p.add_argument("--prompts", action="append", metavar="NAME=PREFIX",
+                   help="an embedding model: a prefix a request names by prompt_name; repeat for more (default: "
+                        "the prompts of the model's config_sentence_transformers.json, if any)")
+    add_long_input_options(p, defaults.long_inputs, 'a 422 naming the limit, unless the request sends "truncate": '
+                                                    "true", where=" (on /embed, /similarity and /v1/embeddings)")
 
 
 def _cmd_serve(args: argparse.Namespace) -> int:
-    """an HTTP server for sentence vectors, predictions and NER, with dynamic batching (TEI's routes)
+    """an HTTP server for sentence vectors, predictions, NER, reranking and answers, with dynamic batching (TEI routes)
 
     Serve a model over HTTP with text-embeddings-inference's routes, so its clients carry over:
       POST /embed           {"inputs": "text" | ["text", ...], "normalize": true, "truncate": false}
-      POST /predict         a classifier's labels and scores, or a tagger's entity spans
+      POST /embed_all       every token's vector
+      POST /similarity      cosine similarities to a source sentence
+      POST /predict         a classifier's labels and scores, a tagger's entity spans, a reader's answers
+      POST /rerank          texts ranked against a query by a classifier fine-tuned on pairs
       POST /tokenize        tokens with their character offsets
+      POST /decode          token ids back to text
       POST /v1/embeddings   OpenAI's embeddings API
       GET  /health, /info, /metrics (Prometheus)
     Requests queue and run in batches of up to --max-batch-tokens. SIGTERM or Ctrl+C stops accepting, answers
-    every request already accepted, and exits.
+    every request already accepted, and exits. docs/serving.md has every route and option.
     """
     # torch's OpenMP threads spin between parallel regions by default, taking the CPU from the event loop that shares
     # the cores with them; set before torch loads, as OpenMP reads it then (a value already set is kept)
@@ -72,17 +95,24 @@ def _cmd_serve(args: argparse.Namespace) -> int:
 
     from bertkit.inference.batching import TruncationWarning
     from bertkit.inference.loading import model_family
-    from bertkit.inference.serving.model import declared_pooling, default_threads, qa_not_served
+    from bertkit.inference.long_inputs import check_overlap
+    from bertkit.inference.serving.model import declared_pooling, default_threads
 
     path, family = model_family(args.model, "serve")  # a family the server cannot serve: refused in one line
-    if family.holds_head(path, "qa"):
-        raise UserError(qa_not_served(args.model))
     positions = getattr(family.load_config(path), "max_position_embeddings", 0)
     if args.max_batch_tokens < positions:
         raise UserError(f"--max-batch-tokens {args.max_batch_tokens} is less than the model's {positions} positions:"
                         f" its longest input would fit no batch; give --max-batch-tokens {positions} or more")
+    if args.long_inputs != "chunk" and (args.chunk_stride is not None or args.chunk_pooling != "mean"):
+        raise UserError("--chunk-stride and --chunk-pooling are for --long-inputs chunk")
+    if args.long_inputs == "chunk" and args.chunk_stride is not None and positions:
+        check_overlap(args.chunk_stride, positions, "--chunk-stride")
+    prompts = _prompts(args.prompts)
+    api_key = _api_key(args)
     settings = ServerSettings(args.max_batch_tokens, args.max_client_batch_size, args.max_concurrent_requests,
-                              args.payload_limit)
+                              args.payload_limit, api_key=api_key,
+                              cors_allow_origins=tuple(args.cors_allow_origin or ()), long_inputs=args.long_inputs,
+                              chunk_stride=args.chunk_stride, chunk_pooling=args.chunk_pooling)
     listener = _listen(args.host, args.port)
     # a request that sends "truncate": true asks for its long texts to be cut: no warning line per request
     warnings.filterwarnings("ignore", category=TruncationWarning)
@@ -93,8 +123,10 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     failures: list[BaseException] = []
 
     def ready(served: ServedModel) -> None:
-        what = f"{served.task} model, {served.dtype}" + (f", {served.pooling} pooling" if served.task == "embedding"
-                                                          else f", {len(served.labels)} labels")
+        details = {"embedding": f", {served.pooling} pooling",
+                   "qa": f", windows of {served.qa.get('max_length')} tokens"}
+        kind = "classifier of text pairs (/rerank)" if served.pairs else served.task
+        what = f"{kind} model, {served.dtype}" + details.get(served.task, f", {len(served.labels)} labels")
         what += f", {torch.get_num_threads()} torch thread{'s' if torch.get_num_threads() > 1 else ''}"
         print(f"bertkit serve: ready: {args.model} ({what}) at {address}", flush=True)
 
@@ -102,13 +134,15 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         failures.append(err)
         server.should_exit = True
 
-    app = create_app(lambda: ServedModel.load(path, args.dtype, pooling, name=args.model), settings, ready,
-                     failed)
+    app = create_app(lambda: ServedModel.load(path, args.dtype, pooling, name=args.model, prompts=prompts,
+                                              default_prompt=args.default_prompt), settings, ready, failed)
     server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on"))
     # uvicorn answers SIGTERM by finishing the requests it accepted, then raises the signal again for the handler
     # that was there before it: this one, so the server exits 0 (and a SIGTERM before uvicorn listens stops it too)
     previous = signal.signal(signal.SIGTERM, lambda *_: setattr(server, "should_exit", True))
-    print(f"bertkit serve: loading {args.model} ({family.name}, {args.dtype}); listening at {address}", flush=True)
+    guarded = "; requests need the API key" if api_key else ""
+    print(f"bertkit serve: loading {args.model} ({family.name}, {args.dtype}); listening at {address}{guarded}",
+          flush=True)
     try:
         server.run(sockets=[listener])
     finally:
@@ -117,6 +151,41 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         raise failures[0]
     print("bertkit serve: stopped", file=sys.stderr, flush=True)
     return 0
+
+
+def _api_key(args: argparse.Namespace) -> str | None:
+    """The API key: --api-key, or the first line of --api-key-file, or $BERTKIT_API_KEY; None for no key. Never
+    printed: the errors here name where the key came from, not the key."""
+    if args.api_key is not None and args.api_key_file is not None:
+        raise UserError("give the API key once: --api-key or --api-key-file, not both")
+    if args.api_key_file is not None:
+        try:
+            lines = Path(args.api_key_file).read_text(encoding="utf-8").splitlines()
+        except (OSError, UnicodeDecodeError) as err:
+            reason = err.strerror if isinstance(err, OSError) else "it is not UTF-8 text"
+            raise UserError(f"--api-key-file {args.api_key_file}: cannot read it ({reason})") from None
+        key = lines[0].strip() if lines else ""
+        if not key:
+            raise UserError(f"--api-key-file {args.api_key_file} holds no key on its first line")
+        source = f"--api-key-file {args.api_key_file}"
+    elif args.api_key is not None:
+        key, source = args.api_key, "--api-key"
+    else:
+        key, source = os.environ.get(API_KEY_ENV) or None, f"${API_KEY_ENV}"
+    if key is not None and not all(33 <= ord(char) <= 126 for char in key):
+        raise UserError(f"the API key of {source} must be printable ASCII without spaces (it goes in an HTTP header)")
+    return key
+
+
+def _prompts(items: list[str] | None) -> dict[str, str]:
+    """--prompts NAME=PREFIX ... as {name: prefix}; the prefix is everything after the first "="."""
+    prompts = {}
+    for item in items or []:
+        name, sep, prefix = item.partition("=")
+        if not sep or not name.strip():
+            raise UserError(f"--prompts takes NAME=PREFIX items (e.g. query='query: '), got {item!r}")
+        prompts[name.strip()] = prefix
+    return prompts
 
 
 def _listen(host: str, port: int) -> socket.socket:

@@ -321,11 +321,12 @@ class ChunkedRun:
         return tokenize(tokenizer, texts, pairs, findings=self.findings, offset=self.findings.total, **options)
 
     def results(self, model: nn.Module, rows: Sequence[EncodedText], forward: Callable, batch_size: int,
-                pad_token_id: int | None) -> list:
-        """`run_sorted` over the chunk's rows, on the run's progress bar; the next chunk's indices follow on."""
+                pad_token_id: int | None, texts: int | None = None) -> list:
+        """`run_sorted` over the chunk's rows, on the run's progress bar; the next chunk's indices follow on.
+        `texts`: how many texts the rows stand for, where a long text's windows are rows of their own."""
         results = run_sorted(model, rows, forward, batch_size=batch_size, pad_token_id=pad_token_id, bar=self.bar,
                              offset=self.findings.total)
-        self.findings.total += len(rows)
+        self.findings.total += len(rows) if texts is None else texts
         return results
 
     def finish(self) -> None:

@@ -125,7 +125,16 @@ def check_pair_form(model: nn.Module, count: int, pairs: Sequence[str | None] | 
 def class_probabilities(model: nn.Module, input_ids: Tensor, attention_mask: Tensor, token_type_ids: Tensor
                         ) -> Tensor:
     """(B, labels) float32 probabilities of one padded batch. `predict` and the server both run this."""
-    logits = model(input_ids, attention_mask, token_type_ids).logits.float()
+    return probabilities(class_logits(model, input_ids, attention_mask, token_type_ids))
+
+
+def class_logits(model: nn.Module, input_ids: Tensor, attention_mask: Tensor, token_type_ids: Tensor) -> Tensor:
+    """(B, labels) float32 logits (raw scores) of one padded batch."""
+    return model(input_ids, attention_mask, token_type_ids).logits.float()
+
+
+def probabilities(logits: Tensor) -> Tensor:
+    """A classifier's probabilities from its logits (B, labels)."""
     # one output is a yes/no score (transformers' pipelines use a sigmoid there), several are exclusive classes
     return torch.sigmoid(logits) if logits.size(-1) == 1 else logits.softmax(-1)
 

@@ -56,18 +56,28 @@ class Span:
     logit: float
 
 
+def span_logits(model: nn.Module, input_ids: Tensor, attention_mask: Tensor, token_type_ids: Tensor
+                ) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Per row of one padded batch of windows: (start logits, end logits) of its real tokens, float32. `predict`
+    and the server (bertkit.inference.serving) both run this."""
+    out = model(input_ids, attention_mask, token_type_ids)
+    starts, ends = out.start_logits.float().cpu().numpy(), out.end_logits.float().cpu().numpy()
+    return [(s[:n], e[:n]) for s, e, n in zip(starts, ends, attention_mask.sum(1).tolist())]
+
+
+def window_rows(windows: Sequence[QAWindow]) -> list[EncodedText]:
+    """What the model reads of each window."""
+    return [EncodedText(w.input_ids, w.token_type_ids) for w in windows]
+
+
 def window_logits(model: nn.Module, windows: Sequence[QAWindow], pad_token_id: int, batch_size: int = 32,
                   progress: bool | None = False) -> list[tuple[np.ndarray, np.ndarray]]:
     """(start logits, end logits) of every window, float32, from length-sorted batches, in window order."""
-    rows = [EncodedText(w.input_ids, w.token_type_ids) for w in windows]
-
     def forward(input_ids: Tensor, attention_mask: Tensor, token_type_ids: Tensor) -> list:
-        out = model(input_ids, attention_mask, token_type_ids)
-        starts, ends = out.start_logits.float().cpu().numpy(), out.end_logits.float().cpu().numpy()
-        return [(s[:n], e[:n]) for s, e, n in zip(starts, ends, attention_mask.sum(1).tolist())]
+        return span_logits(model, input_ids, attention_mask, token_type_ids)
 
-    return run_sorted(model, rows, forward, batch_size=batch_size, pad_token_id=pad_token_id, progress=progress,
-                      desc="answer")
+    return run_sorted(model, window_rows(windows), forward, batch_size=batch_size, pad_token_id=pad_token_id,
+                      progress=progress, desc="answer")
 
 
 def window_spans(window: QAWindow, start_logits: np.ndarray, end_logits: np.ndarray, index: int = 0,
@@ -129,6 +139,13 @@ def answer_windows(model: nn.Module, examples: Sequence[QAExample], windows: Seq
                    impossible: bool = False, null_threshold: float = 0.0) -> list[dict[str, Any]]:
     """The answer of every example (see `decode`) from windows made already (`qa_windows`), in example order."""
     logits = window_logits(model, windows, pad_token_id, batch_size, progress)
+    return decode_examples(examples, windows, logits, n_best, max_answer_length, impossible, null_threshold)
+
+
+def decode_examples(examples: Sequence[QAExample], windows: Sequence[QAWindow],
+                    logits: Sequence[tuple[np.ndarray, np.ndarray]], n_best: int = 20, max_answer_length: int = 30,
+                    impossible: bool = False, null_threshold: float = 0.0) -> list[dict[str, Any]]:
+    """The answer of every example (see `decode`) from the logits of all windows (in window order)."""
     by_example: list[list[int]] = [[] for _ in examples]
     for k, window in enumerate(windows):
         by_example[window.example].append(k)

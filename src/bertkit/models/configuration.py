@@ -35,6 +35,7 @@ HF_BOOKKEEPING = frozenset({
     "pooler_type", "_name_or_path", "is_decoder", "add_cross_attention", "chunk_size_feed_forward",
     "tie_word_embeddings", "return_dict", "output_hidden_states", "output_attentions",
     "problem_type", "bos_token_id", "eos_token_id", "sep_token_id", "cls_token_id", "tokenizer_class",
+    "finetuning_task",  # the task a head was fine-tuned for (bertkit finetune writes its --task: "pairs", ...)
     # sentence-embedding libraries' notes in a model's config.json: how to pool, not what to compute
     "uniem_embedding_strategy",
 })

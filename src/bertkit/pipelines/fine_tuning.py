@@ -58,6 +58,9 @@ class TaskParts:
     report: DataReport                     # what was measured on the training data so far
     unit: str = "examples"                 # what one feature is ("windows" for QA), as a warning names it
     count_items: Callable | None = None    # the Trainer's item counts of a batch's loss terms (see Trainer)
+    # the task kind, saved in config.json as transformers' `finetuning_task`: `bertkit serve` reads "pairs" there
+    # to know a classifier of text pairs (a cross-encoder, which /rerank serves) from one of single texts
+    finetuning_task: str | None = None
 
 
 @dataclass(frozen=True)
@@ -95,6 +98,8 @@ def fine_tune(options: FinetuneOptions, task: TaskParts, model_dir: Path, tokeni
         with warnings.catch_warnings():  # the fresh head is the point here, not news
             warnings.filterwarnings("ignore", message=".*initialised fresh.*")
             model = task.model_class.from_pretrained(model_dir, **task.head)
+    if task.finetuning_task is not None:
+        model.config.extra["finetuning_task"] = task.finetuning_task
     check_positions_fit(options.max_length, model.config.max_position_embeddings, "--max-length", options.model)
     check_tokenizer_fits(len(tokenizer), model.config.vocab_size, str(model_dir))
 

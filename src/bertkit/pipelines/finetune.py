@@ -250,7 +250,8 @@ def finetune(options: FinetuneOptions) -> dict[str, Any]:
                       lambda model: evaluate_features(model, task, features, tokenizer.pad_token_id, id2label, tags))
 
     parts = TaskParts(model_class=cls, head=head, train=train, dev=splits["dev"], featurize=featurize,
-                      collator=Collator(tokenizer.pad_token_id), scorer=scorer, metric=task.metric, report=report)
+                      collator=Collator(tokenizer.pad_token_id), scorer=scorer, metric=task.metric, report=report,
+                      finetuning_task=task.name)
     run = fine_tune(options, parts, model_dir, tokenizer, started)
 
     results: dict[str, Any] = {"task": options.task, "model": options.model, "random_init": options.random_init,

@@ -116,7 +116,7 @@ def finetune_qa(options: FinetuneOptions) -> dict[str, Any]:
 
     parts = TaskParts(model_class=BertForQuestionAnswering, head={"qa": settings}, train=train, dev=splits["dev"],
                       featurize=featurize, collator=WindowCollator(tokenizer.pad_token_id), scorer=scorer,
-                      metric="f1", report=DataReport("the training data"), unit="windows")
+                      metric="f1", report=DataReport("the training data"), unit="windows", finetuning_task="qa")
     run = fine_tune(options, parts, model_dir, tokenizer, started)
 
     state = run.state

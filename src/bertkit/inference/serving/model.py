@@ -1,18 +1,28 @@
 """The model a server serves: loaded once through the registry, converted to its number format once, and run one
 padded batch at a time by the same functions as `encode` and `predict`.
 
-    served = ServedModel.load("m3e-small", dtype="fp32")     # served.task: "embedding", "classifier" or "ner"
+    served = ServedModel.load("m3e-small", dtype="fp32")     # served.task: "embedding", "classifier", "ner", "qa"
     rows = served.rows(["今天天气很好"], truncate=False)      # tokenized unpadded (InputTooLongError if too long)
     outputs = served.run(rows)                                # one forward; one output (or error) per row
 
 A server serves one task, as text-embeddings-inference does: a bare encoder (or a pretraining model) makes sentence
-vectors, a fine-tuned classifier labels, a tagger entity spans.
+vectors, a fine-tuned classifier labels (and, fine-tuned on text pairs, ranks texts against a query: a
+cross-encoder), a tagger entity spans, a reader the answers to questions.
+
+Where a task gives more than one output, each row says which its request wants (`ServedRow.want`): a sentence
+vector or every token's vector, probabilities or raw logits. One batch can mix them; the forward computes what
+any of its rows wants.
 """
 
 from __future__ import annotations
 
+import copy
+import functools
+import json
 import os
-from dataclasses import dataclass
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -29,26 +39,73 @@ from bertkit.inference.batching import (
     run_sorted,
     tokenize,
 )
-from bertkit.inference.encode import POOLINGS, sentence_vectors
+from bertkit.inference.encode import POOLINGS, pool, sentence_vectors
 from bertkit.inference.loading import load_text_model, task_of_model
 from bertkit.inference.precision import for_inference, model_dtype
 from bertkit.inference.predict import (
-    class_probabilities,
+    class_logits,
     classifier_rows,
     label_names,
+    probabilities,
     tagger_rows,
     token_tags,
 )
+from bertkit.inference.qa import qa_settings, span_logits
 from bertkit.models.sentence_files import read_sentence_config
 
-TASKS = ("embedding", "classifier", "ner")
+TASKS = ("embedding", "classifier", "ner", "qa")
 
-def qa_not_served(spec: str | os.PathLike) -> str:
-    """Why a question-answering model is refused: a reader's answer is a span over windows of a question and its
-    context, which no TEI route asks for."""
-    return (f"{spec} is a question-answering model (BertForQuestionAnswering), which bertkit serve does not serve "
-            "(it serves sentence vectors, classifiers and NER taggers); answer questions with bertkit predict "
-            f"--model {spec} --question Q --context C")
+# uniem (m3e's trainer) writes its pooling into config.json
+_UNIEM_POOLING = {"last_mean": "mean", "first_last_mean": None, "cls": "cls", "last_cls": "cls"}
+
+# what `bertkit finetune` writes beside the model it keeps (bertkit.pipelines.fine_tuning.RESULTS_NAME)
+_FINETUNE_RESULTS = "finetune_results.json"
+
+
+@dataclass
+class ServedRow(EncodedText):
+    """A row and the output its request wants of it: "tokens" (every token's vector, /embed_all), "logits" (a
+    classifier's raw scores), or "" (the task's own: a sentence vector, probabilities, tags, span logits)."""
+
+    want: str = ""
+
+
+def wanting(rows: list[EncodedText], want: str) -> list[EncodedText]:
+    """`rows` asking for `want` ("" leaves them as they are)."""
+    if not want:
+        return rows
+    return [ServedRow(row.input_ids, row.token_type_ids, row.offsets, want) for row in rows]
+
+
+def reads_pairs(path: str | os.PathLike, model: nn.Module) -> bool:
+    """Whether a classifier was fine-tuned on text pairs (a cross-encoder): its config.json says so
+    (`finetuning_task: "pairs"`, which `bertkit finetune --task pairs` writes), or, for a model fine-tuned before
+    the config said it, its run's finetune_results.json (in the model's directory, or the run's beside OUT/best);
+    or it has one output, which TEI takes for a reranker."""
+    extra = getattr(model.config, "extra", None) or {}
+    if extra.get("finetuning_task") == "pairs" or model.num_labels == 1:
+        return True
+    path = Path(path)
+    for results in (path / _FINETUNE_RESULTS, *([path.parent / _FINETUNE_RESULTS] if path.name == "best" else [])):
+        try:
+            if json.loads(results.read_text(encoding="utf-8")).get("task") == "pairs":
+                return True
+        except (OSError, ValueError, AttributeError):
+            continue
+    return False
+
+
+def declared_prompts(path: str | os.PathLike) -> dict[str, str]:
+    """The prompts a model directory names (sentence-transformers' config_sentence_transformers.json `prompts`),
+    by name; its default prompt is not applied unless the server is told to (--default-prompt)."""
+    try:
+        config = json.loads((Path(path) / "config_sentence_transformers.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    prompts = config.get("prompts") if isinstance(config, dict) else None
+    if not isinstance(prompts, dict):
+        return {}
+    return {name: text for name, text in prompts.items() if isinstance(name, str) and isinstance(text, str)}
 
 
 def default_threads() -> int:
@@ -73,82 +130,147 @@ class ServedModel:
     tokenizer: Any
     task: str                   # one of TASKS
     pooling: str                # sentence vectors' pooling (used by "embedding")
-    labels: list[str]           # label names by id (classifier, ner); [] for "embedding"
+    labels: list[str]           # label names by id (classifier, ner); [] for "embedding" and "qa"
     max_length: int             # the longest input in tokens: the model's positions
     text_pairs: bool | None = None  # a classifier fine-tuned on text pairs (true) or single texts; None: not known
+    pairs: bool = False         # a classifier fine-tuned on text pairs (a cross-encoder): /rerank serves it
+    prompts: dict[str, str] = field(default_factory=dict)  # prefixes a request names (prompt_name), by name
+    default_prompt: str | None = None  # the prefix of every text a request names no prompt for
+    qa: dict[str, Any] = field(default_factory=dict)  # a reader's windows and decoding (inference.qa.qa_settings)
 
     @classmethod
     def load(cls, spec: str | os.PathLike, dtype: str = "fp32", pooling: str | None = None,
-             name: str | None = None) -> ServedModel:
+             name: str | None = None, prompts: dict[str, str] | None = None,
+             default_prompt: str | None = None) -> ServedModel:
         """The model of a directory or built-in name, for `bertkit serve` (`name`: how /info names it, default
-        `spec`); a family the server cannot serve, a model that reads images, a question-answering model, or an
-        unknown pooling is a clear error."""
+        `spec`); a family the server cannot serve, a model that reads images or an unknown pooling is a clear error.
+        `prompts` (by name) join those the directory declares (sentence-transformers' config); they and
+        `default_prompt` are prefixes of the texts an embedding model reads, and refused for other models."""
+        from bertkit.data.sources import resolve_model
+
         if pooling is not None and pooling not in POOLINGS:
             raise InputError(f"pooling must be one of {POOLINGS}, not {pooling!r}")
+        path = resolve_model(spec)
         model, tokenizer = load_text_model(spec, "serve")
+        settings: dict[str, Any] = {}
         try:
             kind = task_of_model(model, "serve")
         except ValueError:  # not a fine-tuned head: its encoder makes sentence vectors
             task, model, labels = "embedding", encoder_of(model), []
         else:
             if kind.spans:
-                raise InputError(qa_not_served(spec))
-            task, labels = ("ner" if kind.token_level else "classifier"), label_names(model)
+                task, labels, settings = "qa", [], qa_settings(model)
+            else:
+                task, labels = ("ner" if kind.token_level else "classifier"), label_names(model)
+        pairs = task == "classifier" and reads_pairs(path, model)
+        if task != "embedding" and (prompts or default_prompt):
+            raise InputError(f"{spec} is {'an' if task[0] in 'aeiou' else 'a'} {task} model: prompts are prefixes "
+                             "of the texts an embedding model encodes; give --default-prompt and --prompts only "
+                             "with an embedding model")
         max_length, _ = input_limit(model, None)
         model = for_inference(model, dtype).eval()
         if pooling is None:
-            from bertkit.data.sources import resolve_model
-
-            pooling = declared_pooling(resolve_model(spec)) or "cls"
+            pooling = declared_pooling(path) or "cls"
+        named = {**declared_prompts(path), **(prompts or {})} if task == "embedding" else {}
         text_pairs = getattr(model.config, "text_pairs", None) if task == "classifier" else None
-        return cls(name or str(spec), model, tokenizer, task, pooling, labels, max_length, text_pairs)
+        return cls(name or str(spec), model, tokenizer, task, pooling, labels, max_length, text_pairs=text_pairs,
+                   pairs=pairs, prompts=named, default_prompt=default_prompt or None, qa=settings)
 
     @property
     def dtype(self) -> str:
         """The number format the model computes in: "float32", "bfloat16" or "int8"."""
         return model_dtype(self.model)
 
-    def rows(self, texts: list[str], pairs: list[str | None] | None = None, truncate: bool = False
-             ) -> list[EncodedText]:
+    @functools.cached_property
+    def left_tokenizer(self) -> Any:
+        """The tokenizer cutting long texts at their start (TEI's truncation_direction "Left"): the same vocabulary
+        and backend, another truncation side."""
+        left = copy.copy(self.tokenizer)
+        left.truncation_side = "left"
+        return left
+
+    @property
+    def rerank_label(self) -> int | None:
+        """The label whose probability (or logit) is a pair's /rerank score: the one output of a single-score
+        model, else the label named "1" (bertkit finetune's name for a positive pair), else the last (id 1); None
+        for a model of more than two labels, which has no one score to rank by."""
+        if not self.pairs or len(self.labels) > 2:
+            return None
+        return self.labels.index("1") if "1" in self.labels else len(self.labels) - 1
+
+    def rows(self, texts: list[str], pairs: list[str | None] | None = None, truncate: bool = False,
+             left: bool = False, prompt: str | None = None, whole: bool = False) -> list[EncodedText]:
         """The task's inputs, tokenized unpadded as `encode` / `predict` tokenize them; a text longer than the model's
-        positions is cut (`truncate`) or refused (InputTooLongError)."""
+        positions is cut (`truncate`; at its start with `left`) or refused (InputTooLongError), or with `whole`
+        (embedding models) kept whole, for long_inputs.split_rows. `prompt` is put before every text (embedding)."""
+        tokenizer = self.left_tokenizer if left else self.tokenizer
         if self.task == "embedding":
+            if prompt:
+                texts = [prompt + text for text in texts]
             limit, limit_name = input_limit(self.model, None)
-            return tokenize(self.tokenizer, texts, max_length=limit, truncation=truncate, limit_name=limit_name)
+            if whole:
+                return tokenize(tokenizer, texts, max_length=sys.maxsize, truncation=False, limit_name=limit_name)
+            return tokenize(tokenizer, texts, max_length=limit, truncation=truncate, limit_name=limit_name)
         if self.task == "ner":
-            return tagger_rows(self.model, self.tokenizer, texts, None, truncate)
-        return classifier_rows(self.model, self.tokenizer, texts, pairs, None, truncate)
+            return tagger_rows(self.model, tokenizer, texts, None, truncate)
+        return classifier_rows(self.model, tokenizer, texts, pairs, None, truncate)
 
     def run(self, rows: list[EncodedText]) -> list[Any]:
         """One output per row, in the order given, from one forward over all rows padded to the longest (the
-        length-sorted batch of `run_sorted`): a raw sentence vector, a classifier's probabilities, or a tagger's
-        (tag ids, scores) per token. A row whose output is not finite gets a NonFiniteOutputError instead, and only
-        that row: the others are run again without it."""
+        length-sorted batch of `run_sorted`): a raw sentence vector (or with `want="tokens"` every token's vector),
+        a classifier's probabilities (or its logits), a tagger's (tag ids, scores) per token, or a reader's (start
+        logits, end logits). A row whose output is not finite gets a NonFiniteOutputError instead, and only that
+        row: the others are run again without it."""
+        wants = {getattr(row, "want", "") for row in rows}
+        forward = functools.partial(self._forward, tokens="tokens" in wants, logits="logits" in wants)
         try:
-            return run_sorted(self.model, rows, self._forward, batch_size=len(rows),
-                              pad_token_id=self.tokenizer.pad_token_id)
+            outputs = run_sorted(self.model, rows, forward, batch_size=len(rows),
+                                 pad_token_id=self.tokenizer.pad_token_id)
         except NonFiniteOutputError as err:
             if len(rows) == 1:
                 return [err]
-        return [output for row in rows for output in self.run([row])]
+            return [output for row in rows for output in self.run([row])]
+        if wants == {""}:
+            return outputs
+        # a batch where some row wants more gave every row (its own output, the other): each row takes its own
+        return [output[1] if getattr(row, "want", "") else output[0] for row, output in zip(rows, outputs)]
 
-    def _forward(self, input_ids: Tensor, attention_mask: Tensor, token_type_ids: Tensor) -> Any:
+    def _forward(self, input_ids: Tensor, attention_mask: Tensor, token_type_ids: Tensor, tokens: bool = False,
+                 logits: bool = False) -> Any:
         if self.task == "embedding":
-            return sentence_vectors(self.model, input_ids, attention_mask, token_type_ids, self.pooling).cpu().numpy()
+            if not tokens:
+                return sentence_vectors(self.model, input_ids, attention_mask, token_type_ids,
+                                        self.pooling).cpu().numpy()
+            # sentence_vectors' steps, keeping the hidden states for the rows that want every token's vector
+            hidden = self.model(input_ids, attention_mask, token_type_ids).last_hidden_state.float()
+            vectors = pool(hidden, attention_mask, self.pooling).cpu().numpy()
+            states = hidden.cpu().numpy()
+            return [(vector, state[:n]) for vector, state, n in zip(vectors, states, attention_mask.sum(1).tolist())]
         if self.task == "ner":
             return token_tags(self.model, input_ids, attention_mask, token_type_ids)
-        return class_probabilities(self.model, input_ids, attention_mask, token_type_ids).cpu().numpy()
+        if self.task == "qa":
+            return span_logits(self.model, input_ids, attention_mask, token_type_ids)
+        scores = class_logits(self.model, input_ids, attention_mask, token_type_ids)
+        probs = probabilities(scores).cpu().numpy()
+        return list(zip(probs, scores.cpu().numpy())) if logits else probs
 
     def info(self) -> dict[str, Any]:
-        """What /info says about the model (text-embeddings-inference's fields where it has them)."""
+        """What /info says about the model (text-embeddings-inference's fields where it has them: a classifier of
+        text pairs is its "reranker")."""
+        extra: dict[str, Any] = {}
         if self.task == "embedding":
             model_type: dict[str, Any] = {"embedding": {"pooling": self.pooling}}
+            extra["prompts"] = sorted(self.prompts)
+        elif self.task == "qa":
+            model_type = {"question_answering": dict(self.qa)}
         else:
             id2label = {str(i): label for i, label in enumerate(self.labels)}
             label2id = {label: i for i, label in enumerate(self.labels)}
-            model_type = {self.task: {"id2label": id2label, "label2id": label2id}}
+            model_type = {"reranker" if self.pairs else self.task: {"id2label": id2label, "label2id": label2id}}
+            if self.rerank_label is not None:
+                extra["rerank_label"] = self.labels[self.rerank_label]
         return {"model_id": self.name, "model_sha": None, "model_dtype": self.dtype, "model_type": model_type,
-                "task": self.task, "max_input_length": self.max_length}
+                "task": self.task, "max_input_length": self.max_length, **extra}
 
 
 def normalized(vectors: np.ndarray) -> np.ndarray:

@@ -1,14 +1,18 @@
 """Request bodies read and checked, in text-embeddings-inference's shapes; what is wrong with one is a ServeError
 carrying TEI's status code and error type, with a message for people.
 
-    413  more inputs than --max-client-batch-size, or a body larger than the payload limit
-    422  a body that is not JSON, not an object, or holds empty, wrongly typed or (without truncate) too long inputs
+    401  an API key is required (--api-key) and the request's Authorization header does not carry it
+    413  a body larger than the payload limit
+    422  a body that is not JSON, not an object, or holds empty, wrongly typed or (without truncate) too long inputs,
+         or more inputs than --max-client-batch-size (TEI answers its "validation" errors with 422)
     429  the server already holds --max-concurrent-requests requests
     503  the model is still loading
     424  the model cannot do what the route asks (/predict on an embedding model) or gave no finite output
 
-Fields TEI has and bertkit does not compute (a left truncation, prompt names, fewer dimensions, raw scores) are
-refused with 422 rather than ignored, so no client gets an answer to a question it did not ask.
+A route reads the fields TEI gives it (truncation_direction, prompt_name, dimensions, raw_scores) with the take_*
+functions below, which take them out of the body before the route's parser reads the rest; `check_unsupported`
+refuses with 422 any such field a route does not compute (a prompt name sent to /predict), rather than ignore it,
+so no client gets an answer to a question it did not ask.
 """
 
 from __future__ import annotations
@@ -84,23 +88,24 @@ def flag(body: dict[str, Any], name: str, default: bool) -> bool:
 
 
 def check_unsupported(body: dict[str, Any]) -> None:
-    """422 for TEI's options that bertkit does not compute, when a request asks for them."""
+    """422 for TEI's options a route does not compute, when a request asks for them (a route that computes one
+    takes it out of the body first: the take_* functions)."""
     direction = body.get("truncation_direction")
     if direction is not None and direction not in ("right", "Right"):
-        raise invalid(f"truncation_direction {direction!r} is not supported: texts too long are cut at the right")
+        raise invalid(f"truncation_direction {direction!r} is not supported on this route; leave it out")
     for name in ("prompt_name", "dimensions"):
         if body.get(name) is not None:
-            raise invalid(f"{name} is not supported by this server; leave it out")
+            raise invalid(f"{name} is not supported on this route; leave it out")
     if body.get("raw_scores"):
-        raise invalid("raw_scores is not supported by this server: /predict answers probabilities")
+        raise invalid("raw_scores is not supported on this route: it is for /predict and /rerank, a classifier's "
+                      "logits")
 
 
 def check_count(count: int, max_client_batch_size: int, name: str = "inputs") -> None:
-    """413 for more inputs in one request than the server takes."""
+    """422 for more inputs in one request than the server takes (TEI's "batch size" validation error)."""
     if count > max_client_batch_size:
-        raise ServeError(413, "validation", f"{name} holds {count} texts, more than the server's maximum of "
-                                            f"{max_client_batch_size} per request (--max-client-batch-size); send "
-                                            "them in smaller requests")
+        raise invalid(f"{name} holds {count} texts, more than the server's maximum of {max_client_batch_size} per "
+                      "request (--max-client-batch-size); send them in smaller requests")
 
 
 def text_list(value: Any, name: str, max_client_batch_size: int) -> tuple[list[str], bool]:
@@ -232,3 +237,175 @@ def openai_request(body: dict[str, Any], max_client_batch_size: int) -> OpenAIRe
         raise invalid(f"encoding_format must be \"float\" or \"base64\", not {encoding!r:.40}")
     texts, _ = text_list(body.get("input"), "input", max_client_batch_size)
     return OpenAIRequest(texts, encoding == "base64")
+
+
+# ---- the fields a route takes out of the body ----------------------------------------------------
+
+def take_truncation_direction(body: dict[str, Any]) -> bool:
+    """Whether long texts are cut at their start: TEI's "truncation_direction", "Left" or "Right" (its casing;
+    lowercase too), default "Right"."""
+    value = body.pop("truncation_direction", None)
+    if value is None or value in ("Right", "right"):
+        return False
+    if value in ("Left", "left"):
+        return True
+    raise invalid(f'truncation_direction must be "Left" or "Right", not {_kind(value)} ({value!r:.40})')
+
+
+def take_prompt_name(body: dict[str, Any]) -> str | None:
+    """The name of the prompt a request asks for (app.py looks it up among the server's), or None."""
+    value = body.pop("prompt_name", None)
+    if value is None or (isinstance(value, str) and value):
+        return value
+    raise invalid(f"prompt_name must be the name of one of the server's prompts, not {_kind(value)} ({value!r:.40})")
+
+
+def take_dimensions(body: dict[str, Any]) -> int | None:
+    """How many leading dimensions of each vector to answer with (Matryoshka), or None for all."""
+    value = body.pop("dimensions", None)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise invalid(f"dimensions must be a positive whole number, not {_kind(value)} ({value!r:.40})")
+    return value
+
+
+def take_raw_scores(body: dict[str, Any]) -> bool:
+    """Whether a classifier answers its raw scores (logits) instead of probabilities."""
+    value = flag(body, "raw_scores", False)
+    body.pop("raw_scores", None)
+    return value
+
+
+def one_text(value: Any, name: str) -> str:
+    """A field that is one text, checked as every text is (`text_list`)."""
+    if value is None:
+        raise invalid(f"the body has no {name}; give it a text")
+    if not isinstance(value, str):
+        raise invalid(f"{name} must be a text, not {_kind(value)}")
+    texts, _ = text_list(value, name, 1)
+    return texts[0]
+
+
+# ---- the later routes' requests ------------------------------------------------------------------
+
+@dataclass
+class RerankRequest:
+    query: str
+    texts: list[str]
+    raw_scores: bool = False
+    return_text: bool = False
+    truncate: bool = False
+    left: bool = False
+
+
+@dataclass
+class SimilarityRequest:
+    source: str
+    sentences: list[str]
+    truncate: bool = False
+    left: bool = False
+    prompt_name: str | None = None
+
+
+@dataclass
+class DecodeRequest:
+    ids: list[list[int]]
+    single: bool
+    skip_special_tokens: bool = True
+
+
+@dataclass
+class QuestionsRequest:
+    questions: list[str]
+    contexts: list[str]
+    single: bool
+
+
+def rerank_request(body: dict[str, Any], max_client_batch_size: int) -> RerankRequest:
+    """POST /rerank: {"query": text, "texts": [text, ...], "raw_scores": false, "return_text": false, "truncate":
+    false, "truncation_direction": "Right"}."""
+    left = take_truncation_direction(body)
+    query = one_text(body.get("query"), "query")
+    texts, _ = text_list(body.get("texts"), "texts", max_client_batch_size)
+    return RerankRequest(query, texts, flag(body, "raw_scores", False), flag(body, "return_text", False),
+                         flag(body, "truncate", False), left)
+
+
+def similarity_request(body: dict[str, Any], max_client_batch_size: int) -> SimilarityRequest:
+    """POST /similarity: {"inputs": {"source_sentence": text, "sentences": [text, ...]}, "parameters": {"truncate",
+    "truncation_direction", "prompt_name"}}; the source sentence counts towards --max-client-batch-size, as TEI
+    counts it."""
+    inputs = body.get("inputs")
+    if not isinstance(inputs, dict):
+        got = "none" if inputs is None else _kind(inputs)
+        raise invalid('inputs must be an object {"source_sentence": text, "sentences": [text, ...]}, not ' + got)
+    source = one_text(inputs.get("source_sentence"), "inputs.source_sentence")
+    sentences, _ = text_list(inputs.get("sentences"), "inputs.sentences", max_client_batch_size)
+    if len(sentences) + 1 > max_client_batch_size:
+        raise invalid(f"inputs.sentences holds {len(sentences)} texts, {len(sentences) + 1} with the source sentence, "
+                      f"more than the server's maximum of {max_client_batch_size} per request "
+                      "(--max-client-batch-size); send them in smaller requests")
+    parameters = body.get("parameters")
+    if parameters is None:
+        parameters = {}
+    if not isinstance(parameters, dict):
+        raise invalid(f"parameters must be an object, not {_kind(parameters)}")
+    parameters = dict(parameters)
+    left, prompt_name = take_truncation_direction(parameters), take_prompt_name(parameters)
+    return SimilarityRequest(source, sentences, flag(parameters, "truncate", False), left, prompt_name)
+
+
+def decode_request(body: dict[str, Any], max_client_batch_size: int, vocab_size: int) -> DecodeRequest:
+    """POST /decode: {"ids": [id, ...] | [[id, ...], ...], "skip_special_tokens": true}."""
+    value = body.get("ids")
+    if value is None:
+        raise invalid('the body has no ids; send {"ids": [2, 17, 3]} or a list of such lists')
+    if not isinstance(value, list):
+        raise invalid(f"ids must be a list of token ids or a list of such lists, not {_kind(value)}")
+    if not value:
+        raise invalid("ids is an empty list: give token ids, or lists of them")
+    single = not isinstance(value[0], list)
+    sequences = [value] if single else value
+    check_count(len(sequences), max_client_batch_size, "ids")
+    for index, sequence in enumerate(sequences):
+        where = "ids" if single else f"ids[{index}]"
+        if not isinstance(sequence, list):
+            raise invalid(f"{where} is {_kind(sequence)}, not a list of token ids")
+        for k, token in enumerate(sequence):
+            if isinstance(token, bool) or not isinstance(token, int):
+                raise invalid(f"{where}[{k}] is {_kind(token)}, not a token id")
+            if not 0 <= token < vocab_size:
+                raise invalid(f"{where}[{k}] is {token}, not a token id of this model's vocabulary (0 to "
+                              f"{vocab_size - 1})")
+    return DecodeRequest(sequences, single, flag(body, "skip_special_tokens", True))
+
+
+def asks_questions(body: dict[str, Any]) -> bool:
+    """Whether a /predict body is shaped as a reader's ({"question", "context"} objects), not a classifier's."""
+    value = body.get("inputs")
+    return ("question" in body or "context" in body or isinstance(value, dict)
+            or (isinstance(value, list) and bool(value) and all(isinstance(item, dict) for item in value)))
+
+
+def questions_request(body: dict[str, Any], max_client_batch_size: int) -> QuestionsRequest:
+    """POST /predict to a reader: {"inputs": {"question": text, "context": text}}, a list of such objects, or the
+    object itself as the body."""
+    value = body.get("inputs")
+    if value is None and ("question" in body or "context" in body):
+        value = body
+    if isinstance(value, dict):
+        items, single = [value], True
+    elif isinstance(value, list) and value and all(isinstance(item, dict) for item in value):
+        items, single = value, False
+    else:
+        got = "no inputs" if value is None else f"inputs as {_kind(value)}"
+        raise invalid('this server serves a question-answering reader: send {"inputs": {"question": text, '
+                      f'"context": text}}}} or a list of such objects, not {got}')
+    check_count(len(items), max_client_batch_size)
+    questions, contexts = [], []
+    for index, item in enumerate(items):
+        where = "inputs" if single else f"inputs[{index}]"
+        questions.append(one_text(item.get("question"), f"{where}.question"))
+        contexts.append(one_text(item.get("context"), f"{where}.context"))
+    return QuestionsRequest(questions, contexts, single)
