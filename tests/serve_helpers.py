@@ -54,7 +54,10 @@ class ServerProcess:
     """`python -m bertkit serve MODEL --port 0 ARGS...` for the length of a `with` block."""
 
     def __init__(self, model: str | os.PathLike, *args: str, wait_ready: bool = True) -> None:
-        self.command = [sys.executable, "-m", "bertkit", "serve", str(model), "--port", "0", *map(str, args)]
+        # float32 unless a test asks for another format: the tests compare with float32's outputs, and --dtype's
+        # default (auto) picks the machine's fastest
+        fp32 = [] if "--dtype" in args else ["--dtype", "fp32"]
+        self.command = [sys.executable, "-m", "bertkit", "serve", str(model), "--port", "0", *fp32, *map(str, args)]
         self.wait_ready = wait_ready
         self.lines: queue.Queue[str | None] = queue.Queue()
         self.output: list[str] = []

@@ -233,3 +233,23 @@ def test_int8_linear_is_smoothquants_per_token_product_and_close_to_float32():
     cos = (ours.reshape(-1, 24) * exact).sum(1) / np.linalg.norm(ours.reshape(-1, 24), axis=1) / np.linalg.norm(
         exact, axis=1)
     assert cos.min() > 0.999, cos.min()
+
+
+def test_choose_dtype_takes_the_fastest_format_within_cosine_0999(model, tokenizer, monkeypatch):
+    """Native bf16: bf16. Else int8 where its vectors stay within MIN_COSINE of float32's on the probe, else fp32."""
+    import importlib
+
+    encoding = importlib.import_module("bertkit.inference.encode")  # the module, not the package's encode function
+
+    monkeypatch.setattr(encoding, "native_bfloat16", lambda device="cpu": True)
+    assert encoding.choose_dtype(model, tokenizer)[0] == "bfloat16"
+    monkeypatch.setattr(encoding, "native_bfloat16", lambda device="cpu": False)
+    exact = encode(model, tokenizer, list(encoding.PROBE_TEXTS), pooling="mean", normalize=True)
+    int8 = encode(model, tokenizer, list(encoding.PROBE_TEXTS), pooling="mean", normalize=True, dtype="int8")
+    cosine = float((exact * int8).sum(1).min())
+    dtype, why = encoding.choose_dtype(model, tokenizer)
+    assert dtype == ("int8" if cosine >= encoding.MIN_COSINE else "float32") and f"{cosine:.4f}" in why
+    monkeypatch.setattr(encoding, "MIN_COSINE", 1.01)  # a bar no int8 copy clears
+    assert encoding.choose_dtype(model, tokenizer) == (
+        "float32", f"no native bfloat16, and int8's vectors are only within cosine {cosine:.4f} of float32's (below "
+                   "1.01)")

@@ -380,3 +380,17 @@ def test_declared_pooling(tmp_path):
     assert declared_pooling(tmp_path) == "cls"
     (tmp_path / "1_Pooling" / "config.json").write_text('{"pooling_mode_max_tokens": true}')
     assert declared_pooling(tmp_path) is None
+
+
+def test_dtype_auto_serves_the_fastest_format_within_cosine_0999_and_says_why(encoder_dir):
+    """serve's default: bf16 where native, else int8 if its vectors pass choose_dtype's probe, else fp32; /info and
+    the ready line name the choice and why."""
+    from bertkit.inference.machine import native_bfloat16
+
+    with ServerProcess(encoder_dir, "--dtype", "auto") as server:
+        status, info = server.get("/info")
+    assert status == 200 and info["model_dtype"] in ("bfloat16", "int8", "float32")
+    assert (info["model_dtype"] == "bfloat16") == native_bfloat16()
+    reason = info["model_dtype_reason"]
+    assert ("natively" in reason) if native_bfloat16() else ("cosine" in reason)
+    assert any(reason in line for line in server.output if "ready" in line)

@@ -39,7 +39,7 @@ from bertkit.inference.batching import (
     run_sorted,
     tokenize,
 )
-from bertkit.inference.encode import POOLINGS, pool, sentence_vectors
+from bertkit.inference.encode import POOLINGS, choose_dtype, pool, sentence_vectors
 from bertkit.inference.loading import load_text_model, task_of_model
 from bertkit.inference.precision import for_inference, model_dtype
 from bertkit.inference.predict import (
@@ -137,15 +137,17 @@ class ServedModel:
     prompts: dict[str, str] = field(default_factory=dict)  # prefixes a request names (prompt_name), by name
     default_prompt: str | None = None  # the prefix of every text a request names no prompt for
     qa: dict[str, Any] = field(default_factory=dict)  # a reader's windows and decoding (inference.qa.qa_settings)
+    dtype_reason: str | None = None  # why --dtype auto chose the model's number format
 
     @classmethod
     def load(cls, spec: str | os.PathLike, dtype: str = "fp32", pooling: str | None = None,
              name: str | None = None, prompts: dict[str, str] | None = None,
              default_prompt: str | None = None) -> ServedModel:
         """The model of a directory or built-in name, for `bertkit serve` (`name`: how /info names it, default
-        `spec`); a family the server cannot serve, a model that reads images or an unknown pooling is a clear error.
-        `prompts` (by name) join those the directory declares (sentence-transformers' config); they and
-        `default_prompt` are prefixes of the texts an embedding model reads, and refused for other models."""
+        `spec`; `dtype` "auto": `choose_dtype`'s, the fastest format within cosine 0.999 of float32); a family the
+        server cannot serve, a model that reads images or an unknown pooling is a clear error. `prompts` (by name)
+        join those the directory declares (sentence-transformers' config); they and `default_prompt` are prefixes of
+        the texts an embedding model reads, and refused for other models."""
         from bertkit.data.sources import resolve_model
 
         if pooling is not None and pooling not in POOLINGS:
@@ -168,13 +170,16 @@ class ServedModel:
                              "of the texts an embedding model encodes; give --default-prompt and --prompts only "
                              "with an embedding model")
         max_length, _ = input_limit(model, None)
-        model = for_inference(model, dtype).eval()
         if pooling is None:
             pooling = declared_pooling(path) or "cls"
+        why = None
+        if dtype == "auto":  # the fastest format whose sentence vectors stay within cosine 0.999 of float32's
+            dtype, why = choose_dtype(encoder_of(model), tokenizer, pooling)
+        model = for_inference(model, dtype).eval()
         named = {**declared_prompts(path), **(prompts or {})} if task == "embedding" else {}
         text_pairs = getattr(model.config, "text_pairs", None) if task == "classifier" else None
         return cls(name or str(spec), model, tokenizer, task, pooling, labels, max_length, text_pairs=text_pairs,
-                   pairs=pairs, prompts=named, default_prompt=default_prompt or None, qa=settings)
+                   pairs=pairs, prompts=named, default_prompt=default_prompt or None, qa=settings, dtype_reason=why)
 
     @property
     def dtype(self) -> str:
@@ -269,6 +274,8 @@ class ServedModel:
             model_type = {"reranker" if self.pairs else self.task: {"id2label": id2label, "label2id": label2id}}
             if self.rerank_label is not None:
                 extra["rerank_label"] = self.labels[self.rerank_label]
+        if self.dtype_reason:
+            extra["model_dtype_reason"] = self.dtype_reason
         return {"model_id": self.name, "model_sha": None, "model_dtype": self.dtype, "model_type": model_type,
                 "task": self.task, "max_input_length": self.max_length, **extra}
 
