@@ -59,8 +59,10 @@ def test_logits_match_transformers_both_ways(tmp_path, n):
     back = transformers.BertForQuestionAnswering.from_pretrained(tmp_path / "ours").eval()
     with torch.no_grad():
         c = back(input_ids=ids, attention_mask=mask, token_type_ids=types)
-    assert_close(c.start_logits[keep], a.start_logits[keep], rtol=1e-6)
-    assert_close(c.end_logits[keep], a.end_logits[keep], rtol=1e-6)
+    # the parity bound: at inference bertkit pads attention keys to whole blocks of 16 (a text's vector must not
+    # depend on its batch), which rounds a few ulps apart from transformers' kernel on the same weights
+    assert_close(c.start_logits[keep], a.start_logits[keep], rtol=1e-5)
+    assert_close(c.end_logits[keep], a.end_logits[keep], rtol=1e-5)
 
 
 @pytest.mark.parametrize("starts, ends", [
