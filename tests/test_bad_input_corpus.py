@@ -16,7 +16,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from bertkit.cli import main
 from bertkit.data import lines
 from bertkit.data.corpus import MAX_SENTENCE_TOKENS, read_text_documents, split_sentences
 from bertkit.data.lines import line_blocks
@@ -25,27 +24,11 @@ from bertkit.data.pretraining.chain import StoreChain
 from bertkit.data.pretraining.store import TokenStore
 from bertkit.data.readers import iter_decoded_lines, read_classification_file, read_conll
 from bertkit.tokenizer import BertTokenizer
+from test_bad_input import refused, run  # the one voice of a refusal
 
 VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "。", *"张三在北京工作很好差的一是不了有人这中大为上个国我",
          "the", "cat", "sat", "on", "mat"]
 SRC = Path(__file__).resolve().parents[1] / "src"
-
-
-def run(capsys, *argv) -> tuple[int, str, str]:
-    code = main([str(a) for a in argv])
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
-def refused(capsys, command: str, *argv) -> str:
-    """A refused command: exit 2, one line in the command's voice (after any warnings); returns that line."""
-    code, _, err = run(capsys, command, *argv)
-    assert code == 2, err
-    assert "Traceback" not in err
-    said = err.splitlines()
-    assert said and said[-1].startswith(f"bertkit {command}: error: "), err
-    assert all(line.startswith(f"bertkit {command}: warning: ") for line in said[:-1]), err
-    return said[-1]
 
 
 def documents(seed: int = 0, count: int = 40) -> list[list[str]]:

@@ -18,32 +18,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from bertkit.cli import main
 from bertkit.models.bert.configuration import BertConfig
 from bertkit.models.bert.heads import BertForSequenceClassification
 from bertkit.pipelines.run_directory import MANIFEST_NAME, entries
 from bertkit.tokenizer import BertTokenizer
-
-VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "。", *"张三在北京工作很好差的一是不了有人这中大为上个国我"]
-TINY = dict(vocab_size=len(VOCAB), hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=48,
-            max_position_embeddings=32)
-
-
-def run(capsys, *argv) -> tuple[int, str, str]:
-    code = main([str(a) for a in argv])
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
-def refused(capsys, command: str, *argv) -> str:
-    """A refused command: exit 2, one line in the command's voice (after any warnings); returns that line."""
-    code, _, err = run(capsys, command, *argv)
-    assert code == 2, err
-    assert "Traceback" not in err
-    lines = err.splitlines()
-    assert lines and lines[-1].startswith(f"bertkit {command}: error: "), err
-    assert all(line.startswith(f"bertkit {command}: warning: ") for line in lines[:-1]), err
-    return lines[-1]
+from test_bad_input import TINY, VOCAB, refused, run  # the one voice of a refusal
 
 
 def tree(path: Path) -> dict[str, bytes]:

@@ -27,4 +27,4 @@ def prepare_corpus(options: PrepareOptions) -> TokenStore:
     with run_directory(options.out, "bertkit prepare", overwrite=options.overwrite, inputs=options.inputs()):
         return prepare_store(options.corpus, tokenizer, Path(options.out), whole_word=options.wwm,
                              encoding=options.encoding, workers=options.workers, progress=options.progress,
-                             key=store_key(inputs, tokenizer, options.wwm, options.encoding))
+                             key=store_key(inputs, tokenizer, options.wwm, options.encoding), inputs=inputs)

@@ -105,7 +105,7 @@ def is_corpus_file(path: Path) -> bool:
 def directory_files(directory: Path) -> list[Path]:
     """The corpus files of a directory and of its subdirectories, in sorted order of their paths: *.txt, *.jsonl and
     *.json (and their .gz). Hidden files and directories (a name starting with ".": an editor's backup, a version
-    control's files) and token stores inside it are left out, and a warning (once) names them and what is read;
+    control's files) and token stores inside it are left out, and a warning names them and what is read;
     other files (a README) are left out quietly."""
     files, hidden, stores = [], [], []
     for root, directories, names in os.walk(directory):
@@ -121,15 +121,10 @@ def directory_files(directory: Path) -> list[Path]:
     left_out = [f"{len(hidden)} hidden ({_names(sorted(hidden), directory)})"] if hidden else []
     left_out += [f"{len(stores)} token store{'s' if len(stores) > 1 else ''} ({_names(sorted(stores), directory)})"
                  ] if stores else []
-    said = (str(directory), len(files), len(hidden), len(stores))
-    if left_out and said not in _SAID:
-        _SAID.add(said)
+    if left_out:
         warnings.warn(DataWarning(f"{directory}: reading {len(files)} corpus file{'s' if len(files) > 1 else ''} "
                                   f"({_names(files, directory)}); left out {' and '.join(left_out)}"), stacklevel=3)
     return files
-
-
-_SAID: set[tuple] = set()  # directories whose hidden files were named already: a run lists its inputs twice
 
 
 def _names(paths: list[Path], directory: Path, shown: int = 3) -> str:

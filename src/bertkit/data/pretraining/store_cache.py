@@ -55,4 +55,4 @@ def cached_store(specs: list[str], tokenizer, *, whole_word: bool = False, encod
                                           "is made again"), stacklevel=2)
                 shutil.rmtree(directory)
         return prepare_store(specs, tokenizer, directory, whole_word=whole_word, encoding=encoding,
-                             progress=progress, key=key)
+                             progress=progress, key=key, inputs=inputs)

@@ -22,7 +22,7 @@ import numpy as np
 
 from bertkit.data.lines import check_decoded
 from bertkit.data.pretraining import corpus_stream
-from bertkit.data.pretraining.corpus_stream import Tokenized, corpus_inputs
+from bertkit.data.pretraining.corpus_stream import CorpusInput, Tokenized, corpus_inputs
 from bertkit.data.pretraining.store import FILES, FORMAT, META, VERSION, TokenStore, tokenizer_identity
 from bertkit.data.readers import Skips
 from bertkit.errors import InputError
@@ -99,15 +99,18 @@ def default_workers() -> int:
 
 def prepare_store(specs: list[str], tokenizer, out: str | os.PathLike, *, whole_word: bool = False,
                   encoding: str = "utf-8", workers: int | None = None, progress: bool = True,
-                  key: str | None = None) -> TokenStore:
+                  key: str | None = None, inputs: list[CorpusInput] | None = None) -> TokenStore:
     """Tokenize the corpus `specs` (files, directories, corpus names) into a store in `out` and open it.
+
+    `inputs`: `corpus_inputs(specs)` where the caller listed them already (a directory is walked, and its hidden
+    files said, once).
 
     `workers` processes tokenize (default: one per core; none for inputs under INLINE_BYTES). Undecodable lines are
     skipped and counted in a DataWarning per file; a file that is not text is a NotTextError naming it.
     """
     from tqdm.auto import tqdm
 
-    inputs = corpus_inputs(specs)
+    inputs = corpus_inputs(specs) if inputs is None else inputs
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     staging = out / f".store.tmp-{os.getpid()}"
