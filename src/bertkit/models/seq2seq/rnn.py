@@ -325,13 +325,14 @@ class RNNSeq2Seq(Seq2SeqPreTrainedModel):
     def _top(self, state: list) -> Tensor:
         return state[-1][0] if self.config.rnn_cell == "lstm" else state[-1]
 
-    def decode_step(self, embedded: Tensor, enc: dict) -> Tensor:
-        """One target step: read y_{t-1}'s embedding (B, H), update enc['state']; return [s_t; c_t; e] (B, 4H)."""
+    def decode_step(self, embedded: Tensor, enc: dict) -> tuple[Tensor, Tensor | None]:
+        """One target step: read y_{t-1}'s embedding (B, H), update enc['state']; return [s_t; c_t; e] (B, 4H)
+        and the attention weights α_t over the source (B, S) that made c_t (None without attention)."""
         state = enc["state"]
         if self.attention is not None:  # attend with the previous state, as Bahdanau et al.
-            context, _ = self.attention(self._top(state), enc["keys"], enc["memory"], enc["mask"])
+            context, weights = self.attention(self._top(state), enc["keys"], enc["memory"], enc["mask"])
         else:
-            context = enc["summary"]
+            context, weights = enc["summary"], None
         x = torch.cat([embedded, context], dim=-1)
         new_state = []
         for i, (cell, s) in enumerate(zip(self.cells, state)):
@@ -339,20 +340,25 @@ class RNNSeq2Seq(Seq2SeqPreTrainedModel):
             new_state.append(s)
             x = s[0] if isinstance(s, tuple) else s
         enc["state"] = new_state
-        return torch.cat([x, context, embedded], dim=-1)
+        return torch.cat([x, context, embedded], dim=-1), weights
 
     def output_logits(self, features: Tensor) -> Tensor:
         return self.lm_head(self.dropout(torch.tanh(self.pre_output(features))))
 
     def forward(self, input_ids: Tensor, attention_mask: Tensor | None = None,
-                decoder_input_ids: Tensor | None = None, labels: Tensor | None = None) -> Seq2SeqLMOutput:
-        """Teacher-forced logits (B, T, V); with `labels` (-100 = ignored) also the label-smoothed loss."""
+                decoder_input_ids: Tensor | None = None, labels: Tensor | None = None,
+                output_attentions: bool = False) -> Seq2SeqLMOutput:
+        """Teacher-forced logits (B, T, V); with `labels` (-100 = ignored) also the label-smoothed loss; with
+        `output_attentions` and attention, the alignment (Bahdanau's α) as cross_attentions: one (B, 1, T, S)."""
         decoder_input_ids = self.decoder_inputs(decoder_input_ids, labels)
         enc = self.encode(input_ids, attention_mask)
         embedded = self.dropout(self.target_embeddings(decoder_input_ids))                  # (B, T, H)
-        features = torch.stack([self.decode_step(embedded[:, t], enc) for t in range(embedded.size(1))], dim=1)
-        logits = self.output_logits(features)
-        return Seq2SeqLMOutput(self.loss(logits, labels), logits, enc["memory"])
+        features, weights = zip(*(self.decode_step(embedded[:, t], enc) for t in range(embedded.size(1))))
+        logits = self.output_logits(torch.stack(features, dim=1))
+        alignment = None
+        if output_attentions and self.attention is not None:  # one layer of one head, as transformers shapes them
+            alignment = (torch.stack(weights, dim=1)[:, None],)
+        return Seq2SeqLMOutput(self.loss(logits, labels), logits, enc["memory"], cross_attentions=alignment)
 
     def start_decoding(self, input_ids: Tensor | None, attention_mask: Tensor | None = None,
                        use_cache: bool = True) -> DecodingState:
@@ -373,7 +379,7 @@ class RNNDecoding(DecodingState):
     def step(self, tokens: Tensor) -> Tensor:
         embedded = self.model.target_embeddings(tokens)
         for t in range(tokens.size(1)):
-            features = self.model.decode_step(embedded[:, t], self.enc)
+            features, _ = self.model.decode_step(embedded[:, t], self.enc)
         return self.model.output_logits(features)
 
     def reorder(self, index: Tensor) -> None:
