@@ -21,7 +21,13 @@ import torch
 
 from bertkit.models.bert.configuration import BertConfig
 from bertkit.models.bert.modeling import BertModel
-from bertkit.pictures.attention_view import SentenceAttention, attention_html, sentence_attentions, write_attention_html
+from bertkit.pictures.attention_view import (
+    AttentionMap,
+    SentenceAttention,
+    attention_html,
+    sentence_attentions,
+    write_attention_html,
+)
 from bertkit.tokenizer import BertTokenizer
 from test_figures import assert_real_picture
 
@@ -71,8 +77,10 @@ def test_sentence_attentions_of_a_pair(sentence, tiny):
 def test_page_is_self_contained_and_carries_the_data(sentence):
     page = attention_html(sentence, title="tiny <model> & co")
     data = page_data(page)
-    assert data["tokens"] == sentence.tokens and data["token_type_ids"] == sentence.token_type_ids
-    assert np.allclose(data["attentions"], sentence.attentions, atol=1e-4)
+    [kind] = data["kinds"]
+    assert kind["name"] == "self" and kind["query_tokens"] == kind["key_tokens"] == sentence.tokens
+    assert kind["query_types"] == kind["key_types"] == sentence.token_type_ids
+    assert np.allclose(kind["attentions"], sentence.attentions, atol=1e-4)
     assert data["text"] == "北京是首都，天气好。" and data["text_pair"] == "the cat sat on the mat"
     assert "<title>tiny &lt;model&gt; &amp; co</title>" in page
     # nothing is fetched: no external scripts, styles, images or fonts, and the policy forbids it anyway
@@ -86,12 +94,12 @@ def test_tokens_cannot_break_out_of_the_script(sentence):
                                 token_type_ids=[0, 0, 0], attentions=np.full((1, 1, 3, 3), 1 / 3), text="x")
     page = attention_html(hostile)
     assert page.count("</script>") == 2                         # the data block's and the code's own
-    assert page_data(page)["tokens"] == hostile.tokens
+    assert page_data(page)["kinds"][0]["query_tokens"] == hostile.tokens
 
 
 def test_bad_shapes_are_refused(sentence):
     bad = SentenceAttention(tokens=["a", "b"], token_type_ids=[0, 0], attentions=np.ones((1, 1, 3, 3)), text="ab")
-    with pytest.raises(ValueError, match="T = 2 tokens, got shape \\(1, 1, 3, 3\\)"):
+    with pytest.raises(ValueError, match="T = 2 query and S = 2 key tokens, got shape \\(1, 1, 3, 3\\)"):
         attention_html(bad)
     with pytest.raises(ValueError, match="text is empty"):
         sentence_attentions(None, None, "  ")
@@ -261,7 +269,7 @@ def hover(browser: DevTools, selector: str) -> None:
 def press(browser: DevTools, key: str) -> None:
     for kind in ("rawKeyDown", "keyUp"):
         browser.call("Input.dispatchKeyEvent", type=kind, key=key, code=key, windowsVirtualKeyCode=
-                     {"ArrowDown": 40, "ArrowUp": 38, "ArrowRight": 39, "ArrowLeft": 37, "Escape": 27}[key])
+                     {"ArrowDown": 40, "ArrowUp": 38, "ArrowRight": 39, "ArrowLeft": 37, "Escape": 27, "K": 75}[key])
 
 
 @pytest.mark.browser
@@ -270,6 +278,7 @@ def test_viewer_in_headless_chromium(browser, sentence, tmp_path):
     open_page(browser, page.as_uri())
     assert browser.errors() == []
     assert state(browser)["layer"] == "0" and state(browser)["head"] == "0" and state(browser)["errors"] == ""
+    assert browser.js("getComputedStyle(document.getElementById('kind-control')).display") == "none"  # one kind
     T = len(sentence.tokens)
     shown = np.round(sentence.attentions.astype(np.float64), 4)          # the page's data: 4 decimals
     labels = browser.js("[...document.querySelectorAll('#left .token text')].map(t => t.textContent)")
@@ -337,6 +346,61 @@ def test_viewer_in_headless_chromium(browser, sentence, tmp_path):
 
 
 @pytest.mark.browser
+def test_viewer_picks_the_kind_of_attention_and_draws_cross_attention(browser, tmp_path):
+    from bertkit.pictures.translation_attention import TranslationAttention
+
+    rng = np.random.default_rng(0)
+
+    def weights(L, T, S):
+        w = rng.random((L, 2, T, S)) ** 4
+        return w / w.sum(-1, keepdims=True)
+
+    source, target = ["北", "京", "好", "[SEP]"], ["[CLS]", "Beijing", "is", "good", "."]
+    seen = TranslationAttention("北京好", "Beijing is good.", False, [
+        AttentionMap("encoder", source, source, weights(2, 4, 4)),
+        AttentionMap("decoder", target, target, weights(3, 5, 5)),
+        AttentionMap("cross", target, source, weights(3, 5, 4))])
+    page = write_attention_html(tmp_path / "translation.html", seen)
+    open_page(browser, page.as_uri())
+    assert browser.errors() == [] and state(browser)["kind"] == "encoder"
+    assert browser.js("getComputedStyle(document.getElementById('kind-control')).display") != "none"
+    assert browser.js("[...document.getElementById('kind-select').options].map(o => o.text)") == [
+        "encoder self-attention (source × source)", "decoder masked self-attention (target × target)",
+        "cross-attention (target × source)"]
+    assert browser.js("document.querySelectorAll('#matrix rect.cell').length") == 16
+
+    browser.js("const k = document.getElementById('kind-select'); k.value = '2'; k.dispatchEvent(new Event('change'))")
+    assert state(browser)["kind"] == "cross" and browser.js("location.hash") == "#kind=cross&layer=0&head=0"
+    assert browser.js("document.querySelectorAll('#matrix rect.cell').length") == 5 * 4
+    assert browser.js("document.getElementById('layer-select').options.length") == 3
+    assert browser.js("[...document.querySelectorAll('#left .token text')].map(t => t.textContent)") == target
+    assert browser.js("[...document.querySelectorAll('#right .token text')].map(t => t.textContent)") == source
+    shown = np.round(seen.map("cross").attentions, 4)
+    hover(browser, '#left .token[data-index="4"] text')                      # "." looks at the source
+    lines = drawn_lines(browser)
+    assert {i for i, _, _ in lines} == {4} and {j for _, j, _ in lines} == {j for j in range(4)
+                                                                            if shown[0, 0, 4, j] >= 0.005}
+    assert all(abs(w - shown[0, 0, 4, j]) < 1e-3 for _, j, w in lines)
+    hover(browser, '#right .token[data-index="1"] text')                     # who looks at 京
+    assert {i for i, _, _ in drawn_lines(browser)} == {i for i in range(5) if shown[0, 0, i, 1] >= 0.005}
+    browser.call("Input.dispatchMouseEvent", type="mouseMoved", x=1390, y=890)
+
+    # a layer only the decoder has, then K: the encoder's two layers keep the last one
+    open_page(browser, "about:blank")
+    open_page(browser, page.as_uri() + "#kind=decoder&layer=2&head=1&token=4")
+    assert (state(browser)["kind"], state(browser)["layer"], state(browser)["head"], state(browser)["token"]) == (
+        "decoder", "2", "1", "4")
+    assert {j for _, j, _ in drawn_lines(browser)} <= set(range(5))
+    assert browser.js("document.querySelectorAll('#matrix rect.cell').length") == 25
+    press(browser, "K")
+    assert (state(browser)["kind"], state(browser)["layer"], state(browser)["token"]) == ("cross", "2", "4")
+    press(browser, "K")
+    assert (state(browser)["kind"], state(browser)["layer"]) == ("encoder", "1")
+    assert state(browser)["token"] == ""                                      # token 4 is past the source's 4 tokens
+    assert browser.errors() == []
+
+
+@pytest.mark.browser
 def test_the_error_check_sees_a_broken_page(browser, tmp_path):
     # the control for `browser.errors() == []` above: a page that throws is caught
     page = tmp_path / "broken.html"
@@ -358,8 +422,8 @@ def test_cli_attention_on_m3e_small(tmp_path, capsys):
     printed = capsys.readouterr().out
     assert "[CLS] 北 京 是 中 国 的 首 都 。 [SEP] 天 气 很 好 。 [SEP]" in printed
     data = page_data(out.read_text(encoding="utf-8"))
-    assert data["token_type_ids"] == [0] * 11 + [1] * 6
-    assert np.array(data["attentions"]).shape == (4, 8, 17, 17)
+    assert data["kinds"][0]["query_types"] == [0] * 11 + [1] * 6
+    assert np.array(data["kinds"][0]["attentions"]).shape == (4, 8, 17, 17)
     assert_real_picture(picture, min_side=300)
     assert main(["attention", "--model", str(model), "北京", "--out", str(out), "--picture", str(picture),
                  "--layer", "9", "--overwrite"]) == 2

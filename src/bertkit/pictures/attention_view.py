@@ -3,8 +3,11 @@
 The page (template `assets/attention.html`) has layer and head pickers, a head view in the manner of
 bertviz (hover a token to see its attention lines) and the attention matrix. Its data is inlined as JSON and
 its content-security policy forbids any network request, so the file can be mailed or opened offline.
+A page holds one or more kinds of attention (`AttentionMap`s: a BERT's self-attention, a GPT's causal
+self-attention, a translation Transformer's encoder, decoder and cross-attention), each with its own query
+and key tokens; with several, the page has a picker for the kind too.
 
-Dimension letters: L layers, H heads, T tokens.
+Dimension letters: L layers, H heads, T query tokens, S key tokens.
 """
 
 from __future__ import annotations
@@ -24,17 +27,29 @@ from bertkit.utils.atomic import atomic_write_text
 from bertkit.utils.visible import is_blank
 
 TEMPLATE = "assets/attention.html"
+# kind -> how the viewer's picker and the pictures name it
+KINDS = {"self": "self-attention",
+         "causal": "masked (causal) self-attention",
+         "encoder": "encoder self-attention (source × source)",
+         "decoder": "decoder masked self-attention (target × target)",
+         "cross": "cross-attention (target × source)",
+         "alignment": "alignment (translation × source)"}
 
 
 @dataclass
-class SentenceAttention:
-    """One sentence (or pair) through a model: its tokens and every layer's and head's attention weights."""
+class AttentionMap:
+    """One kind of attention over one input: every layer's and head's weights from query to key tokens."""
 
-    tokens: list[str]
-    token_type_ids: list[int]
-    attentions: np.ndarray          # (L, H, T, T); row t sums to 1
-    text: str
-    text_pair: str | None = None
+    kind: str                       # a key of KINDS
+    query_tokens: list[str]         # rows
+    key_tokens: list[str]           # columns
+    attentions: np.ndarray          # (L, H, T, S); row t sums to 1
+    query_token_types: list[int] | None = None  # segments (0/1) of a BERT pair: the viewer colours segment B
+    key_token_types: list[int] | None = None
+
+    @property
+    def label(self) -> str:
+        return KINDS[self.kind]
 
     @property
     def num_layers(self) -> int:
@@ -43,6 +58,32 @@ class SentenceAttention:
     @property
     def num_heads(self) -> int:
         return self.attentions.shape[1]
+
+
+@dataclass
+class SentenceAttention:
+    """One sentence (or pair) through a model: its tokens and every layer's and head's self-attention weights."""
+
+    tokens: list[str]
+    token_type_ids: list[int]
+    attentions: np.ndarray          # (L, H, T, T); row t sums to 1
+    text: str
+    text_pair: str | None = None
+    kind: str = "self"              # "causal" for a GPT: token t sees tokens 0..t only
+
+    @property
+    def num_layers(self) -> int:
+        return self.attentions.shape[0]
+
+    @property
+    def num_heads(self) -> int:
+        return self.attentions.shape[1]
+
+    @property
+    def maps(self) -> list[AttentionMap]:
+        """What the viewer shows: the one self-attention, tokens on both sides."""
+        return [AttentionMap(self.kind, list(self.tokens), list(self.tokens), self.attentions,
+                             list(self.token_type_ids), list(self.token_type_ids))]
 
 
 def load_model_and_tokenizer(model_dir: str | os.PathLike):
@@ -54,6 +95,17 @@ def load_model_and_tokenizer(model_dir: str | os.PathLike):
     model, tokenizer = BertModel.from_pretrained(model_dir), BertTokenizer.from_pretrained(model_dir)
     check_tokenizer_fits(len(tokenizer), model.config.vocab_size, str(model_dir))
     return model, tokenizer
+
+
+def load_gpt_and_tokenizer(model_dir: str | os.PathLike):
+    """A GPT-2 (eval mode, the class its config.json names) and its BertTokenizer from a `bertkit lm-train` run."""
+    from bertkit.data.quality import check_tokenizer_fits
+    from bertkit.models.registry import family_for
+    from bertkit.tokenizer import BertTokenizer
+
+    model, tokenizer = family_for("gpt2").load(model_dir), BertTokenizer.from_pretrained(model_dir)
+    check_tokenizer_fits(len(tokenizer), model.config.vocab_size, str(model_dir))
+    return model.eval(), tokenizer
 
 
 def sentence_attentions(model, tokenizer, text: str, text_pair: str | None = None,
@@ -74,27 +126,67 @@ def sentence_attentions(model, tokenizer, text: str, text_pair: str | None = Non
     with torch.no_grad():
         out = model(input_ids, attention_mask=encoding.get("attention_mask"), token_type_ids=token_type_ids,
                     output_attentions=True)
-    attentions = torch.stack([a[0] for a in out.attentions]).float().numpy()    # (L, H, T, T)
-    if not np.isfinite(attentions).all():
-        raise DataError("the model's attention weights are not finite (NaN or infinite values): its weights or "
-                        "activations overflowed, so there is nothing true to show")
+    attentions = stack_layers(out.attentions)
     types = token_type_ids[0].tolist() if token_type_ids is not None else [0] * input_ids.size(1)
     return SentenceAttention(tokens=tokenizer.convert_ids_to_tokens(input_ids[0].tolist()), token_type_ids=types,
                              attentions=attentions, text=text, text_pair=text_pair)
 
 
-def attention_html(sentence: SentenceAttention, title: str | None = None, digits: int | None = None) -> str:
-    """The viewer page for `sentence`, as one HTML string with the data inlined (weights to `digits` decimals)."""
-    attn = np.asarray(sentence.attentions, dtype=np.float64)
-    L, H, T, _ = attn.shape if attn.ndim == 4 else (0, 0, 0, 0)
-    if attn.ndim != 4 or attn.shape[-1] != T or T != len(sentence.tokens) or L == 0 or H == 0:
-        raise InputError(f"attentions must be (layers, heads, T, T) with T = {len(sentence.tokens)} tokens, "
-                         f"got shape {attn.shape}")
-    title = title or f"Attention: {L} layers × {H} heads, {T} tokens"
+def causal_attentions(model, tokenizer, text: str, max_length: int | None = None) -> SentenceAttention:
+    """Run `text` through a GPT as `bertkit lm-train` reads a document ([CLS] first, no [SEP] yet) and collect its
+    masked self-attention: token t attends to tokens 0..t, so every row's weights above the diagonal are 0."""
+    import torch
+
+    if is_blank(text):
+        raise InputError("text is empty (it has no visible character): there is nothing to attend to")
+    max_length = min(max_length or model.config.n_positions, model.config.n_positions)
+    ids = [tokenizer.cls_token_id] + tokenizer(text, add_special_tokens=False)["input_ids"]
+    if len(ids) > max_length:
+        warnings.warn(f"the text has {len(ids)} tokens, more than max_length {max_length}: it is cut to "
+                      f"{max_length} tokens, and the attention shown is that of the cut text", stacklevel=2)
+        ids = ids[:max_length]
+    with torch.no_grad():
+        out = model(torch.tensor([ids]), output_attentions=True)
+    return SentenceAttention(tokens=tokenizer.convert_ids_to_tokens(ids), token_type_ids=[0] * len(ids),
+                             attentions=stack_layers(out.attentions), text=text, kind="causal")
+
+
+def stack_layers(attentions) -> np.ndarray:
+    """A model's per-layer attentions (each (1, H, T, S)) as one float array (L, H, T, S), checked to be finite."""
+    import torch
+
+    stacked = torch.stack([a[0] for a in attentions]).float().numpy()
+    if not np.isfinite(stacked).all():
+        raise DataError("the model's attention weights are not finite (NaN or infinite values): its weights or "
+                        "activations overflowed, so there is nothing true to show")
+    return stacked
+
+
+def attention_html(sentence, title: str | None = None, digits: int | None = None) -> str:
+    """The viewer page for `sentence` (a SentenceAttention, a TranslationAttention: anything with `maps`, `text`
+    and `text_pair`), as one HTML string with the data inlined (weights to `digits` decimals)."""
+    maps = sentence.maps
+    kinds = []
+    for one in maps:
+        attn = np.asarray(one.attentions, dtype=np.float64)
+        T, S = len(one.query_tokens), len(one.key_tokens)
+        if attn.ndim != 4 or attn.shape[2:] != (T, S) or 0 in attn.shape:
+            raise InputError(f"{one.kind} attentions must be (layers, heads, T, S) with T = {T} query and S = {S} "
+                             f"key tokens, got shape {attn.shape}")
+        kinds.append((one, attn))
+    if not kinds:
+        raise InputError("no attention to show: give at least one kind of attention")
+    first = kinds[0][1]
+    title = title or (f"Attention: {first.shape[0]} layers × {first.shape[1]} heads, {first.shape[2]} tokens"
+                      if len(kinds) == 1 else f"Attention: {', '.join(one.label for one, _ in kinds)}")
     if digits is None:  # a big model on a long input has millions of weights; 3 decimals keep the file smaller
-        digits = 4 if attn.size <= 1_000_000 else 3
-    data = {"title": title, "text": sentence.text, "text_pair": sentence.text_pair, "tokens": list(sentence.tokens),
-            "token_type_ids": [int(t) for t in sentence.token_type_ids], "attentions": np.round(attn, digits).tolist()}
+        digits = 4 if sum(attn.size for _, attn in kinds) <= 1_000_000 else 3
+    ints = lambda values: None if values is None else [int(v) for v in values]
+    data = {"title": title, "text": sentence.text, "text_pair": sentence.text_pair,
+            "kinds": [{"name": one.kind, "label": one.label, "query_tokens": list(one.query_tokens),
+                       "key_tokens": list(one.key_tokens), "query_types": ints(one.query_token_types),
+                       "key_types": ints(one.key_token_types), "attentions": np.round(attn, digits).tolist()}
+                      for one, attn in kinds]}
     payload = json.dumps(data, ensure_ascii=False, separators=(",", ":"))
     # Inside <script>, "</" could close the element early; JSON allows these escapes, HTML then sees no tags.
     payload = payload.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
@@ -103,6 +195,6 @@ def attention_html(sentence: SentenceAttention, title: str | None = None, digits
     return template.replace("__TITLE__", html.escape(title)).replace("__DATA__", payload)
 
 
-def write_attention_html(path: str | os.PathLike, sentence: SentenceAttention, title: str | None = None) -> Path:
+def write_attention_html(path: str | os.PathLike, sentence, title: str | None = None) -> Path:
     """Write the viewer page for `sentence` to `path` (folders created); returns the path."""
     return atomic_write_text(path, attention_html(sentence, title))

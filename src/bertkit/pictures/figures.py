@@ -172,33 +172,36 @@ def attention_heatmap(weights, tokens: Sequence[str], key_tokens: Sequence[str] 
 
 def attention_grid(attentions, tokens: Sequence[str], layers: Sequence[int] | None = None,
                    heads: Sequence[int] | None = None, columns: int | None = None, title: str | None = None,
-                   titles: Sequence[str] | None = None) -> Figure:
+                   titles: Sequence[str] | None = None, key_tokens: Sequence[str] | None = None) -> Figure:
     """Attention maps of several layers and heads, one panel each, tokens as tick labels.
 
-    `attentions` is (L, H, T, T) for one sentence, or the model's tuple of L tensors (1, H, T, T).
+    `attentions` is (L, H, T, T) for one sentence, or the model's tuple of L tensors (1, H, T, T); with
+    `key_tokens` (cross-attention: target rows, source columns) it is (L, H, T, S).
     With one layer the heads wrap into rows of `columns`; with several, each row is a layer. `titles` replaces
     the panels' "layer l · head h" titles.
     """
-    attn = stack_attentions(attentions)
-    L, H, T, _ = attn.shape
-    if T != len(tokens):
-        raise InputError(f"attentions cover {T} tokens but {len(tokens)} tokens were given")
+    attn = stack_attentions(attentions, square=key_tokens is None)
+    L, H, T, S = attn.shape
+    key_tokens = list(tokens if key_tokens is None else key_tokens)
+    if T != len(tokens) or S != len(key_tokens):
+        raise InputError(f"attentions cover {T} tokens but {len(tokens)} tokens were given" if T != len(tokens) else
+                         f"attentions cover {S} key tokens but {len(key_tokens)} key tokens were given")
     layers = list(range(L)) if layers is None else list(layers)
     heads = list(range(H)) if heads is None else list(heads)
     for name, chosen, count in (("layer", layers, L), ("head", heads, H)):
         bad = [i for i in chosen if not 0 <= i < count]
         if bad or not chosen:
             raise InputError(f"{name} indices {bad or chosen} out of range: the model has {count} {name}s")
-    _warn_if_no_cjk_font(tokens)
+    _warn_if_no_cjk_font(list(tokens) + key_tokens)
     panels = [(layer, head) for layer in layers for head in heads]
     titles = list(titles) if titles is not None else [f"layer {layer} · head {head}" for layer, head in panels]
     if len(titles) != len(panels):
         raise InputError(f"{len(titles)} titles for {len(panels)} panels")
     ncols = columns or (min(len(heads), 4) if len(layers) == 1 else len(heads))
     nrows = math.ceil(len(panels) / ncols)
-    panel = min(3.2, 1.2 + 0.12 * T)
-    labels = T <= 48  # tokens label the outer panels (left column, bottom of each column); rows align across
-    fontsize = 8 if T <= 20 else 7
+    panel = min(3.2, 1.2 + 0.12 * max(T, S))
+    labels = max(T, S) <= 48  # tokens label the outer panels (left column, bottom of each column); rows align across
+    fontsize = 8 if max(T, S) <= 20 else 7
     with _style():
         fig = Figure(figsize=(ncols * panel + 1.0, nrows * (0.9 * panel + 0.3) + 0.5), layout="constrained")
         axes = fig.subplots(nrows, ncols, squeeze=False)
@@ -206,7 +209,7 @@ def attention_grid(attentions, tokens: Sequence[str], layers: Sequence[int] | No
             ax.set_axis_off()
         for n, (ax, (layer, head), name) in enumerate(zip(axes.flat, panels, titles)):
             bottom = n + ncols >= len(panels)
-            image = _draw_attention(ax, attn[layer, head], tokens, tokens, labels and bottom,
+            image = _draw_attention(ax, attn[layer, head], tokens, key_tokens, labels and bottom,
                                     labels and n % ncols == 0, fontsize)
             ax.set_title(name, fontsize=9)
         fig.colorbar(image, ax=axes, fraction=0.02, pad=0.01, shrink=0.6)
@@ -215,14 +218,42 @@ def attention_grid(attentions, tokens: Sequence[str], layers: Sequence[int] | No
     return fig
 
 
-def stack_attentions(attentions, index: int = 0) -> np.ndarray:
-    """(L, H, T, T) array from the model's `.attentions` (tuple of (B, H, T, T)), taking batch item `index`."""
+def stack_attentions(attentions, index: int = 0, square: bool = True) -> np.ndarray:
+    """(L, H, T, T) array from the model's `.attentions` (tuple of (B, H, T, T)), taking batch item `index`;
+    with `square=False` (cross-attention) (L, H, T, S)."""
     if isinstance(attentions, (list, tuple)):
         attentions = np.stack([_as_array(a)[index] if _as_array(a).ndim == 4 else _as_array(a) for a in attentions])
     attn = _as_array(attentions)
-    if attn.ndim != 4 or attn.shape[-1] != attn.shape[-2]:
-        raise InputError(f"attentions must be (layers, heads, T, T), got shape {attn.shape}")
+    if attn.ndim != 4 or (square and attn.shape[-1] != attn.shape[-2]):
+        raise InputError(f"attentions must be (layers, heads, T, {'T' if square else 'S'}), got shape {attn.shape}")
     return attn
+
+
+def alignment_matrix(weights, source_tokens: Sequence[str], target_tokens: Sequence[str],
+                     title: str | None = None) -> Figure:
+    """An RNN's soft alignment (T, S) drawn as Bahdanau et al. (2015) figure 3 draws it: the source along the top,
+    the translation down the side, each weight α_tj in grey-scale (0 black, 1 white)."""
+    weights = _as_array(weights)
+    if weights.shape != (len(target_tokens), len(source_tokens)):
+        raise InputError(f"the alignment has shape {weights.shape} but there are {len(target_tokens)} target and "
+                         f"{len(source_tokens)} source tokens")
+    _warn_if_no_cjk_font(list(source_tokens) + list(target_tokens))
+    T, S = weights.shape
+    scale = min(0.32, 9.0 / max(T, S))  # inches per token: a long pair still fits a page
+    with _style():
+        fig = Figure(figsize=(1.6 + scale * S, 1.6 + scale * T), layout="constrained")
+        ax = fig.add_subplot()
+        ax.imshow(weights, cmap="gray", vmin=0.0, vmax=1.0, interpolation="nearest")
+        ax.xaxis.tick_top()
+        ax.set_xticks(range(S), labels=list(source_tokens), rotation=90, fontsize=9)
+        ax.set_yticks(range(T), labels=list(target_tokens), fontsize=9)
+        ax.tick_params(length=0, pad=2)
+        ax.set_xlabel("source")
+        ax.xaxis.set_label_position("top")
+        ax.set_ylabel("translation")
+        if title:
+            fig.suptitle(title)
+    return fig
 
 
 # ---- line plots: experiments and training curves -------------------------------------------------
