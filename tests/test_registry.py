@@ -60,11 +60,11 @@ def test_info_summarises_every_family(directories, capsys, name, family, lines):
                    "max_new_tokens)\n" if name == "gpt2" else "")
 
 
-@pytest.mark.parametrize("command, name", [("attention", "gpt2"), ("predict", "translation"), ("encode", "vit"),
-                                           ("export", "lm"), ("generate", "bert"), ("translate", "gpt2")])
+@pytest.mark.parametrize("command, name", [("predict", "translation"), ("encode", "vit"), ("export", "lm"),
+                                           ("generate", "bert"), ("translate", "gpt2")])
 def test_a_command_refuses_a_family_it_cannot_serve_naming_it(directories, capsys, command, name):
     path = directories[name]
-    argv = {"attention": ["x", "--model", path], "predict": ["--model", path, "x"], "encode": ["--model", path, "x"],
+    argv = {"predict": ["--model", path, "x"], "encode": ["--model", path, "x"],
             "export": ["--model", path, "--onnx", path.parent / "onnx-out"], "generate": ["--model", path, "x"],
             "translate": ["--model", path, "x"]}[command]
     assert main([command, *map(str, argv)]) == 2
@@ -89,7 +89,7 @@ def test_every_family_loads_its_own_class_from_the_registry(directories):
 
 def test_the_families_and_what_serves_them():
     assert [f.name for f in FAMILIES] == ["BERT", "GPT-2", "ViT", "translation"]
-    assert [f.name for f in families_serving("attention")] == ["BERT", "ViT"]
+    assert [f.name for f in families_serving("attention")] == ["BERT", "GPT-2", "ViT", "translation"]
     assert {f.inputs for f in FAMILIES} == {"text", "images"}
     with pytest.raises(ValueError, match="unknown command"):
         require(FIXTURES / "BertModel", "fly")

@@ -11,13 +11,19 @@ from bertkit.cli.texts import add_encoding_option, command_line_texts
 
 def _add_attention(sub: argparse._SubParsersAction) -> None:
     p = add_command(sub, "attention", _cmd_attention)
-    p.add_argument("text", help="the sentence to look at (with an image model: the image file)")
-    p.add_argument("--pair", help="a second sentence, segment B (default: none)")
-    p.add_argument("--model", metavar="DIR|NAME", help=MODEL_HELP + " (default: m3e-small)")
+    p.add_argument("text", help="the sentence to look at (with a translation model: the source; with an image model: "
+                                "the image file)")
+    p.add_argument("--pair", help="a second sentence, segment B, for a BERT model (default: none)")
+    p.add_argument("--target", help="with a translation model: the translation to teacher-force (default: the "
+                                    "model's own greedy translation)")
+    p.add_argument("--model", metavar="DIR|NAME", help=MODEL_HELP + "; a `bertkit lm-train` or `bertkit "
+                                                       "translate-train` run too (default: m3e-small)")
     p.add_argument("--out", default="attention.html", help="the HTML file to write; with an image model also a "
                                                            "PNG/SVG picture (default: attention.html)")
-    p.add_argument("--picture", help="also draw one layer's heads as a PNG/SVG heatmap grid to "
-                                          "this file (default: no picture)")
+    p.add_argument("--picture", help="also draw one layer's heads as a PNG/SVG heatmap grid to this file; a "
+                                     "translation Transformer draws three, FILE-encoder, FILE-decoder and FILE-cross "
+                                     "(e.g. out-cross.png); an RNN with attention its alignment matrix "
+                                     "(default: no picture)")
     p.add_argument("--layer", type=int, default=-1, help="the layer --picture draws (default: the last)")
     p.add_argument("--max-length", type=integer(2), default=128, help="truncate the input to this many tokens "
                                                                 "(default: 128)")
@@ -26,25 +32,58 @@ def _add_attention(sub: argparse._SubParsersAction) -> None:
     add_encoding_option(p, "text")
 
 
+# the pictures of a translation Transformer: one per kind of attention, FILE-KIND.png
+TRANSFORMER_KINDS = ("encoder", "decoder", "cross")
+
+
+def _picture_files(picture: str | None, config) -> dict[str, str]:
+    """kind -> the file its picture goes to: one --picture, or for a translation Transformer one per kind."""
+    from pathlib import Path
+
+    if picture is None:
+        return {}
+    if getattr(config, "architecture", None) != "transformer":
+        return {"": picture}
+    path = Path(picture)
+    return {kind: str(path.with_name(f"{path.stem}-{kind}{path.suffix}")) for kind in TRANSFORMER_KINDS}
+
+
 def _cmd_attention(args: argparse.Namespace) -> int:
     """write an HTML attention viewer (layer/head pickers, head view, matrix)
 
     Run a sentence (or pair) through a BERT model and write ONE self-contained HTML page: pick a layer and
-    head, hover a token to see its attention lines. With an image model (a ViT) give an image file: the picture
-    (--out or --picture a .png) shows where the class token looks on the patch grid, per head of --layer and
-    rolled out over all layers (Abnar & Zuidema 2020); --out .html writes the viewer with one token per patch.
+    head, hover a token to see its attention lines. A GPT (`bertkit lm-train`) shows its masked (causal)
+    self-attention the same way. A translation run (`bertkit translate-train`) takes the source sentence and
+    translates it greedily (or teacher-forces --target): a Transformer's page holds its three kinds of attention
+    (encoder self-attention, decoder masked self-attention, cross-attention; pick the kind too), and --picture
+    draws each; an RNN with attention has one, the alignment between source and translation, drawn as in
+    Bahdanau et al. (2015). With an image model (a ViT) give an image file: the picture (--out or --picture a
+    .png) shows where the class token looks on the patch grid, per head of --layer and rolled out over all layers
+    (Abnar & Zuidema 2020); --out .html writes the viewer with one token per patch.
     """
 
     from bertkit.models.registry import require
-    from bertkit.pictures.attention_view import load_model_and_tokenizer, sentence_attentions, write_attention_html
     from bertkit.pictures.explain.real_model import resolve_model_dir
     from bertkit.pipelines.run_directory import check_output_file
 
     model_dir = resolve_model_dir(args.model)
-    image = require(model_dir, "attention").inputs == "images"
+    family = require(model_dir, "attention")
+    image = family.inputs == "images"
+    config = family.load_config(model_dir) if family.name == "translation" else None
+    if args.target is not None and config is None:
+        raise UserError(f"--target is for translation models; {model_dir} holds a {family.name} model")
+    if args.pair is not None and family.name != "BERT" and not image:
+        raise UserError(f"--pair is for a BERT's sentence pairs; {model_dir} holds a {family.name} model, which "
+                        "reads one text" + (" (give the translation with --target)" if config is not None else ""))
+    if config is not None:
+        from bertkit.pictures.translation_attention import check_has_attention
+
+        check_has_attention(config)
     pages, pictures = (".html", ".htm"), (".png", ".svg")
-    for flag, path, suffixes in (("--out", args.out, pages + pictures if image else pages),
-                                 ("--picture", args.picture, pictures)):
+    picture_files = _picture_files(args.picture, config)
+    outputs = [("--out", args.out, pages + pictures if image else pages)]
+    outputs += [("--picture", path, pictures) for path in picture_files.values()]
+    for flag, path, suffixes in outputs:
         if path:  # before any work: refused outputs cost nothing
             check_output_file(path, args.overwrite, flag=flag, suffixes=suffixes,
                               inputs=[("the image", args.text)] if image else ())
@@ -52,14 +91,28 @@ def _cmd_attention(args: argparse.Namespace) -> int:
         from bertkit.cli.vision import image_attention
 
         return image_attention(args, model_dir)
-    model, tokenizer = load_model_and_tokenizer(model_dir)
-    num_layers = model.config.num_hidden_layers
-    if not -num_layers <= args.layer < num_layers:
-        raise UserError(f"--layer {args.layer}: the model has {num_layers} layers")
     text = command_line_texts([args.text], args.encoding)[0]
-    pair = command_line_texts([args.pair], args.encoding, "--pair")[0] if args.pair is not None else None
-    sentence = sentence_attentions(model, tokenizer, text, pair, max_length=args.max_length)
-    title = f"Attention of {model_dir.name}: {sentence.num_layers} layers × {sentence.num_heads} heads"
+    if config is not None:
+        return _translation_attention(args, model_dir, text, picture_files)
+    from bertkit.pictures.attention_view import (
+        causal_attentions,
+        load_gpt_and_tokenizer,
+        load_model_and_tokenizer,
+        sentence_attentions,
+        write_attention_html,
+    )
+
+    gpt = family.name == "GPT-2"
+    model, tokenizer = (load_gpt_and_tokenizer if gpt else load_model_and_tokenizer)(model_dir)
+    num_layers = model.config.n_layer if gpt else model.config.num_hidden_layers
+    _check_layer(args.layer, num_layers)
+    if gpt:
+        sentence = causal_attentions(model, tokenizer, text, max_length=args.max_length)
+    else:
+        pair = command_line_texts([args.pair], args.encoding, "--pair")[0] if args.pair is not None else None
+        sentence = sentence_attentions(model, tokenizer, text, pair, max_length=args.max_length)
+    title = (f"{'Masked self-attention' if gpt else 'Attention'} of {model_dir.name}: {sentence.num_layers} layers "
+             f"× {sentence.num_heads} heads")
     path = write_attention_html(args.out, sentence, title=title)
     print(f"{len(sentence.tokens)} tokens: {' '.join(sentence.tokens)}")
     print(f"wrote {path} ({path.stat().st_size / 1e3:.0f} kB); open it in a browser")
@@ -68,8 +121,55 @@ def _cmd_attention(args: argparse.Namespace) -> int:
 
         layer = args.layer % num_layers
         fig = figures.attention_grid(sentence.attentions, sentence.tokens, layers=[layer],
-                                 title=f"{model_dir.name}, layer {layer}: {text}")
+                                     title=f"{model_dir.name}, layer {layer}{' (masked)' if gpt else ''}: {text}")
         print(f"wrote {figures.save_figure(fig, args.picture)}")
+    return 0
+
+
+def _check_layer(layer: int, num_layers: int, what: str = "layers", shown: int | None = None) -> None:
+    if not -num_layers <= layer < num_layers:
+        raise UserError(f"--layer {layer}: the model has {num_layers if shown is None else shown} {what}")
+
+
+def _translation_attention(args: argparse.Namespace, model_dir, text: str, picture_files: dict[str, str]) -> int:
+    """`bertkit attention` with a translation run: the Transformer's three kinds, or an RNN's alignment."""
+    from bertkit.pictures import figures
+    from bertkit.pictures.attention_view import write_attention_html
+    from bertkit.pictures.translation_attention import translation_attentions
+    from bertkit.pipelines.translation import load_translator
+
+    model, tokenizer = load_translator(model_dir)
+    config = model.config
+    transformer = config.architecture == "transformer"
+    if transformer:  # --layer counts in each stack: -1 is the encoder's last and the decoder's last
+        _check_layer(args.layer, min(config.encoder_layers, config.decoder_layers),
+                     f"encoder and {config.decoder_layers} decoder layers", shown=config.encoder_layers)
+    elif args.layer not in (0, -1):
+        raise UserError(f"--layer {args.layer}: an RNN's alignment is one matrix (layer 0); leave --layer out")
+    target = command_line_texts([args.target], args.encoding, "--target")[0] if args.target is not None else None
+    seen = translation_attentions(model, tokenizer, text, target, max_length=args.max_length)
+    first = seen.maps[0]
+    print(f"source, {len(first.key_tokens)} tokens: {' '.join(first.key_tokens)}")
+    print(f"{'given (teacher-forced)' if seen.forced else 'greedy'} translation: {seen.translation}")
+    if transformer:
+        title = (f"Attention of {model_dir.name}: {config.encoder_layers} encoder + {config.decoder_layers} decoder "
+                 f"layers × {config.attention_heads} heads")
+    else:
+        title = f"Alignment of {model_dir.name}: {config.rnn_cell.upper()} with attention (Bahdanau et al. 2015)"
+    path = write_attention_html(args.out, seen, title=title)
+    print(f"wrote {path} ({path.stat().st_size / 1e3:.0f} kB); open it in a browser")
+    for kind, file in picture_files.items():
+        if not transformer:
+            alignment = seen.map("alignment")
+            fig = figures.alignment_matrix(alignment.attentions[0, 0], alignment.key_tokens, alignment.query_tokens,
+                                           title=f"{model_dir.name}: {text} → {seen.translation}")
+        else:
+            one = seen.map(kind)
+            layer = args.layer % one.num_layers
+            fig = figures.attention_grid(one.attentions, one.query_tokens, layers=[layer], key_tokens=one.key_tokens,
+                                         title=f"{model_dir.name}, {one.label}, layer {layer}: {text} → "
+                                               f"{seen.translation}")
+        print(f"wrote {figures.save_figure(fig, file)}")
     return 0
 
 

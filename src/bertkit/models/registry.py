@@ -4,7 +4,7 @@ classes).
     family = family_of("runs/gpt")          # reads config.json only: no torch, no weights
     family.name, family.inputs              # "GPT-2", "text"
     model = family.load("runs/gpt")         # the class config.json's `architectures` names, weights loaded
-    require("runs/gpt", "attention")        # ConfigError: a GPT-2 model; attention serves BERT and ViT models
+    require("runs/gpt", "translate")        # ConfigError: a GPT-2 model; translate takes translation models
 
 A family is its config class, its model classes, the class a directory's config chooses, its task heads, whether
 it reads text or images, and the commands that can serve it. Every command that takes a model directory asks
@@ -83,14 +83,14 @@ FAMILIES: tuple[ModelFamily, ...] = (
                        "masked-lm": "bertkit.models.bert.heads:BertForMaskedLM",
                        "encoder": "bertkit.models.bert.modeling:BertModel"}),
     ModelFamily("GPT-2", ("gpt2", "bertkit-gpt2", "bertkit-gpt"), "bertkit.models.gpt.configuration:GPT2Config",
-                "bertkit.models.gpt.modeling:gpt_class_for", serves=frozenset({"generate"}),
+                "bertkit.models.gpt.modeling:gpt_class_for", serves=frozenset({"generate", "attention"}),
                 heads={"language-model": "bertkit.models.gpt.modeling:GPT2LMHeadModel"}),
     ModelFamily("ViT", ("vit", "bertkit-vit"), "bertkit.models.vit.configuration:ViTConfig",
                 "bertkit.models.vit.modeling:vit_class_for", inputs="images",
                 serves=frozenset({"predict", "attention"}),
                 heads={"classify": "bertkit.models.vit.modeling:ViTForImageClassification"}),
     ModelFamily("translation", ("bertkit-seq2seq",), "bertkit.models.seq2seq.configuration:Seq2SeqConfig",
-                "bertkit.models.seq2seq.transformer:seq2seq_class", serves=frozenset({"translate"})),
+                "bertkit.models.seq2seq.transformer:seq2seq_class", serves=frozenset({"translate", "attention"})),
 )
 
 
@@ -126,7 +126,7 @@ def families_serving(command: str) -> list[ModelFamily]:
 
 def require(path: str | os.PathLike, command: str) -> ModelFamily:
     """The family of a model directory when it can serve `command`; else a ConfigError naming the family and the
-    families that can ("bertkit attention" on a GPT-2 directory)."""
+    families that can ("bertkit translate" on a GPT-2 directory)."""
     if command not in COMMANDS:
         raise ValueError(f"unknown command {command!r}; known: {', '.join(COMMANDS)}")
     model_type = model_type_of(path)
