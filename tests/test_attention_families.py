@@ -81,6 +81,11 @@ def test_transformer_three_kinds_of_a_forced_target(tokenizer):
     with torch.no_grad():
         out = model(ids, decoder_input_ids=dec, output_attentions=True)
     np.testing.assert_array_equal(cross.attentions[1], out.cross_attentions[1][0].numpy())
+    with pytest.warns(UserWarning, match="the source has 7 tokens, more than max_length 3: it is cut to 3"):
+        cut = translation_attentions(model, tokenizer, "四八六零一二", TARGET, max_length=3)
+    assert cut.map("cross").key_tokens == ["四", "八", "[SEP]"]
+    with pytest.raises(ValueError, match="the target is empty"):
+        translation_attentions(model, tokenizer, SOURCE, " \u200b")
 
 
 def test_transformer_greedy_translation_is_what_generate_gives(tokenizer):

@@ -24,7 +24,8 @@ def _add_attention(sub: argparse._SubParsersAction) -> None:
                                      "translation Transformer draws three, FILE-encoder, FILE-decoder and FILE-cross "
                                      "(e.g. out-cross.png); an RNN with attention its alignment matrix "
                                      "(default: no picture)")
-    p.add_argument("--layer", type=int, default=-1, help="the layer --picture draws (default: the last)")
+    p.add_argument("--layer", type=int, default=-1, help="the layer --picture draws, in each stack of a translation "
+                                                         "Transformer (default: the last)")
     p.add_argument("--max-length", type=integer(2), default=128, help="truncate the input to this many tokens "
                                                                 "(default: 128)")
     p.add_argument("--overwrite", action="store_true", help="replace --out and --picture files that exist "
@@ -126,9 +127,9 @@ def _cmd_attention(args: argparse.Namespace) -> int:
     return 0
 
 
-def _check_layer(layer: int, num_layers: int, what: str = "layers", shown: int | None = None) -> None:
+def _check_layer(layer: int, num_layers: int) -> None:
     if not -num_layers <= layer < num_layers:
-        raise UserError(f"--layer {layer}: the model has {num_layers if shown is None else shown} {what}")
+        raise UserError(f"--layer {layer}: the model has {num_layers} layers")
 
 
 def _translation_attention(args: argparse.Namespace, model_dir, text: str, picture_files: dict[str, str]) -> int:
@@ -141,10 +142,11 @@ def _translation_attention(args: argparse.Namespace, model_dir, text: str, pictu
     model, tokenizer = load_translator(model_dir)
     config = model.config
     transformer = config.architecture == "transformer"
-    if transformer:  # --layer counts in each stack: -1 is the encoder's last and the decoder's last
-        _check_layer(args.layer, min(config.encoder_layers, config.decoder_layers),
-                     f"encoder and {config.decoder_layers} decoder layers", shown=config.encoder_layers)
-    elif args.layer not in (0, -1):
+    depth = min(config.encoder_layers, config.decoder_layers)
+    if transformer and not -depth <= args.layer < depth:  # counted in each stack: -1 is either stack's last
+        raise UserError(f"--layer {args.layer}: the model has {config.encoder_layers} encoder and "
+                        f"{config.decoder_layers} decoder layers")
+    if not transformer and args.layer not in (0, -1):
         raise UserError(f"--layer {args.layer}: an RNN's alignment is one matrix (layer 0); leave --layer out")
     target = command_line_texts([args.target], args.encoding, "--target")[0] if args.target is not None else None
     seen = translation_attentions(model, tokenizer, text, target, max_length=args.max_length)

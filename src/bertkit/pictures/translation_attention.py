@@ -66,8 +66,8 @@ def translation_attentions(model, tokenizer, source: str, target: str | None = N
     if is_blank(source):
         raise InputError("text is empty (it has no visible character): there is nothing to translate")
     if target is not None and is_blank(target):
-        raise InputError("--target is empty (it has no visible character): give the translation to force, or "
-                         "leave --target out for the model's own")
+        raise InputError("the target is empty (it has no visible character): give the translation to force, or "
+                         "none for the model's own")
     transformer = config.architecture == "transformer"
     positions = config.max_position_embeddings if transformer else None
     limit = min(filter(None, (max_length, positions)), default=None)
