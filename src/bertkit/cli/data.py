@@ -247,3 +247,39 @@ def _cmd_prepare(args: argparse.Namespace) -> int:
     DataReport("the corpus").unknown_tokens(meta["unknown_tokens"], meta["tokens"], f"the vocabulary {options.vocab}"
                                             ).check()
     return 0
+
+
+# ---- mine-negatives ------------------------------------------------------------------------------
+
+def _add_mine_negatives(sub: argparse._SubParsersAction) -> None:
+    from bertkit.cli.options import add_options
+    from bertkit.pipelines.options import MineOptions
+
+    add_options(add_command(sub, "mine-negatives", _cmd_mine_negatives), MineOptions)
+
+
+def _cmd_mine_negatives(args: argparse.Namespace) -> int:
+    """hard negatives for (anchor, positive) pairs: what a model ranks high that is not the positive
+
+    Encode the anchors and the pairs' distinct positives, rank the positives for every anchor, and write the pairs
+    with --negatives documents drawn from the first --candidates of each ranking, skipping likely unlabelled
+    positives (--margin, --duplicate). `bertkit finetune --task embedding --train OUT` then trains against them
+    (docs/embeddings.md).
+    """
+    from bertkit.cli.options import options_from_args
+    from bertkit.pipelines.hard_negatives import mine_negatives
+    from bertkit.pipelines.options import MineOptions
+
+    options = options_from_args(MineOptions, args)
+    done = mine_negatives(options)
+    print(f"{done['rows']:,} pairs, {done['documents']:,} distinct positives searched ({done['pooling']} vectors, "
+          f"{done['max_length']} tokens): the model ranks the positive first for {done['positive_first']:.1%}, "
+          f"median rank {done['positive_rank_median']:g}")
+    if done["dropped"]:
+        print(f"dropped {done['dropped']:,} pairs whose positive ranks below --max-positive-rank "
+              f"{options.max_positive_rank}")
+    if done["random_negatives"]:
+        print(f"{done['random_negatives']:,} negatives drawn at random: too few hard candidates for their pairs")
+    print(f"wrote {done['written']:,} rows with {done['negatives']} negative{'s' if done['negatives'] > 1 else ''} "
+          f"each to {done['out']} in {done['seconds']:.0f} s")
+    return 0

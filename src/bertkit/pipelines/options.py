@@ -272,6 +272,42 @@ class PrepareOptions(Options):
         check_encoding(self.encoding)
 
 
+@dataclass(kw_only=True)
+class MineOptions(Options):
+    """`bertkit mine-negatives`: hard negatives for (anchor, positive) pairs, the documents a model ranks high for
+    each anchor that are not its positive (bertkit.data.hard_negatives)."""
+
+    model: str = option(help=f"the model that ranks: a model directory or a model name ({', '.join(model_names())})",
+                        metavar="DIR|NAME", names=MODEL_NAMES)
+    data: str = option(help="pairs: a TSV/JSONL of anchor, positive (as finetune --task embedding reads them), or "
+                            "inews-pairs (its training split)", metavar="FILE|NAME",
+                       names=Names("dataset", lambda: ("inews-pairs",), first=True))
+    out: str = option(help="the file to write: .tsv (anchor, positive, negatives; a text's whitespace becomes one "
+                           "space) or .jsonl ({anchor, positive, negative: [...]})", metavar="FILE", path=True)
+    negatives: int = option(1, "hard negatives per pair", minimum=1)
+    candidates: int = option(30, "draw them at random from the first N documents the model ranks for the anchor",
+                             minimum=1)
+    margin: float = option(0.95, "skip a document scoring this fraction of the positive's score or more (likely an "
+                                 "unlabelled positive)", above=0, maximum=1)
+    duplicate: float = option(0.9, "skip a document whose cosine to the positive is this or more (a near copy)",
+                              above=-1, maximum=1)
+    max_positive_rank: int | None = option(None, "drop pairs whose positive the model ranks below N (likely "
+                                                  "mislabelled)", shown="keep every pair", minimum=1)
+    max_length: int | None = option(None, "tokens per text when encoding", shown="the model's", minimum=2)
+    batch_size: int = option(64, "texts per forward pass", minimum=1)
+    seed: int = option(0, "the seed of the draws", minimum=0)
+    encoding: str = option("utf-8", "the encoding of --data")
+    progress: bool = progress_option("the progress bar")
+    overwrite: bool = option(False, "replace --out if it exists")
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.candidates < self.negatives:
+            raise InputError(f"--candidates {self.candidates} must be at least --negatives {self.negatives}: the "
+                             "negatives are drawn from the first --candidates documents")
+        check_encoding(self.encoding)
+
+
 def recipe_values(name: str, init: str | None = None) -> dict[str, Any]:
     """The option values of the recipe `name`; bf16 "where native" resolved for this machine. A run that continues
     an `init` model keeps that model's size: the recipe's gives way."""
