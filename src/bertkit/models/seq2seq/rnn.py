@@ -2,7 +2,8 @@
 
 Cells are pure functions next to their formulas; the modules around them keep torch.nn's parameter
 names (`weight_ih_l0`, `bias_hh_l1_reverse`, ...) and gate order, so weights copy across unchanged and
-`torch.nn.RNN/LSTM/GRU` serve as the reference in the tests. The input half of every gate, W_ih x + b_ih,
+`torch.nn.RNN/LSTM/GRU` serve as the reference in the tests (the tutorials' GRU, `variant="tutorial"`, which torch
+does not have, is checked against its equations in NumPy). The input half of every gate, W_ih x + b_ih,
 does not depend on the previous state, so layers compute it for all time steps in one matmul and loop
 only over the recurrent half.
 
