@@ -356,6 +356,14 @@ UNUSED = [
      "translations of a beam search"),
     ("LMOptions", dict(vocab="v", vocab_size=500),
      "--vocab-size 500 is not used: --vocab v is the vocabulary, and --vocab-size sizes one built from the corpus"),
+    ("TranslationOptions", dict(attention_score="dot"), "--attention-score dot is not used: --model transformer has no "
+                                                        "RNN attention"),
+    ("TranslationOptions", dict(model="lstm-attention", gru_variant="tutorial"),
+     "--gru-variant tutorial is not used: --model lstm-attention has no GRU"),
+    ("LMOptions", dict(model="lstm", gru_variant="tutorial"),
+     "--gru-variant tutorial is not used: --model lstm has no GRU"),
+    ("LMOptions", dict(untie_embeddings=True),
+     "--untie-embeddings is not used: --model gpt ties its output to its input embeddings"),
 ]
 REQUIRED = {"PretrainOptions": dict(corpus=["zh"], vocab="v", out="o", max_steps=2),
             "FinetuneOptions": dict(task="classify", model="m", train="t.tsv", out="o", max_steps=2),

@@ -18,13 +18,14 @@ from tolerance import allowed_difference, assert_close
 
 pytestmark = pytest.mark.xdist_group("explain")  # module fixtures (a browser, the topics' runs) once
 
-CHEAP_TOPICS = ("positional-encoding", "permutation", "layernorm", "scaling", "residual")
+CHEAP_TOPICS = ("positional-encoding", "permutation", "layernorm", "scaling", "residual", "rnn-gradients")
 PICTURES = {
     "positional-encoding": ["pe_heatmap_50x128", "pe_heatmap_2048x512", "pe_similarity_100x16", "pe_dot_by_distance"],
     "permutation": ["permutation"],
     "layernorm": ["layernorm_vs_batchnorm"],
     "scaling": ["scaling_entropy"],
     "residual": ["residual_gradients"],
+    "rnn-gradients": ["rnn_gradients"],
 }
 
 
@@ -131,6 +132,23 @@ def test_residual_numbers(results):
     residual = [n[d]["residual"] for d in sorted(n)]
     assert max(residual) / min(residual) < 3                                  # does not
     assert n[1]["ratio"] == pytest.approx(1.0, rel=1e-3)                      # one block: same gradient path
+
+
+def test_rnn_gradients_numbers(results):
+    n = results["rnn-gradients"].numbers
+    rnn = n["RNN"]["relative"]
+    assert len(rnn) == 60 and rnn[-1] == 1.0
+    assert all(a < b for a, b in zip(rnn, rnn[1:]))                          # shrinks at every step back
+    assert n["RNN"]["first_over_last"] < 1e-2
+    # the LSTM keeps orders of magnitude more, and more the more its forget gates remember
+    assert n["LSTM b_f=1"]["first_over_last"] > 1e6 * n["RNN"]["first_over_last"]
+    assert n["LSTM b_f=0"]["first_over_last"] < n["LSTM b_f=1"]["first_over_last"] < 1e-3
+    assert n["LSTM chrono"]["first_over_last"] > 1e-2
+    # attention: every earlier step alike, whatever its distance
+    assert n["Transformer"]["spread_before_last"] < 3
+    assert 1 / 3 < n["Transformer"]["first_over_previous"] < 3
+    text = results["rnn-gradients"].text
+    assert "steps back" in text and "Jozefowicz" in text and "chrono" in text
 
 
 def test_numbers_only_writes_nothing(tmp_path, monkeypatch):

@@ -31,9 +31,13 @@ def directories(tmp_path_factory) -> dict[str, Path]:
         image_size=16, patch_size=4, num_channels=1, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
         intermediate_size=24, num_labels=3))
     vit.save_pretrained(root / "vit")
+    from bertkit.models.rnn_lm.configuration import RNNLMConfig
+    from bertkit.models.rnn_lm.modeling import RNNForCausalLM
+
+    RNNForCausalLM(RNNLMConfig(vocab_size=40, hidden_size=8, rnn_cell="gru")).save_pretrained(root / "rnn-lm")
     return {"bert": FIXTURES / "BertForSequenceClassification", "gpt2": root / "gpt2", "vit": root / "vit",
             "lm": FIXTURES / "GPTForCausalLM", "translation": FIXTURES / "Seq2SeqTransformer",
-            "rnn": FIXTURES / "RNNSeq2Seq-gru-attention"}
+            "rnn": FIXTURES / "RNNSeq2Seq-gru-attention", "rnn-lm": root / "rnn-lm"}
 
 
 @pytest.mark.parametrize("name, family, lines", [
@@ -46,6 +50,8 @@ def directories(tmp_path_factory) -> dict[str, Path]:
     ("lm", "GPT-2", ["(GPT-2: no class named)", "layers"]),
     ("translation", "translation", ["(translation: no class named)", "model             Transformer: "]),
     ("rnn", "translation", ["model             GRU with attention: 1 encoder + 1 decoder layers"]),
+    ("rnn-lm", "recurrent", ["(recurrent: RNNForCausalLM)", "layers            2 × GRU  hidden 8",
+                             "vocab             40, output tied to the token embedding"]),
 ])
 def test_info_summarises_every_family(directories, capsys, name, family, lines):
     assert family_of(directories[name]).name == family
@@ -61,7 +67,7 @@ def test_info_summarises_every_family(directories, capsys, name, family, lines):
 
 
 @pytest.mark.parametrize("command, name", [("predict", "translation"), ("encode", "vit"), ("export", "lm"),
-                                           ("generate", "bert"), ("translate", "gpt2")])
+                                           ("generate", "bert"), ("translate", "gpt2"), ("translate", "rnn-lm")])
 def test_a_command_refuses_a_family_it_cannot_serve_naming_it(directories, capsys, command, name):
     path = directories[name]
     argv = {"predict": ["--model", path, "x"], "encode": ["--model", path, "x"],
@@ -84,11 +90,13 @@ def test_every_family_loads_its_own_class_from_the_registry(directories):
         assert type(family_of(directories["gpt2"]).load(directories["gpt2"])) is GPT2LMHeadModel
     assert type(family_of(directories["vit"]).load(directories["vit"])) is ViTForImageClassification
     assert type(family_of(directories["rnn"]).load(directories["rnn"])) is RNNSeq2Seq
+    assert type(family_of(directories["rnn-lm"]).load(directories["rnn-lm"])).__name__ == "RNNForCausalLM"
     assert family_for("bert").head("ner").__name__ == "BertForTokenClassification"
 
 
 def test_the_families_and_what_serves_them():
-    assert [f.name for f in FAMILIES] == ["BERT", "GPT-2", "ViT", "translation"]
+    assert [f.name for f in FAMILIES] == ["BERT", "GPT-2", "ViT", "translation", "recurrent"]
+    assert [f.name for f in families_serving("generate")] == ["GPT-2", "recurrent"]
     assert [f.name for f in families_serving("attention")] == ["BERT", "GPT-2", "ViT", "translation"]
     assert {f.inputs for f in FAMILIES} == {"text", "images"}
     with pytest.raises(ValueError, match="unknown command"):
@@ -145,7 +153,7 @@ def test_every_model_and_head_imports_from_bertkit():
     assert {"BertModel", "BertForPreTraining", "BertForMaskedLM", "BertForSequenceClassification",
             "BertForTokenClassification", "BertForPromptClassification", "BertForQuestionAnswering", "GPT2Model",
             "GPT2LMHeadModel", "ViTModel", "ViTForImageClassification", "Seq2SeqTransformer",
-            "RNNSeq2Seq"} <= set(classes)
+            "RNNSeq2Seq", "RNNForCausalLM"} <= set(classes)
     for name, home in classes.items():
         assert name in bertkit.__all__, name
         assert getattr(bertkit, name) is getattr(importlib.import_module(home), name), name

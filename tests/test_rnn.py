@@ -1,5 +1,6 @@
 """RNN / LSTM / GRU from their equations against torch.nn with copied weights: outputs and gradients."""
 
+import numpy as np
 import pytest
 import torch
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
@@ -126,3 +127,104 @@ def test_bad_arguments_are_clear_errors():
         rnn.GRU(3, 4)(torch.randn(2, 2, 5))
     with pytest.raises(ValueError, match="mask"):
         rnn.GRU(3, 4, batch_first=True)(torch.randn(2, 5, 3), mask=torch.ones(2, 4))
+
+
+# ---- the tutorials' GRU ----------------------------------------------------------------------------------
+
+def _sigmoid(x: np.ndarray) -> np.ndarray:
+    return 1 / (1 + np.exp(-x))
+
+
+def _tutorial_gru_step(x, h, w_ih, w_hh, b_ih, b_hh):
+    """The tutorials' equations, literally: r, z = σ(W·[h, x] + b), h~ = tanh(W_h·[r * h, x] + b_h),
+    h' = (1 - z) * h~ + z * h; the W and b cut from torch's stacked (r, z, n) parameters."""
+    (w_ir, w_iz, w_in), (w_hr, w_hz, w_hn) = np.split(w_ih, 3), np.split(w_hh, 3)
+    (b_ir, b_iz, b_in), (b_hr, b_hz, b_hn) = np.split(b_ih, 3), np.split(b_hh, 3)
+    r = _sigmoid(np.concatenate([h, x], -1) @ np.concatenate([w_hr, w_ir], 1).T + b_ir + b_hr)
+    z = _sigmoid(np.concatenate([h, x], -1) @ np.concatenate([w_hz, w_iz], 1).T + b_iz + b_hz)
+    h_tilde = np.tanh(np.concatenate([r * h, x], -1) @ np.concatenate([w_hn, w_in], 1).T + b_in + b_hn)
+    return (1 - z) * h_tilde + z * h
+
+
+def _numpy(module: torch.nn.Module, name: str) -> np.ndarray:
+    return getattr(module, name).detach().numpy()
+
+
+def test_tutorial_gru_cell_is_the_tutorials_equations():
+    torch.manual_seed(0)
+    cell = rnn.GRUCell(5, 7, variant="tutorial").double()
+    xs, h = torch.randn(4, 3, 5, dtype=torch.float64), torch.randn(3, 7, dtype=torch.float64)
+    params = [_numpy(cell, n) for n in ("weight_ih", "weight_hh", "bias_ih", "bias_hh")]
+    h_ours, h_numpy = h, h.numpy()
+    for x in xs:
+        h_ours, h_numpy = cell(x, h_ours), _tutorial_gru_step(x.numpy(), h_numpy, *params)
+        assert np.abs(h_ours.detach().numpy() - h_numpy).max() < 1e-6
+    # the same weights in torch's form give another state: the reset gate's place matters
+    torch_cell = rnn.GRUCell(5, 7).double()
+    torch_cell.load_state_dict(cell.state_dict())
+    assert (torch_cell(xs[0], h) - cell(xs[0], h)).abs().max() > 1e-3
+
+
+def test_tutorial_gru_layers_both_directions_are_the_tutorials_equations():
+    torch.manual_seed(1)
+    layer = rnn.GRU(6, 8, num_layers=2, bidirectional=True, variant="tutorial").double()
+    x, h0 = torch.randn(5, 3, 6, dtype=torch.float64), torch.randn(4, 3, 8, dtype=torch.float64)
+    out, h_n = layer(x, h0)
+    inputs, finals = x.numpy(), []
+    for layer_index in range(2):
+        outputs = []
+        for d, suffix in enumerate((f"_l{layer_index}", f"_l{layer_index}_reverse")):
+            params = [_numpy(layer, n + suffix) for n in ("weight_ih", "weight_hh", "bias_ih", "bias_hh")]
+            h, steps = h0[2 * layer_index + d].numpy(), [None] * 5
+            for t in (range(4, -1, -1) if d else range(5)):
+                h = steps[t] = _tutorial_gru_step(inputs[t], h, *params)
+            outputs.append(np.stack(steps))
+            finals.append(h)
+        inputs = np.concatenate(outputs, -1)                                  # (T, B, 2H): the next layer's input
+    assert np.abs(out.detach().numpy() - inputs).max() < 1e-6
+    assert np.abs(h_n.detach().numpy() - np.stack(finals)).max() < 1e-6
+
+
+def test_torch_gru_variant_is_still_torch_nn_gru():
+    torch.manual_seed(2)
+    ours, theirs = rnn.GRU(6, 8, num_layers=2, bidirectional=True, variant="torch"), torch.nn.GRU(6, 8, 2,
+                                                                                                 bidirectional=True)
+    _copy(ours, theirs)
+    x = torch.randn(5, 3, 6)
+    assert_close(ours(x)[0], theirs(x)[0])
+    with pytest.raises(ValueError, match="GRU variant must be 'torch' or 'tutorial', got 'cho'"):
+        rnn.GRU(6, 8, variant="cho")
+
+
+# ---- attention scores ------------------------------------------------------------------------------------
+
+def test_dot_product_attention_is_the_hand_computation():
+    attention = rnn.DotProductAttention(2, 2)                                 # equal widths: no parameter
+    assert list(attention.parameters()) == []
+    s = torch.tensor([[1.0, 2.0]])
+    h = torch.tensor([[[1.0, 0.0], [0.0, 1.0], [1.0, 1.0], [5.0, 5.0]]])
+    mask = torch.tensor([[True, True, True, False]])                         # the last position is padding
+    context, weights = attention(s, attention.project_keys(h), h, mask)
+    scores = torch.tensor([1.0, 2.0, 3.0]) / 2 ** 0.5                         # sᵀ h_j / √2
+    expected = scores.exp() / scores.exp().sum()
+    assert_close(weights[0], torch.cat([expected, torch.zeros(1)]))
+    assert_close(context[0], expected[0] * h[0, 0] + expected[1] * h[0, 1] + expected[2] * h[0, 2])
+
+
+def test_attention_weights_sum_to_one_over_the_real_positions():
+    torch.manual_seed(3)
+    memory, query = torch.randn(3, 6, 10), torch.randn(3, 5)
+    mask = torch.arange(6)[None] < torch.tensor([6, 4, 1])[:, None]
+    for score in ("additive", "dot"):
+        attention = rnn.attention_for(score, 5, 10)
+        context, weights = attention(query, attention.project_keys(memory), memory, mask)
+        assert_close(weights.sum(-1), torch.ones(3))
+        assert torch.all(weights[~mask] == 0) and torch.all(weights[mask] > 0)
+        assert_close(context, torch.einsum("bs,bsk->bk", weights, memory))
+    # wider keys (a bidirectional encoder's) are projected to the query's width: sᵀ W h_j / √5
+    attention = rnn.attention_for("dot", 5, 10)
+    _, weights = attention(query, attention.project_keys(memory), memory, None)
+    scores = torch.einsum("bq,qk,bsk->bs", query, attention.key.weight, memory) / 5 ** 0.5
+    assert_close(weights, scores.softmax(-1))
+    with pytest.raises(ValueError, match="attention score must be 'additive' or 'dot', got 'general'"):
+        rnn.attention_for("general", 5, 10)

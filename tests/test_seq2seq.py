@@ -25,6 +25,7 @@ VARIANTS = {
     "untied": dict(tie_word_embeddings=False, scale_embedding=False),
     "gru-attention": dict(architecture="rnn"),
     "gru": dict(architecture="rnn", rnn_attention=False),
+    "gru-tutorial-dot": dict(architecture="rnn", gru_variant="tutorial", attention_score="dot"),
     "lstm-attention-2x2": dict(architecture="rnn", rnn_cell="lstm"),
     "rnn-shared": dict(architecture="rnn", rnn_cell="rnn", share_encoder_decoder_embeddings=True,
                        decoder_vocab_size=None, encoder_layers=1, decoder_layers=1),

@@ -107,8 +107,29 @@ def test_commands_offer_every_size_and_model_the_pipelines_have():
     options = {a.dest: a.choices for a in sub.choices["translate-train"]._actions}
     assert list(options["size"]) == list(translation.SIZES)
     assert list(options["model"]) == list(translation.MODELS)
-    lm_sizes = next(a.choices for a in sub.choices["lm-train"]._actions if a.dest == "size")
-    assert list(lm_sizes) == list(lm.GPT_PRESETS)
+    lm_options = {a.dest: a.choices for a in sub.choices["lm-train"]._actions}
+    assert list(lm_options["size"]) == list(lm.GPT_PRESETS) == list(lm.RNN_LM_PRESETS)
+    assert list(lm_options["model"]) == ["gpt", "rnn", "lstm", "gru"]
+    assert {"rnn", "rnn-attention"} <= set(options["model"])
+    assert list(options["attention_score"]) == ["additive", "dot"] and list(options["gru_variant"]) == ["torch",
+                                                                                                       "tutorial"]
+
+
+def test_translate_train_builds_the_rnn_its_options_name(numerals_tsv, tmp_path, capsys):
+    out = tmp_path / "rnn"
+    assert main(["translate-train", "--data", str(numerals_tsv), "--model", "rnn-attention", "--attention-score", "dot",
+                 "--size", "tiny", "--max-steps", "3", "--batch-size", "16", "--beams", "1", "--max-test", "5",
+                 "--no-progress", "--out", str(out)]) == 0
+    config = json.loads((out / "config.json").read_text())
+    assert (config["rnn_cell"], config["rnn_attention"], config["attention_score"]) == ("rnn", True, "dot")
+    model, _ = translation.load_translator(out)
+    assert type(model.attention).__name__ == "DotProductAttention" and model.encoder.mode == "RNN_TANH"
+    capsys.readouterr()
+    assert main(["translate", "--model", str(out), "--beams", "1", "四八六"]) == 0
+    assert len(capsys.readouterr().out.splitlines()) == 1
+    tokenizer = translation.TranslationTokenizer.from_pretrained(out)
+    options = TranslationOptions(data=str(numerals_tsv), out="x", max_steps=1, model="gru", gru_variant="tutorial")
+    assert translation.model_config(options, tokenizer).gru_variant == "tutorial"
 
 
 def test_translate_train_writes_a_model_that_translate_loads(numerals_tsv, tmp_path, capsys):
@@ -203,6 +224,21 @@ def test_lm_train_beats_unigram_and_generate_writes_text(tiny_corpus, tmp_path, 
     assert report["perplexity"] < report["unigram_perplexity"] / 2, report
     assert "unigram" in capsys.readouterr().out
     assert main(["generate", "--model", str(out), "--max-new-tokens", "12", "今天"]) == 0
+    text = capsys.readouterr().out.strip()
+    assert text.startswith("今天") and len(text) > 2
+
+
+def test_lm_train_trains_a_recurrent_lm_that_generate_continues(tiny_corpus, tmp_path, capsys):
+    out = tmp_path / "gru"
+    assert main(["lm-train", "--model", "gru", "--gru-variant", "tutorial", "--corpus", str(tiny_corpus), "--size",
+                 "tiny", "--block-size", "16", "--batch-size", "8", "--max-steps", "30", "--learning-rate", "1e-2",
+                 "--no-progress", "--out", str(out)]) == 0
+    report = json.loads((out / "report.json").read_text())
+    assert report["model"] == "gru" and report["perplexity"] < report["unigram_perplexity"] / 1.5, report
+    assert capsys.readouterr().out.startswith(f"GRU LM ({report['parameters']:,} parameters)")
+    config = json.loads((out / "config.json").read_text())
+    assert (config["model_type"], config["rnn_cell"], config["gru_variant"]) == ("bertkit-rnn-lm", "gru", "tutorial")
+    assert main(["generate", "--model", str(out), "--greedy", "--max-new-tokens", "12", "今天"]) == 0
     text = capsys.readouterr().out.strip()
     assert text.startswith("今天") and len(text) > 2
 

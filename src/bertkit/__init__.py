@@ -32,6 +32,8 @@ _EXPORTS = {
     "Seq2SeqPreTrainedModel": "bertkit.models.seq2seq.encoder_decoder",
     "Seq2SeqTransformer": "bertkit.models.seq2seq.transformer",
     "RNNSeq2Seq": "bertkit.models.seq2seq.rnn",
+    "RNNLMConfig": "bertkit.models.rnn_lm.configuration",
+    "RNNForCausalLM": "bertkit.models.rnn_lm.modeling",
     "ViTConfig": "bertkit.models.vit.configuration",
     "ViTPreTrainedModel": "bertkit.models.vit.modeling",
     "ViTModel": "bertkit.models.vit.modeling",

@@ -1,4 +1,4 @@
-"""`bertkit translate-train`, `translate`, `lm-train`, `generate`: the encoder-decoder and GPT."""
+"""`bertkit translate-train`, `translate`, `lm-train`, `generate`: the encoder-decoders, GPT and the recurrent LMs."""
 
 from __future__ import annotations
 
@@ -88,13 +88,14 @@ def _add_lm_train(sub: argparse._SubParsersAction) -> None:
 
 
 def _cmd_lm_train(args: argparse.Namespace) -> int:
-    """train a GPT language model and compare its perplexity with a unigram model"""
+    """train a language model (GPT, or an RNN, LSTM or GRU) and compare its perplexity with a unigram model"""
     from bertkit.pipelines.lm import train_lm
 
     options = options_from_args(LMOptions, args)
     set_threads(args)
     report = train_lm(options)
-    print(f"GPT ({report['parameters']:,} parameters): {report['steps']} steps in {report['train_seconds']:.0f} s")
+    name = {"gpt": "GPT", "rnn": "RNN LM", "lstm": "LSTM LM", "gru": "GRU LM"}[options.model]
+    print(f"{name} ({report['parameters']:,} parameters): {report['steps']} steps in {report['train_seconds']:.0f} s")
     print(f"held-out perplexity {report['perplexity']:.1f}; unigram model {report['unigram_perplexity']:.1f} "
           f"({report['eval_tokens']:,} tokens)")
     for prompt, text in report["samples"].items():
@@ -128,15 +129,15 @@ def _cmd_generate(args: argparse.Namespace) -> int:
 
     from bertkit.data.quality import check_tokenizer_fits
     from bertkit.data.sources import resolve_model
-    from bertkit.models.gpt.modeling import GPT2LMHeadModel
     from bertkit.models.registry import require
     from bertkit.pipelines.lm import generate_text
     from bertkit.tokenizer import BertTokenizer
 
     prompts = _read_texts(args)
     model_dir = resolve_model(args.model)
-    require(model_dir, "generate")
-    model, tokenizer = GPT2LMHeadModel.from_pretrained(model_dir), BertTokenizer.from_pretrained(model_dir)
+    family = require(model_dir, "generate")  # GPT-2 or a recurrent LM: the language-model class of either
+    model = family.head("language-model").from_pretrained(model_dir)
+    tokenizer = BertTokenizer.from_pretrained(model_dir)
     check_tokenizer_fits(len(tokenizer), model.config.vocab_size, str(model_dir))
     sample = not args.greedy and args.beams == 1
     options = dict(do_sample=True, temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,

@@ -91,6 +91,9 @@ FAMILIES: tuple[ModelFamily, ...] = (
                 heads={"classify": "bertkit.models.vit.modeling:ViTForImageClassification"}),
     ModelFamily("translation", ("bertkit-seq2seq",), "bertkit.models.seq2seq.configuration:Seq2SeqConfig",
                 "bertkit.models.seq2seq.transformer:seq2seq_class", serves=frozenset({"translate", "attention"})),
+    ModelFamily("recurrent", ("bertkit-rnn-lm",), "bertkit.models.rnn_lm.configuration:RNNLMConfig",
+                "bertkit.models.rnn_lm.modeling:rnn_lm_class", serves=frozenset({"generate"}),
+                heads={"language-model": "bertkit.models.rnn_lm.modeling:RNNForCausalLM"}),
 )
 
 

@@ -1,4 +1,8 @@
-"""Language modelling, end to end: documents -> one token stream -> fixed-length blocks -> GPT -> Trainer.
+"""Language modelling, end to end: documents -> one token stream -> fixed-length blocks -> a model -> Trainer.
+
+The model is GPT or a recurrent LM (vanilla RNN, LSTM or GRU: models/rnn_lm), trained and scored alike on the same
+blocks, so their perplexities compare. A recurrent LM starts every block from a zero state, as GPT starts every
+block with no context.
 
 Each document becomes [CLS] text [SEP] in the stream ([CLS] = bos, [SEP] = eos), so generation can start
 a document and knows where one ends. Whole documents are held out for evaluation; the report compares
@@ -24,8 +28,10 @@ import torch
 from bertkit.errors import InputError
 from bertkit.models.gpt.configuration import GPT2Config
 from bertkit.models.gpt.modeling import GPT2LMHeadModel
+from bertkit.models.rnn_lm.configuration import RNNLMConfig
+from bertkit.models.rnn_lm.modeling import RNNForCausalLM
 from bertkit.pipelines.options import LMOptions
-from bertkit.pipelines.presets import GPT_PRESETS
+from bertkit.pipelines.presets import GPT_PRESETS, RNN_LM_PRESETS
 from bertkit.pipelines.run_directory import holds_out
 from bertkit.utils.atomic import atomic_write_text
 
@@ -80,7 +86,7 @@ def unigram_perplexity(train_stream: Sequence[int], eval_blocks: Sequence[Sequen
 
 
 @torch.no_grad()
-def model_perplexity(model: GPT2LMHeadModel, eval_blocks: Sequence[Sequence[int]], batch_size: int = 32) -> float:
+def model_perplexity(model: torch.nn.Module, eval_blocks: Sequence[Sequence[int]], batch_size: int = 32) -> float:
     """exp(mean next-token cross-entropy) over the held-out blocks."""
     model.eval()
     total, count = 0.0, 0
@@ -93,18 +99,21 @@ def model_perplexity(model: GPT2LMHeadModel, eval_blocks: Sequence[Sequence[int]
     return math.exp(total / count)
 
 
-def generate_text(model: GPT2LMHeadModel, tokenizer, prompt: str = "", max_new_tokens: int = 50,
+def generate_text(model: torch.nn.Module, tokenizer, prompt: str = "", max_new_tokens: int = 50,
                   **sampling: Any) -> str:
     """Continue a prompt from the start of a document ([CLS] prompt ...) until [SEP] or max_new_tokens."""
     from bertkit.tokenizer import detokenize
 
     ids = [tokenizer.cls_token_id] + tokenizer(prompt, add_special_tokens=False)["input_ids"]
-    ids = ids[-(model.config.n_positions - 1):]
-    room = model.config.n_positions - len(ids)
-    if max_new_tokens > room:
-        warnings.warn(f"the model has {model.config.n_positions} positions and the prompt takes {len(ids)}: the "
-                      f"continuation stops after {room} tokens, not {max_new_tokens}", stacklevel=2)
-    out = model.generate(torch.tensor([ids]), max_new_tokens=min(max_new_tokens, room),
+    positions = getattr(model.config, "n_positions", None)  # GPT's; a recurrent LM reads any length
+    if positions is not None:
+        ids = ids[-(positions - 1):]
+        room = positions - len(ids)
+        if max_new_tokens > room:
+            warnings.warn(f"the model has {positions} positions and the prompt takes {len(ids)}: the "
+                          f"continuation stops after {room} tokens, not {max_new_tokens}", stacklevel=2)
+            max_new_tokens = room
+    out = model.generate(torch.tensor([ids]), max_new_tokens=max_new_tokens,
                          eos_token_id=tokenizer.sep_token_id, pad_token_id=tokenizer.pad_token_id, **sampling)
     text = tokenizer.decode(out[0].tolist(), skip_special_tokens=True)
     return detokenize(text, "zh" if any("\u4e00" <= ch <= "\u9fff" for ch in text) else "en")
@@ -120,10 +129,26 @@ def build_tokenizer(options: LMOptions, train_documents: Sequence[str], work_dir
     return BertTokenizer.from_pretrained(work_dir)
 
 
+def build_model(options: LMOptions, tokenizer) -> GPT2LMHeadModel | RNNForCausalLM:
+    """A fresh GPT or recurrent LM of the options' model and size, over the tokenizer's vocabulary."""
+    ids = dict(pad_token_id=tokenizer.pad_token_id, bos_token_id=tokenizer.cls_token_id,
+               eos_token_id=tokenizer.sep_token_id)
+    torch.manual_seed(options.seed)
+    if options.model == "gpt":
+        return GPT2LMHeadModel(GPT2Config(vocab_size=len(tokenizer), n_positions=options.block_size,
+                                          **GPT_PRESETS[options.size], resid_pdrop=options.dropout,
+                                          embd_pdrop=options.dropout, attn_pdrop=options.dropout, **ids))
+    return RNNForCausalLM(RNNLMConfig(vocab_size=len(tokenizer), rnn_cell=options.model,
+                                      gru_variant=options.gru_variant, dropout=options.dropout,
+                                      tie_word_embeddings=not options.untie_embeddings,
+                                      **RNN_LM_PRESETS[options.size], **ids))
+
+
 @holds_out("bertkit lm-train")
 def train_lm(options: LMOptions) -> dict[str, Any]:
-    """Documents -> tokenizer -> GPT -> Trainer -> held-out perplexity vs unigram; writes OUT/report.json. The
-    run holds OUT (`run_directory`: an earlier run or model there is refused unless options.overwrite)."""
+    """Documents -> tokenizer -> GPT or recurrent LM -> Trainer -> held-out perplexity vs unigram; writes
+    OUT/report.json. The run holds OUT (`run_directory`: an earlier run or model there is refused unless
+    options.overwrite)."""
     from bertkit.training.budget import seconds_per_step, steps_for_budget
     from bertkit.training.trainer import Trainer
 
@@ -142,12 +167,7 @@ def train_lm(options: LMOptions) -> dict[str, Any]:
     if not train_blocks or not eval_blocks:
         raise InputError(f"too little text for blocks of {options.block_size} tokens "
                          f"({len(train_blocks)} training, {len(eval_blocks)} held-out blocks)")
-    config = GPT2Config(vocab_size=len(tokenizer), n_positions=options.block_size, **GPT_PRESETS[options.size],
-                        resid_pdrop=options.dropout, embd_pdrop=options.dropout, attn_pdrop=options.dropout,
-                        pad_token_id=tokenizer.pad_token_id, bos_token_id=tokenizer.cls_token_id,
-                        eos_token_id=tokenizer.sep_token_id)
-    torch.manual_seed(options.seed)
-    model = GPT2LMHeadModel(config)
+    model = build_model(options, tokenizer)
     batch_size = min(options.batch_size, len(train_blocks))
     if options.batch_size > batch_size:
         warnings.warn(f"--batch-size {options.batch_size} is more than the {batch_size} training blocks of "
@@ -166,7 +186,8 @@ def train_lm(options: LMOptions) -> dict[str, Any]:
         "perplexity": model_perplexity(model, eval_blocks),
         "unigram_perplexity": unigram_perplexity(train_stream, eval_blocks, len(tokenizer)),
         "train_seconds": state.seconds, "steps": state.step, "stop_reason": state.stop_reason,
-        "parameters": model.num_parameters(), "size": options.size, "vocab_size": len(tokenizer),
+        "parameters": model.num_parameters(), "model": options.model, "size": options.size,
+        "vocab_size": len(tokenizer),
         "train_tokens": len(train_stream), "tokens_seen": state.step * batch_size * options.block_size,
         "eval_tokens": len(eval_blocks) * (options.block_size - 1), "held_out_documents": len(eval_documents),
         "samples": {prompt: generate_text(model, tokenizer, prompt, 40, do_sample=True, top_k=20,

@@ -17,6 +17,7 @@ from bertkit.data.sources import model_names
 from bertkit.data.task_kinds import TASKS
 from bertkit.data.tasks import TRANSLATION_LANGUAGES
 from bertkit.errors import InputError
+from bertkit.models.seq2seq.configuration import ATTENTION_SCORES, GRU_VARIANTS
 from bertkit.pipelines.option_fields import (
     Names,
     Options,
@@ -29,6 +30,7 @@ from bertkit.pipelines.presets import (
     DEFAULT_PRESET,
     DEMO_TASK_NAMES,
     GPT_PRESETS,
+    LM_MODELS,
     NATIVE,
     PRESETS,
     PRETRAIN_RECIPE_NAMES,
@@ -450,6 +452,10 @@ class TranslationOptions(TrainingOptions):
     dropout: float = option(0.1, "dropout; raise it (e.g. 0.3) for small data such as hsk", minimum=0, below=1)
     label_smoothing: float = option(0.1, "label smoothing of the training loss", minimum=0, below=1)
     pre_ln: bool = option(False, "Transformer: pre-LN blocks instead of the paper's post-LN")
+    attention_score: str = option("additive", "RNN attention: Bahdanau's additive score vᵀ tanh(W s + U h), or the "
+                                              "scaled dot product sᵀ h / √d (Luong)", choices=ATTENTION_SCORES)
+    gru_variant: str = option("torch", "GRU: the reset gate after W_hn h (torch's) or before it (tutorial: "
+                                       "h~ = tanh(W·[r*h, x] + b))", choices=GRU_VARIANTS)
     num_beams: int = option(4, "beam size for the test translations", flag="--beams", aliases=("--num-beams",),
                             minimum=1)
     length_penalty: float = option(1.0, "beam search ranks finished translations by log p / length^α; larger α, "
@@ -478,6 +484,11 @@ class TranslationOptions(TrainingOptions):
                     warn_unused(self.given(name) if name == "length_penalty" else "--tune-length-penalty",
                                 "--beams 1 translates greedily, and a length penalty ranks the finished "
                                 "translations of a beam search")
+        kind = TRANSLATION_MODELS[self.model]
+        if self.differs("attention_score") and not kind.get("rnn_attention"):
+            warn_unused(self.given("attention_score"), f"--model {self.model} has no RNN attention")
+        if self.differs("gru_variant") and kind.get("rnn_cell") != "gru":
+            warn_unused(self.given("gru_variant"), f"--model {self.model} has no GRU")
         self.source_lang, self.target_lang = parse_pair(self.pair)
         known = TRANSLATION_LANGUAGES.get(self.data)
         unknown = [lang for lang in (self.source_lang, self.target_lang) if known and lang not in known]
@@ -501,15 +512,21 @@ def parse_pair(pair: str) -> tuple[str, str]:
 
 @dataclass(kw_only=True)
 class LMOptions(TrainingOptions):
-    """A GPT language-model training run, compared with a unigram model."""
+    """A language-model training run (GPT, or a recurrent LM), compared with a unigram model."""
 
     corpus: list[str] = option(help=CORPUS_HELP, metavar="FILE|NAME", default_factory=lambda: ["zh"],
                                names=CORPUS_NAMES)
     vocab: str | None = option(None, "tokenizer directory", metavar="DIR", shown="one built from the corpus",
                                path=True)
     vocab_size: int = option(8000, "vocabulary size when building one", minimum=6)
+    model: str = option("gpt", "GPT, or a recurrent LM: embedding -> vanilla RNN (tanh), LSTM or GRU layers -> output",
+                        choices=LM_MODELS)
     size: str = option("small", "the model size", choices=tuple(GPT_PRESETS))
-    block_size: int = option(128, "tokens per training sequence (= positions)", minimum=2)
+    gru_variant: str = option("torch", "--model gru: the reset gate after W_hn h (torch's) or before it (tutorial)",
+                              choices=GRU_VARIANTS)
+    untie_embeddings: bool = option(False, "recurrent LM: an output layer of its own instead of the input "
+                                           "embeddings (GPT ties them always)")
+    block_size: int = option(128, "tokens per training sequence (GPT: = positions)", minimum=2)
     batch_size: int = option(32, "sequences per step", minimum=1)
     learning_rate: float = option(1e-3, "peak learning rate", above=0)
     warmup_ratio: float = option(0.05, "share of the steps spent warming up", minimum=0, below=1)
@@ -523,6 +540,10 @@ class LMOptions(TrainingOptions):
         super().__post_init__()
         self.require_budget()
         check_sequence_length("--block-size", self.block_size)
+        if self.differs("gru_variant") and self.model != "gru":
+            warn_unused(self.given("gru_variant"), f"--model {self.model} has no GRU")
+        if self.untie_embeddings and self.model == "gpt":
+            warn_unused("--untie-embeddings", "--model gpt ties its output to its input embeddings")
         if self.vocab is not None and self.differs("vocab_size"):
             warn_unused(self.given("vocab_size"), f"--vocab {self.vocab} is the vocabulary, and --vocab-size sizes "
                         "one built from the corpus")

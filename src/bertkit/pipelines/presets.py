@@ -47,6 +47,8 @@ TRANSLATION_MODELS: dict[str, dict[str, Any]] = {
     "gru": dict(architecture="rnn", rnn_cell="gru", rnn_attention=False),
     "lstm-attention": dict(architecture="rnn", rnn_cell="lstm", rnn_attention=True),
     "lstm": dict(architecture="rnn", rnn_cell="lstm", rnn_attention=False),
+    "rnn-attention": dict(architecture="rnn", rnn_cell="rnn", rnn_attention=True),
+    "rnn": dict(architecture="rnn", rnn_cell="rnn", rnn_attention=False),
 }
 # `--size NAME` -> (Transformer sizes, RNN sizes); the RNNs are one layer each way, as Bahdanau et al.'s
 TRANSLATION_SIZES: dict[str, tuple[dict[str, int], dict[str, int]]] = {
@@ -69,6 +71,14 @@ GPT_PRESETS: dict[str, dict[str, int]] = {
     "small": dict(n_embd=256, n_layer=4, n_head=4),
     "base": dict(n_embd=512, n_layer=6, n_head=8),
 }
+# `bertkit lm-train --model rnn|lstm|gru --size NAME`: the recurrent LMs' sizes, two layers as Zaremba et al.'s
+RNN_LM_PRESETS: dict[str, dict[str, int]] = {
+    "tiny": dict(hidden_size=128, num_layers=2),
+    "small": dict(hidden_size=256, num_layers=2),
+    "base": dict(hidden_size=512, num_layers=2),
+}
+# `bertkit lm-train --model NAME`: GPT, or a recurrent LM of that cell (models/rnn_lm)
+LM_MODELS = ("gpt", "rnn", "lstm", "gru")
 
 # Named pretraining recipes: PretrainOptions values a run starts from (`bertkit pretrain --recipe NAME`; flags
 # typed beside it win). "bert" is BERT's own (Devlin et al.): the PretrainOptions defaults. "crammed" is what

@@ -1,9 +1,10 @@
 """Translation, end to end: parallel text -> a WordPiece vocabulary per side -> an encoder–decoder -> Trainer -> BLEU.
 
-The model is the Transformer or one of the RNN encoder–decoders it replaced (GRU/LSTM, with or without
-Bahdanau attention), so the same data, tokenizers, budget and evaluation compare them. Training pairs are
-grouped into batches of similar length (little padding, for the RNNs' step loops as for attention); the
-held-out BLEU is sacrebleu's, with its "zh" tokenisation for Chinese targets.
+The model is the Transformer or one of the RNN encoder–decoders it replaced (vanilla RNN, GRU or LSTM, with or
+without attention: Bahdanau's additive score or the scaled dot product), so the same data, tokenizers, budget
+and evaluation compare them. Training pairs are grouped into batches of similar length (little padding, for the
+RNNs' step loops as for attention); the held-out BLEU is sacrebleu's, with its "zh" tokenisation for Chinese
+targets.
 
 A trained directory holds config.json + model.safetensors, `source_tokenizer/`, `target_tokenizer/`,
 generation_config.json (the beam size and length penalty `bertkit translate` uses unless told otherwise),
@@ -180,7 +181,8 @@ def model_config(options: TranslationOptions, tokenizer: TranslationTokenizer) -
     size = transformer_size if kind["architecture"] == "transformer" else rnn_size
     return Seq2SeqConfig(**kind, **size, vocab_size=len(tokenizer.source), decoder_vocab_size=len(tokenizer.target),
                          dropout=options.dropout, label_smoothing=options.label_smoothing,
-                         normalize_before=options.pre_ln,
+                         normalize_before=options.pre_ln, attention_score=options.attention_score,
+                         gru_variant=options.gru_variant,
                          max_position_embeddings=max(256, 2 * options.max_length),
                          pad_token_id=tokenizer.target.pad_token_id, bos_token_id=tokenizer.target.cls_token_id,
                          eos_token_id=tokenizer.target.sep_token_id)

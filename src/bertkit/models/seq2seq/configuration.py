@@ -9,6 +9,8 @@ from bertkit.models.configuration import ACTIVATIONS, ConfigError, PretrainedCon
 
 SEQ2SEQ_ARCHITECTURES = ("transformer", "rnn")
 RNN_CELLS = ("rnn", "lstm", "gru")
+GRU_VARIANTS = ("torch", "tutorial")      # rnn.gru_step: the reset gate after W_hn h (torch's) or before (tutorials')
+ATTENTION_SCORES = ("additive", "dot")    # rnn.BahdanauAttention, rnn.DotProductAttention
 
 
 @dataclass
@@ -37,9 +39,11 @@ class Seq2SeqConfig(PretrainedConfig):
     tie_word_embeddings: bool = True            # output projection = decoder input embeddings
     label_smoothing: float = 0.1
     layer_norm_eps: float = 1e-5
-    # the RNN baselines: cell type, Bahdanau attention on/off
+    # the RNN baselines: cell type, attention on/off and its score, where a GRU's reset gate acts
     rnn_cell: str = "gru"
     rnn_attention: bool = True
+    attention_score: str = "additive"           # "additive" (Bahdanau) | "dot" (scaled dot product, Luong)
+    gru_variant: str = "torch"                  # "torch" (torch.nn.GRU's) | "tutorial" (reset gate before W_hn)
     pad_token_id: int = 0
     bos_token_id: int = 2                       # also the decoder's start token
     eos_token_id: int = 3
@@ -56,6 +60,8 @@ class Seq2SeqConfig(PretrainedConfig):
         self.check_divisible("d_model", "attention_heads")
         self.check_choice("activation_function", ACTIVATIONS)
         self.check_choice("rnn_cell", RNN_CELLS)
+        self.check_choice("attention_score", ATTENTION_SCORES)
+        self.check_choice("gru_variant", GRU_VARIANTS)
         self.check_probabilities(("dropout", "attention_dropout", "activation_dropout", "label_smoothing"))
         if self.share_encoder_decoder_embeddings and self.target_vocab_size != self.vocab_size:
             raise ConfigError(f"shared source/target embeddings need one vocabulary, got sizes {self.vocab_size} "
@@ -67,7 +73,10 @@ class Seq2SeqConfig(PretrainedConfig):
 
     def summary(self) -> list[tuple[str, str]]:
         if self.architecture == "rnn":
-            kind = f"{self.rnn_cell.upper()} {'with' if self.rnn_attention else 'without'} attention"
+            cell = self.rnn_cell.upper() + (" (the tutorials' reset gate)" if self.rnn_cell == "gru" and
+                                            self.gru_variant == "tutorial" else "")
+            score = {"additive": "", "dot": " (dot-product)"}[self.attention_score]
+            kind = f"{cell} {f'with attention{score}' if self.rnn_attention else 'without attention'}"
             rows = [("model", f"{kind}: {self.encoder_layers} encoder + {self.decoder_layers} decoder layers, "
                               f"hidden {self.d_model}")]
         else:

@@ -2,7 +2,8 @@
 
 Cells are pure functions next to their formulas; the modules around them keep torch.nn's parameter
 names (`weight_ih_l0`, `bias_hh_l1_reverse`, ...) and gate order, so weights copy across unchanged and
-`torch.nn.RNN/LSTM/GRU` serve as the reference in the tests. The input half of every gate, W_ih x + b_ih,
+`torch.nn.RNN/LSTM/GRU` serve as the reference in the tests (the tutorials' GRU, `variant="tutorial"`, which torch
+does not have, is checked against its equations in NumPy). The input half of every gate, W_ih x + b_ih,
 does not depend on the previous state, so layers compute it for all time steps in one matmul and loop
 only over the recurrent half.
 
@@ -23,11 +24,17 @@ from bertkit.models.functional import dropout
 from bertkit.models.generation import DecodingState
 from bertkit.models.outputs import Seq2SeqLMOutput
 from bertkit.models.pretrained import check_ids, zero_padding_row
-from bertkit.models.seq2seq.configuration import Seq2SeqConfig
+from bertkit.models.seq2seq.configuration import ATTENTION_SCORES, GRU_VARIANTS, Seq2SeqConfig
 from bertkit.models.seq2seq.encoder_decoder import Seq2SeqPreTrainedModel
 
 # mode -> number of gate blocks stacked in W_ih / W_hh
 GATES = {"RNN_TANH": 1, "RNN_RELU": 1, "LSTM": 4, "GRU": 3}
+
+
+def check_gru_variant(variant: str) -> str:
+    if variant not in GRU_VARIANTS:
+        raise InputError(f"GRU variant must be {' or '.join(map(repr, GRU_VARIANTS))}, got {variant!r}")
+    return variant
 
 
 # ---- the equations ---------------------------------------------------------------------------------
@@ -49,25 +56,36 @@ def lstm_step(gx: Tensor, state: tuple[Tensor, Tensor], w_hh: Tensor, b_hh: Tens
     return torch.sigmoid(o) * torch.tanh(c), c
 
 
-def gru_step(gx: Tensor, h: Tensor, w_hh: Tensor, b_hh: Tensor | None) -> Tensor:
+def gru_step(gx: Tensor, h: Tensor, w_hh: Tensor, b_hh: Tensor | None, variant: str = "torch") -> Tensor:
     """GRU (Cho et al., 2014; torch's gate order r, z, n), `gx` = W_ih x + b_ih, (B, 3H).
 
-    r = σ(W_ir x + W_hr h), z = σ(W_iz x + W_hz h), n = tanh(W_in x + r ⊙ (W_hn h + b_hn)),
-    h' = (1 - z) ⊙ n + z ⊙ h. The reset gate scales the recurrent term including its bias, as torch does.
+    r = σ(W_ir x + W_hr h), z = σ(W_iz x + W_hz h), h' = (1 - z) ⊙ n + z ⊙ h, and the candidate n is
+      variant "torch":    n = tanh(W_in x + r ⊙ (W_hn h + b_hn)), the reset gate after the product, bias included
+                          (cuDNN's form, and torch.nn.GRU's);
+      variant "tutorial": n = tanh(W_in x + W_hn (r ⊙ h) + b_hn), the reset gate before it: h~ = tanh(W·[r ⊙ h, x] + b),
+                          as Cho et al. and the tutorials write it.
+    The two agree when r = 1 and differ otherwise; the weights have the same shapes and names.
     """
     xr, xz, xn = gx.chunk(3, dim=-1)
-    hr, hz, hn = F.linear(h, w_hh, b_hh).chunk(3, dim=-1)
-    r = torch.sigmoid(xr + hr)
+    if variant == "torch":
+        hr, hz, hn = F.linear(h, w_hh, b_hh).chunk(3, dim=-1)
+        r = torch.sigmoid(xr + hr)
+        n = torch.tanh(xn + r * hn)
+    else:
+        H = h.size(-1)
+        b_rz, b_n = (None, None) if b_hh is None else b_hh.split([2 * H, H])
+        hr, hz = F.linear(h, w_hh[: 2 * H], b_rz).chunk(2, dim=-1)
+        r = torch.sigmoid(xr + hr)
+        n = torch.tanh(xn + F.linear(r * h, w_hh[2 * H:], b_n))
     z = torch.sigmoid(xz + hz)
-    n = torch.tanh(xn + r * hn)
     return (1 - z) * n + z * h
 
 
-def _step(mode: str, gx: Tensor, state, w_hh: Tensor, b_hh: Tensor | None):
+def _step(mode: str, gx: Tensor, state, w_hh: Tensor, b_hh: Tensor | None, variant: str = "torch"):
     if mode == "LSTM":
         return lstm_step(gx, state, w_hh, b_hh)
     if mode == "GRU":
-        return gru_step(gx, state, w_hh, b_hh)
+        return gru_step(gx, state, w_hh, b_hh, variant)
     return rnn_step(gx, state, w_hh, b_hh, "tanh" if mode == "RNN_TANH" else "relu")
 
 
@@ -77,6 +95,7 @@ class _CellBase(nn.Module):
     """One time step; parameters named as torch.nn.RNNCell/LSTMCell/GRUCell's."""
 
     mode = "RNN_TANH"
+    variant = "torch"  # the GRU's: where its reset gate acts
 
     def __init__(self, input_size: int, hidden_size: int, bias: bool = True) -> None:
         super().__init__()
@@ -102,7 +121,8 @@ class _CellBase(nn.Module):
         """x (B, I), state (B, H) — for the LSTM a pair (h, c) — -> the next state."""
         if state is None:
             state = self.zero_state(x.size(0), x)
-        return _step(self.mode, F.linear(x, self.weight_ih, self.bias_ih), state, self.weight_hh, self.bias_hh)
+        return _step(self.mode, F.linear(x, self.weight_ih, self.bias_ih), state, self.weight_hh, self.bias_hh,
+                     self.variant)
 
 
 class RNNCell(_CellBase):
@@ -122,9 +142,13 @@ class LSTMCell(_CellBase):
 
 
 class GRUCell(_CellBase):
-    """Reset and update gates; no separate cell state."""
+    """Reset and update gates; no separate cell state. `variant`: "torch" (torch.nn.GRUCell's) or "tutorial"."""
 
     mode = "GRU"
+
+    def __init__(self, input_size: int, hidden_size: int, bias: bool = True, variant: str = "torch") -> None:
+        self.variant = check_gru_variant(variant)
+        super().__init__(input_size, hidden_size, bias)
 
 
 CELLS = {"rnn": RNNCell, "lstm": LSTMCell, "gru": GRUCell}
@@ -139,6 +163,8 @@ class _RNNBase(nn.Module):
     leaves the state unchanged and outputs zeros, so the forward direction ends on each sequence's last real
     step and the backward direction starts there.
     """
+
+    variant = "torch"  # the GRU's: where its reset gate acts
 
     def __init__(self, mode: str, input_size: int, hidden_size: int, num_layers: int = 1, bias: bool = True,
                  batch_first: bool = False, dropout: float = 0.0, bidirectional: bool = False) -> None:
@@ -180,7 +206,7 @@ class _RNNBase(nn.Module):
         gx = F.linear(x, w_ih, b_ih)                                                 # (B, T, G), all steps at once
         outputs = [None] * x.size(1)
         for t in (reversed(range(x.size(1))) if reverse else range(x.size(1))):
-            new = _step(self.mode, gx[:, t], state, w_hh, b_hh)
+            new = _step(self.mode, gx[:, t], state, w_hh, b_hh, self.variant)
             if mask is not None:  # padded steps keep the old state
                 keep = mask[:, t, None]
                 new = tuple(torch.where(keep, n, s) for n, s in zip(new, state)) if self.mode == "LSTM" \
@@ -241,9 +267,11 @@ class LSTM(_RNNBase):
 
 
 class GRU(_RNNBase):
-    """GRU layers, as torch.nn.GRU."""
+    """GRU layers, as torch.nn.GRU; `variant` "tutorial" applies the reset gate before the product (`gru_step`)."""
 
-    def __init__(self, input_size: int, hidden_size: int, num_layers: int = 1, **kwargs) -> None:
+    def __init__(self, input_size: int, hidden_size: int, num_layers: int = 1, variant: str = "torch",
+                 **kwargs) -> None:
+        self.variant = check_gru_variant(variant)
         super().__init__("GRU", input_size, hidden_size, num_layers, **kwargs)
 
 
@@ -251,6 +279,14 @@ LAYERS = {"rnn": RNN, "lstm": LSTM, "gru": GRU}
 
 
 # ---- the encoder–decoder of Cho et al. / Bahdanau et al. -------------------------------------------------
+
+def attend(scores: Tensor, memory: Tensor, mask: Tensor | None) -> tuple[Tensor, Tensor]:
+    """Scores (B, S) -> α = softmax over the real source positions, and the context c = Σ α_j h_j (B, K)."""
+    if mask is not None:
+        scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
+    weights = scores.softmax(dim=-1)
+    return torch.bmm(weights[:, None], memory).squeeze(1), weights
+
 
 class BahdanauAttention(nn.Module):
     """Additive attention: e_j = vᵀ tanh(W s + U h_j), α = softmax(e) over source positions, c = Σ α_j h_j.
@@ -271,15 +307,46 @@ class BahdanauAttention(nn.Module):
     def forward(self, query: Tensor, keys: Tensor, memory: Tensor, mask: Tensor | None) -> tuple[Tensor, Tensor]:
         """query (B, Q), keys (B, S, A), memory (B, S, K), mask (B, S) bool -> context (B, K), weights (B, S)."""
         scores = self.energy(torch.tanh(self.query(query)[:, None] + keys)).squeeze(-1)       # (B, S)
-        if mask is not None:
-            scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
-        weights = scores.softmax(dim=-1)
-        return torch.bmm(weights[:, None], memory).squeeze(1), weights
+        return attend(scores, memory, mask)
+
+
+class DotProductAttention(nn.Module):
+    """Scaled dot-product attention: e_j = sᵀ h_j / √d, α = softmax(e), c = Σ α_j h_j (Luong et al., 2015's "dot"
+    score, scaled by √d as the Transformer's so that the scores do not grow with the width d).
+
+    sᵀ h_j needs states of one width. Where the keys are wider than the query (the bidirectional encoder's 2H
+    against the decoder's H) `project_keys` first maps them to d = the query's width, k_j = W h_j, once per
+    source: the score is then sᵀ W h_j / √d, Luong's "general" form. Of equal widths there is no parameter at
+    all. The context is always the unprojected states h_j.
+    """
+
+    def __init__(self, query_size: int, key_size: int) -> None:
+        super().__init__()
+        self.key = nn.Linear(key_size, query_size, bias=False) if key_size != query_size else None   # W
+        self.scale = query_size ** -0.5
+
+    def project_keys(self, memory: Tensor) -> Tensor:
+        return memory if self.key is None else self.key(memory)         # (B, S, Q)
+
+    def forward(self, query: Tensor, keys: Tensor, memory: Tensor, mask: Tensor | None) -> tuple[Tensor, Tensor]:
+        """query (B, Q), keys (B, S, Q), memory (B, S, K), mask (B, S) bool -> context (B, K), weights (B, S)."""
+        scores = torch.bmm(keys, query[:, :, None]).squeeze(-1) * self.scale                 # (B, S)
+        return attend(scores, memory, mask)
+
+
+def attention_for(score: str, query_size: int, key_size: int) -> nn.Module:
+    """The attention of a score kind: "additive" (Bahdanau, its hidden layer as wide as the query) or "dot"."""
+    if score == "additive":
+        return BahdanauAttention(query_size, key_size, query_size)
+    if score == "dot":
+        return DotProductAttention(query_size, key_size)
+    raise InputError(f"attention score must be {' or '.join(map(repr, ATTENTION_SCORES))}, got {score!r}")
 
 
 class RNNSeq2Seq(Seq2SeqPreTrainedModel):
-    """Bidirectional RNN encoder, RNN decoder; with attention (Bahdanau) a new context per step, without it
-    one fixed summary of the source fed to every step (Cho et al., 2014). Same interface as Seq2SeqTransformer.
+    """Bidirectional RNN encoder, RNN decoder; with attention (Bahdanau's additive score, or the scaled dot
+    product) a new context per step, without it one fixed summary of the source fed to every step (Cho et al.,
+    2014). Same interface as Seq2SeqTransformer.
     """
 
     architecture = "rnn"
@@ -293,11 +360,13 @@ class RNNSeq2Seq(Seq2SeqPreTrainedModel):
         self.source_embeddings = source
         self.target_embeddings = source if config.share_encoder_decoder_embeddings else nn.Embedding(
             config.target_vocab_size, H, padding_idx=config.pad_token_id)
+        variant = {"variant": config.gru_variant} if mode == "gru" else {}
         self.encoder = LAYERS[mode](H, H, num_layers=config.encoder_layers, batch_first=True,
-                                    dropout=config.dropout, bidirectional=True)
+                                    dropout=config.dropout, bidirectional=True, **variant)
         self.bridge = nn.Linear(2 * H, H)          # last encoder states (both directions) -> first decoder state
-        self.attention = BahdanauAttention(H, 2 * H, H) if config.rnn_attention else None
-        self.cells = nn.ModuleList(CELLS[mode](H + 2 * H if i == 0 else H, H) for i in range(config.decoder_layers))
+        self.attention = attention_for(config.attention_score, H, 2 * H) if config.rnn_attention else None
+        self.cells = nn.ModuleList(CELLS[mode](H + 2 * H if i == 0 else H, H, **variant)
+                                   for i in range(config.decoder_layers))
         self.pre_output = nn.Linear(H + 2 * H + H, H)  # [s_t; c_t; embedding of y_{t-1}] -> the output layer's input
         self.lm_head = nn.Linear(H, config.target_vocab_size, bias=False)
         self.dropout = Dropout(config.dropout)

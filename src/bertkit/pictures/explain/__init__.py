@@ -21,6 +21,7 @@ TOPICS: dict[str, tuple[str, str]] = {
     "layernorm": ("layernorm", "LayerNorm vs BatchNorm on a padded batch"),
     "scaling": ("scaling", "attention-row entropy with and without 1/sqrt(d_k) as d_k grows"),
     "residual": ("residual", "gradient reaching the first layer of a deep stack, with and without residuals"),
+    "rnn-gradients": ("rnn_gradients", "gradient reaching earlier steps: vanilla RNN, LSTMs, a causal Transformer"),
     "attention": ("attention", "attention maps of a real sentence in m3e-small, every layer and head"),
     "multihead": ("multihead", "what each head of m3e-small attends to: distance profiles and habits"),
     "patches": ("patches", "an image as patch tokens: a linear layer on patches = a strided convolution"),
