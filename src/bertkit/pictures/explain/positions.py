@@ -75,8 +75,8 @@ def explain(out: str | os.PathLike | None = None, fmt: str = "png", train_length
         pictures.save("positions_by_length", lambda: figures.line_plot(
             list(test_lengths), {KINDS[k]: [scores[k][n].letters for n in test_lengths] for k in KINDS},
             xlabel="word length (letters)", ylabel="share of letters right",
-            reference={f"trained up to {longest}": 1.0, "guessing": 1 / len(LETTERS)},
-            title="Learned vs sinusoidal positions past the trained length"))
+            reference={"guessing": 1 / len(LETTERS)},
+            title=f"Learned vs sinusoidal positions, trained on {shortest}..{longest} letters"))
         n = max(test_lengths)
         pictures.save("positions_by_position", lambda: figures.bar_plot(
             [str(i) for i in range(n)], {KINDS[k]: numbers["by_position_longest"][k] for k in KINDS},
