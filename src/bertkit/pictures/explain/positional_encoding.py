@@ -73,7 +73,7 @@ def explain(out: str | os.PathLike | None = None, fmt: str = "png", dim: int = 1
         "dot_spread_over_pos": {k: float(v.std()) for k, v in dots.items()},
     }
     # the binary-counter analogy: column c turns with ω_(c//2); bit b of the position flips every 2^b positions
-    column_curves = sinusoidal_positions(curve_positions, dim).double().numpy()[:, list(columns)]     # (N, len(columns))
+    column_curves = sinusoidal_positions(curve_positions, dim).double().numpy()[:, list(columns)]  # (N, columns)
     bits = binary_bits(curve_positions, len(columns))
     numbers["column_wavelengths"] = {c: float(2 * np.pi * np.power(10000.0, (c - c % 2) / dim)) for c in columns}
     numbers["column_sign_changes"] = {c: int((np.diff(np.sign(column_curves[:, n])) != 0).sum())

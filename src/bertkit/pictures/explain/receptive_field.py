@@ -43,6 +43,12 @@ def dependence(layers: nn.Module, tokens: int, seed: int) -> list[np.ndarray]:
     return masks
 
 
+def same_length_conv(k: int) -> nn.Module:
+    """A kernel-k convolution that keeps the length: zeros padded (k-1)//2 before and k//2 after the tokens."""
+    return nn.Sequential(nn.ConstantPad1d(((k - 1) // 2, k // 2), 0.0),
+                         nn.Conv1d(CHANNELS, CHANNELS, k, dtype=torch.float64))
+
+
 class SelfAttention(nn.Module):
     """One head of scaled dot-product attention over the token axis of a (1, C, T) input."""
 
@@ -79,8 +85,7 @@ def explain(out: str | os.PathLike | None = None, fmt: str = "png", kernels: tup
     with one_thread():
         for k in kernels:
             depth = layers_needed(tokens, k) + 1           # one more than needed: the last shows nothing is left
-            stack = nn.ModuleList(nn.Conv1d(CHANNELS, CHANNELS, k, padding="same", dtype=torch.float64)
-                                  for _ in range(depth))
+            stack = nn.ModuleList(same_length_conv(k) for _ in range(depth))
             conv_masks[k] = dependence(stack, tokens, seed)
         attention_mask = dependence(nn.ModuleList([SelfAttention(CHANNELS).double()]), tokens, seed)[0]
 
