@@ -20,7 +20,8 @@ pytestmark = pytest.mark.xdist_group("explain")  # module fixtures (a browser, t
 
 CHEAP_TOPICS = ("positional-encoding", "permutation", "layernorm", "scaling", "residual", "rnn-gradients")
 PICTURES = {
-    "positional-encoding": ["pe_heatmap_50x128", "pe_heatmap_2048x512", "pe_similarity_100x16", "pe_dot_by_distance"],
+    "positional-encoding": ["pe_heatmap_50x128", "pe_heatmap_2048x512", "pe_similarity_100x16", "pe_dot_by_distance",
+                            "pe_columns_vs_binary"],
     "permutation": ["permutation"],
     "layernorm": ["layernorm_vs_batchnorm"],
     "scaling": ["scaling_entropy"],
@@ -37,7 +38,8 @@ def results(tmp_path_factory):
 
 
 def test_topic_list():
-    assert set(TOPICS) == {*CHEAP_TOPICS, "attention", "multihead", "patches", "contextual"}
+    assert set(TOPICS) == {*CHEAP_TOPICS, "attention", "multihead", "patches", "contextual", "it-animal", "toy-task",
+                           "positions", "receptive-field"}
     with pytest.raises(ValueError, match="unknown topic 'rope'"):
         explain("rope")
 

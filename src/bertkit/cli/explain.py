@@ -186,8 +186,9 @@ def _add_explain(sub: argparse._SubParsersAction) -> None:
     p.add_argument("topic", choices=[*TOPICS, "all"], metavar="TOPIC", help="one of the topics below, or 'all'")
     p.add_argument("--out", default=str(DEFAULT_OUT), help=f"folder for the pictures (default: {DEFAULT_OUT})")
     p.add_argument("--format", default="png", choices=("png", "svg"), help="picture format (default: png)")
-    p.add_argument("--model", metavar="DIR|NAME", help=f"for 'attention', 'multihead' and 'contextual': {MODEL_HELP} "
-                                                        "(default: m3e-small)")
+    p.add_argument("--model", metavar="DIR|NAME", help=f"for 'attention', 'multihead', 'contextual' and 'it-animal': "
+                                                        f"{MODEL_HELP} (default: m3e-small; all-MiniLM-L6-v2 for "
+                                                        "'it-animal')")
     p.add_argument("--text", help="the sentence 'attention' looks at (default: a sentence about Beijing)")
     p.add_argument("--overwrite", action="store_true", help="replace pictures already in --out (default: refuse)")
     add_encoding_option(p, "--text")
@@ -210,7 +211,7 @@ def _cmd_explain(args: argparse.Namespace) -> int:
     for n, topic in enumerate(topics):
         options = {}
         if topic in REAL_MODEL_TOPICS:
-            options["model_dir"] = resolve_model_dir(args.model)
+            options["model_dir"] = resolve_model_dir(args.model or REAL_MODEL_TOPICS[topic])
         if topic == "attention" and args.text:
             options["text"] = command_line_texts([args.text], args.encoding, "--text")[0]
         with new_files_in(args.out, overwrite=args.overwrite) as staging:  # a picture there is replaced only if told

@@ -3,7 +3,7 @@ draw pictures.
 
 Each topic is a module with `explain(out=None, fmt="png", ...) -> Explanation`; with `out=None` it computes the
 numbers only. The `attention`, `multihead` and `contextual` topics read a real model (m3e-small unless told
-otherwise); `patches` draws a real MNIST digit.
+otherwise), `it-animal` an English one (all-MiniLM-L6-v2); `patches` draws a real MNIST digit.
 """
 
 from __future__ import annotations
@@ -26,8 +26,14 @@ TOPICS: dict[str, tuple[str, str]] = {
     "multihead": ("multihead", "what each head of m3e-small attends to: distance profiles and habits"),
     "patches": ("patches", "an image as patch tokens: a linear layer on patches = a strided convolution"),
     "contextual": ("contextual", "one character in several sentences: static input vector, contextual output"),
+    "it-animal": ("it_animal", "where 'it' looks in 'The animal didn't cross the street because it was too tired'"),
+    "toy-task": ("toy_task", "abc -> xyz: a tiny Transformer learns it with positional encodings, not without"),
+    "positions": ("positions", "learned vs sinusoidal positions, at trained lengths and longer ones"),
+    "receptive-field": ("receptive_field", "convolution layers needed to connect two tokens vs one attention layer"),
 }
-REAL_MODEL_TOPICS = ("attention", "multihead", "contextual")
+# the topics that read a real model, and the model each reads unless told otherwise
+REAL_MODEL_TOPICS = {"attention": "m3e-small", "multihead": "m3e-small", "contextual": "m3e-small",
+                     "it-animal": "all-MiniLM-L6-v2"}
 
 
 def explain(topic: str, out: str | os.PathLike | None = DEFAULT_OUT, fmt: str = "png", **options) -> Explanation:

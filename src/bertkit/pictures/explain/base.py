@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -62,6 +63,20 @@ class PictureWriter:
             return getattr(figures, kind)(*args, **kwargs)
 
         return self.save(name, make_figure)
+
+
+@contextlib.contextmanager
+def one_thread() -> Iterator[None]:
+    """Run torch on one thread inside the block: on a topic's tiny matrices more threads only add waiting for each
+    other (many times slower on a busy machine)."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
 
 
 def table(header: Sequence[str], rows: Sequence[Sequence[Any]], digits: int = 3, sci: bool = True) -> str:

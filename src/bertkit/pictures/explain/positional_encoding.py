@@ -3,6 +3,9 @@
 Each frequency ω_i = 1 / 10000^(2i/d) gives a pair (sin pos·ω_i, cos pos·ω_i). Moving k positions adds k·ω_i to
 the angle, which is a 2×2 rotation of the pair that does not depend on pos, so PE(pos + k) = M_k PE(pos) with
 one block-diagonal M_k for every position: relative offsets are linear maps the model can learn.
+
+The columns are a smooth binary counter: in the bits of a position number the low bits flip every step and each
+higher bit half as often; in PE the first columns turn fastest and each later pair more slowly.
 """
 
 from __future__ import annotations
@@ -31,9 +34,20 @@ def shift_matrix(k: int, dim: int) -> np.ndarray:
     return M
 
 
+def binary_bits(positions: int, bits: int) -> np.ndarray:
+    """(positions, bits): bit b of each position number, lowest bit first (5 -> 1, 0, 1, 0)."""
+    return (np.arange(positions)[:, None] >> np.arange(bits)) & 1
+
+
 def explain(out: str | os.PathLike | None = None, fmt: str = "png", dim: int = 128, positions: int = 2048,
-            shifts: tuple[int, ...] = (1, 5, 50)) -> Explanation:
-    """Print the d=4 table of "I am good", check PE(pos+k) = M_k PE(pos) for every pos, draw the heatmaps."""
+            shifts: tuple[int, ...] = (1, 5, 50), columns: tuple[int, ...] = (6, 7, 8, 9),
+            curve_positions: int = 64) -> Explanation:
+    """Print the d=4 table of "I am good", check PE(pos+k) = M_k PE(pos) for every pos, draw the heatmaps, and
+    draw PE columns `columns` over positions 0..curve_positions-1 beside the bits of a binary counter."""
+    if not columns or min(columns) < 0 or max(columns) >= dim:
+        raise InputError(f"columns must be PE columns 0..{dim - 1} of d_model {dim}, got {columns}")
+    if curve_positions < 2:
+        raise InputError(f"curve_positions must be at least 2, got {curve_positions}")
     small = sinusoidal_positions(len(SENTENCE), 4).double().numpy()
     M1 = shift_matrix(1, 4)
 
@@ -58,6 +72,15 @@ def explain(out: str | os.PathLike | None = None, fmt: str = "png", dim: int = 1
         "dot_by_distance": {k: float(v.mean()) for k, v in dots.items()},
         "dot_spread_over_pos": {k: float(v.std()) for k, v in dots.items()},
     }
+    # the binary-counter analogy: column c turns with ω_(c//2); bit b of the position flips every 2^b positions
+    column_curves = sinusoidal_positions(curve_positions, dim).double().numpy()[:, list(columns)]  # (N, columns)
+    bits = binary_bits(curve_positions, len(columns))
+    numbers["column_wavelengths"] = {c: float(2 * np.pi * np.power(10000.0, (c - c % 2) / dim)) for c in columns}
+    numbers["column_sign_changes"] = {c: int((np.diff(np.sign(column_curves[:, n])) != 0).sum())
+                                      for n, c in enumerate(columns)}
+    numbers["bit_periods"] = {b: 2 ** (b + 1) for b in range(len(columns))}
+    numbers["bit_flips"] = {b: int((np.diff(bits[:, b]) != 0).sum()) for b in range(len(columns))}
+    numbers["bits_of"] = {pos: bits[pos].tolist() for pos in range(min(curve_positions, 16))}
 
     words = "  ".join(f"{w}=pos {i}" for i, w in enumerate(SENTENCE))
     text = "\n".join([
@@ -76,6 +99,13 @@ def explain(out: str | os.PathLike | None = None, fmt: str = "png", dim: int = 1
         "PE(pos)·PE(pos+k) depends on k only (spread over pos ≈ 0) and falls with distance:",
         table(["k", "mean PE(pos)·PE(pos+k)", "spread over pos"],
               [(k, numbers["dot_by_distance"][k], numbers["dot_spread_over_pos"][k]) for k in dots]),
+        "",
+        f"A binary counter, positions 0..{curve_positions - 1}: bit b flips every 2^b positions, PE column c "
+        f"(d_model = {dim}) turns once every 2π·10000^(2⌊c/2⌋/d) positions:",
+        table(["bit", "period", "flips", "", "PE column", "wavelength", "sign changes"],
+              [(b, numbers["bit_periods"][b], numbers["bit_flips"][b], "", c, numbers["column_wavelengths"][c],
+                numbers["column_sign_changes"][c]) for b, c in enumerate(columns)], 2),
+        "Low bits and early columns change fast, high bits and later columns slowly: PE is a smooth counter.",
     ])
 
     pictures = PictureWriter(out, fmt)
@@ -91,5 +121,30 @@ def explain(out: str | os.PathLike | None = None, fmt: str = "png", dim: int = 1
         pictures.save("pe_dot_by_distance", lambda: figures.line_plot(
             range(200), curves, xlabel="distance k", ylabel="PE(0)·PE(k)",
             title="Dot product of two positions against their distance"))
+        pictures.save("pe_columns_vs_binary", lambda: _counter_figure(column_curves, columns, bits, dim))
     return Explanation("positional-encoding", CLAIM, numbers, text, pictures.paths)
 
+
+
+def _counter_figure(curves: np.ndarray, columns: tuple[int, ...], bits: np.ndarray, dim: int):
+    """PE columns over positions (left) beside the bits of the position number drawn the same way (right)."""
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(11, 0.9 * len(columns) + 1.2), layout="constrained")
+    axes = fig.subplots(len(columns), 2, sharex=True, squeeze=False)
+    positions = np.arange(len(curves))
+    for row, column in enumerate(columns):
+        axes[row, 0].plot(positions, curves[:, row], marker=".", markersize=3, color="tab:blue")
+        axes[row, 0].set_ylabel(f"PE col {column}", fontsize=8)
+        axes[row, 0].set_ylim(-1.15, 1.15)
+        axes[row, 1].step(positions, bits[:, row], where="mid", color="tab:orange")
+        axes[row, 1].set_ylabel(f"bit {row}", fontsize=8)
+        axes[row, 1].set_ylim(-0.15, 1.15)
+        for ax in axes[row]:
+            ax.tick_params(labelsize=7)
+            ax.grid(alpha=0.3)
+    axes[-1, 0].set_xlabel("position")
+    axes[-1, 1].set_xlabel("position")
+    axes[0, 0].set_title(f"sinusoidal PE, columns {', '.join(map(str, columns))} of d_model = {dim}", fontsize=9)
+    axes[0, 1].set_title("the position number in binary: low bits flip fast, high bits slowly", fontsize=9)
+    return fig
