@@ -32,6 +32,8 @@ _EXPORTS = {
     "Seq2SeqPreTrainedModel": "bertkit.models.seq2seq.encoder_decoder",
     "Seq2SeqTransformer": "bertkit.models.seq2seq.transformer",
     "RNNSeq2Seq": "bertkit.models.seq2seq.rnn",
+    "BertSeq2SeqConfig": "bertkit.models.seq2seq.bert_encoder",
+    "BertSeq2Seq": "bertkit.models.seq2seq.bert_encoder",
     "ViTConfig": "bertkit.models.vit.configuration",
     "ViTPreTrainedModel": "bertkit.models.vit.modeling",
     "ViTModel": "bertkit.models.vit.modeling",

@@ -22,7 +22,8 @@ from typing import Any
 
 from bertkit.models.configuration import CONFIG_NAME, ConfigError, read_config_json
 
-COMMANDS = ("encode", "predict", "evaluate", "attention", "export", "generate", "translate", "serve", "pretrain")
+COMMANDS = ("encode", "predict", "evaluate", "attention", "export", "generate", "translate", "summarize", "serve",
+            "pretrain")
 
 
 def _resolve(dotted: str) -> Any:
@@ -91,6 +92,8 @@ FAMILIES: tuple[ModelFamily, ...] = (
                 heads={"classify": "bertkit.models.vit.modeling:ViTForImageClassification"}),
     ModelFamily("translation", ("bertkit-seq2seq",), "bertkit.models.seq2seq.configuration:Seq2SeqConfig",
                 "bertkit.models.seq2seq.transformer:seq2seq_class", serves=frozenset({"translate"})),
+    ModelFamily("summarization", ("bertkit-bert-seq2seq",), "bertkit.models.seq2seq.bert_encoder:BertSeq2SeqConfig",
+                "bertkit.models.seq2seq.bert_encoder:bert_seq2seq_class", serves=frozenset({"summarize"})),
 )
 
 
