@@ -88,7 +88,7 @@ def test_every_family_loads_its_own_class_from_the_registry(directories):
 
 
 def test_the_families_and_what_serves_them():
-    assert [f.name for f in FAMILIES] == ["BERT", "GPT-2", "ViT", "translation"]
+    assert [f.name for f in FAMILIES] == ["BERT", "GPT-2", "ViT", "translation", "summarization"]
     assert [f.name for f in families_serving("attention")] == ["BERT", "ViT"]
     assert {f.inputs for f in FAMILIES} == {"text", "images"}
     with pytest.raises(ValueError, match="unknown command"):
