@@ -34,6 +34,8 @@ _EXPORTS = {
     "RNNSeq2Seq": "bertkit.models.seq2seq.rnn",
     "RNNLMConfig": "bertkit.models.rnn_lm.configuration",
     "RNNForCausalLM": "bertkit.models.rnn_lm.modeling",
+    "BertSeq2SeqConfig": "bertkit.models.seq2seq.bert_encoder",
+    "BertSeq2Seq": "bertkit.models.seq2seq.bert_encoder",
     "ViTConfig": "bertkit.models.vit.configuration",
     "ViTPreTrainedModel": "bertkit.models.vit.modeling",
     "ViTModel": "bertkit.models.vit.modeling",

@@ -34,8 +34,8 @@ COMMANDS = (models._add_info, data._add_data, data._add_vocab, data._add_prepare
             train._add_finetune, data._add_mine_negatives, train._add_demo, predict._add_predict,
             predict._add_evaluate, predict._add_encode,
             models._add_export, explain._add_attention, explain._add_explain, seq2seq._add_translate_train,
-            seq2seq._add_translate, seq2seq._add_lm_train, seq2seq._add_generate, vision._add_vision_train,
-            serve._add_serve)
+            seq2seq._add_translate, seq2seq._add_summarize_train, seq2seq._add_summarize, seq2seq._add_lm_train,
+            seq2seq._add_generate, vision._add_vision_train, serve._add_serve)
 
 
 def _one_line(text: object) -> str:

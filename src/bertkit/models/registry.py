@@ -22,7 +22,8 @@ from typing import Any
 
 from bertkit.models.configuration import CONFIG_NAME, ConfigError, read_config_json
 
-COMMANDS = ("encode", "predict", "evaluate", "attention", "export", "generate", "translate", "serve", "pretrain")
+COMMANDS = ("encode", "predict", "evaluate", "attention", "export", "generate", "translate", "summarize", "serve",
+            "pretrain")
 
 
 def _resolve(dotted: str) -> Any:
@@ -94,6 +95,8 @@ FAMILIES: tuple[ModelFamily, ...] = (
     ModelFamily("recurrent", ("bertkit-rnn-lm",), "bertkit.models.rnn_lm.configuration:RNNLMConfig",
                 "bertkit.models.rnn_lm.modeling:rnn_lm_class", serves=frozenset({"generate"}),
                 heads={"language-model": "bertkit.models.rnn_lm.modeling:RNNForCausalLM"}),
+    ModelFamily("summarization", ("bertkit-bert-seq2seq",), "bertkit.models.seq2seq.bert_encoder:BertSeq2SeqConfig",
+                "bertkit.models.seq2seq.bert_encoder:bert_seq2seq_class", serves=frozenset({"summarize"})),
 )
 
 

@@ -502,6 +502,45 @@ class TranslationOptions(TrainingOptions):
         return self.learning_rate or (5e-4 if architecture == "transformer" else 1e-3)
 
 
+@dataclass(kw_only=True)
+class SummarizationOptions(TrainingOptions):
+    """A summarisation training run: inews titles from their bodies, a pretrained BERT encoder under a Transformer
+    decoder, held-out character ROUGE beside the LEAD baseline's."""
+
+    model: str = option("m3e-small", f"the encoder: a BERT model directory or name ({', '.join(model_names())})",
+                        metavar="DIR|NAME", names=MODEL_NAMES)
+    batch_size: int = option(32, "articles per step", minimum=1)
+    learning_rate: float = option(5e-4, "peak learning rate", above=0)
+    warmup_ratio: float = option(0.05, "share of the steps spent warming up", minimum=0, below=1)
+    max_source_length: int = option(128, "tokens of each body the encoder reads ([CLS] and [SEP] included); the "
+                                         "rest is cut", minimum=3)
+    max_target_length: int = option(48, "tokens of a title at most (its end token included); longer training titles "
+                                         "are left out, and generated titles stop there", minimum=2)
+    decoder_layers: int = option(2, "decoder blocks", minimum=1)
+    decoder_heads: int = option(8, "decoder attention heads (they divide the encoder's hidden size)", minimum=1)
+    decoder_ffn: int = option(2048, "the decoder's feed-forward width", minimum=1)
+    dropout: float = option(0.1, "the decoder's dropout", minimum=0, below=1)
+    label_smoothing: float = option(0.1, "label smoothing of the training loss", minimum=0, below=1)
+    copy: bool = option(True, "generate only, no copying of body tokens (the pointer-generator's mixture)",
+                        flag="--no-copy", shown="copying on")
+    num_beams: int = option(4, "beam size for the test titles", flag="--beams", aliases=("--num-beams",), minimum=1)
+    length_penalty: float = option(1.0, "beam search ranks finished titles by log p / length^α; larger α, longer "
+                                        "titles")
+    lead_length: int | None = option(None, "LEAD baseline: the body's first N characters", shown="the N with the "
+                                     "best ROUGE-L on the dev split", minimum=1)
+    max_test: int | None = option(None, "score the first N test articles only", shown="all", minimum=1)
+    seed: int = option(0, "random seed (order, initialisation)", minimum=0, maximum=2**32 - 1)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self.require_budget()
+        check_sequence_length("--max-source-length", self.max_source_length)
+        check_sequence_length("--max-target-length", self.max_target_length)
+        if self.num_beams == 1 and self.differs("length_penalty"):
+            warn_unused(self.given("length_penalty"), "--beams 1 decodes greedily, and a length penalty ranks the "
+                        "finished titles of a beam search")
+
+
 def parse_pair(pair: str) -> tuple[str, str]:
     """"zh-en" -> ("zh", "en")."""
     parts = pair.split("-")
