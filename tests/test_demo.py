@@ -33,6 +33,8 @@ def test_table_and_margins_from_rows():
     assert "| 50 | 0.500 ± 0.010 | 0.400 ± 0.010 | 0.550 ± 0.010 | 0.570 ± 0.010 | 0.520 ± 0.010 |" in text
     assert "| 8,000 | 0.900 | 0.800 | 0.950 | 0.970 | 0.920 |" in text
     assert margins(rows) == pytest.approx({50: 10.0, 8000: 10.0})
+    lines = table(rows, {"test_accuracy": 0.153, "chance": 0.1}).splitlines()  # 0 labels: only the prompt answers
+    assert lines[2] == "| 0 | – | – | – | – | 0.153 zero-shot (chance 0.100) |" and lines[3:] == text.splitlines()[2:]
     assert margins(rows, "m3e-small-tapt", "m3e-small") == pytest.approx({50: 2.0, 8000: 2.0})
 
 
@@ -50,7 +52,7 @@ def test_demo_on_a_tiny_budget_writes_the_plan_and_the_report(tmp_path):
 
     runs = 2 * len(ROWS) + len(ROWS)  # two seeds at 20 labels, one with every label
     stages = [line[:5] for line in lines if line.startswith("[")]
-    assert stages == ["[1/7]", "[2/7]", "[3/7]", "[4/7]", "[5/7]"] + ["[6/7]"] * runs + ["[7/7]"]
+    assert stages == ["[1/7]", "[2/7]", "[3/7]", "[4/7]", "[5/7]"] + ["[6/7]"] * (runs + 1) + ["[7/7]"]  # + zero-shot
     plan_lines = lines[lines.index(next(x for x in lines if x.startswith("[3/7]"))) + 1:
                        lines.index(next(x for x in lines if x.startswith("[4/7]")))]
     assert plan_lines[0].startswith("machine: ") and "thread" in plan_lines[0] and "bf16" in plan_lines[0]
@@ -88,6 +90,11 @@ def test_demo_on_a_tiny_budget_writes_the_plan_and_the_report(tmp_path):
     assert not (tmp_path / "timing").exists()  # the timing runs are gone
     assert not (tmp_path / "finetune/m3e-small-20-seed0/model.safetensors").exists()  # budget runs keep no weights
     markdown = (tmp_path / "report.md").read_text()
-    assert table(on_disk["rows"]) in markdown and "Pretraining over random initialisation" in markdown
+    assert table(on_disk["rows"], on_disk["zero_shot"]) in markdown
+    assert "Pretraining over random initialisation" in markdown
+    zero_shot = on_disk["zero_shot"]  # the pretrained BERT through the prompt, untrained, on the same 1,000 headlines
+    assert (zero_shot["model"], zero_shot["labels"], zero_shot["examples"]) == ("prompt, zero-shot", 0, 1000)
+    assert zero_shot["chance"] == 0.1 and 0.0 <= zero_shot["test_accuracy"] <= 1.0
+    assert f"The prompt with no labels and no training: {zero_shot['test_accuracy']:.3f}" in markdown
     assert "Task-adaptive pretraining of m3e-small over m3e-small as it is: 20 labels" in markdown
     assert plan["machine"] in markdown and "| **the whole job** |" in markdown

@@ -9,6 +9,7 @@ from bertkit.pipelines.demo_plan import (
     PRETRAIN_STEPS,
     ROWS,
     TAPT_STEPS,
+    ZERO_SHOT_STAGE,
     WorkTimes,
     finetune_steps,
     make_plan,
@@ -79,6 +80,7 @@ def test_the_plan_says_the_machine_and_every_stage():
     text = "\n".join(lines)
     for stage in plan.stage_seconds():
         assert stage in text or stage == "report"
+    assert plan.stage_seconds()[ZERO_SHOT_STAGE] == SLOW.finetune_overhead["prompt"]  # a prompt run less its steps
     assert f"{plan.pretrain_steps:,} steps" in text and "50: 80 steps x 3" in text
     record = plan.to_json()
     assert record["expected_seconds"] == pytest.approx(17 * 60) and len(record["runs"]) == len(plan.runs)

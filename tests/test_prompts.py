@@ -7,7 +7,7 @@ import pytest
 import torch
 import transformers
 
-from bertkit.data.prompts import PromptError, PromptTemplate
+from bertkit.data.prompts import PromptError, PromptTemplate, parse_label_words
 from bertkit.inference import TruncationWarning, predict
 from bertkit.models.bert.configuration import BertConfig
 from bertkit.models.bert.heads import BertForMaskedLM, BertForPromptClassification, model_class_for
@@ -146,3 +146,15 @@ def test_prompt_fine_tuning_learns_the_toy_task(letters_model, tmp_path):  # noq
         finetune(FinetuneOptions(task="classify", model=str(letters_model / "model"), prompt="[MASK] {text}",
                                  label_words=["0=a", "1=x"], train=str(letters_model / "train.tsv"),
                                  dev=str(letters_model / "dev.tsv"), out=str(tmp_path / "bad"), max_steps=1))
+
+
+def test_label_words_from_items_over_a_datasets_own():
+    own = {"sports": "体育", "finance": "财经"}
+    words = parse_label_words(["finance=股票", "news=新闻"], own)  # replaced in place, a new label after
+    assert list(words.items()) == [("sports", "体育"), ("finance", "股票"), ("news", "新闻")]
+    assert list(parse_label_words(["b=x", "a=y"])) == ["b", "a"]  # the labels in the order given
+    assert parse_label_words(None, own) == own and parse_label_words([]) == {}
+    for items, message in ((["sports"], "LABEL=WORD items, got 'sports'"), (["=体育"], "got '=体育'"),
+                           (["a=x", "a=y"], "label 'a' is given twice")):
+        with pytest.raises(PromptError, match=message):
+            parse_label_words(items, own)

@@ -33,6 +33,47 @@ def _add_text_inputs(p: argparse.ArgumentParser) -> None:
                                                         "(default: the TEXT arguments)")
 
 
+def _add_zero_shot_options(p: argparse.ArgumentParser, dataset_words: bool = False) -> None:
+    p.add_argument("--zero-shot", action="store_true",
+                   help="classify with the model's pretrained masked-LM head through --prompt and --label-words, no "
+                        "fine-tuning: each label scores the sum of its word's token log-probabilities at the [MASK]s "
+                        "(default: the model's fine-tuned head)")
+    p.add_argument("--prompt", metavar="TEMPLATE",
+                   help="with --zero-shot: a cloze template with one {text} slot and one [MASK] per token of every "
+                        "label word, e.g. '[MASK][MASK]新闻：{text}' (default: none)")
+    p.add_argument("--label-words", nargs="+", metavar="LABEL=WORD",
+                   help="with --zero-shot: each label and the word its [MASK]s should read, e.g. sports=体育 "
+                        "finance=财经 (default: " + ("a named dataset's own (thucnews)" if dataset_words else "none")
+                        + ")")
+
+
+def _zero_shot(args: argparse.Namespace, dataset: str | None = None) -> tuple[str, dict[str, str]] | None:
+    """(template, {label: word}) when --zero-shot is given, else None; the flags' clear errors either way.
+    `dataset`: a named dataset whose own label words stand where --label-words gives none."""
+    from bertkit.data.prompts import parse_label_words
+    from bertkit.data.tasks import DATASET_LABEL_WORDS
+
+    if not args.zero_shot:
+        given = [flag for flag, value in (("--prompt", args.prompt), ("--label-words", args.label_words))
+                 if value is not None]
+        if given:
+            raise UserError(f"{' and '.join(given)} {'goes' if len(given) == 1 else 'go'} with --zero-shot (the "
+                            "model's masked-LM head scoring a template, no fine-tuning); add --zero-shot")
+        return None
+    if args.prompt is None:
+        raise UserError("--zero-shot needs --prompt TEMPLATE, e.g. '[MASK][MASK]新闻：{text}'")
+    template = command_line_texts([args.prompt], args.encoding, "--prompt")[0]
+    items = command_line_texts(args.label_words, args.encoding, "--label-words") if args.label_words else None
+    stray = next((item for item in items or [] if "=" not in item), None)
+    if stray is not None:  # --label-words takes every word after it: a text typed next is taken for one
+        raise UserError(f"--label-words takes LABEL=WORD items, got {stray!r}; give texts before --label-words or "
+                        "after another option (--zero-shot TEXT ...)")
+    words = parse_label_words(items, DATASET_LABEL_WORDS.get(dataset) if dataset else None)
+    if not words:
+        raise UserError("--zero-shot needs --label-words LABEL=WORD ..., the word each label's [MASK]s should read")
+    return template, words
+
+
 def _add_predict(sub: argparse._SubParsersAction) -> None:
     p = add_command(sub, "predict", _cmd_predict)
     _add_text_inputs(p)
@@ -51,6 +92,7 @@ def _add_predict(sub: argparse._SubParsersAction) -> None:
                         "(PNG/SVG) (default: no picture)")
     p.add_argument("--overwrite", action="store_true", help="replace the --picture file if it exists (default: "
                                                             "refuse)")
+    _add_zero_shot_options(p)
     _add_inference_options(p)
 
 
@@ -72,6 +114,7 @@ def _add_evaluate(sub: argparse._SubParsersAction) -> None:
     _add_sentence_options(p)
     p.add_argument("--json", action="store_true", help="machine output: the scores as one JSON object "
                                                          "(default: a table for people)")
+    _add_zero_shot_options(p, dataset_words=True)
     _add_inference_options(p)
 
 
@@ -138,24 +181,26 @@ def _kept(chunks, kept: collections.deque):
 
 
 def _cmd_predict(args: argparse.Namespace) -> int:
-    """labels and probabilities, NER spans or answers from a fine-tuned model
+    """labels and probabilities, NER spans or answers from a fine-tuned model; labels zero-shot through a prompt
 
     Classify texts (or text pairs), tag their entities, or answer questions with a fine-tuned model. NER spans
     and answers are character offsets [start, end) into each text (context). With an image classifier (bertkit
     vision-train), give image files instead of texts. A file (--input) of texts is read and answered as a
-    stream, a chunk of lines at a time.
+    stream, a chunk of lines at a time. With --zero-shot, a pretrained model's masked-LM head classifies through
+    a cloze template (--prompt, --label-words) as it is, with no fine-tuning.
     """
     import json
 
     from bertkit.inference import predict_stream
-    from bertkit.inference.loading import load_text_model, model_family
+    from bertkit.inference.loading import model_family
 
     path, family = model_family(args.model, "predict")
-    if family.inputs == "images":
+    zero_shot = _zero_shot(args)
+    if family.inputs == "images" and zero_shot is None:
         from bertkit.cli.vision import predict_images
 
         return predict_images(args, path)
-    if family.holds_head(path, "qa"):
+    if zero_shot is None and family.holds_head(path, "qa"):
         return _predict_answers(args, path)
     for flag, value in (("--question", args.question), ("--context", args.context), ("--picture", args.picture)):
         if value:
@@ -163,7 +208,7 @@ def _cmd_predict(args: argparse.Namespace) -> int:
                             "bertkit finetune --task qa)")
     given = command_line_texts(args.pair, args.encoding, "--pair") if args.pair else None
     chunks, total = _text_inputs(args, count=bool(given and len(given) > 1))
-    model, tokenizer = load_text_model(path, "predict")
+    model, tokenizer = _load_classifier(path, "predict", zero_shot)
     kept: collections.deque = collections.deque()
     results = predict_stream(model, tokenizer, _kept(_with_pairs(chunks, total, given), kept), total=total,
                              batch_size=args.batch_size, max_length=args.max_length,
@@ -189,6 +234,17 @@ def _cmd_predict(args: argparse.Namespace) -> int:
                 shown = shorten(text, 50) + (f" | {shorten(pair, 30)}" if pair else "")
                 print(f"{result['label']}  {result['score']:.3f}  ({others})  {shown}")
     return 0
+
+
+def _load_classifier(path, command: str, zero_shot: tuple[str, dict[str, str]] | None):
+    """The model and tokenizer a command runs: the directory's fine-tuned head, or with --zero-shot its masked-LM
+    head through the template."""
+    from bertkit.inference.loading import load_text_model
+    from bertkit.inference.zero_shot import load_zero_shot_model
+
+    if zero_shot is None:
+        return load_text_model(path, command)
+    return load_zero_shot_model(path, *zero_shot, command=command)
 
 
 def _question_inputs(args: argparse.Namespace) -> tuple[list[str] | None, list[str], list[str]]:
@@ -258,14 +314,17 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
     (extractive QA: exact match and F1 as SQuAD's evaluation script computes them for English, CMRC 2018's
     for Chinese) on a named dataset's split or on your file. With --task, score any model's sentence vectors:
     retrieval (inews: each test title searches all test bodies), bitext mining (bible: English and Chinese
-    verses; hsk), clustering (thucnews headlines into their 10 classes) or sts (your scored pairs).
+    verses; hsk), clustering (thucnews headlines into their 10 classes) or sts (your scored pairs). With
+    --zero-shot, score a pretrained model's masked-LM head through a cloze template (--prompt; --label-words, or a
+    named dataset's own) as it is, with no fine-tuning, beside chance.
     """
     import json
 
-    from bertkit.inference.loading import load_text_model
     from bertkit.pipelines.predict import evaluate
 
     if args.task:
+        if args.zero_shot:
+            raise UserError("--zero-shot classifies through a prompt; --task scores sentence vectors: give one")
         return _evaluate_vectors(args)
     for flag, given in (("--max-examples", args.max_examples), ("--pooling", args.pooling),
                         ("--normalize", args.normalize)):
@@ -274,12 +333,15 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
     named = args.data in DATASETS
     if args.split != "test" and not named:
         raise UserError(f"--split is for the named datasets ({', '.join(DATASETS)}); {args.data} is a file")
-    model, tokenizer = load_text_model(args.model, "evaluate")
+    zero_shot = _zero_shot(args, args.data if named else None)
+    model, tokenizer = _load_classifier(args.model, "evaluate", zero_shot)
     scores = evaluate(model, tokenizer, args.data, split=args.split, batch_size=args.batch_size,
                       max_length=args.max_length, truncation=not args.no_truncation, progress=None,
                       dtype=args.dtype, encoding=args.encoding, flags=True)
     if named:
         scores["split"] = args.split
+    if zero_shot is not None:  # what was scored, and what guessing would score
+        scores.update(prompt=zero_shot[0], label_words=zero_shot[1], chance=1 / len(zero_shot[1]))
     if args.json:
         print(json.dumps(scores, ensure_ascii=False))
         return 0
@@ -290,8 +352,11 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
         print(f"exact match  {scores['exact_match']:.2f}\nF1           {scores['f1']:.2f}")
         return 0
     if scores["task"] == "classification":
-        print(f"{where}: {scores['examples']:,} examples")
+        print(f"{where}: {scores['examples']:,} examples"
+              + (f", zero-shot through {scores['prompt']}" if zero_shot is not None else ""))
         print(f"accuracy   {scores['accuracy']:.4f}\nmacro-F1   {scores['macro_f1']:.4f}")
+        if zero_shot is not None:
+            print(f"chance     {scores['chance']:.4f}  (1 / {len(zero_shot[1])} labels)")
         return 0
     print(f"{where}: {scores['examples']:,} sentences, {scores['num_true']:,} entities "
           f"({scores['num_pred']:,} predicted, {scores['num_correct']:,} correct)")

@@ -148,7 +148,7 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     with run_directory(options.out, "bertkit demo", overwrite=options.overwrite, also=OUTPUTS):
         report = run_demo(options, say=lambda line: print(line, flush=True))
     print()
-    print(table(report["rows"]))
+    print(table(report["rows"], report.get("zero_shot")))
     gains = ", ".join(f"{n:,} labels {g:+.1f}" for n, g in margins(report["rows"]).items())
     print(f"\npretraining vs random initialisation, points of test accuracy: {gains}")
     print(f"report: {Path(options.out) / 'report.md'} (also report.json, label_curve.png, checkpoints) "

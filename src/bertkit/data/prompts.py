@@ -3,6 +3,7 @@
     template = PromptTemplate("[MASK][MASK]新闻：{text}")     # a headline becomes "[MASK][MASK]新闻：<headline>"
     ids, _ = template.encode(tokenizer, ["恒生AH溢指收平"], max_length=64)
     words = template.label_word_ids(tokenizer, ["体育", "财经"])  # [[体, 育], [财, 经]] as token ids
+    parse_label_words(["sports=体育", "finance=财经"])            # {"sports": "体育", "finance": "财经"}
 
 A pretrained BERT has learned to fill blanks; asking it "which word goes in [MASK][MASK]新闻" turns
 classification into the task it was pretrained on (PET, Schick & Schütze 2021; LM-BFF, Gao et al. 2021),
@@ -11,7 +12,7 @@ so it needs fewer labelled examples than a new classifier on the [CLS] vector.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from bertkit.errors import InputError
@@ -21,6 +22,23 @@ TEXT_SLOT = "{text}"
 
 class PromptError(InputError):
     """A template or label words that cannot make a cloze for this tokenizer."""
+
+
+def parse_label_words(items: Sequence[str] | None, defaults: Mapping[str, str] | None = None) -> dict[str, str]:
+    """{label: word} from LABEL=WORD items, over `defaults` (a named dataset's own words, in their order; an item
+    replaces its label's word in place, a new label comes after them). A label given twice is an error: which of
+    its words would be meant?"""
+    words = dict(defaults or {})
+    given: set[str] = set()
+    for item in items or []:
+        label, sep, word = item.partition("=")
+        if not sep or not label or not word:
+            raise PromptError(f"--label-words takes LABEL=WORD items, got {item!r}")
+        if label in given:
+            raise PromptError(f"label {label!r} is given twice in --label-words; give each label one word")
+        given.add(label)
+        words[label] = word
+    return words
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,8 @@
    three seeds up to 1,000), fine-tune and score on the same test split:
    (a) the BERT it just pretrained, (b) the same architecture randomly initialised, for the same steps,
    (c) m3e-small as it is, (d) m3e-small after step 5, fine-tuned exactly as (c), (e) the pretrained BERT through
-   a cloze prompt scored by its masked-LM head (PET / LM-BFF), fine-tuned through that head;
+   a cloze prompt scored by its masked-LM head (PET / LM-BFF), fine-tuned through that head; and before them, at 0
+   labels, (e) with no training at all: the prompt zero-shot, beside chance;
 7. report: the table (mean ± std over seeds), the plan against what each stage took, `label_curve.png`, loss
    curves, `report.md`, `report.json`.
 
@@ -40,6 +41,8 @@ from bertkit.pipelines.demo_plan import (
     ROW_SETTINGS,
     TAPT,
     TAPT_EVALS,
+    ZERO_SHOT_ROW,
+    ZERO_SHOT_STAGE,
     FinetuneRun,
     WorkTimes,
     make_plan,
@@ -136,6 +139,11 @@ def run_demo(options: DemoOptions, say: Callable[[str], Any] = print) -> dict[st
     tapt_state = pretrain(tapt, prepared=tapt_run)
     took["continued pretraining of m3e-small"] = time.perf_counter() - clock
 
+    say(f"[6/7] scoring the pretrained BERT zero-shot through the prompt {task.prompt}: no labels, no training")
+    clock = time.perf_counter()
+    zero_shot = zero_shot_scores(task, out / "pretrain")
+    took[ZERO_SHOT_STAGE] = time.perf_counter() - clock
+
     results: dict[tuple[str, int], list[dict]] = {}
     for k, run in enumerate(plan.runs, start=1):
         say(f"[6/7] fine-tuning {k}/{len(plan.runs)}: {run.row}, {run.labels or 'all'} labelled examples, "
@@ -150,7 +158,7 @@ def run_demo(options: DemoOptions, say: Callable[[str], Any] = print) -> dict[st
     say("[7/7] writing the report")
     clock = time.perf_counter()
     rows = [summary(row, n, found) for (row, n), found in results.items()]
-    report = {"task": options.task, "rows": rows, "plan": plan.to_json(),
+    report = {"task": options.task, "rows": rows, "zero_shot": zero_shot, "plan": plan.to_json(),
               "largest_budget": max(options.budgets, key=lambda n: n or float("inf")),
               "pretraining": {"recipe": options.recipe, "config": options.pretrain_config, "steps": state.step,
                               "seconds": state.seconds, "eval": _evals(state),
@@ -165,6 +173,23 @@ def run_demo(options: DemoOptions, say: Callable[[str], Any] = print) -> dict[st
     atomic_write_text(out / "report.json", json.dumps(report, indent=2, ensure_ascii=False) + "\n")
     atomic_write_text(out / "report.md", report_markdown(report, task.what, task.prompt, options.seeds))
     return report
+
+
+def zero_shot_scores(task: DemoTask, model: Path) -> dict[str, Any]:
+    """The pretrained BERT's masked-LM head through the task's template and label words, with no training, scored on
+    the test split the fine-tuning runs are scored on (0 labels), beside chance (1 / the number of classes)."""
+    from bertkit.data.tasks import load_classification
+    from bertkit.inference import TruncationWarning, predict
+    from bertkit.inference.zero_shot import load_zero_shot_model
+
+    classifier, tokenizer = load_zero_shot_model(model, task.prompt, task.label_words)
+    test = load_classification(task.dataset)["test"]
+    with warnings.catch_warnings():  # a long text is cut at the fine-tuning runs' length, silently as there
+        warnings.filterwarnings("ignore", category=TruncationWarning)
+        predicted = predict(classifier, tokenizer, [example.text for example in test], max_length=task.max_length)
+    correct = sum(p["label"] == example.label for p, example in zip(predicted, test))
+    return {"model": ZERO_SHOT_ROW, "labels": 0, "test_accuracy": correct / len(test),
+            "chance": 1 / len(task.label_words), "examples": len(test)}
 
 
 def _train_examples(dataset: str) -> int:

@@ -13,7 +13,8 @@ scoring around a fine-tuning run of each model), then `make_plan` sizes every st
    m3e-small runs leave less, down to PRETRAIN_MIN_STEPS; below that (a budget too small for the job) every
    fine-tuning run shrinks.
 
-The plan is a pure function of the timings: tests size it for any machine without running anything.
+The prompt zero-shot (0 labels, no training) is planned at a prompt run's timed overhead: it is such a run without
+its steps. The plan is a pure function of the timings: tests size it for any machine without running anything.
 """
 
 from __future__ import annotations
@@ -24,6 +25,11 @@ from typing import Any
 from bertkit.training.budget import RESERVE, steps_for_budget
 
 ROWS = ("bertkit-pretrained", "random-init", "m3e-small", "m3e-small-tapt", "prompt")
+# ... and one more at 0 labels: the pretrained BERT through the prompt's template and label words, no training (not
+# a row of ROWS, each of which fine-tunes at every budget). It costs a prompt run without its steps: loading the
+# model, tokenizing and scoring the test split, so the plan gives it a prompt run's overhead, as timed.
+ZERO_SHOT_ROW = "prompt, zero-shot"
+ZERO_SHOT_STAGE = "scoring the prompt zero-shot"
 
 
 @dataclass(frozen=True)
@@ -143,6 +149,7 @@ class DemoPlan:
         return {"data, vocabulary and timing": self.spent_seconds,
                 "pretraining the tiny BERT": self.pretrain_seconds + self.times.pretrain_overhead,
                 "continued pretraining of m3e-small": self.tapt_seconds,
+                ZERO_SHOT_STAGE: self.times.finetune_overhead["prompt"],
                 "fine-tuning the tiny BERT's rows": sum(map(self.run_seconds, tiny)),
                 "fine-tuning m3e-small's rows": sum(map(self.run_seconds, m3e)),
                 "report": REPORT_SECONDS}
@@ -169,7 +176,10 @@ class DemoPlan:
                    f"({self.times.pretrain_step * 1000:.0f} ms a step)")
         out.append(f"  {names[2]}: {self.tapt_steps:,} steps ({self.tapt_held_steps:,} with the encoder held), "
                    f"{stages[names[2]] / 60:.1f} min")
-        for name, kinds in ((names[3], ("tiny", "prompt")), (names[4], ("m3e-small",))):
+        out.append(f"  {ZERO_SHOT_STAGE}: the pretrained BERT through the prompt on the test split, no training, "
+                   f"{stages[ZERO_SHOT_STAGE] / 60:.1f} min")
+        for name, kinds in (("fine-tuning the tiny BERT's rows", ("tiny", "prompt")),
+                            ("fine-tuning m3e-small's rows", ("m3e-small",))):
             rows = [row for row in ROWS if ROW_SETTINGS[row].kind in kinds]
             sizes = ", ".join(f"{n or 'all'}: {self.steps(rows[0], n)} steps x {self.seeds(rows[0], n)}"
                               for n in budgets)

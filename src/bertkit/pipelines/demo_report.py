@@ -23,11 +23,15 @@ def summary(row: str, labels: int, results: list[dict]) -> dict[str, Any]:
             "steps": results[0]["steps"], "test_accuracies": accuracies}
 
 
-def table(rows: list[dict[str, Any]]) -> str:
-    """The comparison as a Markdown table, a row per label budget (also what `bertkit demo` prints)."""
+def table(rows: list[dict[str, Any]], zero_shot: dict[str, Any] | None = None) -> str:
+    """The comparison as a Markdown table, a row per label budget (also what `bertkit demo` prints); with
+    `zero_shot`, a first one at 0 labels where only the prompt answers, untrained, beside chance."""
     budgets = sorted({r["labels"] for r in rows})
     cells = {(r["labels"], r["model"]): r for r in rows}
     lines = ["| labels | " + " | ".join(ROWS) + " |", "|---|" + "---|" * len(ROWS)]
+    if zero_shot is not None:  # a classifier on [CLS] with no labels has no head to answer with: a dash
+        shown = f"{zero_shot['test_accuracy']:.3f} zero-shot (chance {zero_shot['chance']:.3f})"
+        lines.append("| 0 | " + " | ".join(shown if m == "prompt" else "–" for m in ROWS) + " |")
     for n in budgets:
         row = [f"{cells[n, m]['test_accuracy']:.3f} ± {cells[n, m]['test_accuracy_std']:.3f}"
                if cells[n, m]["seeds"] > 1 else f"{cells[n, m]['test_accuracy']:.3f}" for m in ROWS]
@@ -66,6 +70,17 @@ def _gains(rows: list[dict[str, Any]], better: str, worse: str) -> str:
     return ", ".join(f"{n:,} labels {g:+.1f}" for n, g in margins(rows, better, worse).items())
 
 
+def _zero_shot_line(report: dict[str, Any]) -> str:
+    zero_shot = report.get("zero_shot")  # a report written before the zero-shot row has none
+    if zero_shot is None:
+        return ""
+    fewest = min((r for r in report["rows"] if r["model"] == "prompt"), key=lambda r: r["labels"], default=None)
+    then = (f"; fine-tuned on {fewest['labels']:,} labels, {fewest['test_accuracy']:.3f}" if fewest is not None
+            else "")
+    return (f"\nThe prompt with no labels and no training: {zero_shot['test_accuracy']:.3f} on the "
+            f"{zero_shot['examples']:,} test examples, against chance {zero_shot['chance']:.3f}{then}.")
+
+
 def plan_table(report: dict[str, Any]) -> str:
     """The plan against what happened: each stage's expected and actual minutes (and steps where it has them)."""
     plan, took = report["plan"], report["stage_seconds"]
@@ -93,7 +108,7 @@ many labelled training examples (a stratified subset; the smaller subsets of a s
 the mean ± standard deviation over up to {seeds} seeds where there is more than one. Every run trains the number
 of steps the plan gave its budget and is scored after its last step: no run looks at dev labels.
 
-{table(report['rows'])}
+{table(report['rows'], report.get('zero_shot'))}
 
 - **bertkit-pretrained**: the {pre['config']} BERT pretrained here ({pre['recipe']} recipe), a classifier on its [CLS]
   vector;
@@ -102,14 +117,15 @@ of steps the plan gave its budget and is scored after its last step: no run look
 - **m3e-small-tapt**: m3e-small after task-adaptive pretraining (masked LM on the unlabelled training texts
   alone, `bertkit pretrain --init m3e-small`), then fine-tuned exactly as m3e-small;
 - **prompt**: the pretrained BERT reading the label off its masked-LM head through the cloze template
-  `{prompt}`, fine-tuned through that head.
+  `{prompt}`, fine-tuned through that head; at 0 labels, **zero-shot**: the same head and template as pretraining
+  left them, no training at all (`bertkit predict --zero-shot`), beside chance (1 / the number of classes).
 
 Pretraining over random initialisation, in points of test accuracy: {_gains(report['rows'], 'bertkit-pretrained',
                                                                              'random-init')}.
 The prompt over plain fine-tuning of the same pretrained model: {_gains(report['rows'], 'prompt',
                                                                         'bertkit-pretrained')}.
 Task-adaptive pretraining of m3e-small over m3e-small as it is: {_gains(report['rows'], 'm3e-small-tapt',
-                                                                        'm3e-small')}.
+                                                                        'm3e-small')}.{_zero_shot_line(report)}
 
 ![test accuracy against labelled examples](label_curve.png)
 

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from bertkit.data.prompts import PromptTemplate
+from bertkit.data.prompts import PromptTemplate, parse_label_words
 from bertkit.data.quality import DataReport
 from bertkit.data.sources import resolve_model
 from bertkit.data.task_kinds import TaskKind, collect_labels, get_task
@@ -34,12 +34,7 @@ from bertkit.training import metrics
 
 def prompt_label_words(options: FinetuneOptions, names: Sequence[str]) -> list[str]:
     """The label word of each label (in `names` order): --label-words LABEL=WORD ..., or a named dataset's own."""
-    words = dict(DATASET_LABEL_WORDS.get(options.train, {}))
-    for item in options.label_words or []:
-        label, sep, word = item.partition("=")
-        if not sep or not label or not word:
-            raise InputError(f"--label-words takes LABEL=WORD items, got {item!r}")
-        words[label] = word
+    words = parse_label_words(options.label_words, DATASET_LABEL_WORDS.get(options.train))
     missing = [name for name in names if name not in words]
     if missing:
         raise InputError(f"the prompt needs a label word for every label; none for {', '.join(missing)} "
