@@ -182,10 +182,7 @@ def run_naive_server(model_dir: str, pooling: str, mode: str, threads: int | Non
     listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     listener.bind(("127.0.0.1", 0))
     print(f"naive server: listening at http://127.0.0.1:{listener.getsockname()[1]}", flush=True)
-    # inline, the model blocks the event loop: with 32 clients of long texts a waiting connection's next request
-    # is read only after seconds, and uvicorn's keep-alive timer (5 s) would close it first
-    uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False, timeout_keep_alive=int(REQUEST_TIMEOUT))
-                   ).run(sockets=[listener])
+    uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False)).run(sockets=[listener])
 # ---- servers as processes ------------------------------------------------------------------------
 
 @dataclass
