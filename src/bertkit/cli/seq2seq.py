@@ -55,12 +55,23 @@ def _add_translate(sub: argparse._SubParsersAction) -> None:
     p = add_command(sub, "translate", _cmd_translate)
     p.add_argument("--model", required=True, metavar="DIR", help="a directory written by `bertkit translate-train`")
     p.add_argument("text", nargs="*", help="sentences to translate (default: lines of standard input)")
+    _add_decoding_options(p, "tokens per translation at most (default: twice the source's tokens + 10, within the "
+                             "model's positions)")
+
+
+def _add_decoding_options(p: argparse.ArgumentParser, max_new_tokens: str) -> None:
+    """What `translate` and `summarize` share: beam search, each default from the model's generation_config.json."""
     p.add_argument("--beams", type=integer(1), help="beam size, 1 = greedy (default: the model's "
                                                     "generation_config.json, else 4)")
     p.add_argument("--length-penalty", type=number(), help="α of beam search (default: the model's, else 1.0)")
-    p.add_argument("--max-new-tokens", type=integer(1), help="tokens per translation at most (default: twice the "
-                                                      "source's tokens + 10, within the model's positions)")
+    p.add_argument("--max-new-tokens", type=integer(1), help=max_new_tokens)
     add_encoding_option(p, "text (arguments or standard input)")
+
+
+def _beam_settings(args: argparse.Namespace, saved: dict) -> tuple[int, float]:
+    """(beams, length penalty): as given, else as the model's generation_config.json saved them."""
+    return (args.beams if args.beams is not None else saved["num_beams"],
+            args.length_penalty if args.length_penalty is not None else saved["length_penalty"])
 
 
 def _cmd_translate(args: argparse.Namespace) -> int:
@@ -73,9 +84,7 @@ def _cmd_translate(args: argparse.Namespace) -> int:
     model_dir = resolve_model(args.model)
     require(model_dir, "translate")
     model, tokenizer = load_translator(model_dir)
-    saved = load_generation_config(model_dir)
-    num_beams = args.beams if args.beams is not None else saved["num_beams"]
-    length_penalty = args.length_penalty if args.length_penalty is not None else saved["length_penalty"]
+    num_beams, length_penalty = _beam_settings(args, load_generation_config(model_dir))
     for line in translate(model, tokenizer, texts, num_beams=num_beams,
                           max_new_tokens=args.max_new_tokens, length_penalty=length_penalty):
         print(line)
@@ -192,12 +201,7 @@ def _add_summarize(sub: argparse._SubParsersAction) -> None:
     p = add_command(sub, "summarize", _cmd_summarize)
     p.add_argument("--model", required=True, metavar="DIR", help="a directory written by `bertkit summarize-train`")
     p.add_argument("text", nargs="*", help="texts to summarise (default: lines of standard input, one text each)")
-    p.add_argument("--beams", type=integer(1), help="beam size, 1 = greedy (default: the model's "
-                                                    "generation_config.json, else 4)")
-    p.add_argument("--length-penalty", type=number(), help="α of beam search (default: the model's, else 1.0)")
-    p.add_argument("--max-new-tokens", type=integer(1), help="tokens per summary at most (default: the model's "
-                                                             "title length)")
-    add_encoding_option(p, "text (arguments or standard input)")
+    _add_decoding_options(p, "tokens per summary at most (default: the model's title length)")
 
 
 def _cmd_summarize(args: argparse.Namespace) -> int:
@@ -211,8 +215,7 @@ def _cmd_summarize(args: argparse.Namespace) -> int:
     require(model_dir, "summarize")
     model, tokenizer = load_summarizer(model_dir)
     saved = load_generation_config(model_dir)
-    num_beams = args.beams if args.beams is not None else saved["num_beams"]
-    length_penalty = args.length_penalty if args.length_penalty is not None else saved["length_penalty"]
+    num_beams, length_penalty = _beam_settings(args, saved)
     for line in summarize(model, tokenizer, texts, num_beams=num_beams, max_new_tokens=args.max_new_tokens,
                           length_penalty=length_penalty, max_source_length=saved["max_source_length"]):
         print(line)

@@ -36,10 +36,9 @@ from bertkit.models.configuration import ACTIVATIONS, ConfigError
 from bertkit.models.functional import causal_mask_bias
 from bertkit.models.generation import DecodingState, KVCache
 from bertkit.models.outputs import Seq2SeqLMOutput
-from bertkit.models.pretrained import zero_padding_row
 from bertkit.models.seq2seq.configuration import Seq2SeqConfig
 from bertkit.models.seq2seq.encoder_decoder import Seq2SeqPreTrainedModel
-from bertkit.models.seq2seq.transformer import TransformerDecoding, TransformerStack
+from bertkit.models.seq2seq.transformer import TransformerDecoding, TransformerStack, init_transformer_weights
 
 
 @dataclass
@@ -109,15 +108,8 @@ class BertSeq2Seq(Seq2SeqPreTrainedModel):
         self.init_weights()
 
     def _init_weights(self, module: nn.Module) -> None:
-        """The decoder as transformer.py's (Xavier Linear weights, N(0, C^-1/2) embeddings); the encoder is loaded."""
-        if isinstance(module, nn.Linear):
-            nn.init.xavier_uniform_(module.weight)
-            if module.bias is not None:
-                nn.init.zeros_(module.bias)
-        elif isinstance(module, nn.Embedding):
-            nn.init.normal_(module.weight, std=module.embedding_dim ** -0.5)
-            zero_padding_row(module)
-        else:
+        """The decoder as transformer.py's; the encoder is loaded."""
+        if not init_transformer_weights(module):
             super()._init_weights(module)
 
     @torch.no_grad()

@@ -29,6 +29,22 @@ from bertkit.models.seq2seq.encoder_decoder import Seq2SeqPreTrainedModel
 from bertkit.models.seq2seq.layers import TransformerLayer
 
 
+def init_transformer_weights(module: nn.Module) -> bool:
+    """Xavier-uniform Linear weights (as the Annotated Transformer), N(0, C^-1/2) embeddings (so embeddings
+    × √C have unit variance), zero biases, padding rows zero; False for a module of another kind (LayerNorm: the
+    model's base initialises it to 1 and 0)."""
+    if isinstance(module, nn.Linear):
+        nn.init.xavier_uniform_(module.weight)
+        if module.bias is not None:
+            nn.init.zeros_(module.bias)
+    elif isinstance(module, nn.Embedding):
+        nn.init.normal_(module.weight, std=module.embedding_dim ** -0.5)
+        zero_padding_row(module)
+    else:
+        return False
+    return True
+
+
 class ScaledSinusoidalEmbedding(nn.Module):
     """tokens -> E[token] · √C + PE[position] (3.4, 3.5), then dropout."""
 
@@ -103,16 +119,7 @@ class Seq2SeqTransformer(Seq2SeqPreTrainedModel):
         self.init_weights()
 
     def _init_weights(self, module: nn.Module) -> None:
-        """Xavier-uniform Linear weights (as the Annotated Transformer), N(0, C^-1/2) embeddings (so embeddings
-        × √C have unit variance), zero biases, LayerNorm 1 and 0, padding rows zero."""
-        if isinstance(module, nn.Linear):
-            nn.init.xavier_uniform_(module.weight)
-            if module.bias is not None:
-                nn.init.zeros_(module.bias)
-        elif isinstance(module, nn.Embedding):
-            nn.init.normal_(module.weight, std=module.embedding_dim ** -0.5)
-            zero_padding_row(module)
-        else:
+        if not init_transformer_weights(module):
             super()._init_weights(module)
 
     def encode(self, input_ids: Tensor, attention_mask: Tensor | None = None,
