@@ -13,7 +13,9 @@ and a tiny BERT without and with SimCSE. One table, the CPU named.
 3. the main job's tiny BERT (2 layers x 128, pretrained with the crammed recipe on THUCNews' training headlines:
    `--tiny-bert DIR` takes one already made, e.g. runs/demo/pretrain of `make run`; else it is pretrained here for
    --tiny-minutes), and the same BERT after unsupervised SimCSE on the same unlabelled training headlines
-   (`--train thucnews-headlines`, --simcse-minutes): clustering of the test headlines, whose labels neither saw.
+   (`--train thucnews-headlines`, --simcse-minutes), once with dropout's views and once with cropped views
+   (`--crop 0.3 0.7`: each view a random span of 30-70% of the headline): clustering of the test headlines, whose
+   labels none of them saw.
 
 Every model is scored by `bertkit.pipelines.embedding.evaluate_embedding` (what `bertkit evaluate --task` runs), with
 mean pooling and texts cut at --eval-max-length tokens.
@@ -121,6 +123,9 @@ def main() -> None:
                                             "pretrain one here for --tiny-minutes)")
     parser.add_argument("--tiny-minutes", type=float, default=5.0, help="pretraining the tiny BERT (default: 5)")
     parser.add_argument("--simcse-minutes", type=float, default=3.0, help="SimCSE on the tiny BERT (default: 3)")
+    parser.add_argument("--crop", type=float, nargs=2, default=[0.3, 0.7], metavar=("LOW", "HIGH"),
+                        help="the cropped-views SimCSE row: the share of a headline each view keeps (default: "
+                             "0.3 0.7)")
     parser.add_argument("--skip-tiny", action="store_true", help="leave the tiny BERT's rows out")
     parser.add_argument("--json", help="write every figure to this JSON file (default: OUT/results.json)")
     args = parser.parse_args()
@@ -175,13 +180,17 @@ def main() -> None:
         tiny = tiny_bert(args, out)
         rows.append(("tiny BERT (the main job's recipe)", score(tiny, clustering, args.max_eval,
                                                                 args.eval_max_length)))
-        simcse = finetune_embedding(FinetuneOptions(
-            task="embedding", model=str(tiny), train="thucnews-headlines", out=str(out / "tiny-simcse"),
-            minutes=args.simcse_minutes, batch_size=64, learning_rate=1e-4, max_length=48, pooling="mean",
-            bf16=bf16, progress=False, overwrite=args.overwrite))
-        results["simcse"] = simcse
-        rows.append((f"tiny BERT + SimCSE ({simcse['steps']} steps, {args.simcse_minutes:g} min)",
-                     score(simcse["best_model"], clustering, args.max_eval, args.eval_max_length)))
+        # SimCSE twice, alike but for its views: dropout's copies of the whole headline (Gao et al.), and two random
+        # spans of it (--crop, random cropping); 3 epochs of the headlines or the minutes, whichever is less
+        for name, crop in (("simcse", None), ("simcse_crop", args.crop)):
+            simcse = finetune_embedding(FinetuneOptions(
+                task="embedding", model=str(tiny), train="thucnews-headlines", out=str(out / f"tiny-{name}"),
+                minutes=args.simcse_minutes, batch_size=64, learning_rate=1e-4, max_length=48, pooling="mean",
+                crop=crop, bf16=bf16, progress=False, overwrite=args.overwrite))
+            results[name] = simcse
+            views = f"views cropped to {crop[0]:g}-{crop[1]:g} of a headline" if crop else "dropout's views"
+            rows.append((f"tiny BERT + SimCSE, {views} ({simcse['steps']} steps, {args.simcse_minutes:g} min)",
+                         score(simcse["best_model"], clustering, args.max_eval, args.eval_max_length)))
 
     results["rows"] = {name: scores for name, scores in rows}
     subset = f"the first {args.max_eval} of each set" if args.max_eval else "every test example"

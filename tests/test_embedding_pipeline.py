@@ -23,6 +23,7 @@ from bertkit.data.embedding_data import (
     unique_pairs,
 )
 from bertkit.data.readers import DataWarning
+from bertkit.errors import InputError
 from bertkit.inference import encode
 from bertkit.inference.encode import declared_settings
 from bertkit.inference.loading import load_text_model
@@ -211,6 +212,28 @@ def test_scored_pairs_train_with_cosent_and_plain_text_with_simcse(tiny, tmp_pat
     assert read_sentence_config(tmp_path / "text").pooling == "mean"
 
 
+def test_simcse_with_cropped_views_trains_without_dropout_and_the_same_seed_crops_alike(tiny, tmp_path):
+    given = dict(train=str(tiny / "train.txt"), dev=None, test=None, max_steps=6, crop=[0.3, 0.7])
+    first = run(tiny, tmp_path, "crop", **given)
+    assert (first["loss"], first["crop"], first["steps"]) == ("simcse", [0.3, 0.7], 6)
+    assert first["dropout"] == 0.0                    # the crops make the views: the model's own dropout (none)
+    assert run(tiny, tmp_path, "again", **given)["steps"] == 6
+    assert losses(tmp_path / "again") == losses(tmp_path / "crop")  # the trainer's seeds draw the crops
+    assert run(tiny, tmp_path, "other", **{**given, "crop": [0.8, 1.0]})["crop"] == [0.8, 1.0]
+    assert losses(tmp_path / "other") != losses(tmp_path / "crop")
+
+
+def test_crop_is_refused_where_there_are_no_views_to_crop(tiny, tmp_path):
+    with pytest.raises(InputError, match="--crop makes SimCSE's two views.*holds pairs.*give --loss simcse"):
+        run(tiny, tmp_path, "pairs", crop=[0.3, 0.7])
+    with pytest.raises(InputError, match="--crop makes SimCSE's two views of a text; the infonce loss has none"):
+        FinetuneOptions(task="embedding", model="m", train="t", out="o", crop=[0.3, 0.7], loss="infonce")
+    with pytest.raises(InputError, match="--crop is for --task embedding, not classify"):
+        FinetuneOptions(task="classify", model="m", train="t", out="o", crop=[0.3, 0.7])
+    with pytest.raises(InputError, match="takes two shares"):
+        FinetuneOptions(task="embedding", model="m", train="t", out="o", crop=[0.3])
+
+
 def test_a_cached_run_takes_the_steps_of_an_uncached_one(tiny, tmp_path):
     plain = run(tiny, tmp_path, "plain", max_steps=6, dev=None, test=None)
     cached = run(tiny, tmp_path, "cached", max_steps=6, dev=None, test=None, cached_batch=5)
@@ -230,6 +253,14 @@ def test_the_finetune_command_says_the_loss_and_where_the_model_is(tiny, tmp_pat
     assert main(["finetune", "--task", "embedding", "--model", str(tiny / "model"), "--train",
                  str(tiny / "train.txt"), "--loss", "cosent", "--max-steps", "1", "--out", str(tmp_path / "bad")]) == 2
     assert "--loss cosent needs scored pairs" in capsys.readouterr().err
+    assert main(["finetune", "--task", "embedding", "--model", str(tiny / "model"), "--train", str(tiny / "train.txt"),
+                 "--crop", "0.3", "0.7", "--max-steps", "2", "--batch-size", "8", "--max-length", "16", "--out",
+                 str(tmp_path / "crop"), "--no-progress"]) == 0
+    assert json.loads((tmp_path / "crop" / "finetune_results.json").read_text())["crop"] == [0.3, 0.7]
+    capsys.readouterr()
+    assert main(["finetune", "--task", "embedding", "--model", str(tiny / "model"), "--train", str(tiny / "train.txt"),
+                 "--crop", "0.7", "0.3", "--out", str(tmp_path / "bad-crop")]) == 2
+    assert "--crop LOW HIGH needs 0 < LOW <= HIGH <= 1" in capsys.readouterr().err
 
 
 # ---- evaluate --task on files --------------------------------------------------------------------

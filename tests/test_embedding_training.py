@@ -6,6 +6,7 @@ from __future__ import annotations
 import copy
 import json
 import math
+import random
 import sys
 from pathlib import Path
 
@@ -14,6 +15,8 @@ import torch
 import torch.nn.functional as F
 from safetensors.torch import load_file
 
+from bertkit.data.embedding_data import check_crop, crop_view
+from bertkit.errors import InputError
 from bertkit.training.embedding_losses import cosent, embedding_loss, info_nce, simcse
 from bertkit.training.embedding_model import EmbeddingCollator, EmbeddingSettings
 from tolerance import assert_close
@@ -68,6 +71,51 @@ def test_simcse_is_info_nce_between_two_views_and_losses_are_named():
         embedding_loss("cosent", columns, None)
     with pytest.raises(ValueError, match="loss must be one of"):
         embedding_loss("triplet", columns, None)
+
+
+# ---- cropped views -------------------------------------------------------------------------------
+
+CLS, SEP = 2, 3
+
+
+def test_a_cropped_view_is_one_span_of_the_text_in_its_cls_and_sep():
+    ids = [CLS, *range(10, 30), SEP]                               # 20 tokens between [CLS] and [SEP]
+    rng = random.Random(0)
+    for _ in range(200):
+        view = crop_view(ids, 0.3, 0.7, rng)
+        body = view[1:-1]
+        assert view[0] == CLS and view[-1] == SEP
+        assert 6 <= len(body) <= 14                                # round(20 x share), share in [0.3, 0.7]
+        assert body == list(range(body[0], body[0] + len(body)))   # contiguous: a span, not a sample
+    assert crop_view(ids, 0.3, 0.7, random.Random(5)) == crop_view(ids, 0.3, 0.7, random.Random(5))
+    assert crop_view(ids, 1.0, 1.0, random.Random(1)) == ids        # a share of 1 keeps the whole text
+    assert crop_view([CLS, 7, SEP], 0.1, 0.2, random.Random(1)) == [CLS, 7, SEP]  # at least one token stays
+    assert crop_view([CLS, SEP], 0.3, 0.7, random.Random(1)) == [CLS, SEP]
+
+
+def test_the_collator_crops_two_views_of_each_text_from_the_trainers_seeds():
+    features = [{"texts": [[CLS, *range(10, 10 + n), SEP]]} for n in (12, 20, 8)]
+    collate = EmbeddingCollator(0, crop=(0.3, 0.7))
+    batch = collate(features, seeds=[11, 12, 13])
+    assert batch["input_ids"].shape[0] == 6                       # column 0: first views, column 1: second views
+    first, second = batch["input_ids"][:3], batch["input_ids"][3:]
+    lengths = batch["attention_mask"].sum(1)
+    for row, feature in enumerate(features):
+        text = feature["texts"][0]
+        for view, length in ((first[row], lengths[row]), (second[row], lengths[3 + row])):
+            kept = view[1:int(length) - 1].tolist()
+            assert kept and set(kept) <= set(text[1:-1])
+    assert not torch.equal(first, second)                         # two different spans of the same texts
+    again = collate(features, seeds=[11, 12, 13])
+    assert torch.equal(again["input_ids"], batch["input_ids"])    # the same seeds crop the same way
+    assert not torch.equal(collate(features, seeds=[21, 22, 23])["input_ids"], batch["input_ids"])
+
+
+@pytest.mark.parametrize("crop,message", [((0.5,), "takes two shares"), ((0.7, 0.3), "0 < LOW <= HIGH <= 1"),
+                                          ((0.0, 0.5), "0 < LOW <= HIGH <= 1"), ((0.5, 1.2), "got 0.5 1.2")])
+def test_a_crop_outside_zero_to_one_is_refused(crop, message):
+    with pytest.raises(InputError, match=message):
+        check_crop(crop)
 
 
 # ---- the cached loss -----------------------------------------------------------------------------

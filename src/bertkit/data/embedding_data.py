@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -317,3 +318,27 @@ def sts_set(spec: str, encoding: str = "utf-8") -> ScoredPairs:
         raise InputError(f"{spec}: sts needs scored pairs (text<TAB>text<TAB>score), not "
                          f"{'pairs without scores' if shape_of(examples) == 'pairs' else 'plain text'}")
     return ScoredPairs([e.texts[0] for e in examples], [e.texts[1] for e in examples], [e.score for e in examples])
+
+
+# ---- cropped views (SimCSE's views without dropout) ------------------------------------------------
+
+def check_crop(crop: Sequence[float]) -> None:
+    """`--crop LOW HIGH`: two shares of a text's tokens, 0 < LOW <= HIGH <= 1."""
+    if len(crop) != 2:
+        raise InputError(f"--crop takes two shares, LOW HIGH (e.g. 0.3 0.7), not {len(crop)}")
+    low, high = crop
+    if not 0 < low <= high <= 1:
+        raise InputError(f"--crop LOW HIGH needs 0 < LOW <= HIGH <= 1 (shares of a text's tokens), got {low} {high}")
+
+
+def crop_view(ids: Sequence[int], low: float, high: float, rng: random.Random) -> list[int]:
+    """A view of one tokenized text, [CLS] ... [SEP]: a contiguous span of the tokens between them, of a share drawn
+    uniformly from [low, high] of them (at least one token), kept in its [CLS] and [SEP]. Random cropping (Izacard et
+    al., 2022): two views of a text share some of its words, not all, so what makes them alike is what the text is
+    about more than its exact wording."""
+    body = ids[1:-1]
+    if not body:
+        return list(ids)
+    keep = min(len(body), max(1, round(len(body) * rng.uniform(low, high))))
+    start = rng.randrange(len(body) - keep + 1)
+    return [ids[0], *body[start:start + keep], ids[-1]]

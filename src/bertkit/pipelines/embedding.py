@@ -200,6 +200,10 @@ def choose_loss(options: FinetuneOptions, shape: str) -> str:
         raise InputError(f"--loss infonce needs pairs (anchor, positive[, negatives]); {options.train} holds "
                          + ("scored pairs: train them with --loss cosent" if shape == "scored" else
                             "plain text: SimCSE (--loss simcse) makes its pairs from dropout"))
+    if options.crop and loss != "simcse":
+        raise InputError(f"--crop makes SimCSE's two views of a text; {options.train} holds "
+                         f"{'pairs' if shape == 'pairs' else 'scored pairs'}, which train with {loss}: give --loss "
+                         f"simcse to train on their first texts alone")
     return loss
 
 
@@ -262,8 +266,10 @@ def finetune_embedding(options: FinetuneOptions) -> dict[str, Any]:
     declared = read_sentence_config(model_dir)
     pooling = options.pooling or declared.pooling or "mean"
     normalize = declared.normalize if options.normalize is None else options.normalize
+    # simcse reads each row's first text: dropout makes its two views in the model, or the collator crops two
+    text_columns = 1 if loss == "simcse" else len(train[0].texts)
     settings = EmbeddingSettings(loss, pooling, normalize, options.temperature, options.symmetric,
-                                 columns=1 if loss == "simcse" else len(train[0].texts),
+                                 columns=2 if options.crop else text_columns,
                                  cached_batch=options.cached_batch, max_seq_length=declared.max_seq_length)
     select = options.select_best and bool(splits.get("dev"))
     metric, dev = "loss", None
@@ -274,8 +280,7 @@ def finetune_embedding(options: FinetuneOptions) -> dict[str, Any]:
     report.measured.update({"rows": len(train), "shape": shape, "loss": loss})
 
     def featurize(examples: Sequence[EmbeddingExample]) -> list[dict[str, Any]]:
-        # simcse reads only each row's first text (its two views are made by dropout)
-        columns = settings.columns
+        columns = text_columns
         flat = [text for e in examples for text in e.texts[:columns]]
         ids = tokenizer(flat, truncation=True, max_length=options.max_length, return_token_type_ids=False,
                         return_attention_mask=False)["input_ids"]
@@ -284,10 +289,11 @@ def finetune_embedding(options: FinetuneOptions) -> dict[str, Any]:
         return [{"input_ids": ids[i * columns], "texts": ids[i * columns:(i + 1) * columns], "score": e.score}
                 for i, e in enumerate(examples)]
 
-    changes = simcse_dropout(model_dir) if loss == "simcse" else ()
+    # cropped views differ without dropout: the model keeps its own (none for the crammed recipe's)
+    changes = simcse_dropout(model_dir) if loss == "simcse" and not options.crop else ()
     parts = TaskParts(model_class=EmbeddingModelMaker(settings, changes), head={}, train=train,
                       dev=splits.get("dev") or [], featurize=featurize,
-                      collator=EmbeddingCollator(tokenizer.pad_token_id), scorer=lambda examples: dev,
+                      collator=EmbeddingCollator(tokenizer.pad_token_id, options.crop), scorer=lambda examples: dev,
                       metric=metric, report=report, unit="rows", count_items=count_items)
     run = fine_tune(replace(options, select_best=select), parts, model_dir, tokenizer, started)
 
@@ -295,6 +301,7 @@ def finetune_embedding(options: FinetuneOptions) -> dict[str, Any]:
                                "shape": shape, "loss": loss, "pooling": settings.pooling,
                                "normalize": settings.normalize, "temperature": settings.temperature,
                                "symmetric": settings.symmetric, "cached_batch": settings.cached_batch,
+                               "crop": options.crop,
                                "dropout": run.model.config.hidden_dropout_prob,
                                "train_examples": len(train), "steps": run.state.step,
                                "stop_reason": run.state.stop_reason, "train_seconds": run.train_seconds,

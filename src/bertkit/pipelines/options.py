@@ -13,6 +13,7 @@ from typing import Any
 
 from bertkit.data.embedding_data import LOSSES as EMBEDDING_LOSSES
 from bertkit.data.embedding_data import TASK as EMBEDDING_TASK
+from bertkit.data.embedding_data import check_crop
 from bertkit.data.sources import model_names
 from bertkit.data.task_kinds import TASKS
 from bertkit.data.tasks import TRANSLATION_LANGUAGES
@@ -376,6 +377,10 @@ class FinetuneOptions(TrainingOptions):
     temperature: float = option(0.05, "embedding: cosines are divided by it in the loss (0.05: a scale of 20)",
                                 above=0)
     symmetric: bool = option(False, "embedding, infonce: also each positive against all anchors")
+    crop: list[float] | None = option(None, "embedding, simcse: each of a text's two views is a random span of it "
+                                            "keeping a LOW to HIGH share of its tokens (random cropping), not "
+                                            "dropout's copy of the whole text", metavar="SHARE",
+                                      shown="off: dropout makes the views")
     cached_batch: int | None = option(None, "embedding: a cached loss (GradCache) that runs N texts at a time through "
                                             "the encoder, so --batch-size (the negatives) can exceed memory",
                                       metavar="N", shown="off", minimum=1)
@@ -393,6 +398,7 @@ class FinetuneOptions(TrainingOptions):
         if self.task != EMBEDDING_TASK:
             given = [flag for flag, value in (("--loss", self.loss), ("--symmetric", self.symmetric or None),
                                               ("--cached-batch", self.cached_batch), ("--pooling", self.pooling),
+                                              ("--crop", self.crop),
                                               ("--normalize", self.normalize),
                                               ("--temperature", None if self.temperature == 0.05 else 1))
                      if value is not None]
@@ -401,6 +407,10 @@ class FinetuneOptions(TrainingOptions):
                                  f"not {self.task}")
         elif self.symmetric and self.loss not in (None, "infonce"):
             raise InputError(f"--symmetric is for the infonce loss, not {self.loss}")
+        elif self.crop is not None:
+            check_crop(self.crop)
+            if self.loss not in (None, "simcse"):
+                raise InputError(f"--crop makes SimCSE's two views of a text; the {self.loss} loss has none")
         if self.prompt is not None and self.task != "classify":
             raise InputError(f"a prompt template classifies single texts (--task classify), not {self.task!r}")
         if self.label_words is not None and self.prompt is None:

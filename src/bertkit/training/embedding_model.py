@@ -2,7 +2,8 @@
 
 A batch is the texts of B rows, column by column: input_ids (K·B, T) holds the B first texts (anchors), then the
 B second texts (positives), then any hard negatives; `scores` (B,) come with scored pairs. SimCSE's rows have one
-column, which the model runs twice: dropout makes the two views. Each column runs through the encoder trimmed to
+column, which the model runs twice: dropout makes the two views; with cropped views (`crop`) the collator makes two
+columns of each text, and they are the views. Each column runs through the encoder trimmed to
 its own longest text (an anchor is not padded to its document's length), is pooled ([CLS] or the mean of the real
 tokens: `bertkit.models.functional.pool_tokens`, what `encode` runs), and the loss of
 `bertkit.training.embedding_losses` compares the vectors.
@@ -22,6 +23,7 @@ of the uncached loss.
 from __future__ import annotations
 
 import os
+import random
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,6 +32,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from bertkit.data.embedding_data import crop_view
 from bertkit.errors import InputError
 from bertkit.models.bert.modeling import BertModel
 from bertkit.models.functional import pool_tokens
@@ -49,7 +52,8 @@ class EmbeddingSettings:
     normalize: bool = False                     # the saved model declares unit vectors (2_Normalize)
     temperature: float = TEMPERATURE
     symmetric: bool = False                     # infonce both ways
-    columns: int = 2                            # texts per row: 1 (simcse), 2 (pairs, scored), more (negatives)
+    columns: int = 2                            # texts per row: 1 (simcse), 2 (pairs, scored, simcse's cropped
+                                                # views), more (negatives)
     cached_batch: int | None = None             # texts per encoder pass of the cached loss; None: uncached
     max_seq_length: int | None = None           # the length the saved model declares
 
@@ -77,18 +81,28 @@ def count_items(batch: dict[str, Any]) -> dict[str, int]:
 
 class EmbeddingCollator:
     """Features -> a batch of the model's inputs: every feature's texts (`texts`: token ids, anchor first) column by
-    column, padded to the longest, and `score` where the rows are scored pairs. The trainer's seeds are not needed:
-    the only randomness is dropout's."""
+    column, padded to the longest, and `score` where the rows are scored pairs.
 
-    def __init__(self, pad_token_id: int) -> None:
+    `crop=(low, high)` (SimCSE with cropped views) makes two columns of each feature's one text: two random spans
+    (`crop_view`), drawn from the trainer's seed of the example: the same seed crops a run the same way.
+    Otherwise the trainer's seeds are not needed: the only randomness is dropout's."""
+
+    def __init__(self, pad_token_id: int, crop: Sequence[float] | None = None) -> None:
         self.pad_token_id = pad_token_id
+        self.crop = tuple(crop) if crop is not None else None
 
     def __call__(self, features: Sequence[dict[str, Any]], seeds: Sequence[int] | None = None
                  ) -> dict[str, Tensor]:
         if not features:
             raise ValueError("cannot collate an empty batch")
-        columns = len(features[0]["texts"])
-        texts = [feature["texts"][k] for k in range(columns) for feature in features]
+        if self.crop is not None:
+            # (without the trainer's seeds, e.g. a batch made by hand, the crops are drawn afresh)
+            rngs = [random.Random(None if seeds is None else seeds[j]) for j in range(len(features))]
+            views = [[crop_view(f["texts"][0], *self.crop, rng) for _ in range(2)] for f, rng in zip(features, rngs)]
+            texts = [view[k] for k in range(2) for view in views]
+        else:
+            columns = len(features[0]["texts"])
+            texts = [feature["texts"][k] for k in range(columns) for feature in features]
         T = max(len(ids) for ids in texts)
         input_ids = torch.full((len(texts), T), self.pad_token_id, dtype=torch.long)
         attention_mask = torch.zeros((len(texts), T), dtype=torch.long)
