@@ -380,7 +380,7 @@ class FinetuneOptions(TrainingOptions):
     crop: list[float] | None = option(None, "embedding, simcse: each of a text's two views is a random span of it "
                                             "keeping a LOW to HIGH share of its tokens (random cropping), not "
                                             "dropout's copy of the whole text", metavar="SHARE",
-                                      shown="off: dropout makes the views")
+                                      shown="off: dropout makes the views", above=0, maximum=1)
     cached_batch: int | None = option(None, "embedding: a cached loss (GradCache) that runs N texts at a time through "
                                             "the encoder, so --batch-size (the negatives) can exceed memory",
                                       metavar="N", shown="off", minimum=1)
