@@ -288,6 +288,24 @@ def test_evaluate_scores_files_of_each_task(tiny, tmp_path, capsys):
     assert "neither a retrieval dataset (inews) nor a file" in capsys.readouterr().err
 
 
+def test_evaluate_seeds_the_clustering_k_means_as_told(tiny, tmp_path, capsys):
+    data = tmp_path / "classes.tsv"
+    data.write_text("".join(f"{' '.join(random.Random(i).sample(LETTERS, 4))}\t{i % 3}\n" for i in range(30)))
+    model, tokenizer = load_text_model(tiny / "model", "evaluate")
+    by_seed = {}
+    for seed in (None, "0", "3"):
+        assert main(["evaluate", "--model", str(tiny / "model"), "--task", "clustering", "--data", str(data), "--json",
+                     *(["--kmeans-seed", seed] if seed else [])]) == 0
+        by_seed[seed] = json.loads(capsys.readouterr().out)["v_measure"]
+    assert by_seed[None] == by_seed["0"]                                   # seed 0 is the default
+    expected = evaluate_embedding(model, tokenizer, "clustering", str(data), settings=declared_settings(tiny / "model"),
+                                  seed=3)["v_measure"]
+    assert by_seed["3"] == pytest.approx(expected, abs=1e-12) and by_seed["3"] != by_seed["0"]
+    assert main(["evaluate", "--model", str(tiny / "model"), "--task", "retrieval", "--data", str(tiny / "test.tsv"),
+                 "--kmeans-seed", "1"]) == 2
+    assert "--kmeans-seed seeds the clustering's k-means; --task retrieval has none" in capsys.readouterr().err
+
+
 # ---- the built-in sets ---------------------------------------------------------------------------
 
 @pytest.mark.network
