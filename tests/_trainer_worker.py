@@ -142,7 +142,8 @@ def main(argv: list[str] | None = None) -> int:
     if opts.mode == "run":  # dropout on, so the RNG state must be restored for an exact resume
         model = build_model(dropout=0.1)
         args = TrainingArguments(output_dir=opts.out, max_steps=opts.max_steps, batch_size=8, learning_rate=3e-3,
-                                 warmup_steps=2, save_every=opts.save_every, log_every=1, progress=False, seed=7)
+                                 warmup_steps=2, save_every=opts.save_every, log_every=1, progress=False, seed=7,
+                                 device="cpu")
         trainer = Trainer(model, args, make_dataset(40), collate_or_die, count_items=count_items,
                           tokenizer=TinyTokenizer())
     else:  # a test that times out sends SIGUSR1 to learn where each process waits
@@ -150,7 +151,7 @@ def main(argv: list[str] | None = None) -> int:
         model = build_model(dropout=0.0)
         args = TrainingArguments(output_dir=opts.out, max_steps=opts.max_steps, batch_size=12,
                                  gradient_accumulation_steps=opts.accumulation, learning_rate=1e-2,
-                                 log_every=1, progress=False, seed=3)
+                                 log_every=1, progress=False, seed=3, device="cpu")  # gloo, beside a GPU too
         trainer = Trainer(model, args, make_dataset(30), collate, count_items=count_items)
     trainer.train(resume=opts.resume)
     return 0

@@ -9,6 +9,7 @@ import pytest
 from bertkit.cli import main
 from bertkit.pipelines import pretrain, translation, vision
 from bertkit.training import budget
+from bertkit.utils.devices import resolve_device
 from test_finetune import letters_model  # noqa: F401  (module fixtures: each command's tiny data)
 from test_pretrain_cli import pretrain_args, workspace  # noqa: F401
 from test_qa_cli import ws  # noqa: F401
@@ -16,7 +17,8 @@ from test_translation import numerals_tsv, tiny_corpus  # noqa: F401
 from test_vision_cli import TINY, _make_folder
 
 STEP = 0.5        # seconds a step, as if timed
-MINUTES = 0.05    # 3 seconds: 0.9 * 3 / 0.5 = 5.4 steps before any evaluation
+MINUTES = 0.05    # 3 seconds: 0.9 * 3 / 0.5 = 5.4 steps before any evaluation (on the CPU)
+KEEP = 1 - budget.reserve_for(resolve_device("auto"))   # the share of a budget a run plans to fill: 0.9 on the CPU
 
 
 @pytest.fixture
@@ -26,7 +28,9 @@ def plans(monkeypatch):
     rule = budget.steps_for_budget
 
     def recorded(seconds_per_step, **kwargs):
-        assert set(kwargs) <= {"minutes", "overhead"}  # the budget as given; the default reserve for every command
+        # the budget as given; the reserve of the run's device (`reserve_for`): --device auto's
+        assert set(kwargs) <= {"minutes", "overhead", "reserve"}
+        assert kwargs.get("reserve", budget.RESERVE) == budget.reserve_for(resolve_device("auto"))
         steps = rule(seconds_per_step, **kwargs)
         calls.append((seconds_per_step, kwargs.get("overhead", 0.0), steps))
         return steps
@@ -52,7 +56,7 @@ def test_pretrain_pays_ten_held_out_evaluations(plans, workspace, tmp_path):  # 
     [(step, overhead, steps)] = plans
     instances = overhead / 10 / (STEP / 3) * 8       # each evaluation: its held-out instances in batches of 8
     assert step == STEP and instances > 0 and instances == pytest.approx(round(instances))
-    assert steps == int(0.9 * (12 - overhead) / STEP) > 1
+    assert steps == int(KEEP * (12 - overhead) / STEP) > 1
 
 
 def test_vision_pays_its_validation_passes(plans, tmp_path):
@@ -66,7 +70,7 @@ def test_vision_pays_its_validation_passes(plans, tmp_path):
     assert validation_pass > 0 and overhead == 0.0
     assert step == pytest.approx(STEP + validation_pass / 4)  # or one every 4 steps: a quarter of a pass a step
     report = json.loads((tmp_path / "a" / "report.json").read_text())
-    assert report["planned_steps"] == plans[0][2] == int(0.9 * (3 - ten_passes) / STEP)
+    assert report["planned_steps"] == plans[0][2] == int(KEEP * (3 - ten_passes) / STEP)
 
 
 def test_finetune_and_qa_pay_a_share_of_dev_on_each_step(plans, letters_model, ws, tmp_path):  # noqa: F811
@@ -81,4 +85,5 @@ def test_finetune_and_qa_pay_a_share_of_dev_on_each_step(plans, letters_model, w
     # 300 dev rows in batches of 64 at STEP / 3, every 4000 // 64 // 2 = 31 steps;
     # 12 dev questions in 36 windows in batches of 8, every 48 * 3 // 8 // 2 = 9 steps
     classify, qa = STEP + 300 / 64 * STEP / 3 / 31, STEP + 36 / 8 * STEP / 3 / 9
-    assert plans == [(pytest.approx(classify), 0.0, int(0.9 * 3 / classify)), (pytest.approx(qa), 0.0, 4)]
+    assert plans == [(pytest.approx(classify), 0.0, int(KEEP * 3 / classify)),
+                     (pytest.approx(qa), 0.0, int(KEEP * 3 / qa))]

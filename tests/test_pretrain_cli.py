@@ -143,7 +143,8 @@ def test_resume_after_sigkill_equals_an_uninterrupted_run(workspace, store, tmp_
 def test_torchrun_two_processes_match_one(workspace, store, tmp_path):
     """On a prepared store, each process assembling its own share of every batch: the losses, the held-out metrics
     and the weights of two processes are those of one."""
-    common = ["--max-steps", "4", "--accumulation", "2", "--eval-every", "2"]
+    # on the CPU (gloo) beside a GPU too
+    common = ["--max-steps", "4", "--accumulation", "2", "--eval-every", "2", "--device", "cpu"]
     one = run(["-m", "bertkit", *pretrain_args(workspace, tmp_path / "one", *common, config="tiny-no-dropout.json",
                                                corpus=store)])
     assert one.returncode == 0, one.stderr[-2000:]
@@ -240,10 +241,10 @@ def test_plan_steps_pays_the_held_out_evaluations_first(monkeypatch):
     monkeypatch.setattr(pretrain, "step_seconds", lambda run, hold=(): 0.1)
     held_out = SimpleNamespace(eval_singles=[None] * 480, eval_pairs=[None] * 32)   # 512 held out, 16 batches of 32
     run = SimpleNamespace(data=held_out)
-    options = SimpleNamespace(minutes=1, batch_size=32, eval_every=None)
+    options = SimpleNamespace(minutes=1, batch_size=32, eval_every=None, device="cpu")
     # an evaluation: 16 batches at 0.1 / 3 s = 0.533 s; ten of them: 5.33 s; 0.9 * (60 - 5.33) / 0.1 = 492
     assert pretrain.plan_steps(run, options) == 492
     # every 100 steps: 0.1 + 0.00533 s a step; 0.9 * 60 / 0.10533 = 512.7
-    assert pretrain.plan_steps(run, SimpleNamespace(minutes=1, batch_size=32, eval_every=100)) == 512
+    assert pretrain.plan_steps(run, SimpleNamespace(minutes=1, batch_size=32, eval_every=100, device="cpu")) == 512
     nothing = SimpleNamespace(data=SimpleNamespace(eval_singles=[], eval_pairs=[]))
     assert pretrain.plan_steps(nothing, options) == 540   # nothing held out

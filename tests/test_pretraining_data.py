@@ -180,8 +180,12 @@ def test_collator_static_and_dynamic(tmp_path):
     assert torch.equal(b1["input_ids"], b2["input_ids"])                      # fixed at build time
     T = max(len(i.input_ids) for i in instances)
     assert b1["input_ids"].shape == (4, T) and b1["next_sentence_label"].shape == (4,)
-    assert b1["attention_mask"].sum().item() == sum(len(i.input_ids) for i in instances)
-    assert (b1["labels"][b1["attention_mask"] == 0] == IGNORE_INDEX).all()
+    assert "attention_mask" not in b1                                       # a batch with no padding has no mask
+    built = make_instances(tmp_path, 32, "mlm+nsp", seed=9, masking=SPEC)
+    padded = [max(built, key=lambda i: len(i.input_ids)), min(built, key=lambda i: len(i.input_ids))]
+    b3 = static(padded, [1, 2])
+    assert b3["attention_mask"].sum().item() == sum(len(i.input_ids) for i in padded) < b3["input_ids"].numel()
+    assert (b3["labels"][b3["attention_mask"] == 0] == IGNORE_INDEX).all()
 
     dynamic = PretrainingCollator(PAD, SPEC, dynamic=True)
     d1, d2, d3 = dynamic(instances, [1, 2, 3, 4]), dynamic(instances, [1, 2, 3, 4]), dynamic(instances, [9, 2, 3, 4])

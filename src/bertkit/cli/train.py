@@ -49,7 +49,8 @@ def _cmd_pretrain(args: argparse.Namespace) -> int:
         if missing:
             raise UserError(f"give {', '.join(missing)} (or --resume OUT)")
         # a run that continues an --init model keeps its size: the recipe's gives way
-        recipe = recipe_values(args.recipe or "bert", init=getattr(args, "init", None))
+        recipe = recipe_values(args.recipe or "bert", init=getattr(args, "init", None),
+                               device=getattr(args, "device", None) or "auto")
         options = options_from_args(PretrainOptions, args, base=recipe)
         state = pretrain(options)
         out = options.out
@@ -143,8 +144,10 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     from bertkit.pipelines.demo import OUTPUTS, run_demo
     from bertkit.pipelines.demo_report import margins, table
     from bertkit.pipelines.run_directory import run_directory
+    from bertkit.utils.devices import resolve_device
 
     options = options_from_args(DemoOptions, args)
+    resolve_device(options.device)  # a GPU this machine lacks is refused before anything is fetched or written
     with run_directory(options.out, "bertkit demo", overwrite=options.overwrite, also=OUTPUTS):
         report = run_demo(options, say=lambda line: print(line, flush=True))
     print()

@@ -72,7 +72,7 @@ def pretrain_options(options: DemoOptions, vocab: Path, out: Path) -> PretrainOp
     """Step 4's run, before the plan gives it its steps and seconds."""
     return recipe_options(options.recipe, corpus=pretraining_corpus(options.task), vocab=str(vocab), out=str(out),
                           config=options.pretrain_config, seed=options.seed, progress=options.progress,
-                          max_steps=1, **PRETRAIN)
+                          device=options.device, max_steps=1, **PRETRAIN)
 
 
 def tapt_options(options: DemoOptions, out: Path, steps: int = 2, held: int = 1) -> PretrainOptions:
@@ -81,7 +81,8 @@ def tapt_options(options: DemoOptions, out: Path, steps: int = 2, held: int = 1)
     task = DEMO_TASKS[options.task]
     return PretrainOptions(init="m3e-small", corpus=[task.corpus], out=str(out), max_seq_length=task.max_length,
                            max_steps=steps, freeze_encoder_steps=held, eval_every=max(1, steps // TAPT_EVALS),
-                           seed=options.seed, bf16=options.use_bf16, progress=options.progress, **TAPT)
+                           seed=options.seed, bf16=options.use_bf16, device=options.device, progress=options.progress,
+                           **TAPT)
 
 
 def build_demo_vocab(out: Path, task: str = "thucnews", min_count: int = 3) -> Path:
@@ -118,7 +119,7 @@ def run_demo(options: DemoOptions, say: Callable[[str], Any] = print) -> dict[st
     times = time_work(options, pre_run, tapt_run, vocab, out / "timing")
     spent = time.perf_counter() - started
     plan = make_plan(times, options.minutes * 60, spent, options.budgets, options.seeds,
-                     _train_examples(task.dataset), Machine.here().describe())
+                     _train_examples(task.dataset), machine_line(options.device, Machine.here().describe()))
     for line in plan.lines():
         say(line)
     took["data, vocabulary and timing"] = spent
@@ -141,7 +142,7 @@ def run_demo(options: DemoOptions, say: Callable[[str], Any] = print) -> dict[st
 
     say(f"[6/7] scoring the pretrained BERT zero-shot through the prompt {task.prompt}: no labels, no training")
     clock = time.perf_counter()
-    zero_shot = zero_shot_scores(task, out / "pretrain")
+    zero_shot = zero_shot_scores(task, out / "pretrain", options.device)
     took[ZERO_SHOT_STAGE] = time.perf_counter() - clock
 
     results: dict[tuple[str, int], list[dict]] = {}
@@ -175,14 +176,27 @@ def run_demo(options: DemoOptions, say: Callable[[str], Any] = print) -> dict[st
     return report
 
 
-def zero_shot_scores(task: DemoTask, model: Path) -> dict[str, Any]:
+def machine_line(device: str, cpu: str) -> str:
+    """What the plan and the report say the job ran on: the CPU's line (`cpu`), or the GPU it trained on beside it."""
+    from bertkit.inference.machine import native_bfloat16
+    from bertkit.utils.devices import device_name, resolve_device
+
+    where = resolve_device(device)
+    if where.type == "cpu":
+        return cpu
+    return f"{device_name(where)} ({'native' if native_bfloat16(where) else 'no'} bf16); host {cpu}"
+
+
+def zero_shot_scores(task: DemoTask, model: Path, device: str = "cpu") -> dict[str, Any]:
     """The pretrained BERT's masked-LM head through the task's template and label words, with no training, scored on
     the test split the fine-tuning runs are scored on (0 labels), beside chance (1 / the number of classes)."""
     from bertkit.data.tasks import load_classification
     from bertkit.inference import TruncationWarning, predict
     from bertkit.inference.zero_shot import load_zero_shot_model
+    from bertkit.utils.devices import resolve_device
 
     classifier, tokenizer = load_zero_shot_model(model, task.prompt, task.label_words)
+    classifier.to(resolve_device(device))
     test = load_classification(task.dataset)["test"]
     with warnings.catch_warnings():  # a long text is cut at the fine-tuning runs' length, silently as there
         warnings.filterwarnings("ignore", category=TruncationWarning)
@@ -214,7 +228,7 @@ def _finetune_options(options: DemoOptions, task: DemoTask, run: FinetuneRun, mo
         seed=options.seed + run.seed, bf16=settings.bf16 and options.use_bf16,
         prompt=task.prompt if settings.prompt else None,
         label_words=[f"{label}={word}" for label, word in task.label_words.items()] if settings.prompt else None,
-        progress=False)
+        device=options.device, progress=False)
 
 
 def _finetune(options: DemoOptions, task: DemoTask, run: FinetuneRun, pretrained: Path, tapt: Path) -> dict:

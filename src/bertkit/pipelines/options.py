@@ -41,6 +41,7 @@ from bertkit.pipelines.presets import (
     TRANSLATION_SIZES,
 )
 from bertkit.training.arguments import SCHEDULES
+from bertkit.utils.devices import DEVICE_HELP, check_device
 
 OBJECTIVES = ("mlm+nsp", "mlm+sop", "mlm")  # bertkit.data.pretraining.packing packs instances for each
 MASKINGS = ("static", "dynamic")
@@ -106,8 +107,13 @@ class TrainingOptions(Options):
     minutes: float | None = option(None, "wall-clock budget: time a few steps, plan the steps that fit, stop at "
                                          "the clock at the latest", shown="no limit", above=0)
     bf16: bool = option(False, "bfloat16 autocast")
+    device: str = option("auto", DEVICE_HELP, metavar="DEVICE")
     progress: bool = progress_option()
     overwrite: bool = overwrite_option("the run or model")
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self.device = check_device(self.device)
 
     def require_budget(self) -> None:
         """The one check behind every "give --max-steps or --minutes": a run must know when to stop."""
@@ -132,7 +138,7 @@ class TrainingOptions(Options):
 
 # Options whose names and meaning are TrainingArguments' own: carried over as they are.
 _CARRIED = ("batch_size", "learning_rate", "warmup_ratio", "weight_decay", "lr_schedule", "gradient_accumulation_steps",
-            "bf16", "compile", "save_every", "seed", "group_by_length", "progress", "dataloader_workers")
+            "bf16", "compile", "save_every", "seed", "group_by_length", "progress", "dataloader_workers", "device")
 
 
 @dataclass(kw_only=True)
@@ -188,7 +194,8 @@ class PretrainOptions(TrainingOptions):
     seed: int = option(42, "random seed (data, masking, initialisation)", minimum=0, maximum=2**32 - 1)
     compile: bool = option(False, "torch.compile the model")
     dataloader_workers: int = option(0, "processes that assemble and mask batches while the model computes",
-                                     shown="0: the training process (on 2 cores workers only compete with the model)",
+                                     shown="0: the training process on a CPU (on 2 cores workers only compete with the "
+                                           "model), up to 4 on a GPU",
                                      flag="--loader-workers", minimum=0)
     encoding: str = option("utf-8", "the encoding of the corpus files, e.g. gbk or gb18030")
 
@@ -300,29 +307,31 @@ class MineOptions(Options):
     batch_size: int = option(64, "texts per forward pass", minimum=1)
     seed: int = option(0, "the seed of the draws", minimum=0)
     encoding: str = option("utf-8", "the encoding of --data")
+    device: str = option("auto", DEVICE_HELP, metavar="DEVICE")
     progress: bool = progress_option("the progress bar")
     overwrite: bool = option(False, "replace --out if it exists")
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        self.device = check_device(self.device)
         if self.candidates < self.negatives:
             raise InputError(f"--candidates {self.candidates} must be at least --negatives {self.negatives}: the "
                              "negatives are drawn from the first --candidates documents")
         check_encoding(self.encoding)
 
 
-def recipe_values(name: str, init: str | None = None) -> dict[str, Any]:
-    """The option values of the recipe `name`; bf16 "where native" resolved for this machine. A run that continues
-    an `init` model keeps that model's size: the recipe's gives way."""
+def recipe_values(name: str, init: str | None = None, device: str = "auto") -> dict[str, Any]:
+    """The option values of the recipe `name`; bf16 "where native" resolved for the `device` the run computes on. A
+    run that continues an `init` model keeps that model's size: the recipe's gives way."""
     if name not in PRETRAIN_RECIPES:
         raise InputError(f"recipe {name!r} is not one of {', '.join(PRETRAIN_RECIPES)}")
-    return {k: native_bf16() if v is NATIVE else v for k, v in PRETRAIN_RECIPES[name].items()
+    return {k: native_bf16(device) if v is NATIVE else v for k, v in PRETRAIN_RECIPES[name].items()
             if not (init is not None and k == "config")}
 
 
 def recipe_options(name: str, **given: Any) -> PretrainOptions:
     """PretrainOptions from the recipe `name`, with the `given` values over it."""
-    values = recipe_values(name, given.get("init"))
+    values = recipe_values(name, given.get("init"), given.get("device", "auto"))
     return PretrainOptions(**{**values, **given})
 
 
@@ -620,25 +629,29 @@ class DemoOptions(Options):
                                   names=PRESET_NAMES)
     vocab_min_count: int = option(3, "keep characters seen at least this often in the vocabulary", minimum=1)
     seed: int = option(42, "random seed", minimum=0, maximum=2**32 - 1)
-    bf16: bool | None = option(None, "bfloat16 autocast for m3e-small", shown="when the CPU has native bf16")
+    bf16: bool | None = option(None, "bfloat16 autocast for m3e-small", shown="where the device computes it natively")
+    device: str = option("auto", DEVICE_HELP, metavar="DEVICE")
     progress: bool = progress_option()
     overwrite: bool = overwrite_option("an earlier demo")
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        self.device = check_device(self.device)
         if not self.budgets:
             raise InputError("--budgets needs at least one count of examples (0 = all)")
 
     @property
     def use_bf16(self) -> bool:
-        return native_bf16() if self.bf16 is None else self.bf16
+        return native_bf16(self.device) if self.bf16 is None else self.bf16
 
 
-def native_bf16() -> bool:
-    """Whether this CPU computes bfloat16 natively (AVX512-BF16 / AMX); elsewhere bf16 is emulated and slower."""
+def native_bf16(device: str = "auto") -> bool:
+    """Whether the `device` a run computes on does bfloat16 natively (a CPU with AVX512-BF16 / AMX, a GPU from compute
+    capability 8.0); elsewhere bf16 is emulated and slower, or not there at all."""
     from bertkit.inference.machine import native_bfloat16
+    from bertkit.utils.devices import resolve_device
 
-    return native_bfloat16()
+    return native_bfloat16(resolve_device(device))
 
 
 # ---- vision-train --------------------------------------------------------------------------------

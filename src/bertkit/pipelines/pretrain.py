@@ -23,11 +23,19 @@ from bertkit.models.bert.heads import BertForMaskedLM, BertForPreTraining
 from bertkit.pipelines.options import PretrainOptions
 from bertkit.pipelines.presets import model_config
 from bertkit.pipelines.run_directory import run_directory
-from bertkit.training.budget import EVALUATIONS, forward_seconds, seconds_per_step, steps_for_budget, timing_batches
+from bertkit.training.budget import (
+    EVALUATIONS,
+    forward_seconds,
+    reserve_for,
+    seconds_per_step,
+    steps_for_budget,
+    timing_batches,
+)
 from bertkit.training.checkpointing import check_not_finished
 from bertkit.training.distributed import process_count, process_rank
 from bertkit.training.pretraining_eval import pretraining_eval
-from bertkit.training.trainer import Trainer
+from bertkit.training.trainer import Trainer, loader_workers
+from bertkit.utils.devices import resolve_device
 
 OPTIONS_NAME = "pretrain_options.json"
 
@@ -120,11 +128,16 @@ def init_model(head: type, directory: Path, options: PretrainOptions, vocab_size
 
 
 def step_seconds(run: PretrainingRun, hold: tuple[str, ...] = ()) -> float:
-    """Seconds of one of the run's training steps: its batch assembled and masked, then the model's step, timed on a
-    copy of the model (`seconds_per_step`); `hold`: parameter prefixes held as the trainer holds them."""
+    """Seconds of one of the run's training steps on the device it will train on: its batch assembled and masked,
+    then the model's step, timed on a copy of the model (`seconds_per_step`); `hold`: parameter prefixes held as the
+    trainer holds them. On the CPU one follows the other; on a GPU the data loader's workers assemble the next
+    batches while the GPU computes, so a step costs the slower of the two."""
     batches, assembling = timing_batches(run.data.train_dataset, run.data.collator, run.options.batch_size,
                                          run.options.group_by_length)
-    return assembling + seconds_per_step(run.model, batches, run.options.bf16, hold=hold)
+    device = resolve_device(run.options.device)
+    step = seconds_per_step(run.model, batches, run.options.bf16, hold=hold, device=device)
+    workers = loader_workers(run.options.dataloader_workers, device)
+    return max(step, assembling / workers) if device.type == "cuda" and workers else assembling + step
 
 
 def plan_steps(run: PretrainingRun, options: PretrainOptions) -> int:
@@ -133,9 +146,10 @@ def plan_steps(run: PretrainingRun, options: PretrainOptions) -> int:
     step = step_seconds(run)
     evaluation = (forward_seconds(len(run.data.eval_singles) + len(run.data.eval_pairs), options.batch_size, step)
                   if run.data.eval_singles else 0.0)  # no held-out documents: no evaluation (`eval_fn`)
+    reserve = reserve_for(resolve_device(options.device))
     if options.eval_every:
-        return steps_for_budget(step + evaluation / options.eval_every, minutes=options.minutes)
-    return steps_for_budget(step, minutes=options.minutes, overhead=EVALUATIONS * evaluation)
+        return steps_for_budget(step + evaluation / options.eval_every, minutes=options.minutes, reserve=reserve)
+    return steps_for_budget(step, minutes=options.minutes, overhead=EVALUATIONS * evaluation, reserve=reserve)
 
 
 def pretrain(options: PretrainOptions, resume: bool = False, prepared: PretrainingRun | None = None):
@@ -143,6 +157,7 @@ def pretrain(options: PretrainOptions, resume: bool = False, prepared: Pretraini
     model there is refused unless options.overwrite); returns the trainer's final TrainState. `prepared`: the data
     and model `prepare` made for these options already (the main job times its steps before it trains it); they
     must not have been trained."""
+    resolve_device(options.device)  # a GPU this machine lacks is refused before anything is read or written
     with run_directory(options.out, "bertkit pretrain", overwrite=options.overwrite, resume=resume,
                        main=process_rank() == 0, inputs=options.inputs()):
         out = Path(options.out)

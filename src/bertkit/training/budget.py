@@ -17,6 +17,7 @@ from torch import Tensor, nn
 from bertkit.errors import InputError
 from bertkit.training.memory import keep_freed_memory
 from bertkit.training.schedule import build_optimizer
+from bertkit.utils.devices import bf16_on, synchronize
 
 
 def wall_clock_budget(minutes: float | None) -> dict[str, float | bool | None]:
@@ -26,19 +27,58 @@ def wall_clock_budget(minutes: float | None) -> dict[str, float | bool | None]:
 
 
 def timed_step(model: nn.Module, optimizer: torch.optim.Optimizer, batch: dict[str, Tensor], bf16: bool) -> float:
-    """Seconds of one training step as the Trainer runs it: forward (bf16 autocast if asked), backward, the
-    gradient's norm and clipping, optimizer update."""
+    """Seconds of one training step as the Trainer runs it on the CPU: forward (bf16 autocast if asked), backward,
+    the gradient's norm and clipping, optimizer update."""
     keep_freed_memory()  # the allocator the Trainer runs with, so timed steps match trained ones
     start = time.perf_counter()
-    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+    _step(model, optimizer, batch, bf16, read_back=True)
+    return time.perf_counter() - start
+
+
+def _step(model: nn.Module, optimizer: torch.optim.Optimizer, batch: dict[str, Tensor], bf16: bool,
+          read_back: bool) -> None:
+    """One training step as the Trainer runs it, on the device the model is on: the batch's copy there, forward (bf16
+    autocast if asked), backward, the gradient's norm and clipping, the update. On the CPU the Trainer reads the
+    loss and the norm back every step (`read_back`: about 3% of the tiny BERT's step); on a GPU it does not."""
+    device = next(model.parameters()).device
+    if device.type != "cpu":
+        batch = {k: v.pin_memory().to(device, non_blocking=True) if torch.is_tensor(v) else v
+                 for k, v in batch.items()}
+    with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
         loss = model(**batch).loss
     loss.backward()
-    # the Trainer reads the loss and the gradient's norm and clips every step: about 3% of the tiny BERT's step
-    loss.item()
-    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0).item()
+    norm = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    if read_back:
+        loss.item()
+        norm.item()
     optimizer.step()
     optimizer.zero_grad()
-    return time.perf_counter() - start
+
+
+GPU_RUNS = 3  # runs over the timing batches at least: the median of three forgives one disturbed run
+
+
+def _gpu_seconds_per_step(model: nn.Module, optimizer: torch.optim.Optimizer, batches: Sequence[dict[str, Tensor]],
+                          bf16: bool, min_seconds: float, max_timed: int) -> float:
+    """Seconds a step takes on a GPU, as the Trainer runs them: back to back, the host queueing the next step while
+    the GPU computes the last, so a step costs the larger of the two. Timed over runs of consecutive steps (a clock
+    around one step would time the wait for the GPU as well), each run once over every batch, until `min_seconds`
+    have passed or `max_timed` steps, and at least GPU_RUNS times; the median run's mean step."""
+    device = next(model.parameters()).device
+    for batch in batches:  # each shape's kernels chosen and its memory allocated, as a run's first steps do
+        _step(model, optimizer, batch, bf16, read_back=False)
+    runs: list[float] = []
+    timed, spent = 0, 0.0
+    while len(runs) < GPU_RUNS or (spent < min_seconds and timed < max_timed):
+        synchronize(device)
+        start = time.perf_counter()
+        for batch in batches:
+            _step(model, optimizer, batch, bf16, read_back=False)
+        synchronize(device)
+        elapsed = time.perf_counter() - start
+        runs.append(elapsed / len(batches))
+        timed, spent = timed + len(batches), spent + elapsed
+    return statistics.median(runs)
 
 
 def length_probes(lengths: Sequence[int], batch_size: int, quantiles: Sequence[float]) -> list[list[int]]:
@@ -71,8 +111,10 @@ def mean_step_seconds(times_per_batch: Iterable[Sequence[float]]) -> float:
 
 
 def seconds_per_step(model: nn.Module, batches: Sequence[dict[str, Tensor]], bf16: bool = False,
-                     hold: Sequence[str] = (), min_seconds: float = 2.0, max_timed: int = 20) -> float:
-    """Seconds a training step of `model` takes over `batches`, timed on a copy of it.
+                     hold: Sequence[str] = (), min_seconds: float = 2.0, max_timed: int = 20,
+                     device: Any = None) -> float:
+    """Seconds a training step of `model` takes over `batches`, timed on a copy of it on `device`, the device the
+    run will train on (default: where `model` is), with the precision it will have there (`bf16_on`).
 
     The first two steps only warm caches and the allocator up (they run slower than the rest); then the
     batches are cycled until every one was timed and `min_seconds` have passed (or `max_timed` steps),
@@ -81,11 +123,18 @@ def seconds_per_step(model: nn.Module, batches: Sequence[dict[str, Tensor]], bf1
     """
     if not batches:
         raise InputError("timing training steps needs at least one batch")
-    probe = copy.deepcopy(model).train()
+    device = next(model.parameters()).device if device is None else torch.device(device)
+    bf16 = bf16_on(device, bf16)
+    probe = copy.deepcopy(model).to(device).train()
     for name, parameter in probe.named_parameters():
         if name.startswith(tuple(hold)):
             parameter.requires_grad_(False)
     optimizer = build_optimizer(probe, 1e-6, 0.01)  # the trainer's (fused) AdamW, over what it trains
+    if device.type != "cpu":
+        seconds = _gpu_seconds_per_step(probe, optimizer, batches, bf16, min_seconds, max_timed)
+        del probe, optimizer
+        torch.cuda.empty_cache()  # the probe's copy and its optimizer's moments: the run gets its memory back
+        return seconds
     times: dict[int, list[float]] = {}
     step, timed, spent = 0, 0, 0.0
     while timed < min(max_timed, len(batches)) or (spent < min_seconds and timed < max_timed):
@@ -98,8 +147,16 @@ def seconds_per_step(model: nn.Module, batches: Sequence[dict[str, Tensor]], bf1
 
 
 # The share of a time budget every plan keeps back for what no probe measures (step times spread around the timed
-# ones, logging, checkpoint saves); `steps_for_budget` says how it is applied.
+# ones, logging, checkpoint saves); `steps_for_budget` says how it is applied. A GPU's steps, timed back to back on
+# the device itself, vary by a percent or two where a CPU's (shared with everything else the machine runs) vary by
+# ten: a GPU run keeps back GPU_RESERVE (`reserve_for`).
 RESERVE = 0.1
+GPU_RESERVE = 0.04
+
+
+def reserve_for(device: Any) -> float:
+    """The share of a budget a run on `device` keeps back: RESERVE on the CPU, GPU_RESERVE on a GPU."""
+    return GPU_RESERVE if device is not None and torch.device(device).type == "cuda" else RESERVE
 # The evaluations of a run that evaluates once a tenth of the run (`TrainingOptions.training_arguments` without an
 # `--eval-every`): ten, whatever its steps, so a fixed overhead.
 EVALUATIONS = 10
@@ -147,11 +204,12 @@ def forward_seconds(examples: int, batch_size: int, seconds_per_step: float) -> 
 
 def planned_steps(model: nn.Module, features: Sequence[Any], collate: Callable[[list[Any]], dict[str, Tensor]],
                   batch_size: int, max_steps: int, minutes: float | None, bf16: bool = False,
-                  group_by_length: bool = True, eval_examples: int = 0, eval_every: int = 1) -> int:
+                  group_by_length: bool = True, eval_examples: int = 0, eval_every: int = 1,
+                  device: Any = None) -> int:
     """`max_steps`, or fewer when `minutes` is given and fewer fit: a fine-tuning run's schedule sized to its time
     budget, so that it decays fully. Batches of like lengths are timed at each quartile of the lengths (the run
     groups them so), plain batches otherwise. A run that evaluates `eval_examples` every `eval_every` steps pays
-    a share of that evaluation on each step (`forward_seconds`)."""
+    a share of that evaluation on each step (`forward_seconds`). The steps are timed on `device`, the run's."""
     if not minutes:
         return max_steps
     from bertkit.training.trainer import example_length
@@ -162,9 +220,9 @@ def planned_steps(model: nn.Module, features: Sequence[Any], collate: Callable[[
         probes = [collate([features[i] for i in batch]) for batch in length_probes(lengths, B, (0.25, 0.5, 0.75))]
     else:
         probes = [collate(list(features[i * B:(i + 1) * B])) for i in range(3) if features[i * B:(i + 1) * B]]
-    step = seconds_per_step(model, probes, bf16)
+    step = seconds_per_step(model, probes, bf16, device=device)
     step += forward_seconds(eval_examples, B, step) / eval_every
-    return min(max_steps, steps_for_budget(step, minutes=minutes))
+    return min(max_steps, steps_for_budget(step, minutes=minutes, reserve=reserve_for(device)))
 
 
 def steps_per_epoch(examples: int, batch_size: int, what: str = "examples") -> int:

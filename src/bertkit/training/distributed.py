@@ -14,6 +14,8 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from bertkit.utils.devices import resolve_device
+
 
 @dataclass
 class Distributed:
@@ -82,21 +84,20 @@ def process_count() -> int:
 
 
 def setup_distributed(device: str | None = None) -> Distributed:
-    """Read torchrun's environment, pick the device and join the process group (gloo on CPU, nccl on CUDA)."""
+    """Read torchrun's environment, pick the device (`bertkit.utils.devices.resolve_device`: under torchrun each
+    process on its own GPU, LOCAL_RANK's) and join the process group (nccl on CUDA, bound to that GPU; gloo on CPU)."""
     world_size = process_count()
     rank = process_rank()
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
-    if device is None:
-        device = "cuda" if torch.cuda.is_available() else "cpu"
-    dev = torch.device(device)
-    if dev.type == "cuda" and dev.index is None:
-        dev = torch.device("cuda", local_rank if world_size > 1 else torch.cuda.current_device())
+    dev = resolve_device(device)
     if dev.type == "cuda":
         torch.cuda.set_device(dev)
     info = Distributed(rank=rank, world_size=world_size, local_rank=local_rank, device=dev)
     if world_size > 1 and not dist.is_initialized():
-        backend = "nccl" if dev.type == "cuda" else "gloo"
-        dist.init_process_group(backend=backend, rank=rank, world_size=world_size)
+        if dev.type == "cuda":  # device_id: NCCL binds to this GPU now, not to one it guesses from the rank
+            dist.init_process_group(backend="nccl", rank=rank, world_size=world_size, device_id=dev)
+        else:
+            dist.init_process_group(backend="gloo", rank=rank, world_size=world_size)
         info.created_group = True
     elif world_size > 1 and dist.get_world_size() != world_size:
         raise RuntimeError(f"process group has {dist.get_world_size()} processes but WORLD_SIZE={world_size}")

@@ -17,6 +17,7 @@ import math
 import os
 import random
 import time
+import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
@@ -32,10 +33,11 @@ from bertkit.training.arguments import TrainingArguments, TrainState
 from bertkit.training.distributed import Distributed, average_gradients, setup_distributed
 from bertkit.training.memory import keep_freed_memory
 from bertkit.training.schedule import build_optimizer, build_scheduler
+from bertkit.utils.devices import bf16_on
 from bertkit.utils.rng import mix
 
 __all__ = ["Trainer", "TrainingArguments", "TrainState", "TrainingError", "example_length", "example_seed",
-           "length_grouped"]
+           "length_grouped", "loader_workers"]
 
 logger = logging.getLogger(__name__)
 
@@ -108,6 +110,20 @@ class _Steps(torch.utils.data.Dataset):
             return self.start + k, err  # it again with its worker's traceback in the message; a bug keeps that)
 
 
+# Worker processes that collate a GPU run's batches when the run does not say how many (`dataloader_workers` 0): the
+# host's collation of a small model's batch takes as long as the GPU's step, so done inline it halves the speed. At
+# most half the cores, so the process that drives the GPU keeps one.
+GPU_LOADER_WORKERS = 4
+
+
+def loader_workers(requested: int, device: torch.device) -> int:
+    """Processes that collate batches for a run on `device`: as requested, or on a GPU, when the run asked for none,
+    GPU_LOADER_WORKERS (at most half the cores); on the CPU none, as they would take cores from the model."""
+    if requested or device.type != "cuda":
+        return requested
+    return max(1, min(GPU_LOADER_WORKERS, (os.cpu_count() or 2) // 2))
+
+
 def _one_thread(_: int) -> None:
     torch.set_num_threads(1)  # a worker collates; the model's threads are the main process's
 
@@ -116,9 +132,10 @@ def _field(output: Any, name: str) -> Any:
     return output.get(name) if isinstance(output, Mapping) else getattr(output, name, None)
 
 
-def _count_tokens(batch: Mapping[str, Any]) -> torch.Tensor | int:
+def _count_tokens(batch: Mapping[str, Any]) -> int:
+    """Real (unpadded) tokens of a batch, counted on its host copy."""
     if "attention_mask" in batch:
-        return batch["attention_mask"].sum()
+        return int(batch["attention_mask"].sum())
     return int(batch["input_ids"].numel()) if "input_ids" in batch else 0
 
 
@@ -174,6 +191,7 @@ class Trainer:
         self._perm_epoch, self._perm, self._order = -1, np.empty(0, dtype=np.int64), None
         self._loaded: Iterator | None = None
         self._warned_no_sums = False
+        self.bf16 = args.bf16  # as the device allows it, once train() knows the device (`bf16_on`)
         self._example_lengths: np.ndarray | None = None
 
     # ---- data ------------------------------------------------------------------------------------
@@ -219,50 +237,71 @@ class Trainer:
         return out
 
     def _micro_batches(self, step: int) -> list[tuple[int, dict[str, Any]]]:
-        """This process's micro-batches of a step, collated and on the device, as (num_examples, batch): from the
-        data loader's workers when they run (`dataloader_workers`), else collated now."""
+        """This process's micro-batches of a step, collated on the CPU, as (num_examples, batch): from the data
+        loader's workers when they run (`dataloader_workers`), else collated now."""
         if self._loaded is not None:
             loaded_step, micro = next(self._loaded)
             if loaded_step != step:
                 raise RuntimeError(f"the data loader gave step {loaded_step} for step {step}")
             if isinstance(micro, BertkitError):
                 raise micro
-        else:
-            micro = self.collated(step)
-        return [(size, {k: v.to(self.dist.device, non_blocking=True) if torch.is_tensor(v) else v
-                        for k, v in batch.items()}) for size, batch in micro]
+            return micro
+        return self.collated(step)
+
+    def _to_device(self, batch: dict[str, Any]) -> dict[str, Any]:
+        """`batch` on this process's device. To a GPU from page-locked memory and without waiting: the copy overlaps
+        the step the GPU is still computing, and the host goes on to collate the next batch."""
+        device = self.dist.device
+        if device.type != "cuda":
+            return {k: v.to(device) if torch.is_tensor(v) else v for k, v in batch.items()}
+        return {k: (v if v.is_pinned() else v.pin_memory()).to(device, non_blocking=True) if torch.is_tensor(v)
+                else v for k, v in batch.items()}
 
     def _loader(self, start: int) -> Iterator[tuple[int, list[tuple[int, dict[str, Any]]]]] | None:
         """Worker processes that collate steps start, start + 1, ... while the model computes (each step's batches
         are a pure function of the step, so the order and a resume are the same as without them), or None."""
-        if not self.args.dataloader_workers or start >= self.total_steps:
+        workers = loader_workers(self.args.dataloader_workers, self.dist.device)
+        if not workers or start >= self.total_steps:
             return None
         from torch.utils.data import DataLoader
 
         # a generator of its own: a loader seeds its workers from the one it is given, by default torch's global one,
         # and a draw from that would shift the dropout of every step after it (and differently after a resume)
-        loader = DataLoader(_Steps(self, start), batch_size=None, num_workers=self.args.dataloader_workers,
-                            prefetch_factor=2, worker_init_fn=_one_thread,
+        loader = DataLoader(_Steps(self, start), batch_size=None, num_workers=workers,
+                            prefetch_factor=2, worker_init_fn=_one_thread, pin_memory=self.dist.device.type == "cuda",
                             generator=torch.Generator().manual_seed(self.args.seed))
-        return iter(loader)
+        with warnings.catch_warnings():
+            # Python warns that forking a process with threads (CUDA's) can deadlock the child; the workers only
+            # collate on the CPU and never touch CUDA, as torch's data loaders always have
+            warnings.filterwarnings("ignore", message=r".*use of fork\(\) may lead to deadlocks",
+                                    category=DeprecationWarning)
+            return iter(loader)
 
     # ---- one optimizer step ----------------------------------------------------------------------
 
     def _global_counts(self, micro: list[tuple[int, dict[str, Any]]]) -> tuple[list[str], list[float]]:
-        """Loss terms and their item counts over the whole global batch (all micro-batches, all processes)."""
+        """Loss terms and their item counts over the whole global batch (all micro-batches, all processes), counted
+        on the host copies of the batches: reading a count back from a GPU would wait for the GPU."""
         if self.count_items is None:
             return [], []
         counts = [self.count_items(batch) for _, batch in micro]
         terms = sorted(counts[0])
         local = torch.tensor([[float(c[t]) for t in terms] for c in counts], dtype=torch.float64)
+        if not self.dist.enabled:
+            return terms, local.sum(0).tolist()
         return terms, self.dist.all_reduce_sum(local.sum(0).to(self.dist.device)).tolist()
 
-    def _train_step(self, step: int) -> dict[str, Any]:
-        """Forward/backward over all micro-batches of `step`, then clip and update; returns its statistics."""
+    def _train_step(self, step: int) -> tuple[torch.Tensor, float, list[str]]:
+        """Forward/backward over all micro-batches of `step`, then clip and update. Returns the step's statistics as
+        one float64 tensor on the device, (loss, examples, tokens, gradient norm, then each loss term's mean if the
+        loss is exact over the global batch), the learning rate it used, and the names of those terms. Nothing here
+        reads a value back from the device: on a GPU the host queues the step and moves on (`_settle` reads them)."""
         args, dist = self.args, self.dist
-        micro = self._micro_batches(step)
-        terms, totals = self._global_counts(micro)
-        autocast = torch.autocast(dist.device.type, dtype=torch.bfloat16, enabled=args.bf16)
+        cpu_micro = self._micro_batches(step)
+        terms, totals = self._global_counts(cpu_micro)
+        tokens = sum(_count_tokens(batch) for _, batch in cpu_micro)
+        micro = [(size, self._to_device(batch)) for size, batch in cpu_micro]
+        autocast = torch.autocast(dist.device.type, dtype=torch.bfloat16, enabled=self.bf16)
         # loss, examples, tokens, then each term's mean loss; summed over micro-batches, then processes
         stats = torch.zeros(3 + len(terms), dtype=torch.float64, device=dist.device)
         exact = bool(terms)
@@ -271,26 +310,31 @@ class Trainer:
             exact = self._forward_backward(micro, terms, totals, stats, exact, autocast)
         if dist.enabled and self._wrapped is self.model:  # a model DistributedDataParallel does not wrap
             average_gradients(self.model)
-        stats = dist.all_reduce_sum(stats).cpu()
-        loss_value = stats[0].item()
+        stats[1] += sum(size for size, _ in micro)
+        stats[2] += tokens
+        stats = dist.all_reduce_sum(stats)
         lr = self.optimizer.param_groups[0]["lr"]
-        if not math.isfinite(loss_value):
-            self._fail(step + 1, f"loss is {loss_value}")
         if held:  # held fixed: no gradient, so AdamW neither moves nor decays them
             for p in self.frozen:
                 p.grad = None
         max_norm = args.max_grad_norm or math.inf
-        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), max_norm).item()
-        if not math.isfinite(grad_norm):
-            self._fail(step + 1, f"gradient norm is {grad_norm}")
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), max_norm)
+        if dist.device.type == "cpu":
+            # reading back is free on the CPU: stop before an update with a non-finite loss or gradient reaches the
+            # weights. A GPU's steps are checked as they are read back, every log_every steps (`_settle`), and
+            # nothing is evaluated or saved before they are.
+            self._check_step(step + 1, stats[0].item(), grad_norm.item())
         self.optimizer.step()
         self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
-        result = {"loss": loss_value, "lr": lr, "grad_norm": grad_norm,
-                  "examples": int(stats[1].item()), "tokens": int(stats[2].item())}
-        if exact:
-            result.update({f"loss_{t}": stats[3 + j].item() for j, t in enumerate(terms)})
-        return result
+        values = torch.cat([stats[:3], grad_norm.detach().to(stats).reshape(1), stats[3:]])
+        return values, lr, terms if exact else []
+
+    def _check_step(self, step: int, loss: float, grad_norm: float) -> None:
+        if not math.isfinite(loss):
+            self._fail(step, f"loss is {loss}")
+        if not math.isfinite(grad_norm):
+            self._fail(step, f"gradient norm is {grad_norm}")
 
     @contextmanager
     def _holding(self, held: bool) -> Iterator[None]:
@@ -341,8 +385,6 @@ class Trainer:
                 if loss.requires_grad:  # not when every parameter the loss reaches is held
                     (loss * dist.world_size).backward()
             stats[0] += loss.detach().double()
-            stats[1] += size
-            stats[2] += _count_tokens(batch)
         return exact
 
     def _follow_clock(self, step: int, seconds: float) -> None:
@@ -385,7 +427,7 @@ class Trainer:
         metrics: dict[str, float] = {}
         if self.dist.is_main:
             self.model.eval()
-            autocast = torch.autocast(self.dist.device.type, dtype=torch.bfloat16, enabled=self.args.bf16)
+            autocast = torch.autocast(self.dist.device.type, dtype=torch.bfloat16, enabled=self.bf16)
             try:
                 with torch.no_grad(), autocast:
                     raw = self.eval_fn(self.model)
@@ -505,6 +547,7 @@ class Trainer:
         keep_freed_memory()
         self.dist = setup_distributed(args.device)
         dist = self.dist
+        self.bf16 = bf16_on(dist.device, args.bf16)
         try:
             if args.batch_size < dist.world_size * args.gradient_accumulation_steps:
                 raise InputError(f"batch_size {args.batch_size} is smaller than processes × accumulation steps "
@@ -538,6 +581,7 @@ class Trainer:
                    disable=not (args.progress and dist.is_main))
         run_start, seconds_before = time.perf_counter(), state.seconds
         window: dict[str, float] = {}  # sums over the steps since the last log record
+        pending: list[tuple[torch.Tensor, float, list[str], float]] = []  # steps not yet read back from the device
         self._loaded = self._loader(state.step)
         try:
             while state.stop_reason is None:
@@ -545,20 +589,19 @@ class Trainer:
                     state.stop_reason = "max_steps"
                     break
                 started = time.perf_counter()
-                stats = self._train_step(state.step)
-                stats["seconds"] = time.perf_counter() - started  # throughput excludes evaluation and saving
+                values, lr, terms = self._train_step(state.step)
                 state.step += 1
                 state.epoch, state.position = divmod(state.step, self.steps_per_epoch)
-                state.examples += stats["examples"]
-                state.tokens += stats["tokens"]
-                state.losses.append(stats["loss"])
+                # throughput excludes evaluation and saving; on a GPU the host's clock runs a little ahead of the
+                # GPU between read-backs, and catches up at each one
+                pending.append((values, lr, terms, time.perf_counter() - started))
                 state.seconds = seconds_before + time.perf_counter() - run_start
-                for key, value in {**stats, "steps": 1}.items():
-                    window[key] = window.get(key, 0.0) + value
                 bar.update(1)
-                if args.max_seconds is not None:  # every process must agree on the clock: the mean of theirs
-                    clock = torch.tensor([state.seconds], dtype=torch.float64, device=dist.device)
-                    clock = dist.all_reduce_sum(clock).item() / dist.world_size
+                if args.max_seconds is not None:
+                    clock = state.seconds
+                    if dist.enabled:  # every process must agree on the clock: the mean of theirs
+                        clock = dist.all_reduce_sum(torch.tensor([clock], dtype=torch.float64,
+                                                                 device=dist.device)).item() / dist.world_size
                     if clock >= args.max_seconds:
                         state.stop_reason = "max_seconds"
                     elif args.time_aware_schedule:
@@ -566,9 +609,14 @@ class Trainer:
                 final = state.step >= self.total_steps or state.stop_reason is not None
                 evaluate = self.eval_fn is not None and (
                     final or (args.eval_every is not None and state.step % args.eval_every == 0))
-                if evaluate or final or (args.save_every and state.step % args.save_every == 0):
+                save = bool(args.save_every) and (state.step % args.save_every == 0 or final)
+                log = evaluate or final or state.step % args.log_every == 0
+                if log or save:
+                    stats = self._settle(state, pending, window)
+                    state.seconds = seconds_before + time.perf_counter() - run_start
+                if evaluate or final or save:
                     self._check_weights(state.step)  # nothing is scored or saved from a diverged model
-                if evaluate or final or state.step % args.log_every == 0:
+                if log:
                     record = self._record(state, stats, window)
                     window = {}
                     if evaluate:
@@ -582,8 +630,9 @@ class Trainer:
                             self._update_best(state, metrics)
                     self._log(state, record)
                     bar.set_postfix(loss=f"{record['loss']:.4f}", lr=f"{stats['lr']:.2e}")
-                final = state.step >= self.total_steps or state.stop_reason is not None
+                final = state.step >= self.total_steps or state.stop_reason is not None  # early stopping
                 if args.save_every and (state.step % args.save_every == 0 or final):
+                    self._settle(state, pending, window)
                     self._save(state)
         finally:
             self._loaded = None  # stops the data loader's workers, if any
@@ -601,6 +650,31 @@ class Trainer:
                              "total_steps": self.total_steps})
         dist.barrier()
         return state
+
+    def _settle(self, state: TrainState, pending: list[tuple[torch.Tensor, float, list[str], float]],
+                window: dict[str, float]) -> dict[str, Any]:
+        """Read the statistics of the steps in `pending` back from the device in one copy (on a GPU the only wait
+        for it between logs), check each step's loss and gradient norm in order, and add them to `state` and
+        `window`; `pending` is emptied. Returns the last step's statistics."""
+        if not pending:
+            return {}
+        first = state.step - len(pending) + 1
+        waited = time.perf_counter()
+        rows = torch.stack([values for values, *_ in pending]).cpu().tolist()
+        # the steps' own seconds are the host's, which queued them; the wait here is the rest of the GPU's
+        window["seconds"] = window.get("seconds", 0.0) + time.perf_counter() - waited
+        stats: dict[str, Any] = {}
+        for k, (row, (_, lr, terms, seconds)) in enumerate(zip(rows, pending)):
+            self._check_step(first + k, row[0], row[3])
+            stats = {"loss": row[0], "lr": lr, "grad_norm": row[3], "examples": int(row[1]), "tokens": int(row[2]),
+                     "seconds": seconds, **{f"loss_{t}": row[4 + j] for j, t in enumerate(terms)}}
+            state.examples += stats["examples"]
+            state.tokens += stats["tokens"]
+            state.losses.append(stats["loss"])
+            for key, value in {**stats, "steps": 1}.items():
+                window[key] = window.get(key, 0.0) + value
+        pending.clear()
+        return stats
 
     def _record(self, state: TrainState, stats: dict[str, Any], window: dict[str, float]) -> dict[str, Any]:
         """The metrics.jsonl record of this step: losses averaged over the steps since the last record."""
