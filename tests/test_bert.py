@@ -44,6 +44,41 @@ def test_padding_does_not_change_real_tokens():
     assert_close(a, b[:, :3], rtol=1e-6)
 
 
+def test_packed_batch_is_the_padded_batch_without_its_padding():
+    """`unpad` (a GPU's default for padded batches): the real tokens alone, packed, through every layer's
+    projections and feed-forward (attention puts them back side by side). Forward and backward equal the padded
+    computation at real tokens, in float64 to 1e-10; padded positions come out as zeros. With dropout the two draw
+    their masks differently, so it is off here."""
+    from bertkit.models.bert.heads import BertForPreTraining
+
+    torch.manual_seed(0)
+    model = BertForPreTraining(BertConfig(**TINY)).double().train()
+    ids = torch.randint(5, 50, (3, 9))
+    mask = torch.ones(3, 9, dtype=torch.long)
+    mask[0, 6:], mask[2, 3:] = 0, 0
+    labels = torch.full((3, 9), -100)
+    labels[0, 2], labels[1, 8], labels[2, 1] = 7, 3, 9
+    runs = {}
+    for unpad in (False, True):
+        model.bert.unpad = unpad
+        model.zero_grad()
+        out = model(ids, mask, labels=labels)
+        out.loss.backward()
+        runs[unpad] = (out, model.bert(ids, mask).last_hidden_state,
+                       {name: p.grad.clone() for name, p in model.named_parameters() if p.grad is not None})
+    (padded, hidden, grads), (packed, packed_hidden, packed_grads) = runs[False], runs[True]
+    exact = dict(atol=1e-10, rtol=0)
+    torch.testing.assert_close(packed.loss, padded.loss, **exact)
+    torch.testing.assert_close(packed_hidden[mask.bool()], hidden[mask.bool()], **exact)
+    assert packed_hidden[~mask.bool()].abs().max() == 0 and hidden[~mask.bool()].abs().max() > 0
+    assert packed_grads.keys() == grads.keys() and len(grads) > 20
+    for name, grad in grads.items():
+        torch.testing.assert_close(packed_grads[name], grad, **exact, msg=name)
+    model.bert.unpad = True  # a batch with nothing padded runs as it is, with no mask
+    full = model.bert(ids, torch.ones_like(ids)).last_hidden_state
+    torch.testing.assert_close(full, model.bert(ids).last_hidden_state, **exact)
+
+
 @pytest.mark.parametrize("bad, message", [
     (dict(input_ids=torch.zeros(1, 21, dtype=torch.long)), "longer than the model's 20 positions"),
     (dict(input_ids=torch.zeros(0, 5, dtype=torch.long)), "empty batch"),

@@ -6,6 +6,7 @@ Dimension letters: B batch, T query length, S key length, H heads, D head size, 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -130,6 +131,57 @@ def multi_head_attention(query: Tensor, key: Tensor, value: Tensor, mask: Tensor
     if need_weights:
         return attention(query, key, value, mask, dropout=dropout, training=training)
     return efficient_attention(query, key, value, mask, dropout=dropout, training=training), None
+
+
+@dataclass(frozen=True)
+class PackedSequences:
+    """Where a padded (B, T) batch's real tokens lie once packed into (N, C), padding left out: row i of the packed
+    tensor is position indices[i] of the flattened (B·T) batch. `bias` is the padded batch's additive attention
+    mask, (B, 1, 1, T), for the one step that runs padded: attention."""
+
+    indices: Tensor   # (N,) int64, on the tensor's device
+    batch: int
+    length: int
+    bias: Tensor
+
+
+    @property
+    def padding(self) -> float:
+        """The share of the padded batch that is padding."""
+        return 1 - self.indices.numel() / (self.batch * self.length)
+
+
+# A padded batch runs packed only when at least this share of it is padding: packing costs four copies of the
+# batch's activations a layer (around attention), which the FLOPs it saves must outweigh.
+PACK_MIN_PADDING = 0.1
+
+
+def pack_padded(attention_mask: Tensor, dtype: torch.dtype) -> PackedSequences:
+    """The PackedSequences of a (B, T) 1/0 mask's real tokens; reads their number back from the device.
+
+    x.flatten(0, 1)[indices] packs a padded (B, T, C) batch into (N, C), row after row, and the layers that see one
+    token at a time (the projections, the feed-forward, LayerNorm, dropout) spend no FLOP on padding."""
+    indices = attention_mask.reshape(-1).to(torch.bool).nonzero().squeeze(1)       # (N,)
+    B, T = attention_mask.shape
+    return PackedSequences(indices, B, T, padding_mask_bias(attention_mask, dtype))
+
+
+def packed_attention(query: Tensor, key: Tensor, value: Tensor, packed: PackedSequences, dropout: float = 0.0,
+                     training: bool = False) -> Tensor:
+    """`efficient_attention` of packed sequences: query, key, value (N, H, D) -> (N, H, D).
+
+    Attention is the one step that needs the sequences side by side: the rows go back to their padded places for it
+    (zeros at padding, which the mask hides) and the output comes back packed. The projections around it, most of a
+    layer's FLOPs, ran on the real tokens alone."""
+    N, H, D = query.shape
+    B, T = packed.batch, packed.length
+
+    def padded(x: Tensor) -> Tensor:                                                # (N, H, D) -> (B, H, T, D)
+        return x.new_zeros(B * T, H, D).index_copy(0, packed.indices, x).view(B, T, H, D).transpose(1, 2)
+
+    bias = packed.bias.to(query.dtype) if packed.bias.is_floating_point() else packed.bias
+    out = efficient_attention(padded(query), padded(key), padded(value), bias, dropout, training)    # (B, H, T, D)
+    return out.transpose(1, 2).reshape(B * T, H, D).index_select(0, packed.indices)
 
 
 def mask_value(dtype: torch.dtype) -> float:

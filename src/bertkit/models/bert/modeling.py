@@ -15,7 +15,15 @@ from torch import Tensor, nn
 from bertkit.errors import InputError
 from bertkit.models.bert.configuration import BertConfig
 from bertkit.models.dropout import Dropout
-from bertkit.models.functional import ACT2FN, multi_head_attention, sinusoidal_positions
+from bertkit.models.functional import (
+    ACT2FN,
+    PACK_MIN_PADDING,
+    PackedSequences,
+    multi_head_attention,
+    pack_padded,
+    packed_attention,
+    sinusoidal_positions,
+)
 from bertkit.models.outputs import BertModelOutput
 from bertkit.models.pretrained import PreTrainedModel, check_ids
 
@@ -62,7 +70,13 @@ class BertSelfAttention(nn.Module):
         self.value = nn.Linear(config.hidden_size, config.hidden_size, bias=config.use_bias)
         self.dropout_prob = config.attention_probs_dropout_prob
 
-    def forward(self, x: Tensor, bias: Tensor | None, output_attentions: bool) -> tuple[Tensor, Tensor | None]:
+    def forward(self, x: Tensor, bias: Tensor | PackedSequences | None,
+                output_attentions: bool) -> tuple[Tensor, Tensor | None]:
+        if isinstance(bias, PackedSequences):  # x (N, C): the batch's real tokens, packed (`BertModel.unpad`)
+            N, C = x.shape
+            q, k, v = (linear(x).view(N, self.num_heads, self.head_dim)                     # 3 x (N, H, D)
+                       for linear in (self.query, self.key, self.value))
+            return packed_attention(q, k, v, bias, self.dropout_prob, self.training).reshape(N, C), None
         B, T, C = x.shape
         q, k, v = (linear(x).view(B, T, self.num_heads, self.head_dim).transpose(1, 2)   # 3 x (B, H, T, D)
                    for linear in (self.query, self.key, self.value))
@@ -197,6 +211,11 @@ class BertModel(BertPreTrainedModel):
         self.embeddings = BertEmbeddings(config)
         self.encoder = BertEncoder(config)
         self.pooler = BertPooler(config) if add_pooling_layer else None
+        # Padded batches on a GPU run packed, their padding left out (`packs`, `pack_padded`): the outputs at padded
+        # positions are then zeros, where the padded computation gives vectors nobody reads. None: on a GPU; True:
+        # everywhere (a test's switch: a CPU's batches are sorted by length, so its padding costs little); False:
+        # never.
+        self.unpad: bool | None = None
         self.init_weights()
 
     def forward(self, input_ids: Tensor, attention_mask: Tensor | None = None, token_type_ids: Tensor | None = None,
@@ -207,10 +226,28 @@ class BertModel(BertPreTrainedModel):
         if token_type_ids is None:
             token_type_ids = torch.zeros_like(input_ids)
         x = self.embeddings(input_ids, token_type_ids, position_ids)
+        if self.packs(attention_mask, output_attentions or output_hidden_states):
+            packed = pack_padded(attention_mask, x.dtype)
+            if packed.padding >= PACK_MIN_PADDING:
+                B, T, _ = x.shape
+                h, _, _ = self.encoder(x.flatten(0, 1).index_select(0, packed.indices), packed)     # (N, C)
+                x = h.new_zeros(B * T, h.size(-1)).index_copy(0, packed.indices, h).view(B, T, -1)  # pads: zeros
+                return BertModelOutput(x, self.pooler(x) if self.pooler is not None else None, None, None)
+            if packed.padding == 0:
+                attention_mask = None  # nothing padded: the fused attention's fastest kernel (flash) takes no mask
         bias = self.padding_bias(attention_mask, x.dtype)
         x, hidden_states, attentions = self.encoder(x, bias, output_attentions, output_hidden_states)
         pooled = self.pooler(x) if self.pooler is not None else None
         return BertModelOutput(x, pooled, hidden_states, attentions)
+
+    def packs(self, attention_mask: Tensor | None, per_layer_outputs: bool) -> bool:
+        """Whether this forward may run on the batch's real tokens alone, packed (`unpad`; `pack_padded` decides
+        whether the batch has padding enough to pay): for a forward that asks for no per-layer outputs, outside
+        torch.compile's graphs."""
+        unpad = self.unpad if self.unpad is not None else (attention_mask is not None
+                                                             and attention_mask.device.type == "cuda")
+        return bool(unpad) and attention_mask is not None and not per_layer_outputs and \
+            not torch.compiler.is_compiling()
 
     def _check_inputs(self, input_ids: Tensor, attention_mask: Tensor | None, token_type_ids: Tensor | None) -> None:
         """Clear errors for inputs that would otherwise fail deep inside an embedding lookup, or silently."""
