@@ -175,3 +175,88 @@ def test_explain_takes_a_model_name(tmp_path, capsys):
     model_dir_or_skip("m3e-small")
     assert main(["explain", "attention", "--model", "m3e-small", "--out", str(tmp_path)]) == 0
     assert (tmp_path / "attention.html").is_file() and "attention_layer3.png" in capsys.readouterr().out
+
+
+# ---- --device: the one device rule ---------------------------------------------------------------
+
+DEVICE_COMMANDS = {  # every command that trains or runs a model, with the least it needs besides --device
+    "pretrain": ["--corpus", "c.txt", "--vocab", "v", "--out", "o", "--max-steps", "1"],
+    "finetune": ["--task", "classify", "--model", "nope", "--train", "inews", "--out", "o", "--max-steps", "1"],
+    "translate-train": ["--data", "hsk", "--out", "o", "--max-steps", "1"],
+    "summarize-train": ["--out", "o", "--max-steps", "1"],
+    "lm-train": ["--out", "o", "--max-steps", "1"],
+    "vision-train": ["--data", "mnist", "--out", "o", "--max-steps", "1"],
+    "predict": ["--model", "nope", "text"],
+    "evaluate": ["--model", "nope", "--data", "inews"],
+    "encode": ["--model", "nope", "text"],
+    "serve": ["nope"],
+    "attention": ["--model", "nope", "text"],
+    "explain": ["attention", "--model", "nope"],
+    "translate": ["--model", "nope", "text"],
+    "summarize": ["--model", "nope", "text"],
+    "generate": ["--model", "nope", "text"],
+    "mine-negatives": ["--model", "nope", "--data", "inews-pairs", "--out", "o.tsv"],
+    "demo": ["--out", "o"],
+}
+
+
+@pytest.fixture
+def no_gpu(monkeypatch):
+    """This machine as one without a CUDA GPU, whatever it has."""
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+
+
+@pytest.mark.parametrize("command", sorted(DEVICE_COMMANDS))
+def test_every_command_that_runs_a_model_takes_device(command, capsys):
+    from bertkit.utils.devices import DEVICE_HELP
+
+    with pytest.raises(SystemExit) as stop:
+        main([command, "--help"])
+    assert stop.value.code == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "--device DEVICE" in out and f"{DEVICE_HELP}" in out
+    action = next(a for a in subparsers()[command]._actions if a.dest == "device")
+    assert action.default in ("auto", argparse.SUPPRESS)  # SUPPRESS: a training option, whose dataclass says auto
+    if action.default == argparse.SUPPRESS:
+        assert "(default: auto)" in action.help
+
+
+def test_export_stays_on_the_cpu(capsys):
+    assert "device" not in {a.dest for a in subparsers()["export"]._actions}  # ONNX export traces on the CPU
+
+
+@pytest.mark.parametrize("command", sorted(DEVICE_COMMANDS))
+def test_device_cuda_without_a_gpu_is_one_line_before_any_work(command, no_gpu, capsys, tmp_path, monkeypatch):
+    import torch
+
+    monkeypatch.chdir(tmp_path)
+    assert main([command, *DEVICE_COMMANDS[command], "--device", "cuda"]) == 2
+    assert capsys.readouterr().err == (
+        f"bertkit {command}: error: --device cuda: this machine has no CUDA GPU that torch {torch.__version__} can "
+        "use (torch.cuda.is_available() is False); give --device cpu, or auto\n")
+    assert list(tmp_path.iterdir()) == []  # refused before anything was fetched, read or written
+
+
+@pytest.mark.parametrize("command", ["lm-train", "predict", "encode", "generate", "serve"])
+def test_an_unknown_device_is_refused(command, capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert main([command, *DEVICE_COMMANDS[command], "--device", "gpu0"]) == 2
+    assert capsys.readouterr().err == (f"bertkit {command}: error: --device must be auto, cpu, cuda or cuda:N (N a "
+                                       "GPU number), got 'gpu0'\n")
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("command", ["predict", "evaluate", "encode", "serve"])
+def test_int8_on_a_gpu_is_refused_in_one_line(command, capsys, tmp_path, monkeypatch):
+    import torch
+
+    from bertkit.utils import devices
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(devices, "resolve_device", lambda spec: torch.device("cuda", 0))  # as on a GPU machine
+    assert main([command, *DEVICE_COMMANDS[command], "--dtype", "int8", "--device", "cuda"]) == 2
+    assert capsys.readouterr().err == (
+        f"bertkit {command}: error: --dtype int8 runs on the CPU only; this command runs on cuda:0 (--device cuda): "
+        "give --device cpu for int8, or --dtype bf16 or fp32 on the GPU\n")

@@ -132,12 +132,13 @@ def test_encode_command_takes_dtype_and_warns_in_one_line(tmp_path, model, token
     model.save_pretrained(tmp_path / "m")
     tokenizer.save_pretrained(tmp_path / "m")
     out = tmp_path / "v.npy"
+    # on the CPU, whose bf16 this test is about, beside a GPU too (int8 runs on the CPU anyway)
     assert main(["encode", "--model", str(tmp_path / "m"), "--dtype", "int8", "--out", str(out), *TEXTS[:3]]) == 0
     assert_close(np.load(out), encode(model, tokenizer, TEXTS[:3], dtype="int8"), rtol=1e-6)
     capsys.readouterr()
     monkeypatch.setattr(precision, "native_bfloat16", lambda device="cpu": False)
     assert main(["encode", "--model", str(tmp_path / "m"), "--dtype", "bf16", "--out", str(out), "--overwrite",
-                 *TEXTS[:3]]) == 0
+                 "--device", "cpu", *TEXTS[:3]]) == 0
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("bertkit encode: warning: this CPU does not compute bfloat16"), err
     np.testing.assert_array_equal(np.load(out), encode(model, tokenizer, TEXTS[:3]))
@@ -163,7 +164,7 @@ def test_an_instruction_set_cap_runs_this_machine_as_one_without_native_bfloat16
     monkeypatch.setenv(name, value)
     assert cpu_isa_cap() == f"{name}={value.upper() if name.startswith('ONEDNN') else value}"
     assert not native_bfloat16() and not precision.native_bfloat16()
-    assert recipe_values("crammed")["bf16"] is False and DemoOptions().use_bf16 is False
+    assert recipe_values("crammed", device="cpu")["bf16"] is False and DemoOptions(device="cpu").use_bf16 is False
     assert Machine.here().describe().endswith(f"no native bf16 (held below the CPU's own by {cpu_isa_cap()})")
     with pytest.warns(PrecisionWarning, match="does not compute bfloat16 natively"):
         assert model_dtype(for_inference(BertModel(BertConfig(**TINY)), "bf16")) == "float32"
@@ -186,7 +187,8 @@ def test_a_pretraining_run_under_the_cap_trains_in_float32(tmp_path):
     env = {**os.environ, "ONEDNN_MAX_CPU_ISA": "AVX512_CORE_VNNI", "OMP_NUM_THREADS": "1"}
     done = subprocess.run([sys.executable, "-m", "bertkit", "pretrain", "--recipe", "crammed", "--corpus",
                            str(tmp_path / "corpus.txt"), "--vocab", str(vocab), "--max-steps", "2", "--batch-size",
-                           "4", "--max-seq-length", "16", "--out", str(tmp_path / "run"), "--no-progress"],
+                           "4", "--max-seq-length", "16", "--out", str(tmp_path / "run"), "--no-progress",
+                           "--device", "cpu"],
                           env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     assert json.loads((tmp_path / "run" / "training_args.json").read_text())["bf16"] is False

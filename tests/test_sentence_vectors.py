@@ -182,12 +182,12 @@ def test_the_encode_command_reads_what_the_directory_declares(model, tokenizer, 
     write_sentence_config(tmp_path / "m", SentenceConfig("mean", True, 6), hidden_size=64)
     (tmp_path / "in.txt").write_text("a b c d e f g h i j\nx y\n")
     assert main(["encode", "--model", str(tmp_path / "m"), "--input", str(tmp_path / "in.txt"),
-                 "--out", str(tmp_path / "v.npy")]) == 0
+                 "--out", str(tmp_path / "v.npy"), "--device", "cpu"]) == 0  # where encode() runs, beside a GPU too
     assert "mean pooling, normalized" in capsys.readouterr().out
     expected = encode(model, tokenizer, ["a b c d e f g h i j", "x y"], pooling="mean", normalize=True,
                       max_length=6)
     assert np.abs(np.load(tmp_path / "v.npy") - expected).max() <= 1e-6
     assert main(["encode", "--model", str(tmp_path / "m"), "--input", str(tmp_path / "in.txt"), "--pooling", "cls",
-                 "--no-normalize", "--max-length", "24", "--out", str(tmp_path / "w.npy")]) == 0
+                 "--no-normalize", "--max-length", "24", "--out", str(tmp_path / "w.npy"), "--device", "cpu"]) == 0
     plain = encode(model, tokenizer, ["a b c d e f g h i j", "x y"], pooling="cls", max_length=24)
     assert np.abs(np.load(tmp_path / "w.npy") - plain).max() <= 1e-6

@@ -77,7 +77,7 @@ def test_a_long_input_file_is_encoded_as_a_stream_into_the_npy(model_dir, tmp_pa
     (tmp_path / "in.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
     monkeypatch.setattr(batching, "CHUNK_TEXTS", 6)        # seven chunks
     assert main(["encode", "--model", str(model_dir), "--input", str(tmp_path / "in.txt"), "--out",
-                 str(tmp_path / "v.npy")]) == 0
+                 str(tmp_path / "v.npy"), "--device", "cpu"]) == 0  # where encode() below runs, beside a GPU too
     out, err = capsys.readouterr()
     assert "wrote" in out and "40 vectors of 32" in out and "skipped 2 lines, kept 40" in err
     model = BertForSequenceClassification.from_pretrained(model_dir)

@@ -8,6 +8,7 @@ from collections.abc import Callable
 from typing import Any
 
 from bertkit.errors import InputError
+from bertkit.utils.devices import DEVICE_HELP
 from bertkit.utils.ranges import out_of_range
 
 # A problem with what the user asked for; printed as one line, exit status 2. The library raises the same class.
@@ -66,6 +67,27 @@ def add_long_input_options(p: argparse.ArgumentParser, default: str, what_defaul
     p.add_argument("--chunk-pooling", choices=["mean", "first"], default="mean",
                    help="with --long-inputs chunk: the windows' vectors averaged, weighted by the tokens of the "
                         "text each holds, or the first window's alone (default: mean)")
+
+
+def add_device_option(p: argparse.ArgumentParser, where: str = "") -> None:
+    """`--device auto|cpu|cuda|cuda:N` (bertkit.utils.devices: the one device rule), for the commands that run a
+    model; `command_device(args)` resolves it. `where` says what it applies to, where not to everything."""
+    p.add_argument("--device", default="auto", metavar="DEVICE", help=f"{DEVICE_HELP}{where} (default: auto)")
+
+
+def command_device(args: argparse.Namespace, dtype: str | None = None) -> Any:
+    """The torch device `--device` names on this machine, checked before any work: a spelling bertkit does not know
+    or a GPU the machine lacks is a one-line error, and so is `dtype` int8 (Linear layers in int8, CPU kernels) on a
+    GPU given by name; with auto, int8 runs where it can, on the CPU."""
+    from bertkit.utils.devices import check_device, resolve_device
+
+    if dtype == "int8" and check_device(args.device) == "auto":
+        return resolve_device("cpu")
+    device = resolve_device(args.device)
+    if dtype == "int8" and device.type != "cpu":
+        raise UserError(f"--dtype int8 runs on the CPU only; this command runs on {device} (--device "
+                        f"{args.device}): give --device cpu for int8, or --dtype bf16 or fp32 on the GPU")
+    return device
 
 
 def set_threads(args: argparse.Namespace) -> None:

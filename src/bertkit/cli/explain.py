@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from bertkit.cli.common import MODEL_HELP, UserError, add_command, integer
+from bertkit.cli.common import MODEL_HELP, UserError, add_command, add_device_option, command_device, integer
 from bertkit.cli.texts import add_encoding_option, command_line_texts
 
 # ---- attention -----------------------------------------------------------------------------------
@@ -30,6 +30,7 @@ def _add_attention(sub: argparse._SubParsersAction) -> None:
                                                                 "(default: 128)")
     p.add_argument("--overwrite", action="store_true", help="replace --out and --picture files that exist "
                                                             "(default: refuse)")
+    add_device_option(p)
     add_encoding_option(p, "text")
 
 
@@ -67,6 +68,7 @@ def _cmd_attention(args: argparse.Namespace) -> int:
     from bertkit.pictures.explain.real_model import resolve_model_dir
     from bertkit.pipelines.run_directory import check_output_file
 
+    device = command_device(args)
     model_dir = resolve_model_dir(args.model)
     family = require(model_dir, "attention")
     image = family.inputs == "images"
@@ -91,10 +93,10 @@ def _cmd_attention(args: argparse.Namespace) -> int:
     if image:
         from bertkit.cli.vision import image_attention
 
-        return image_attention(args, model_dir)
+        return image_attention(args, model_dir, device)
     text = command_line_texts([args.text], args.encoding)[0]
     if config is not None:
-        return _translation_attention(args, model_dir, text, picture_files)
+        return _translation_attention(args, model_dir, text, picture_files, device)
     from bertkit.pictures.attention_view import (
         causal_attentions,
         load_gpt_and_tokenizer,
@@ -105,6 +107,7 @@ def _cmd_attention(args: argparse.Namespace) -> int:
 
     gpt = family.name == "GPT-2"
     model, tokenizer = (load_gpt_and_tokenizer if gpt else load_model_and_tokenizer)(model_dir)
+    model.to(device)
     num_layers = model.config.n_layer if gpt else model.config.num_hidden_layers
     _check_layer(args.layer, num_layers)
     if gpt:
@@ -132,7 +135,8 @@ def _check_layer(layer: int, num_layers: int) -> None:
         raise UserError(f"--layer {layer}: the model has {num_layers} layers")
 
 
-def _translation_attention(args: argparse.Namespace, model_dir, text: str, picture_files: dict[str, str]) -> int:
+def _translation_attention(args: argparse.Namespace, model_dir, text: str, picture_files: dict[str, str],
+                           device) -> int:
     """`bertkit attention` with a translation run: the Transformer's three kinds, or an RNN's alignment."""
     from bertkit.pictures import figures
     from bertkit.pictures.attention_view import write_attention_html
@@ -140,6 +144,7 @@ def _translation_attention(args: argparse.Namespace, model_dir, text: str, pictu
     from bertkit.pipelines.translation import load_translator
 
     model, tokenizer = load_translator(model_dir)
+    model.to(device)
     config = model.config
     transformer = config.architecture == "transformer"
     depth = min(config.encoder_layers, config.decoder_layers)
@@ -191,6 +196,8 @@ def _add_explain(sub: argparse._SubParsersAction) -> None:
                                                         "'it-animal')")
     p.add_argument("--text", help="the sentence 'attention' looks at (default: a sentence about Beijing)")
     p.add_argument("--overwrite", action="store_true", help="replace pictures already in --out (default: refuse)")
+    add_device_option(p, "; for the topics that run a real model (attention, multihead, contextual, it-animal): the "
+                         "others are small experiments on the CPU")
     add_encoding_option(p, "--text")
 
 
@@ -208,10 +215,13 @@ def _cmd_explain(args: argparse.Namespace) -> int:
     if Path(args.out).exists() and not Path(args.out).is_dir():
         raise UserError(f"--out {args.out} is a file; give a folder for the pictures")
     topics = list(TOPICS) if args.topic == "all" else [args.topic]
+    if any(topic in REAL_MODEL_TOPICS for topic in topics):
+        command_device(args)  # before any work: a GPU this machine lacks is refused at once
     for n, topic in enumerate(topics):
         options = {}
         if topic in REAL_MODEL_TOPICS:
             options["model_dir"] = resolve_model_dir(args.model or REAL_MODEL_TOPICS[topic])
+            options["device"] = args.device
         if topic == "attention" and args.text:
             options["text"] = command_line_texts([args.text], args.encoding, "--text")[0]
         with new_files_in(args.out, overwrite=args.overwrite) as staging:  # a picture there is replaced only if told

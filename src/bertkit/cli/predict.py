@@ -5,7 +5,16 @@ from __future__ import annotations
 import argparse
 import collections
 
-from bertkit.cli.common import MODEL_HELP, UserError, add_command, add_long_input_options, integer, shorten
+from bertkit.cli.common import (
+    MODEL_HELP,
+    UserError,
+    add_command,
+    add_device_option,
+    add_long_input_options,
+    command_device,
+    integer,
+    shorten,
+)
 from bertkit.cli.texts import add_encoding_option, command_line_texts
 from bertkit.data.embedding_data import EVALUATION_DATASETS, EVALUATION_FILES, EVALUATION_TASKS
 from bertkit.data.task_kinds import DATASETS, FILE_FORMATS
@@ -22,8 +31,9 @@ def _add_inference_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-truncation", action="store_true", help="refuse a text that is too long (default: cut "
                                                                           "it, with a warning)")
     p.add_argument("--dtype", default="fp32", choices=["fp32", "bf16", "int8"],
-                   help="number format: bf16 where the CPU computes it natively (else fp32, with a warning), int8 "
-                        "Linear layers (dynamic quantization) (default: fp32)")
+                   help="number format: bf16 where the CPU or GPU computes it natively (else fp32, with a warning), "
+                        "int8 Linear layers (dynamic quantization; CPU only) (default: fp32)")
+    add_device_option(p)
     add_encoding_option(p)
 
 
@@ -197,21 +207,22 @@ def _cmd_predict(args: argparse.Namespace) -> int:
     from bertkit.inference import predict_stream
     from bertkit.inference.loading import model_family
 
+    device = command_device(args, args.dtype)
     path, family = model_family(args.model, "predict")
     zero_shot = _zero_shot(args)
     if family.inputs == "images" and zero_shot is None:
         from bertkit.cli.vision import predict_images
 
-        return predict_images(args, path)
+        return predict_images(args, path, device)
     if zero_shot is None and family.holds_head(path, "qa"):
-        return _predict_answers(args, path)
+        return _predict_answers(args, path, device)
     for flag, value in (("--question", args.question), ("--context", args.context), ("--picture", args.picture)):
         if value:
             raise UserError(f"{flag} is for question-answering models; {args.model} is not one (fine-tune one with "
                             "bertkit finetune --task qa)")
     given = command_line_texts(args.pair, args.encoding, "--pair") if args.pair else None
     chunks, total = _text_inputs(args, count=bool(given and len(given) > 1))
-    model, tokenizer = _load_classifier(path, "predict", zero_shot)
+    model, tokenizer = _load_classifier(path, "predict", zero_shot, device)
     kept: collections.deque = collections.deque()
     results = predict_stream(model, tokenizer, _kept(_with_pairs(chunks, total, given), kept), total=total,
                              batch_size=args.batch_size, max_length=args.max_length,
@@ -239,15 +250,15 @@ def _cmd_predict(args: argparse.Namespace) -> int:
     return 0
 
 
-def _load_classifier(path, command: str, zero_shot: tuple[str, dict[str, str]] | None):
-    """The model and tokenizer a command runs: the directory's fine-tuned head, or with --zero-shot its masked-LM
-    head through the template."""
+def _load_classifier(path, command: str, zero_shot: tuple[str, dict[str, str]] | None, device):
+    """The model and tokenizer a command runs, on `device`: the directory's fine-tuned head, or with --zero-shot its
+    masked-LM head through the template."""
     from bertkit.inference.loading import load_text_model
     from bertkit.inference.zero_shot import load_zero_shot_model
 
     if zero_shot is None:
-        return load_text_model(path, command)
-    return load_zero_shot_model(path, *zero_shot, command=command)
+        return load_text_model(path, command, device=device)
+    return load_zero_shot_model(path, *zero_shot, command=command, device=device)
 
 
 def _question_inputs(args: argparse.Namespace) -> tuple[list[str] | None, list[str], list[str]]:
@@ -272,7 +283,7 @@ def _question_inputs(args: argparse.Namespace) -> tuple[list[str] | None, list[s
     return None, questions, contexts * len(questions) if len(contexts) == 1 else contexts
 
 
-def _predict_answers(args: argparse.Namespace, path) -> int:
+def _predict_answers(args: argparse.Namespace, path, device) -> int:
     """`predict` with an extractive QA model: the answer, its score and its character offsets per question."""
     import json
 
@@ -287,7 +298,7 @@ def _predict_answers(args: argparse.Namespace, path) -> int:
     ids, questions, contexts = _question_inputs(args)
     if args.picture and len(questions) != 1:
         raise UserError(f"--picture draws one question's answer; {len(questions)} questions were given")
-    model, tokenizer = load_text_model(path, "predict")
+    model, tokenizer = load_text_model(path, "predict", device=device)
     results = answer_questions(model, tokenizer, questions, contexts, batch_size=args.batch_size,
                                max_length=args.max_length, progress=None, dtype=args.dtype, flags=True)
     for n, (question, result) in enumerate(zip(questions, results)):
@@ -325,10 +336,11 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
 
     from bertkit.pipelines.predict import evaluate
 
+    device = command_device(args, args.dtype)
     if args.task:
         if args.zero_shot:
             raise UserError("--zero-shot classifies through a prompt; --task scores sentence vectors: give one")
-        return _evaluate_vectors(args)
+        return _evaluate_vectors(args, device)
     for flag, given in (("--max-examples", args.max_examples), ("--pooling", args.pooling),
                         ("--normalize", args.normalize), ("--kmeans-seed", args.kmeans_seed)):
         if given is not None:
@@ -337,7 +349,7 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
     if args.split != "test" and not named:
         raise UserError(f"--split is for the named datasets ({', '.join(DATASETS)}); {args.data} is a file")
     zero_shot = _zero_shot(args, args.data if named else None)
-    model, tokenizer = _load_classifier(args.model, "evaluate", zero_shot)
+    model, tokenizer = _load_classifier(args.model, "evaluate", zero_shot, device)
     scores = evaluate(model, tokenizer, args.data, split=args.split, batch_size=args.batch_size,
                       max_length=args.max_length, truncation=not args.no_truncation, progress=None,
                       dtype=args.dtype, encoding=args.encoding, flags=True)
@@ -374,7 +386,7 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
 LABELS = {"mrr@10": "MRR@10", "ndcg@10": "nDCG@10", "v_measure": "V-measure", "spearman": "Spearman"}
 
 
-def _evaluate_vectors(args: argparse.Namespace) -> int:
+def _evaluate_vectors(args: argparse.Namespace, device) -> int:
     """`evaluate --task ...`: the model's sentence vectors scored on retrieval, bitext mining, clustering or STS."""
     import json
 
@@ -387,7 +399,7 @@ def _evaluate_vectors(args: argparse.Namespace) -> int:
         raise UserError(f"--split is for the named datasets; {args.data} is a file")
     if args.kmeans_seed is not None and args.task != "clustering":
         raise UserError(f"--kmeans-seed seeds the clustering's k-means; --task {args.task} has none")
-    model, tokenizer = load_text_model(args.model, "evaluate")
+    model, tokenizer = load_text_model(args.model, "evaluate", device=device)
     settings = declared_settings(resolve_model(args.model), args.pooling, args.normalize, args.max_length)
     scores = evaluate_embedding(model, tokenizer, args.task, args.data, split=args.split, settings=settings,
                                 limit=args.max_examples, batch_size=args.batch_size, dtype=args.dtype, progress=None,
@@ -427,6 +439,7 @@ def _cmd_encode(args: argparse.Namespace) -> int:
     from bertkit.pipelines.run_directory import check_output_file
     from bertkit.utils.atomic import atomic_write
 
+    device = command_device(args, args.dtype)
     chunked = args.long_inputs == "chunk"
     if chunked and args.no_truncation:
         raise UserError("--no-truncation refuses long texts, --long-inputs chunk reads them whole; give one")
@@ -436,7 +449,7 @@ def _cmd_encode(args: argparse.Namespace) -> int:
         check_output_file(args.out, args.overwrite, suffixes=(".npy",),
                           inputs=[("--input", args.input)] if args.input else ())
     chunks, total = _text_inputs(args, count=bool(args.out))
-    model, tokenizer = load_text_model(args.model, "encode")
+    model, tokenizer = load_text_model(args.model, "encode", device=device)
     settings = declared_settings(resolve_model(args.model), args.pooling, args.normalize, args.max_length)
     if chunked and args.chunk_stride is not None:  # named as the flag, before any text is read
         from bertkit.inference.batching import input_limit

@@ -5,7 +5,16 @@ from __future__ import annotations
 
 import argparse
 
-from bertkit.cli.common import UserError, add_command, add_threads_option, integer, number, set_threads
+from bertkit.cli.common import (
+    UserError,
+    add_command,
+    add_device_option,
+    add_threads_option,
+    command_device,
+    integer,
+    number,
+    set_threads,
+)
 from bertkit.cli.options import add_options, options_from_args
 from bertkit.cli.texts import add_encoding_option, command_line_texts, stdin_lines
 from bertkit.pipelines.options import LMOptions, SummarizationOptions, TranslationOptions
@@ -65,6 +74,7 @@ def _add_decoding_options(p: argparse.ArgumentParser, max_new_tokens: str) -> No
                                                     "generation_config.json, else 4)")
     p.add_argument("--length-penalty", type=number(), help="α of beam search (default: the model's, else 1.0)")
     p.add_argument("--max-new-tokens", type=integer(1), help=max_new_tokens)
+    add_device_option(p)
     add_encoding_option(p, "text (arguments or standard input)")
 
 
@@ -80,10 +90,12 @@ def _cmd_translate(args: argparse.Namespace) -> int:
     from bertkit.models.registry import require
     from bertkit.pipelines.translation import load_generation_config, load_translator, translate
 
+    device = command_device(args)
     texts = _read_texts(args)
     model_dir = resolve_model(args.model)
     require(model_dir, "translate")
     model, tokenizer = load_translator(model_dir)
+    model.to(device)
     num_beams, length_penalty = _beam_settings(args, load_generation_config(model_dir))
     for line in translate(model, tokenizer, texts, num_beams=num_beams,
                           max_new_tokens=args.max_new_tokens, length_penalty=length_penalty):
@@ -130,6 +142,7 @@ def _add_generate(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--top-p", type=number(above=0, maximum=1), default=0.95,
                    help="... within probability mass p (default: 0.95)")
     p.add_argument("--seed", type=integer(0, 2**32 - 1), default=0, help="sampling seed (default: 0)")
+    add_device_option(p)
     add_encoding_option(p, "prompts (arguments or standard input)")
 
 
@@ -143,10 +156,11 @@ def _cmd_generate(args: argparse.Namespace) -> int:
     from bertkit.pipelines.lm import generate_text
     from bertkit.tokenizer import BertTokenizer
 
+    device = command_device(args)
     prompts = _read_texts(args)
     model_dir = resolve_model(args.model)
     family = require(model_dir, "generate")  # GPT-2 or a recurrent LM: the language-model class of either
-    model = family.head("language-model").from_pretrained(model_dir)
+    model = family.head("language-model").from_pretrained(model_dir).to(device)
     tokenizer = BertTokenizer.from_pretrained(model_dir)
     check_tokenizer_fits(len(tokenizer), model.config.vocab_size, str(model_dir))
     sample = not args.greedy and args.beams == 1
@@ -210,10 +224,12 @@ def _cmd_summarize(args: argparse.Namespace) -> int:
     from bertkit.models.registry import require
     from bertkit.pipelines.summarization import load_generation_config, load_summarizer, summarize
 
+    device = command_device(args)
     texts = _read_texts(args)
     model_dir = resolve_model(args.model)
     require(model_dir, "summarize")
     model, tokenizer = load_summarizer(model_dir)
+    model.to(device)
     saved = load_generation_config(model_dir)
     num_beams, length_penalty = _beam_settings(args, saved)
     for line in summarize(model, tokenizer, texts, num_beams=num_beams, max_new_tokens=args.max_new_tokens,

@@ -10,7 +10,15 @@ import sys
 import warnings
 from pathlib import Path
 
-from bertkit.cli.common import MODEL_HELP, UserError, add_command, add_long_input_options, integer
+from bertkit.cli.common import (
+    MODEL_HELP,
+    UserError,
+    add_command,
+    add_device_option,
+    add_long_input_options,
+    command_device,
+    integer,
+)
 
 # bertkit.inference.serving.ServerSettings' defaults (tests hold them equal), written out so that `bertkit --help`
 # imports neither torch nor the web server
@@ -28,10 +36,11 @@ def _add_serve(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--port", type=integer(0, 65535), default=3000, help="the port; 0 picks a free one and prints "
                                                                        "it (default: 3000)")
     p.add_argument("--dtype", default="auto", choices=["auto", "fp32", "bf16", "int8"],
-                   help="number format: bf16 where the CPU computes it natively (else fp32, with a warning), int8 "
-                        "Linear layers (a scale per token), fp32; auto: the fastest whose sentence vectors stay "
-                        "within cosine 0.999 of fp32's on this machine, which /info and the ready line name "
-                        "(default: auto)")
+                   help="number format: bf16 where the CPU or GPU computes it natively (else fp32, with a warning), "
+                        "int8 Linear layers (a scale per token; CPU only), fp32; auto: the fastest whose sentence "
+                        "vectors stay within cosine 0.999 of fp32's on this machine (bf16 on a GPU that has it), "
+                        "which /info and the ready line name (default: auto)")
+    add_device_option(p)
     p.add_argument("--pooling", choices=["cls", "mean"],
                    help="sentence vectors: the [CLS] token's or the mean of the tokens' (default: what the model "
                         "directory declares, as sentence-transformers' 1_Pooling; else cls)")
@@ -99,7 +108,9 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     from bertkit.inference.loading import model_family
     from bertkit.inference.long_inputs import check_overlap
     from bertkit.inference.serving.model import declared_pooling, default_threads
+    from bertkit.utils.devices import device_name
 
+    device = command_device(args, args.dtype)
     path, family = model_family(args.model, "serve")  # a family the server cannot serve: refused in one line
     positions = getattr(family.load_config(path), "max_position_embeddings", 0)
     if args.max_batch_tokens < positions:
@@ -130,7 +141,10 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         kind = "classifier of text pairs (/rerank)" if served.pairs else served.task
         chosen = f" ({served.dtype_reason})" if served.dtype_reason else ""
         what = f"{kind} model, {served.dtype}{chosen}" + details.get(served.task, f", {len(served.labels)} labels")
-        what += f", {torch.get_num_threads()} torch thread{'s' if torch.get_num_threads() > 1 else ''}"
+        if device.type == "cpu":
+            what += f", {torch.get_num_threads()} torch thread{'s' if torch.get_num_threads() > 1 else ''}"
+        else:
+            what += f", on {device_name(device)}"
         print(f"bertkit serve: ready: {args.model} ({what}) at {address}", flush=True)
 
     def failed(err: BaseException) -> None:
@@ -138,7 +152,8 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         server.should_exit = True
 
     app = create_app(lambda: ServedModel.load(path, args.dtype, pooling, name=args.model, prompts=prompts,
-                                              default_prompt=args.default_prompt), settings, ready, failed)
+                                              default_prompt=args.default_prompt, device=device),
+                     settings, ready, failed)
     server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on"))
     # uvicorn answers SIGTERM by finishing the requests it accepted, then raises the signal again for the handler
     # that was there before it: this one, so the server exits 0 (and a SIGTERM before uvicorn listens stops it too)

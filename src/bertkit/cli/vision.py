@@ -60,14 +60,14 @@ def _image_paths(args: argparse.Namespace) -> list[str]:
     return paths
 
 
-def predict_images(args: argparse.Namespace, model_dir: Path) -> int:
-    """`bertkit predict` with an image classifier: a label and the probabilities per image file."""
+def predict_images(args: argparse.Namespace, model_dir: Path, device=None) -> int:
+    """`bertkit predict` with an image classifier: a label and the probabilities per image file (on `device`)."""
     import json
 
     from bertkit.inference.images import classify_images, load_image_model
 
     paths = _image_paths(args)
-    model, processor = load_image_model(model_dir)
+    model, processor = load_image_model(model_dir, device)
     batch = max(1, args.batch_size)
     for start in range(0, len(paths), batch):
         chunk = paths[start:start + batch]
@@ -81,7 +81,7 @@ def predict_images(args: argparse.Namespace, model_dir: Path) -> int:
     return 0
 
 
-def image_attention(args: argparse.Namespace, model_dir: Path) -> int:
+def image_attention(args: argparse.Namespace, model_dir: Path, device=None) -> int:
     """`bertkit attention` with an image model: where the class token looks, per head and rolled out, as a
     picture (--out/--picture .png or .svg) or the HTML viewer (--out .html)."""
     from bertkit.inference.images import load_image_model
@@ -91,7 +91,7 @@ def image_attention(args: argparse.Namespace, model_dir: Path) -> int:
 
     if args.pair:
         raise UserError("--pair is for text pairs; an image model looks at one image")
-    model, processor = load_image_model(model_dir)
+    model, processor = load_image_model(model_dir, device)
     num_layers = model.config.num_hidden_layers
     if not -num_layers <= args.layer < num_layers:
         raise UserError(f"--layer {args.layer}: the model has {num_layers} layers")

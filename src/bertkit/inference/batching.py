@@ -226,7 +226,8 @@ def sorted_batches(lengths: Sequence[int], batch_size: int) -> list[list[int]]:
 
 def collate(rows: Sequence[EncodedText], pad_token_id: int, device: torch.device | str = "cpu"
             ) -> tuple[Tensor, Tensor, Tensor]:
-    """(input_ids, attention_mask, token_type_ids), each (B, T) with T the batch's own longest row."""
+    """(input_ids, attention_mask, token_type_ids), each (B, T) with T the batch's own longest row, on `device` (to a
+    GPU through pinned memory, copied without waiting: the next batch is padded while this one is copied)."""
     longest = max(len(row.input_ids) for row in rows)
     ids = np.full((len(rows), longest), pad_token_id, dtype=np.int64)
     types = np.zeros((len(rows), longest), dtype=np.int64)
@@ -234,6 +235,9 @@ def collate(rows: Sequence[EncodedText], pad_token_id: int, device: torch.device
     for b, row in enumerate(rows):
         n = len(row.input_ids)
         ids[b, :n], types[b, :n], mask[b, :n] = row.input_ids, row.token_type_ids, 1
+    if torch.device(device).type == "cuda":
+        return tuple(torch.from_numpy(array).pin_memory().to(device, non_blocking=True)  # type: ignore[return-value]
+                     for array in (ids, mask, types))
     return tuple(torch.from_numpy(array).to(device) for array in (ids, mask, types))  # type: ignore[return-value]
 
 

@@ -166,12 +166,13 @@ PROBE_TEXTS = (
 
 def choose_dtype(model: nn.Module, tokenizer, pooling: str = "mean") -> tuple[str, str]:
     """(dtype, why): the fastest number format for inference on this machine whose sentence vectors stay within
-    cosine MIN_COSINE of float32's on PROBE_TEXTS. bfloat16 where the CPU computes it natively; else int8 where the
-    model passes the check (faster than float32 with VNNI, and with AVX2 alone too); else float32. `model`: the
-    encoder whose sentence vectors are compared."""
+    cosine MIN_COSINE of float32's on PROBE_TEXTS. bfloat16 where the model's device computes it natively (a CPU
+    with AVX-512 BF16 or AMX, a GPU of compute capability 8.0 on); else, on the CPU, int8 where the model passes the
+    check (faster than float32 with VNNI, and with AVX2 alone too); else float32. `model`: the encoder whose
+    sentence vectors are compared."""
     device = next(model.parameters()).device
     if native_bfloat16(device):
-        return "bfloat16", f"this {device.type.upper()} computes bfloat16 natively"
+        return "bfloat16", f"this {'GPU' if device.type == 'cuda' else device.type.upper()} computes bfloat16 natively"
     if device.type != "cpu":
         return "float32", f"int8 runs on CPU only, this model is on {device}"
     exact = encode(model, tokenizer, list(PROBE_TEXTS), pooling=pooling, normalize=True)

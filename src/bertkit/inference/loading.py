@@ -3,6 +3,7 @@ command can serve it and which class its weights are; a text model comes with it
 embeddings, an image model with its image processor.
 
     model, tokenizer = load_text_model("runs/ft/best", "predict")
+    model, tokenizer = load_text_model("m3e-small", "encode", device="cuda")   # its weights on the GPU
     family = model_family("runs/vit/best", "attention")      # family.inputs: "text" or "images"
 """
 
@@ -25,8 +26,21 @@ def model_family(spec: str | os.PathLike, command: str) -> tuple[Path, ModelFami
     return path, require(path, command)
 
 
-def load_text_model(spec: str | os.PathLike, command: str = "predict", **config_changes: Any):
-    """(model in eval mode, its BertTokenizer) of a text model's directory or name, for `command`."""
+def on_device(model: Any, device: Any = None) -> Any:
+    """`model` moved to `device` (a torch.device, or a spelling `bertkit.utils.devices.resolve_device` reads: auto,
+    cpu, cuda, cuda:N); None leaves it where it is (the CPU, as loaded)."""
+    if device is None:
+        return model
+    if isinstance(device, str):
+        from bertkit.utils.devices import resolve_device
+
+        device = resolve_device(device)
+    return model.to(device)
+
+
+def load_text_model(spec: str | os.PathLike, command: str = "predict", device: Any = None, **config_changes: Any):
+    """(model in eval mode, its BertTokenizer) of a text model's directory or name, for `command`; on `device`
+    (`on_device`: None leaves it on the CPU)."""
     from bertkit.tokenizer import BertTokenizer
 
     path, family = model_family(spec, command)
@@ -36,7 +50,7 @@ def load_text_model(spec: str | os.PathLike, command: str = "predict", **config_
     model = family.load(path, config, **config_changes)
     tokenizer = BertTokenizer.from_pretrained(path)
     check_tokenizer_fits(len(tokenizer), config.vocab_size, str(path))
-    return model, tokenizer
+    return on_device(model, device), tokenizer
 
 
 def task_of_model(model: Any, purpose: str = "predict") -> TaskKind:

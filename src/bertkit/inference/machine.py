@@ -40,8 +40,9 @@ def native_bfloat16(device: torch.device | str = "cpu") -> bool:
     """Whether `device` computes bfloat16 matmuls natively (CPU: AVX-512 BF16 or AMX, unless `cpu_isa_cap` holds the
     process below them; CUDA: compute capability 8.0 on)."""
     device = torch.device(device)
-    if device.type == "cuda":
-        return torch.cuda.is_bf16_supported()
+    if device.type == "cuda":  # in hardware: not the emulation a GPU before compute capability 8.0 offers
+        with torch.cuda.device(device):
+            return torch.cuda.is_bf16_supported(including_emulation=False)
     if device.type != "cpu":
         return True  # other accelerators are built for it
     cpu = torch.cpu

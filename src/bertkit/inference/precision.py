@@ -64,7 +64,9 @@ def for_inference(model: nn.Module, dtype: str | torch.dtype | None) -> nn.Modul
         return model
     device = next(model.parameters()).device
     if want == "bfloat16" and not native_bfloat16(device):
-        warnings.warn(f"this {device.type.upper()} does not compute bfloat16 natively (no AVX-512 BF16 or AMX), "
+        what, lacks = (("GPU", "compute capability below 8.0") if device.type == "cuda" else
+                       (device.type.upper(), "no AVX-512 BF16 or AMX"))
+        warnings.warn(f"this {what} does not compute bfloat16 natively ({lacks}), "
                       "so bfloat16 would be slower than float32: running in float32", PrecisionWarning, stacklevel=3)
         want = "float32"
         if have == want:
@@ -137,7 +139,8 @@ def quantize_int8(model: nn.Module) -> nn.Module:
     """A copy of `model` whose Linear layers compute in int8 (`Int8Linear`, CPU); the rest shares float32."""
     device = next(model.parameters()).device
     if device.type != "cpu":
-        raise InputError(f"int8 quantization runs on CPU only; this model is on {device}")
+        raise InputError(f"int8 quantization runs on CPU only; this model is on {device}: run it on the CPU for int8, "
+                         "or in bfloat16 or float32 where it is")
     # the Linears are replaced in the copy; the tensors they read are shared, read-only, not copied
     memo: dict[int, object] = {id(t): t for t in [*model.parameters(), *model.buffers()]}
     shallow = copy.deepcopy(model, memo).eval()

@@ -30,13 +30,14 @@ from typing import Any
 from bertkit.data.prompts import PromptError, PromptTemplate
 from bertkit.data.quality import check_tokenizer_fits
 from bertkit.errors import InputError
-from bertkit.inference.loading import model_family
+from bertkit.inference.loading import model_family, on_device
 
 
 def load_zero_shot_model(spec: str | os.PathLike, template: str, label_words: Mapping[str, str],
-                         command: str = "predict") -> tuple[Any, Any]:
-    """(a BertForPromptClassification on the directory's masked-LM head, in eval mode; its BertTokenizer): the
-    labels are `label_words`' keys in their order, each read as its word at the template's [MASK]s."""
+                         command: str = "predict", device: Any = None) -> tuple[Any, Any]:
+    """(a BertForPromptClassification on the directory's masked-LM head, in eval mode, on `device` (None: the CPU);
+    its BertTokenizer): the labels are `label_words`' keys in their order, each read as its word at the template's
+    [MASK]s."""
     from bertkit.tokenizer import BertTokenizer
 
     path, family = model_family(spec, command)
@@ -58,4 +59,4 @@ def load_zero_shot_model(spec: str | os.PathLike, template: str, label_words: Ma
                          f"{f' and {len(fresh) - 1} more' if len(fresh) > 1 else ''}; a zero-shot prompt reads the "
                          "label words off a pretrained masked-LM head: give a pretraining run (bertkit pretrain) or "
                          "a BERT saved with its cls.predictions weights (BertForMaskedLM, BertForPreTraining)")
-    return model.eval(), tokenizer
+    return on_device(model, device).eval(), tokenizer

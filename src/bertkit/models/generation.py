@@ -114,6 +114,9 @@ def sample(state: DecodingState, max_new_tokens: int, temperature: float = 1.0, 
 
     def pick(logits: Tensor) -> Tensor:
         probs = top_k_top_p_filter(logits / temperature, top_k, top_p).softmax(dim=-1)
+        if generator is not None and generator.device != probs.device:  # drawn where the generator is (a CPU
+            # generator's, on the CPU: a seed draws as it does there, whichever device computed the probabilities)
+            return torch.multinomial(probs.to(generator.device), 1, generator=generator).squeeze(1).to(probs.device)
         return torch.multinomial(probs, 1, generator=generator).squeeze(1)
 
     return _decode(state, max_new_tokens, pick, eos_token_id, pad_token_id)
@@ -222,6 +225,11 @@ class GenerationMixin:
         if eos is not None and not 0 <= pad < vocab_size:
             raise InputError(f"pad_token_id {pad} is outside the vocabulary (size {vocab_size}): rows that end early "
                              "would be padded with it; give a pad_token_id inside the vocabulary")
+        device = next(self.parameters()).device  # the inputs follow the model (a batch made on the CPU, say)
+        if input_ids is not None:
+            input_ids = input_ids.to(device, non_blocking=True)
+        if attention_mask is not None:
+            attention_mask = attention_mask.to(device, non_blocking=True)
         state = self.start_decoding(input_ids, attention_mask, use_cache)
         limit = state.max_new_tokens
         if max_new_tokens is None:

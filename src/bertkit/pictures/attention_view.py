@@ -110,7 +110,8 @@ def load_gpt_and_tokenizer(model_dir: str | os.PathLike):
 
 def sentence_attentions(model, tokenizer, text: str, text_pair: str | None = None,
                         max_length: int | None = None) -> SentenceAttention:
-    """Run `text` (and `text_pair`) through `model` and collect the attention weights of every layer and head."""
+    """Run `text` (and `text_pair`) through `model`, on the device it is on, and collect the attention weights of
+    every layer and head."""
     import torch
 
     if is_blank(text):
@@ -123,9 +124,11 @@ def sentence_attentions(model, tokenizer, text: str, text_pair: str | None = Non
                       f"tokens, and the attention shown is that of the cut text", stacklevel=2)
     input_ids = encoding["input_ids"]
     token_type_ids = encoding.get("token_type_ids")
+    device = next(model.parameters()).device
+    on = lambda tensor: None if tensor is None else tensor.to(device)
     with torch.no_grad():
-        out = model(input_ids, attention_mask=encoding.get("attention_mask"), token_type_ids=token_type_ids,
-                    output_attentions=True)
+        out = model(on(input_ids), attention_mask=on(encoding.get("attention_mask")),
+                    token_type_ids=on(token_type_ids), output_attentions=True)
     attentions = stack_layers(out.attentions)
     types = token_type_ids[0].tolist() if token_type_ids is not None else [0] * input_ids.size(1)
     return SentenceAttention(tokens=tokenizer.convert_ids_to_tokens(input_ids[0].tolist()), token_type_ids=types,
@@ -146,7 +149,7 @@ def causal_attentions(model, tokenizer, text: str, max_length: int | None = None
                       f"{max_length} tokens, and the attention shown is that of the cut text", stacklevel=2)
         ids = ids[:max_length]
     with torch.no_grad():
-        out = model(torch.tensor([ids]), output_attentions=True)
+        out = model(torch.tensor([ids], device=next(model.parameters()).device), output_attentions=True)
     return SentenceAttention(tokens=tokenizer.convert_ids_to_tokens(ids), token_type_ids=[0] * len(ids),
                              attentions=stack_layers(out.attentions), text=text, kind="causal")
 
@@ -155,7 +158,7 @@ def stack_layers(attentions) -> np.ndarray:
     """A model's per-layer attentions (each (1, H, T, S)) as one float array (L, H, T, S), checked to be finite."""
     import torch
 
-    stacked = torch.stack([a[0] for a in attentions]).float().numpy()
+    stacked = torch.stack([a[0] for a in attentions]).float().cpu().numpy()
     if not np.isfinite(stacked).all():
         raise DataError("the model's attention weights are not finite (NaN or infinite values): its weights or "
                         "activations overflowed, so there is nothing true to show")

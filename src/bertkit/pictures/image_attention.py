@@ -75,9 +75,10 @@ def image_attentions(model, processor, path: str | os.PathLike) -> ImageAttentio
     from bertkit.data.images import image_to_array, open_image
 
     array = image_to_array(open_image(path), processor.size, processor.num_channels)         # (K, h, w)
+    pixels = processor.normalize(array[None]).to(next(model.parameters()).device)
     with torch.no_grad():
-        out = model(processor.normalize(array[None]), output_attentions=True)
-    attentions = np.stack([a[0].float().numpy() for a in out.attentions])                  # (L, H, T, T)
+        out = model(pixels, output_attentions=True)
+    attentions = np.stack([a[0].float().cpu().numpy() for a in out.attentions])            # (L, H, T, T)
     label = score = None
     if getattr(out, "logits", None) is not None:
         probabilities = out.logits[0].float().softmax(-1)

@@ -76,7 +76,8 @@ def translation_attentions(model, tokenizer, source: str, target: str | None = N
         warnings.warn(f"the source has {len(source_ids)} tokens, more than max_length {limit}: it is cut to "
                       f"{limit} tokens, and the attention shown is that of the cut source", stacklevel=2)
         source_ids = tokenizer.encode_source([source], max_length=limit)[0]
-    input_ids = torch.tensor([source_ids])
+    device = next(model.parameters()).device
+    input_ids = torch.tensor([source_ids], device=device)
     model.eval()
     with torch.no_grad():
         if target is None:  # the model's own translation: greedy, up to its eos
@@ -90,7 +91,7 @@ def translation_attentions(model, tokenizer, source: str, target: str | None = N
                 raise InputError(f"--target has {len(target_ids)} tokens with its end token; the model has "
                                  f"{positions} positions")
         decoder_ids = [config.bos_token_id] + target_ids[:-1]          # teacher forcing: the targets shifted right
-        out = model(input_ids, decoder_input_ids=torch.tensor([decoder_ids]), output_attentions=True)
+        out = model(input_ids, decoder_input_ids=torch.tensor([decoder_ids], device=device), output_attentions=True)
     source_tokens = tokenizer.source.convert_ids_to_tokens(source_ids)
     if transformer:
         rows = tokenizer.target.convert_ids_to_tokens(decoder_ids)

@@ -64,6 +64,7 @@ from bertkit.training.embedding_model import (
     SentenceEmbeddingModel,
     count_items,
 )
+from bertkit.utils.devices import resolve_device
 
 RANKED = 100  # documents ranked per query: recall@100 is the deepest figure
 COUNTS = ("queries", "documents", "pairs", "texts")  # what a score counted, beside its figures
@@ -252,6 +253,7 @@ def finetune_embedding(options: FinetuneOptions) -> dict[str, Any]:
     if options.task != "embedding":
         raise InputError(f"finetune_embedding trains the embedding task, not {options.task!r}")
     started = time.perf_counter()
+    resolve_device(options.device)  # before any work: a GPU this machine lacks is refused at once
     model_dir = resolve_model(options.model)
     tokenizer = BertTokenizer.from_pretrained(model_dir)
     splits = load_splits(options)

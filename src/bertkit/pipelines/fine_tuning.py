@@ -31,6 +31,7 @@ from bertkit.training.arguments import TrainState
 from bertkit.training.budget import planned_steps, steps_per_epoch
 from bertkit.training.trainer import BEST_DIR, Trainer
 from bertkit.utils.atomic import atomic_write_text
+from bertkit.utils.devices import resolve_device
 
 RESULTS_NAME = "finetune_results.json"
 
@@ -89,7 +90,9 @@ def input_ids(feature: Any) -> Sequence[int]:
 def fine_tune(options: FinetuneOptions, task: TaskParts, model_dir: Path, tokenizer: Any,
               started: float) -> FineTuned:
     """Train `task`'s head on the model in `model_dir` as `options` say, keeping the best dev checkpoint in
-    OUT/best; `started` is when the pipeline started (train_seconds count from it)."""
+    OUT/best; `started` is when the pipeline started (train_seconds count from it). The run trains on
+    options.device (its steps are planned there), and the model it returns is on the device it trained on."""
+    device = resolve_device(options.device)
     # the pretrained encoder with a fresh head (all of it fresh with --random-init), from the run's seed
     torch.manual_seed(options.seed)
     if options.random_init:
@@ -117,7 +120,7 @@ def fine_tune(options: FinetuneOptions, task: TaskParts, model_dir: Path, tokeni
         # dev (read only to choose the best model) is scored twice per epoch or every --eval-every steps, as below
         max_steps = planned_steps(model, train_features, task.collator, options.batch_size, max_steps, options.minutes,
                                   options.bf16, options.group_by_length, eval_examples=dev.features if dev else 0,
-                                  eval_every=options.eval_every or max(1, epoch_steps // 2))
+                                  eval_every=options.eval_every or max(1, epoch_steps // 2), device=device)
     args = options.training_arguments(
         max_steps, batch_size=min(options.batch_size, len(train_features)),
         eval_every=options.eval_every or max(1, min(max_steps, epoch_steps // 2)),
@@ -131,7 +134,8 @@ def fine_tune(options: FinetuneOptions, task: TaskParts, model_dir: Path, tokeni
 
     # the best checkpoint on dev, from OUT/best; without dev scores, the last model (saved in OUT)
     best_dir = Path(options.out) / BEST_DIR if select else Path(options.out)
-    best = task.model_class.from_pretrained(best_dir) if select else trainer.model.eval()
+    trained_on = next(trainer.model.parameters()).device
+    best = task.model_class.from_pretrained(best_dir).to(trained_on) if select else trainer.model.eval()
     return FineTuned(state, best, best_dir, train_seconds, len(train_features))
 
 

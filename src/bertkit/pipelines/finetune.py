@@ -29,6 +29,7 @@ from bertkit.pipelines.fine_tuning import Scorer, TaskParts, fine_tune, warn_if_
 from bertkit.pipelines.options import FinetuneOptions
 from bertkit.pipelines.run_directory import holds_out
 from bertkit.training import metrics
+from bertkit.utils.devices import bf16_on, resolve_device
 
 # ---- data ----------------------------------------------------------------------------------------
 
@@ -187,6 +188,7 @@ def finetune(options: FinetuneOptions) -> dict[str, Any]:
     from bertkit.tokenizer import BertTokenizer
 
     started = time.perf_counter()
+    resolve_device(options.device)  # before any work: a GPU this machine lacks is refused at once
     task = get_task(options.task)
     if task.spans:
         raise InputError("extractive question answering has its own pipeline: bertkit.pipelines.qa.finetune_qa "
@@ -255,8 +257,9 @@ def finetune(options: FinetuneOptions) -> dict[str, Any]:
                                "train_seconds": run.train_seconds, "best_step": run.state.best_step,
                                f"dev_{task.metric}": run.state.best_metric, "best_model": str(run.best_dir)}
     if splits.get("test"):
-        # scored as the trainer scores dev: in bf16 autocast when the run trained in it
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=options.bf16):
+        # scored as the trainer scores dev: in bf16 autocast when the run trained in it, where the model is
+        device = next(run.model.parameters()).device
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16_on(device, options.bf16)):
             test = scorer(splits["test"]).score(run.model)
         results.update({f"test_{k}": v for k, v in test.items()})
     write_results(options, results)

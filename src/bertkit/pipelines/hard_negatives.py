@@ -48,7 +48,9 @@ def mine_negatives(options: MineOptions) -> dict[str, Any]:
     from bertkit.inference.encode import declared_settings, encode
     from bertkit.inference.loading import load_text_model
     from bertkit.inference.machine import native_bfloat16
+    from bertkit.utils.devices import resolve_device
 
+    resolve_device(options.device)  # a GPU this machine lacks is refused before anything is read
     started = time.perf_counter()
     out = check_output_file(options.out, options.overwrite, suffixes=(".tsv", ".jsonl"),
                             inputs=[("--data", options.data)])
@@ -60,13 +62,15 @@ def mine_negatives(options: MineOptions) -> dict[str, Any]:
         raise InputError(f"--data {options.data} already has negatives ({len(rows[0].texts) - 2} a row); give "
                          "its anchor and positive columns only")
     documents, positives, related = search_space(rows)
-    model, tokenizer = load_text_model(options.model, "encode")  # it encodes: what encode reads
+    # it encodes (what encode reads), where the one device rule puts it: the GPU when there is one
+    model, tokenizer = load_text_model(options.model, "encode", device=options.device)
+    device = next(model.parameters()).device
     settings = declared_settings(resolve_model(options.model), None, None, options.max_length)
 
     def vectors(texts: list[str]) -> np.ndarray:
         return encode(model, tokenizer, texts, batch_size=options.batch_size, pooling=settings.pooling,
                       max_length=settings.max_seq_length, normalize=True, progress=options.progress,
-                      dtype="bf16" if native_bfloat16() else None)
+                      dtype="bf16" if native_bfloat16(device) else None)
 
     mined = mine_hard_negatives(vectors([row.texts[0] for row in rows]), vectors(documents), positives, related,
                                 negatives=options.negatives, candidates=options.candidates, margin=options.margin,

@@ -34,6 +34,7 @@ from bertkit.pipelines.options import LMOptions
 from bertkit.pipelines.presets import GPT_PRESETS, RNN_LM_PRESETS
 from bertkit.pipelines.run_directory import holds_out
 from bertkit.utils.atomic import atomic_write_text
+from bertkit.utils.devices import resolve_device
 
 REPORT_NAME = "report.json"
 OPTIONS_NAME = "lm_options.json"
@@ -87,11 +88,12 @@ def unigram_perplexity(train_stream: Sequence[int], eval_blocks: Sequence[Sequen
 
 @torch.no_grad()
 def model_perplexity(model: torch.nn.Module, eval_blocks: Sequence[Sequence[int]], batch_size: int = 32) -> float:
-    """exp(mean next-token cross-entropy) over the held-out blocks."""
+    """exp(mean next-token cross-entropy) over the held-out blocks, on the device the model is on."""
     model.eval()
+    device = next(model.parameters()).device
     total, count = 0.0, 0
     for start in range(0, len(eval_blocks), batch_size):
-        ids = torch.tensor(eval_blocks[start: start + batch_size])
+        ids = torch.tensor(eval_blocks[start: start + batch_size]).to(device, non_blocking=True)
         logits = model(ids).logits[:, :-1].float()
         total += torch.nn.functional.cross_entropy(logits.reshape(-1, logits.size(-1)), ids[:, 1:].reshape(-1),
                                                    reduction="sum").item()
@@ -113,7 +115,7 @@ def generate_text(model: torch.nn.Module, tokenizer, prompt: str = "", max_new_t
             warnings.warn(f"the model has {positions} positions and the prompt takes {len(ids)}: the "
                           f"continuation stops after {room} tokens, not {max_new_tokens}", stacklevel=2)
             max_new_tokens = room
-    out = model.generate(torch.tensor([ids]), max_new_tokens=max_new_tokens,
+    out = model.generate(torch.tensor([ids], device=next(model.parameters()).device), max_new_tokens=max_new_tokens,
                          eos_token_id=tokenizer.sep_token_id, pad_token_id=tokenizer.pad_token_id, **sampling)
     text = tokenizer.decode(out[0].tolist(), skip_special_tokens=True)
     return detokenize(text, "zh" if any("\u4e00" <= ch <= "\u9fff" for ch in text) else "en")
@@ -149,9 +151,10 @@ def train_lm(options: LMOptions) -> dict[str, Any]:
     """Documents -> tokenizer -> GPT or recurrent LM -> Trainer -> held-out perplexity vs unigram; writes
     OUT/report.json. The run holds OUT (`run_directory`: an earlier run or model there is refused unless
     options.overwrite)."""
-    from bertkit.training.budget import seconds_per_step, steps_for_budget
+    from bertkit.training.budget import reserve_for, seconds_per_step, steps_for_budget
     from bertkit.training.trainer import Trainer
 
+    device = resolve_device(options.device)  # before any work: a GPU this machine lacks is refused at once
     out = Path(options.out)
     out.mkdir(parents=True, exist_ok=True)
     options.save(out / OPTIONS_NAME)
@@ -174,7 +177,8 @@ def train_lm(options: LMOptions) -> dict[str, Any]:
                       f"{options.block_size} tokens: each step takes all {batch_size}", stacklevel=2)
     # no overhead: the one held-out evaluation comes after the clock's last reading
     max_steps = options.max_steps or steps_for_budget(
-        seconds_per_step(model, [collate_blocks(train_blocks[:batch_size])], options.bf16), minutes=options.minutes)
+        seconds_per_step(model, [collate_blocks(train_blocks[:batch_size])], options.bf16, device=device),
+        minutes=options.minutes, reserve=reserve_for(device))
     args = options.training_arguments(max_steps, batch_size=batch_size, lr_schedule="cosine", weight_decay=0.1,
                                       eval_every=None, save_total_limit=1)  # held-out perplexity once, at the end
     eval_fn = lambda m: {"perplexity": model_perplexity(m, eval_blocks[:64])}

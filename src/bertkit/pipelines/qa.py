@@ -37,6 +37,7 @@ from bertkit.pipelines.options import FinetuneOptions
 from bertkit.pipelines.run_directory import holds_out
 from bertkit.training.qa_metrics import qa_scores
 from bertkit.utils.atomic import atomic_write_text
+from bertkit.utils.devices import resolve_device
 
 PREDICTIONS_NAME = "predictions.json"
 
@@ -94,6 +95,7 @@ def finetune_qa(options: FinetuneOptions) -> dict[str, Any]:
     if options.prompt is not None:
         raise InputError("a prompt template classifies texts; it has no meaning for question answering")
     started = time.perf_counter()
+    resolve_device(options.device)  # before any work: a GPU this machine lacks is refused at once
     model_dir = resolve_model(options.model)
     tokenizer = BertTokenizer.from_pretrained(model_dir)
     splits = load_qa_splits(options)

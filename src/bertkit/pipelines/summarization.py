@@ -35,9 +35,10 @@ from bertkit.models.seq2seq.bert_encoder import BertSeq2Seq, BertSeq2SeqConfig
 from bertkit.pipelines.options import SummarizationOptions
 from bertkit.pipelines.run_directory import holds_out
 from bertkit.tokenizer import BertTokenizer, detokenize
-from bertkit.training.budget import seconds_per_step, steps_for_budget
+from bertkit.training.budget import reserve_for, seconds_per_step, steps_for_budget
 from bertkit.training.rouge import characters, corpus_rouge
 from bertkit.utils.atomic import atomic_write_text
+from bertkit.utils.devices import resolve_device
 
 REPORT_NAME = "report.json"
 OPTIONS_NAME = "summarization_options.json"
@@ -132,17 +133,21 @@ class SummaryTokenizer:
 def encoder_states(model: BertSeq2Seq, sources: Sequence[list[int]], batch_size: int = ENCODE_BATCH,
                    ) -> list[torch.Tensor]:
     """The encoder's last hidden states (S_i, C) of each source, in float16 (half the memory; the decoder reads
-    them in float32), computed in batches of like length."""
+    them in float32), computed in batches of like length on the device the model is on, kept on the CPU."""
     model.eval()
+    device = next(model.parameters()).device
     order = sorted(range(len(sources)), key=lambda i: len(sources[i]))
     states: list[torch.Tensor] = [torch.empty(0)] * len(sources)
     collate = SummaryCollator(model.config.pad_token_id)
     for start in range(0, len(order), batch_size):
         chunk = order[start: start + batch_size]
         batch = collate([{"input_ids": sources[i], "labels": [0]} for i in chunk])
-        hidden = model.encoder(batch["input_ids"], batch["attention_mask"]).last_hidden_state
-        for row, i in enumerate(chunk):
-            states[i] = hidden[row, : len(sources[i])].to(torch.float16)
+        hidden = model.encoder(batch["input_ids"].to(device, non_blocking=True),
+                               batch["attention_mask"].to(device, non_blocking=True)).last_hidden_state
+        if hidden.device.type != "cpu":  # one copy of the batch to the CPU, in float16 (as each row is kept)
+            hidden = hidden.to(torch.float16).cpu()
+        for row, i in enumerate(chunk):  # each row a tensor of its own, without the batch's padding
+            states[i] = hidden[row, : len(sources[i])].to(torch.float16, copy=True)
     return states
 
 
@@ -171,11 +176,14 @@ class SummaryCollator:
 
 
 def dev_loss_fn(examples: list[dict[str, Any]], collator: SummaryCollator, batch_size: int):
-    """eval_fn for the trainer: mean token cross-entropy (no label smoothing) on the dev articles."""
+    """eval_fn for the trainer: mean token cross-entropy (no label smoothing) on the dev articles, on the device the
+    model is on."""
     def evaluate(model) -> dict[str, float]:
+        device = next(model.parameters()).device
         total, count = 0.0, 0
         for start in range(0, len(examples), batch_size):
-            inputs = collator(examples[start: start + batch_size])
+            inputs = {k: v.to(device, non_blocking=True)
+                      for k, v in collator(examples[start: start + batch_size]).items()}
             logits = model(**{k: v for k, v in inputs.items() if k != "labels"}, labels=inputs["labels"]).logits
             keep = inputs["labels"] != IGNORE_INDEX
             total += torch.nn.functional.cross_entropy(logits[keep].float(), inputs["labels"][keep],
@@ -219,8 +227,10 @@ def build_model(options: SummarizationOptions, tokenizer: SummaryTokenizer, enco
 def summarize(model: BertSeq2Seq, tokenizer: SummaryTokenizer, texts: Sequence[str], num_beams: int = 4,
               batch_size: int = 32, max_new_tokens: int | None = None, length_penalty: float = 1.0,
               max_source_length: int | None = None) -> list[str]:
-    """A title for each text, batched by length (little padding); results in input order."""
+    """A title for each text, batched by length (little padding), on the device the model is on; results in input
+    order."""
     model.eval()
+    device = next(model.parameters()).device
     limit = model.encoder.config.max_position_embeddings
     sources = tokenizer.encode_source(texts, min(max_source_length or limit, limit))
     order = sorted(range(len(sources)), key=lambda i: len(sources[i]))
@@ -228,7 +238,8 @@ def summarize(model: BertSeq2Seq, tokenizer: SummaryTokenizer, texts: Sequence[s
     collate = SummaryCollator(tokenizer.source.pad_token_id)
     for start in range(0, len(order), batch_size):
         chunk = order[start: start + batch_size]
-        batch = collate([{"input_ids": sources[i], "labels": [0]} for i in chunk])
+        batch = {k: v.to(device, non_blocking=True)
+                 for k, v in collate([{"input_ids": sources[i], "labels": [0]} for i in chunk]).items()}
         generated = model.generate(batch["input_ids"], batch["attention_mask"], num_beams=num_beams,
                                    max_new_tokens=max_new_tokens, length_penalty=length_penalty)
         for i, ids in zip(chunk, generated.tolist()):
@@ -282,6 +293,7 @@ def train_summarizer(options: SummarizationOptions, splits: dict[str, list[tuple
     from bertkit.training.trainer import Trainer
 
     started = time.perf_counter()
+    device = resolve_device(options.device)  # before any work: a GPU this machine lacks is refused at once
     out = Path(options.out)
     out.mkdir(parents=True, exist_ok=True)
     options.save(out / OPTIONS_NAME)
@@ -301,6 +313,7 @@ def train_summarizer(options: SummarizationOptions, splits: dict[str, list[tuple
         raise InputError(f"{len(train)} training articles have titles within --max-target-length "
                          f"{options.max_target_length}: fewer than one batch of {options.batch_size}")
     dev = _examples(tokenizer, splits["dev"][:DEV_LOSS_ARTICLES], options)[0]
+    model.to(device)  # the encoder's states are computed where the run trains (the Trainer keeps the model there)
     train, dev = _with_states(model, train), _with_states(model, dev)
     encode_seconds = time.perf_counter() - started
     collator = SummaryCollator(tokenizer.source.pad_token_id)
@@ -312,8 +325,8 @@ def train_summarizer(options: SummarizationOptions, splits: dict[str, list[tuple
               dict.fromkeys(min(int(q * len(by_length)), len(by_length) - B) for q in (0.1, 0.5, 0.9))]
     # the clock counts the states computed above: `--minutes` is the whole training, encoder pass included
     budget = options.minutes * 60 - encode_seconds if options.minutes else None
-    max_steps = options.max_steps or steps_for_budget(seconds_per_step(model, probes, options.bf16),
-                                                      seconds=max(budget, 1.0))
+    max_steps = options.max_steps or steps_for_budget(seconds_per_step(model, probes, options.bf16, device=device),
+                                                      seconds=max(budget, 1.0), reserve=reserve_for(device))
     args = options.training_arguments(max_steps, weight_decay=0.01, save_total_limit=1, group_by_length=True,
                                       eval_every=None)  # the dev loss once, at the end
     if budget is not None:

@@ -35,8 +35,9 @@ from bertkit.pipelines.presets import TRANSLATION_MODELS as MODELS
 from bertkit.pipelines.presets import TRANSLATION_SIZES as SIZES
 from bertkit.pipelines.run_directory import holds_out
 from bertkit.tokenizer import detokenize
-from bertkit.training.budget import seconds_per_step, steps_for_budget
+from bertkit.training.budget import reserve_for, seconds_per_step, steps_for_budget
 from bertkit.utils.atomic import atomic_write_text
+from bertkit.utils.devices import resolve_device
 
 REPORT_NAME = "report.json"
 OPTIONS_NAME = "translation_options.json"
@@ -191,8 +192,10 @@ def model_config(options: TranslationOptions, tokenizer: TranslationTokenizer) -
 @torch.no_grad()
 def translate(model: torch.nn.Module, tokenizer: TranslationTokenizer, texts: Sequence[str], num_beams: int = 4,
               batch_size: int = 32, max_new_tokens: int | None = None, length_penalty: float = 1.0) -> list[str]:
-    """Translate texts, batched by source length (little padding); results in input order."""
+    """Translate texts, batched by source length (little padding), on the device the model is on; results in input
+    order."""
     model.eval()
+    device = next(model.parameters()).device
     limit = model.config.max_position_embeddings
     sources = tokenizer.encode_source(texts, max_length=limit)
     order = sorted(range(len(sources)), key=lambda i: len(sources[i]))
@@ -200,7 +203,7 @@ def translate(model: torch.nn.Module, tokenizer: TranslationTokenizer, texts: Se
     collate = TranslationCollator(tokenizer.source.pad_token_id)
     for start in range(0, len(order), batch_size):
         chunk = order[start: start + batch_size]
-        batch = collate([(sources[i], [0]) for i in chunk])
+        batch = {k: v.to(device, non_blocking=True) for k, v in collate([(sources[i], [0]) for i in chunk]).items()}
         generated = model.generate(batch["input_ids"], batch["attention_mask"], num_beams=num_beams,
                                    max_new_tokens=max_new_tokens, length_penalty=length_penalty)
         for i, ids in zip(chunk, generated.tolist()):
@@ -253,11 +256,13 @@ def load_generation_config(path: str | Path) -> dict[str, Any]:
 
 
 def dev_loss_fn(batches: list, collator: TranslationCollator):
-    """eval_fn for the trainer: mean token cross-entropy (no label smoothing) on the dev batches."""
+    """eval_fn for the trainer: mean token cross-entropy (no label smoothing) on the dev batches, on the device the
+    model is on."""
     def evaluate(model) -> dict[str, float]:
+        device = next(model.parameters()).device
         total, count = 0.0, 0
         for batch in batches:
-            inputs = collator(batch)
+            inputs = {k: v.to(device, non_blocking=True) for k, v in collator(batch).items()}
             logits = model(**{k: v for k, v in inputs.items() if k != "labels"},
                            decoder_input_ids=None, labels=inputs["labels"]).logits
             labels = inputs["labels"]
@@ -277,6 +282,7 @@ def train_translation(options: TranslationOptions) -> dict[str, Any]:
     OUT (`bertkit.pipelines.run_directory`: an earlier run or model there is refused unless options.overwrite)."""
     from bertkit.training.trainer import Trainer
 
+    device = resolve_device(options.device)  # before any work: a GPU this machine lacks is refused at once
     out = Path(options.out)
     out.mkdir(parents=True, exist_ok=True)
     options.save(out / OPTIONS_NAME)
@@ -297,8 +303,8 @@ def train_translation(options: TranslationOptions) -> dict[str, Any]:
     # time batches spread across the length-sorted list, so short and long ones count alike
     probes = [collator(batches[int(q * (len(batches) - 1))]) for q in (0.5, 0.1, 0.3, 0.5, 0.7, 0.9)]
     # no overhead: the one dev evaluation comes after the clock's last reading
-    max_steps = options.max_steps or steps_for_budget(seconds_per_step(model, probes, options.bf16),
-                                                      minutes=options.minutes)
+    max_steps = options.max_steps or steps_for_budget(seconds_per_step(model, probes, options.bf16, device=device),
+                                                      minutes=options.minutes, reserve=reserve_for(device))
     args = options.training_arguments(max_steps, batch_size=1,  # each dataset item is a batch of like-length pairs
                                       learning_rate=options.lr, weight_decay=0.01, save_total_limit=1,
                                       eval_every=None)  # the dev loss once, at the end

@@ -23,9 +23,10 @@ from bertkit.models.vit.configuration import ViTConfig
 from bertkit.models.vit.modeling import ViTForImageClassification
 from bertkit.pipelines.options import VisionTrainOptions, check_image_size
 from bertkit.pipelines.run_directory import holds_out
-from bertkit.training.budget import EVALUATIONS, forward_seconds, seconds_per_step, steps_for_budget
+from bertkit.training.budget import EVALUATIONS, forward_seconds, reserve_for, seconds_per_step, steps_for_budget
 from bertkit.training.trainer import BEST_DIR, METRICS_NAME, Trainer
 from bertkit.utils.atomic import atomic_write_text
+from bertkit.utils.devices import resolve_device
 
 REPORT_NAME = "report.json"
 CURVE_NAME = "loss_curve.png"
@@ -51,14 +52,16 @@ def load_image_data(data: str, image_size: int | None = None, seed: int = 0) -> 
 
 def accuracy(model: ViTForImageClassification, processor: ImageProcessor, data: ImageSet,
              batch_size: int = 500) -> dict[str, float]:
-    """Accuracy and mean cross-entropy of `model` on `data` (eval mode, no gradients)."""
+    """Accuracy and mean cross-entropy of `model` on `data` (eval mode, no gradients), on the device the model is on."""
     was_training = model.training
     model.eval()
+    device = next(model.parameters()).device
     correct, loss = 0, 0.0
     with torch.no_grad():
         for start in range(0, len(data), batch_size):
-            labels = torch.tensor(data.labels[start:start + batch_size])
-            logits = model(processor.normalize(data.images[start:start + batch_size])).logits.float()
+            labels = torch.tensor(data.labels[start:start + batch_size]).to(device, non_blocking=True)
+            pixels = processor.normalize(data.images[start:start + batch_size]).to(device, non_blocking=True)
+            logits = model(pixels).logits.float()
             correct += int((logits.argmax(-1) == labels).sum())
             loss += float(torch.nn.functional.cross_entropy(logits, labels, reduction="sum"))
     model.train(was_training)
@@ -88,6 +91,7 @@ def vision_train(options: VisionTrainOptions, say: Callable[[str], None] = lambd
     """Train, keep the best validation checkpoint, score it on test; returns (and writes) the report. The run
     holds options.out (`bertkit.pipelines.run_directory`: an earlier run or model there is refused unless overwrite)."""
     started = time.perf_counter()
+    device = resolve_device(options.device)  # before any work: a GPU this machine lacks is refused at once
     splits = load_image_data(options.data, options.image_size, options.seed)
     train, validation, test = splits["train"], splits["validation"], splits["test"]
     say(f"{options.data}: {len(train):,} train / {len(validation):,} validation / {len(test):,} test images of "
@@ -109,12 +113,14 @@ def vision_train(options: VisionTrainOptions, say: Callable[[str], None] = lambd
         rng = np.random.default_rng(options.seed)
         probes = [collator([train[int(i)] for i in rng.choice(len(train), batch_size, replace=False)], [0] * batch_size)
                   for _ in range(3)]
-        step = seconds_per_step(model, probes, options.bf16)
+        step = seconds_per_step(model, probes, options.bf16, device=device)
         validation_pass = forward_seconds(len(validation), batch_size, step)
         if options.eval_every:  # a validation pass every `eval_every` steps: a share of each step
-            planned = steps_for_budget(step + validation_pass / options.eval_every, minutes=options.minutes)
+            planned = steps_for_budget(step + validation_pass / options.eval_every, minutes=options.minutes,
+                                       reserve=reserve_for(device))
         else:  # one a tenth of the run: ten passes, whatever the steps
-            planned = steps_for_budget(step, minutes=options.minutes, overhead=EVALUATIONS * validation_pass)
+            planned = steps_for_budget(step, minutes=options.minutes, overhead=EVALUATIONS * validation_pass,
+                                       reserve=reserve_for(device))
         max_steps = min(max_steps, planned)
     args = options.training_arguments(max_steps, batch_size=batch_size, lr_schedule="cosine",
                                       metric_for_best="accuracy", save_total_limit=1)
@@ -126,7 +132,7 @@ def vision_train(options: VisionTrainOptions, say: Callable[[str], None] = lambd
 
     out = Path(options.out)
     best_dir = out / BEST_DIR
-    best = ViTForImageClassification.from_pretrained(best_dir)
+    best = ViTForImageClassification.from_pretrained(best_dir).to(next(model.parameters()).device)  # as trained
     scores = accuracy(best, processor, test)
     report = {"data": options.data, "parameters": model.num_parameters(), "config": config.to_dict(),
               "steps": state.step, "planned_steps": max_steps, "epochs": state.step / steps_per_epoch,

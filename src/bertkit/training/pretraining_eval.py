@@ -31,7 +31,7 @@ def pretraining_eval(instances: list[Instance], collator: PretrainingCollator, p
         correct = total = nsp_correct = nsp_total = 0
         loss_sum = 0.0
         for batch in mlm_batches:
-            batch = {k: v.to(device) for k, v in batch.items() if k != "next_sentence_label"}
+            batch = {k: v.to(device, non_blocking=True) for k, v in batch.items() if k != "next_sentence_label"}
             out = model(**batch)
             logits = out.prediction_logits if with_pairs else out.logits
             targets = batch["labels"][batch["labels"] != IGNORE_INDEX]
@@ -39,7 +39,7 @@ def pretraining_eval(instances: list[Instance], collator: PretrainingCollator, p
             total += targets.numel()
             loss_sum += float(out.loss_sums["mlm"])
         for batch in pair_batches if with_pairs else []:
-            batch = {k: v.to(device) for k, v in batch.items() if k != "labels"}
+            batch = {k: v.to(device, non_blocking=True) for k, v in batch.items() if k != "labels"}
             out = model(**batch)
             nsp_correct += int((out.seq_relationship_logits.argmax(-1) == batch["next_sentence_label"]).sum())
             nsp_total += batch["next_sentence_label"].numel()

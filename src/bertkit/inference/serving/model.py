@@ -142,18 +142,19 @@ class ServedModel:
     @classmethod
     def load(cls, spec: str | os.PathLike, dtype: str = "fp32", pooling: str | None = None,
              name: str | None = None, prompts: dict[str, str] | None = None,
-             default_prompt: str | None = None) -> ServedModel:
+             default_prompt: str | None = None, device: Any = None) -> ServedModel:
         """The model of a directory or built-in name, for `bertkit serve` (`name`: how /info names it, default
         `spec`; `dtype` "auto": `choose_dtype`'s, the fastest format within cosine 0.999 of float32); a family the
         server cannot serve, a model that reads images or an unknown pooling is a clear error. `prompts` (by name)
         join those the directory declares (sentence-transformers' config); they and `default_prompt` are prefixes of
-        the texts an embedding model reads, and refused for other models."""
+        the texts an embedding model reads, and refused for other models. `device`: where the model computes
+        (`loading.on_device`; None: the CPU); "auto" then chooses among the formats that device computes."""
         from bertkit.data.sources import resolve_model
 
         if pooling is not None and pooling not in POOLINGS:
             raise InputError(f"pooling must be one of {POOLINGS}, not {pooling!r}")
         path = resolve_model(spec)
-        model, tokenizer = load_text_model(spec, "serve")
+        model, tokenizer = load_text_model(spec, "serve", device=device)
         settings: dict[str, Any] = {}
         try:
             kind = task_of_model(model, "serve")

@@ -42,9 +42,9 @@ def layer_summary(sentence: SentenceAttention) -> list[dict[str, float]]:
 
 
 def explain(out: str | os.PathLike | None = None, fmt: str = "png", model_dir: str | os.PathLike | None = None,
-            text: str = SENTENCE, text_pair: str | None = None) -> Explanation:
+            text: str = SENTENCE, text_pair: str | None = None, device: str | None = None) -> Explanation:
     """Run `text` through the model, summarise each layer's attention, draw every head, write the HTML viewer."""
-    model, tokenizer = real_model.load(model_dir)
+    model, tokenizer = real_model.load(model_dir, device)
     sentence = sentence_attentions(model, tokenizer, text, text_pair)
     L, H, T, _ = sentence.attentions.shape
     summary = layer_summary(sentence)

@@ -38,8 +38,9 @@ def character_vectors(model, tokenizer, character: str, sentences: list[str]) ->
     import torch
 
     static, contextual = [], []
+    device = next(model.parameters()).device
     for sentence in sentences:
-        encoding = tokenizer(sentence, return_tensors="pt")
+        encoding = {key: value.to(device) for key, value in tokenizer(sentence, return_tensors="pt").items()}
         tokens = tokenizer.convert_ids_to_tokens(encoding["input_ids"][0].tolist())
         if tokens.count(character) != 1:
             raise InputError(f"{sentence!r} must hold {character!r} exactly once as a token, got tokens {tokens}")
@@ -48,15 +49,16 @@ def character_vectors(model, tokenizer, character: str, sentences: list[str]) ->
             out = model(encoding["input_ids"], attention_mask=encoding["attention_mask"],
                         token_type_ids=encoding.get("token_type_ids"))
             row = model.embeddings.word_embeddings.weight[encoding["input_ids"][0, index]].detach()
-        static.append(row.float().numpy())
-        contextual.append(out.last_hidden_state[0, index].float().numpy())
+        static.append(row.float().cpu().numpy())
+        contextual.append(out.last_hidden_state[0, index].float().cpu().numpy())
     return np.stack(static), np.stack(contextual)
 
 
 def explain(out: str | os.PathLike | None = None, fmt: str = "png", model_dir: str | os.PathLike | None = None,
-            characters: dict[str, tuple[str, list[tuple[str, str]]]] = CHARACTERS) -> Explanation:
+            characters: dict[str, tuple[str, list[tuple[str, str]]]] = CHARACTERS,
+            device: str | None = None) -> Explanation:
     """For each character: cosine similarities between its sentences, static (input embedding) and last layer."""
-    model, tokenizer = real_model.load(model_dir)
+    model, tokenizer = real_model.load(model_dir, device)
     numbers, lines = {}, []
     for name, (character, examples) in characters.items():
         sentences, senses = [s for s, _ in examples], [sense for _, sense in examples]

@@ -51,9 +51,9 @@ def _names(heads: list[tuple[int, int, float]]) -> str:
 
 
 def explain(out: str | os.PathLike | None = None, fmt: str = "png", model_dir: str | os.PathLike | None = None,
-            sentences: dict[str, str] = SENTENCES) -> Explanation:
+            sentences: dict[str, str] = SENTENCES, device: str | None = None) -> Explanation:
     """Weights from "it" in every head, for each sentence: which heads pick 'animal', which 'street'."""
-    model, tokenizer = real_model.load(model_dir or DEFAULT_MODEL)
+    model, tokenizer = real_model.load(model_dir or DEFAULT_MODEL, device)
     results = {}
     for label, sentence in sentences.items():
         tokens, weights = weights_from(model, tokenizer, sentence)

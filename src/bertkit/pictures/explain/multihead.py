@@ -49,9 +49,9 @@ def distance_profile(attentions: np.ndarray, tokens: list[str]) -> tuple[np.ndar
 
 
 def explain(out: str | os.PathLike | None = None, fmt: str = "png", model_dir: str | os.PathLike | None = None,
-            sentences: tuple[str, ...] = SENTENCES) -> Explanation:
+            sentences: tuple[str, ...] = SENTENCES, device: str | None = None) -> Explanation:
     """Average every head's distance profile over `sentences` and name each head's habit."""
-    model, tokenizer = real_model.load(model_dir)
+    model, tokenizer = real_model.load(model_dir, device)
     profiles, distances = [], []
     for text in sentences:
         s = sentence_attentions(model, tokenizer, text)

@@ -18,12 +18,18 @@ def resolve_model_dir(model_dir: str | os.PathLike | None) -> Path:
 
 
 @functools.cache
-def _load(path: Path):
+def _load(path: Path, device: str | None):
     from bertkit.pictures.attention_view import load_model_and_tokenizer
 
-    return load_model_and_tokenizer(path)
+    model, tokenizer = load_model_and_tokenizer(path)
+    if device is not None:
+        from bertkit.utils.devices import resolve_device
+
+        model.to(resolve_device(device))
+    return model, tokenizer
 
 
-def load(model_dir: str | os.PathLike | None = None):
-    """(model, tokenizer) for `model_dir` (default m3e-small), loaded once per process."""
-    return _load(resolve_model_dir(model_dir).resolve())
+def load(model_dir: str | os.PathLike | None = None, device: str | None = None):
+    """(model, tokenizer) for `model_dir` (default m3e-small), loaded once per process (and device); on `device`
+    (auto, cpu, cuda, cuda:N: `bertkit.utils.devices.resolve_device`), None: the CPU."""
+    return _load(resolve_model_dir(model_dir).resolve(), device)
