@@ -292,15 +292,22 @@ def test_evaluate_seeds_the_clustering_k_means_as_told(tiny, tmp_path, capsys):
     data = tmp_path / "classes.tsv"
     data.write_text("".join(f"{' '.join(random.Random(i).sample(LETTERS, 4))}\t{i % 3}\n" for i in range(30)))
     model, tokenizer = load_text_model(tiny / "model", "evaluate")
+
+    def api(seed: int) -> float:
+        return evaluate_embedding(model, tokenizer, "clustering", str(data), settings=declared_settings(tiny / "model"),
+                                  seed=seed)["v_measure"]
+
+    # k-means' starts move its result: some seed ends elsewhere than seed 0 does. Which one depends on the vectors,
+    # and they on the machine that trained the tiny model (its threads, its kernels), so it is looked for
+    other = next((seed for seed in range(1, 40) if api(seed) != api(0)), None)
+    assert other is not None, "40 seeds of k-means gave one clustering: the seed does not reach it"
     by_seed = {}
-    for seed in (None, "0", "3"):
+    for seed in (None, "0", str(other)):
         assert main(["evaluate", "--model", str(tiny / "model"), "--task", "clustering", "--data", str(data), "--json",
-                     *(["--kmeans-seed", seed] if seed else [])]) == 0
+                     "--device", "cpu", *(["--kmeans-seed", seed] if seed else [])]) == 0
         by_seed[seed] = json.loads(capsys.readouterr().out)["v_measure"]
-    assert by_seed[None] == by_seed["0"]                                   # seed 0 is the default
-    expected = evaluate_embedding(model, tokenizer, "clustering", str(data), settings=declared_settings(tiny / "model"),
-                                  seed=3)["v_measure"]
-    assert by_seed["3"] == pytest.approx(expected, abs=1e-12) and by_seed["3"] != by_seed["0"]
+    assert by_seed[None] == by_seed["0"] == pytest.approx(api(0), abs=1e-12)   # seed 0 is the default
+    assert by_seed[str(other)] == pytest.approx(api(other), abs=1e-12) and by_seed[str(other)] != by_seed["0"]
     assert main(["evaluate", "--model", str(tiny / "model"), "--task", "retrieval", "--data", str(tiny / "test.tsv"),
                  "--kmeans-seed", "1"]) == 2
     assert "--kmeans-seed seeds the clustering's k-means; --task retrieval has none" in capsys.readouterr().err
