@@ -227,6 +227,11 @@ def test_the_api_key_guards_every_route_but_health(embedder):
                          ("POST", "/similarity"), ("POST", "/embed_all"), ("POST", "/rerank"), ("POST", "/predict")):
         assert call(embedder, path, {}, key=None, method=method)[0] == 401, path
     assert call(embedder, "/health", key=None, method="GET")[0] == 200
+    # a trailing slash is no route: a 404 naming the routes, not a redirect to the Host header's address
+    for method, path, body in (("POST", "/embed/", {"inputs": "good"}), ("GET", "/health/", None)):
+        status, answer_headers, error = call(embedder, path, body, key=None, method=method,
+                                             headers={"Host": "elsewhere.example"})
+        assert status == 404 and "location" not in answer_headers and error["error"].startswith(f"no route {path};")
     assert call(embedder, "/embed", {"inputs": "good"}, key=None, headers={"Authorization": f"bearer {KEY}"})[0] == 200
     info, _ = ok(embedder, "/info", method="GET")
     assert KEY not in json.dumps(info) and info["long_inputs"] == "chunk" and info["prompts"] == ["q"]
@@ -490,6 +495,12 @@ def test_serve_refuses_bad_keys_prompts_and_chunk_flags(encoder_dir, tmp_path, c
     assert main(["serve", str(encoder_dir), "--port", "0"]) == 2
     err = capsys.readouterr().err
     assert "the API key of $BERTKIT_API_KEY must be printable ASCII" in err and "ключ" not in err
+    for blank in ("", "  "):  # set, but to nothing: refused, not a server with no key
+        monkeypatch.setenv("BERTKIT_API_KEY", blank)
+        assert main(["serve", str(encoder_dir), "--port", "0"]) == 2
+        assert capsys.readouterr().err == (
+            "bertkit serve: error: $BERTKIT_API_KEY is set but empty: the server would answer without a key; give it "
+            "the key, or unset it (unset BERTKIT_API_KEY) to serve without one\n")
 
 
 def test_prompts_are_for_embedding_models(encoder_dir, reader_dir, tmp_path):

@@ -189,7 +189,10 @@ def _api_key(args: argparse.Namespace) -> str | None:
     elif args.api_key is not None:
         key, source = args.api_key, "--api-key"
     else:
-        key, source = os.environ.get(API_KEY_ENV) or None, f"${API_KEY_ENV}"
+        key, source = os.environ.get(API_KEY_ENV), f"${API_KEY_ENV}"
+        if key is not None and not key.strip():  # set, but to nothing: a key meant, and lost on the way
+            raise UserError(f"${API_KEY_ENV} is set but empty: the server would answer without a key; give it the "
+                            f"key, or unset it (unset {API_KEY_ENV}) to serve without one")
     if key is not None and not all(33 <= ord(char) <= 126 for char in key):
         raise UserError(f"the API key of {source} must be printable ASCII without spaces (it goes in an HTTP header)")
     return key

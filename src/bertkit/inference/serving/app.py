@@ -567,6 +567,9 @@ def create_app(load: Callable[[], ServedModel], settings: ServerSettings | None 
                              expose_headers=[WINDOWS_HEADER])] if limits.cors_allow_origins else []
     app = Starlette(routes=routes, exception_handlers={HTTPException: http_error}, lifespan=lifespan,
                     middleware=middleware)
+    # "/embed/" is no route: no redirect to "/embed" at the address the request's Host header names (sent before
+    # any key is asked for), a 404 that lists the routes
+    app.router.redirect_slashes = False
     app.state.server = server
     return app
 
