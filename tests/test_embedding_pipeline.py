@@ -316,6 +316,20 @@ def test_evaluate_seeds_the_clustering_k_means_as_told(tiny, tmp_path, capsys):
 # ---- the built-in sets ---------------------------------------------------------------------------
 
 @pytest.mark.network
+def test_a_split_a_named_set_lacks_is_one_line(tiny, capsys):
+    """Every named evaluation set refuses a split it does not have in one line naming those it has."""
+    from conftest import fetch_or_skip
+
+    for task, data in (("bitext", "hsk"), ("bitext", "bible"), ("clustering", "thucnews"), ("retrieval", "inews")):
+        fetch_or_skip({"retrieval": "inews"}.get(task, data))
+        assert main(["evaluate", "--model", str(tiny / "model"), "--task", task, "--data", data,
+                     "--split", "nosuch"]) == 2, data
+        err = capsys.readouterr().err
+        assert err.startswith("bertkit evaluate: error: ") and "'nosuch'" in err and "train" in err, err
+        assert err.count("\n") == 1, err
+
+
+@pytest.mark.network
 def test_the_built_in_sets():
     from conftest import fetch_or_skip
 

@@ -52,6 +52,18 @@ def test_the_corpus_score_is_the_mean_of_per_example_f1_times_100():
         corpus_rouge([], [])
 
 
+@pytest.mark.parametrize("hypotheses, references, message", [
+    (None, None, "the summaries must be a list of texts, one per example, not NoneType"),
+    ("ab", "ab", "the summaries must be a list of texts, one per example, not str"),  # not two one-letter texts
+    (["ab"], "ab", "the references must be a list of texts, one per example, not str"),
+    ([None], ["a"], "item 0 of the summaries is NoneType, not a text"),
+    (["a", "b"], ["a", 3], "item 1 of the references is int, not a text"),
+])
+def test_what_is_not_a_list_of_texts_is_one_clear_error(hypotheses, references, message):
+    with pytest.raises(InputError, match=message):
+        corpus_rouge(hypotheses, references)
+
+
 ENGLISH = [
     ("the cat was found under the bed", "the cat was under the bed"),
     ("police killed the gunman", "the gunman was shot down by police"),

@@ -190,9 +190,9 @@ def inews_pairs(split: str) -> list[EmbeddingExample]:
 
 def thucnews_split(split: str) -> tuple[list[str], list[str]]:
     """(headlines, labels) of thucnews' fixed stratified `split` (the one `finetune --train thucnews` uses)."""
-    from bertkit.data.tasks import load_classification
+    from bertkit.data.tasks import load_classification, named_split
 
-    examples = load_classification("thucnews")[split]
+    examples = named_split(load_classification("thucnews"), split, "thucnews")
     return [e.text for e in examples], [e.label for e in examples]
 
 
@@ -209,10 +209,9 @@ def read_embedding_data(spec: str, split: str, purpose: str = "to train on",
                         encoding: str = "utf-8") -> list[EmbeddingExample]:
     """The rows `spec` names: a named dataset's `split`, or a file (read as `encoding`)."""
     if spec in TRAINING_DATASETS:
-        splits = load_embedding_dataset(spec)
-        if split not in splits:
-            raise InputError(f"{spec} has no {split} split (it has {', '.join(splits)})")
-        return splits[split]
+        from bertkit.data.tasks import named_split
+
+        return named_split(load_embedding_dataset(spec), split, spec)
     return read_embedding_file(spec, purpose, encoding)
 
 
@@ -287,12 +286,12 @@ def unique_pairs(pairs: Sequence[tuple[str, str]]) -> list[tuple[str, str]]:
 def bitext_set(spec: str, split: str = "test", encoding: str = "utf-8") -> BitextSet:
     """bible (en -> zh verses of the held-out books), hsk (zh -> en sentences of `split`), or a TSV file of
     source<TAB>translation lines."""
-    from bertkit.data.tasks import load_translation
+    from bertkit.data.tasks import load_translation, named_split
 
     if spec == "bible":
-        pairs, languages = load_translation("bible", *BIBLE_LANGUAGES)[split], BIBLE_LANGUAGES
+        pairs, languages = named_split(load_translation("bible", *BIBLE_LANGUAGES), split, spec), BIBLE_LANGUAGES
     elif spec == "hsk":
-        pairs, languages = load_translation("hsk", "zh", "en")[split], ("zh", "en")
+        pairs, languages = named_split(load_translation("hsk", "zh", "en"), split, spec), ("zh", "en")
     else:
         _check_path(Path(spec), "to evaluate on")
         pairs, languages = read_parallel(spec, encoding=encoding), ("source", "target")

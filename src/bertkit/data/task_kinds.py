@@ -113,10 +113,9 @@ class TaskKind:
             if owner.family != self.family:
                 raise InputError(f"{spec} is {_A_FAMILY[owner.family]} dataset, but the model is for {self.family}; "
                                  f"use one of: {', '.join(self.datasets)}")
-            splits = self.load_dataset(spec, scheme)
-            if split not in splits:
-                raise InputError(f"{spec} has splits {', '.join(splits)}, not {split!r}")
-            return splits[split]
+            from bertkit.data.tasks import named_split
+
+            return named_split(self.load_dataset(spec, scheme), split, spec)
         return self.read_file(spec, purpose, encoding)
 
 

@@ -32,6 +32,14 @@ T = TypeVar("T")
 SPLITS = ("train", "dev", "test")
 
 
+def named_split(splits: dict[str, T], split: str, dataset: str) -> T:
+    """`splits[split]`, or the one error every named dataset gives for a split it does not have, naming those it
+    has."""
+    if split not in splits:
+        raise InputError(f"{dataset} has splits {', '.join(splits)}, not {split!r}")
+    return splits[split]
+
+
 def seeded_split(items: Sequence[T], seed: int = 0, dev: float = 0.1, test: float = 0.1) -> dict[str, list[T]]:
     """Shuffle a copy with random.Random(seed) and cut it into train / dev / test by the fractions."""
     shuffled = list(items)

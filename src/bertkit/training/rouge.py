@@ -82,6 +82,13 @@ def rouge_scores(hypothesis: Sequence[Hashable], reference: Sequence[Hashable]) 
 
 def corpus_rouge(hypotheses: Sequence[str], references: Sequence[str]) -> dict[str, float]:
     """{"rouge1", "rouge2", "rougeL"} of texts on their characters: the mean of the per-example F1, times 100."""
+    for name, texts in (("summaries", hypotheses), ("references", references)):
+        # a string is a sequence too, of characters: scored as such it would be that many one-character texts
+        if isinstance(texts, (str, bytes)) or not isinstance(texts, Sequence):
+            raise InputError(f"the {name} must be a list of texts, one per example, not {type(texts).__name__}")
+        bad = next((i for i, text in enumerate(texts) if not isinstance(text, str)), None)
+        if bad is not None:
+            raise InputError(f"item {bad} of the {name} is {type(texts[bad]).__name__}, not a text")
     if len(hypotheses) != len(references):
         raise InputError(f"{len(hypotheses)} summaries for {len(references)} references: one each is needed")
     if not references:
