@@ -253,7 +253,7 @@ def test_only_the_main_process_of_a_torchrun_job_checks_and_locks(tmp_path):
     (tmp_path / "model.safetensors").write_bytes(b"")
     with run_directory(tmp_path, "bertkit pretrain", main=False):
         assert not (tmp_path / LOCK_NAME).exists() and not (tmp_path / MANIFEST_NAME).exists()
-    with pytest.raises(ValueError, match="already holds a bertkit run or model"):
+    with pytest.raises(ValueError, match="holds files that bertkit did not write"):
         with run_directory(tmp_path, "bertkit pretrain"):
             pass
 
@@ -284,14 +284,38 @@ def a_model(tmp_path) -> Path:
     return path
 
 
+@pytest.fixture
+def bertkit_model(inputs, tmp_path) -> Path:
+    """A model a bertkit command wrote (a pretraining run of one step): its manifest says which entries are bertkit's."""
+    path = tmp_path / "model"
+    assert main(pretrain_argv(inputs, path, "--max-steps", "1")) == 0
+    return path
+
+
 @pytest.mark.parametrize("command", ["pretrain", "finetune", "vocab", "lm-train", "translate-train", "demo"])
-def test_a_finished_model_is_not_overwritten(command, inputs, a_model, capsys):
-    out = a_model.parent / "model"
+def test_a_finished_model_is_not_overwritten(command, inputs, bertkit_model, capsys):
+    out = bertkit_model
     argv = writing_commands(inputs, out)[command]
     before = snapshot(out)
     err = refused(capsys, command, *argv)
-    assert f"--out {out} already holds a bertkit run or model (config.json" in err and "--overwrite" in err
+    assert f"--out {out} already holds a bertkit run or model (" in err and "config.json" in err
+    assert "--overwrite" in err
     assert snapshot(out) == before
+
+
+@pytest.mark.parametrize("command", ["pretrain", "finetune", "vocab", "lm-train", "translate-train", "demo"])
+def test_a_model_from_elsewhere_is_never_replaced(command, inputs, a_model, capsys):
+    """A model directory bertkit did not write (transformers', a copied m3e-small, one saved through the Python
+    API: no manifest), with or without --overwrite: refused, nothing in it changes, and the message does not offer
+    --overwrite."""
+    argv = writing_commands(inputs, a_model)[command]
+    before = snapshot(a_model)
+    for extra in ((), ("--overwrite",)):
+        err = refused(capsys, command, *argv, *extra)
+        assert f"--out {a_model} holds files that bertkit did not write (config.json, model.safetensors" in err
+        assert "--overwrite" not in err.replace(" --overwrite", "", extra.count("--overwrite")) or not extra
+        assert "give --overwrite" not in err
+        assert snapshot(a_model) == before
 
 
 @pytest.mark.parametrize("command", ["pretrain", "finetune", "vocab", "lm-train", "translate-train", "demo"])
@@ -310,18 +334,32 @@ def test_a_directory_with_checkpoints_is_refused_without_a_traceback(finished_ru
     assert snapshot(finished_run) == before
 
 
-def test_overwrite_replaces_what_bertkit_wrote_and_keeps_the_users_files(inputs, a_model, capsys):
-    (a_model / "notes.txt").write_text("my notes")
-    (a_model / "data").mkdir()
-    (a_model / "data" / "mine.tsv").write_text("a\tb\n")
-    code, out, err = run(capsys, "vocab", "--corpus", inputs / "corpus.txt", "--out", a_model, "--overwrite")
+def test_overwrite_replaces_what_bertkit_wrote_and_keeps_the_users_files(inputs, bertkit_model, capsys):
+    (bertkit_model / "notes.txt").write_text("my notes")
+    (bertkit_model / "data").mkdir()
+    (bertkit_model / "data" / "mine.tsv").write_text("a\tb\n")
+    code, out, err = run(capsys, "vocab", "--corpus", inputs / "corpus.txt", "--out", bertkit_model, "--overwrite")
     assert code == 0, err
-    assert sorted(p.name for p in a_model.iterdir()) == [MANIFEST_NAME, "data", "notes.txt",
-                                                         "special_tokens_map.json", "tokenizer_config.json",
-                                                         "vocab.txt"]
-    assert json.loads((a_model / MANIFEST_NAME).read_text())["entries"] == ["special_tokens_map.json",
-                                                                            "tokenizer_config.json", "vocab.txt"]
-    assert (a_model / "notes.txt").read_text() == "my notes" and (a_model / "data" / "mine.tsv").read_text() == "a\tb\n"
+    assert sorted(p.name for p in bertkit_model.iterdir()) == [MANIFEST_NAME, "data", "notes.txt",
+                                                               "special_tokens_map.json", "tokenizer_config.json",
+                                                               "vocab.txt"]
+    assert json.loads((bertkit_model / MANIFEST_NAME).read_text())["entries"] == ["special_tokens_map.json",
+                                                                                  "tokenizer_config.json", "vocab.txt"]
+    assert (bertkit_model / "notes.txt").read_text() == "my notes"
+    assert (bertkit_model / "data" / "mine.tsv").read_text() == "a\tb\n"
+
+
+def test_a_manifest_cannot_make_a_users_file_bertkits(inputs, bertkit_model, capsys):
+    """Only the names bertkit writes can be deleted, whatever the manifest says: one edited to name the user's
+    notes.txt (or copied beside it) does not get it deleted by --overwrite."""
+    (bertkit_model / "notes.txt").write_text("my notes")
+    manifest = json.loads((bertkit_model / MANIFEST_NAME).read_text())
+    manifest["entries"] = sorted([*manifest["entries"], "notes.txt"])
+    (bertkit_model / MANIFEST_NAME).write_text(json.dumps(manifest))
+    code, out, err = run(capsys, "vocab", "--corpus", inputs / "corpus.txt", "--out", bertkit_model, "--overwrite")
+    assert code == 0, err
+    assert (bertkit_model / "notes.txt").read_text() == "my notes"
+    assert "config.json" not in {p.name for p in bertkit_model.iterdir()}  # the run's own entries did go
 
 
 def test_clear_run_deletes_only_bertkit_entries(tmp_path):

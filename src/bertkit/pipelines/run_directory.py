@@ -17,10 +17,11 @@ The manifest is written before the run writes anything: it lists what the direct
 when the run ends the entries that appeared meanwhile under names bertkit writes (RUN_ENTRIES) become its own. A
 run killed before it could say so leaves the manifest open; the next run on the directory counts what appeared
 the same way, and records it when it begins.
-A directory written before bertkit kept manifests is taken for a run when it holds what only a run or a model
-leaves (RUN_RECORDS: options, results, checkpoints, a store, weights, at its top or in a folder of a bertkit
-name); then the entries of bertkit's names are its own, and the rest stays. Without such a sign, files of
-bertkit's names are not taken for bertkit's.
+A directory written before bertkit kept manifests is taken for a run when it holds what only a run leaves
+(RUN_RECORDS: options, results, checkpoints, a store, at its top or in a folder of a bertkit name); then the
+entries of bertkit's names are its own, and the rest stays. Without such a sign, files of bertkit's names are not
+taken for bertkit's: a model directory from elsewhere is never replaced. Whatever a manifest says, only entries of
+the names bertkit writes can be its own.
 
 While it runs, a run holds an exclusive `flock` on `DIR/.bertkit-lock`, a file naming the holder (pid, host,
 command, start time). A second run on the same directory is refused with that name. The operating system
@@ -75,11 +76,12 @@ RUN_ENTRIES = (*RUN_MARKERS, "special_tokens_map.json", "generation_config.json"
                "eval_results.json", "target_tokenizer", "report.md", "*.onnx.data", ".final", *TEMPORARY,
                "store.*", "corpus_stores.json", "predictions.json", "loss_curve.png",
                *SENTENCE_FILES)
-# What only a bertkit run, or a model's weights, leaves: a directory without a manifest (written by a bertkit
-# from before manifests) holding one of these, at its top or in a folder of a bertkit name, holds a run.
+# What only a bertkit run leaves: a directory without a manifest (written by a bertkit from before manifests)
+# holding one of these, at its top or in a folder of a bertkit name, holds a run. A model's weights are not such a
+# sign: a model directory from elsewhere (transformers', a copied m3e-small) has them too, and is never bertkit's.
 RUN_RECORDS = ("pretrain_options.json", "lm_options.json", "translation_options.json", "training_args.json",
                "train_results.json", "finetune_results.json", "data_report.json", "corpus_stores.json", "store.json",
-               "checkpoint-*", "model.safetensors", "pytorch_model.bin", "model.onnx", "model_int8.onnx")
+               "checkpoint-*")
 
 
 class OutputDirectoryError(InputError):
@@ -103,11 +105,11 @@ def _same_or_inside(path: Path, other: Path) -> bool:
 
 def check_inputs_survive(out: str | os.PathLike, inputs: Inputs, also: Iterable[str] = (),
                          flag: str = "--out") -> None:
-    """Raise OutputDirectoryError if clearing `out` (what `--overwrite` does: RUN_ENTRIES and `also`) would delete
-    an input of this run: an input that is, or lies inside, one of those entries, or a directory input that is
-    `out` itself (a model or vocabulary directory given as its own --out). No side effects."""
+    """Raise OutputDirectoryError if clearing `out` (what `--overwrite` does: `clear_run`, the entries bertkit wrote)
+    would delete an input of this run: an input that is, or lies inside, one of those entries, or a directory input
+    that is `out` itself (a model or vocabulary directory given as its own --out). No side effects."""
     out = Path(out)
-    doomed = [(out / name).resolve() for name in run_entries(out, (*RUN_ENTRIES, *also))]
+    doomed = [(out / name).resolve() for name in sorted(entries(out, also).ours)]
     if not doomed:
         return
     for input_flag, value in inputs:
@@ -202,7 +204,8 @@ def entries(directory: str | os.PathLike, also: Iterable[str] = ()) -> Entries:
     temporary = set(run_entries(directory, TEMPORARY))
     manifest = _read_manifest(directory)
     if manifest is not None:
-        ours = set(manifest["entries"])
+        # only names bertkit writes can be its own, whatever a manifest says (an edited one, a copied one)
+        ours = set(manifest["entries"]) & named
         if manifest.get("open"):  # its run was killed before it said what it wrote
             ours |= (names - ours - set(manifest.get("others", []))) & named
         ours = (ours & names) | temporary
