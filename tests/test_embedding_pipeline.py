@@ -288,6 +288,24 @@ def test_evaluate_scores_files_of_each_task(tiny, tmp_path, capsys):
     assert "neither a retrieval dataset (inews) nor a file" in capsys.readouterr().err
 
 
+def test_a_score_the_data_cannot_give_is_null_in_json(tiny, tmp_path, capsys):
+    """Spearman of gold scores that are all equal is no number: --json writes null (JSON has no NaN; Python's json
+    would write NaN, which strict readers refuse), and so does every results file bertkit writes."""
+    from bertkit.utils import jsonfiles
+
+    (tmp_path / "flat.tsv").write_text("a b\tb a\t3\nc d\td c\t3\ne f\tf e\t3\n")
+    assert main(["evaluate", "--model", str(tiny / "model"), "--task", "sts", "--data", str(tmp_path / "flat.tsv"),
+                 "--json"]) == 0
+
+    def strict(constant: str):
+        raise ValueError(f"{constant} is not JSON")
+
+    scores = json.loads(capsys.readouterr().out, parse_constant=strict)
+    assert scores["spearman"] is None and scores["task"] == "sts"
+    assert json.loads(jsonfiles.dumps({"a": [float("nan"), float("-inf"), 1.5], "b": (2, "x")}),
+                      parse_constant=strict) == {"a": [None, None, 1.5], "b": [2, "x"]}
+
+
 def test_evaluate_seeds_the_clustering_k_means_as_told(tiny, tmp_path, capsys):
     data = tmp_path / "classes.tsv"
     data.write_text("".join(f"{' '.join(random.Random(i).sample(LETTERS, 4))}\t{i % 3}\n" for i in range(30)))

@@ -18,6 +18,7 @@ from bertkit.cli.common import (
 from bertkit.cli.texts import add_encoding_option, command_line_texts
 from bertkit.data.embedding_data import EVALUATION_DATASETS, EVALUATION_FILES, EVALUATION_TASKS
 from bertkit.data.task_kinds import DATASETS, FILE_FORMATS
+from bertkit.utils import jsonfiles
 
 # ---- predict, evaluate, encode -------------------------------------------------------------------
 
@@ -202,7 +203,6 @@ def _cmd_predict(args: argparse.Namespace) -> int:
     stream, a chunk of lines at a time. With --zero-shot, a pretrained model's masked-LM head classifies through
     a cloze template (--prompt, --label-words) as it is, with no fine-tuning.
     """
-    import json
 
     from bertkit.inference import predict_stream
     from bertkit.inference.loading import model_family
@@ -234,7 +234,7 @@ def _cmd_predict(args: argparse.Namespace) -> int:
             if args.json:
                 record = {"text": text, **({"text_pair": pair} if pair is not None else {})}
                 record.update({"entities": result} if isinstance(result, list) else result)
-                print(json.dumps(record, ensure_ascii=False))
+                print(jsonfiles.dumps(record, ensure_ascii=False))
             elif isinstance(result, list):  # entity spans
                 print(text)
                 for span in result:
@@ -285,7 +285,6 @@ def _question_inputs(args: argparse.Namespace) -> tuple[list[str] | None, list[s
 
 def _predict_answers(args: argparse.Namespace, path, device) -> int:
     """`predict` with an extractive QA model: the answer, its score and its character offsets per question."""
-    import json
 
     from bertkit.inference.loading import load_text_model
     from bertkit.inference.qa import answer_questions, explain_answer
@@ -304,7 +303,7 @@ def _predict_answers(args: argparse.Namespace, path, device) -> int:
     for n, (question, result) in enumerate(zip(questions, results)):
         if args.json:
             record = {**({"id": ids[n]} if ids else {}), "question": question, **result}
-            print(json.dumps(record, ensure_ascii=False))
+            print(jsonfiles.dumps(record, ensure_ascii=False))
         elif result["start"] is None:
             print(f"(no answer)  {result['score']:.3f}  {shorten(question, 50)}")
         else:
@@ -332,7 +331,6 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
     --zero-shot, score a pretrained model's masked-LM head through a cloze template (--prompt; --label-words, or a
     named dataset's own) as it is, with no fine-tuning, beside chance.
     """
-    import json
 
     from bertkit.pipelines.predict import evaluate
 
@@ -358,7 +356,7 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
     if zero_shot is not None:  # what was scored, and what guessing would score
         scores.update(prompt=zero_shot[0], label_words=zero_shot[1], chance=1 / len(zero_shot[1]))
     if args.json:
-        print(json.dumps(scores, ensure_ascii=False))
+        print(jsonfiles.dumps(scores, ensure_ascii=False))
         return 0
     where = f"{args.data} ({scores['split']})" if named else args.data
     if scores["task"] == "qa":
@@ -388,7 +386,6 @@ LABELS = {"mrr@10": "MRR@10", "ndcg@10": "nDCG@10", "v_measure": "V-measure", "s
 
 def _evaluate_vectors(args: argparse.Namespace, device) -> int:
     """`evaluate --task ...`: the model's sentence vectors scored on retrieval, bitext mining, clustering or STS."""
-    import json
 
     from bertkit.data.sources import resolve_model
     from bertkit.inference.encode import declared_settings
@@ -405,7 +402,7 @@ def _evaluate_vectors(args: argparse.Namespace, device) -> int:
                                 limit=args.max_examples, batch_size=args.batch_size, dtype=args.dtype, progress=None,
                                 encoding=args.encoding, seed=args.kmeans_seed or 0)
     if args.json:
-        print(json.dumps(scores, ensure_ascii=False))
+        print(jsonfiles.dumps(scores, ensure_ascii=False))
         return 0
     counts = ", ".join(f"{int(scores[k]):,} {k}" for k in COUNTS if k in scores)
     length = f", at most {scores['max_length']} tokens" if scores["max_length"] else ""

@@ -8,6 +8,7 @@ from pathlib import Path
 from bertkit.cli.common import UserError, add_command, add_threads_option, set_threads
 from bertkit.cli.options import add_options, options_from_args
 from bertkit.pipelines.options import VisionTrainOptions
+from bertkit.utils import jsonfiles
 
 # ---- vision-train --------------------------------------------------------------------------------
 
@@ -62,7 +63,6 @@ def _image_paths(args: argparse.Namespace) -> list[str]:
 
 def predict_images(args: argparse.Namespace, model_dir: Path, device=None) -> int:
     """`bertkit predict` with an image classifier: a label and the probabilities per image file (on `device`)."""
-    import json
 
     from bertkit.inference.images import classify_images, load_image_model
 
@@ -73,7 +73,7 @@ def predict_images(args: argparse.Namespace, model_dir: Path, device=None) -> in
         chunk = paths[start:start + batch]
         for path, result in zip(chunk, classify_images(model, processor, chunk)):
             if args.json:
-                print(json.dumps({"image": path, **result}, ensure_ascii=False))
+                print(jsonfiles.dumps({"image": path, **result}, ensure_ascii=False))
                 continue
             others = ", ".join(f"{label} {p:.3f}" for label, p in
                                sorted(result["probabilities"].items(), key=lambda item: -item[1])[:5])

@@ -17,7 +17,6 @@ meaningless (most tokens unknown, one class, a class per example) is an error, b
 
 from __future__ import annotations
 
-import json
 import os
 import warnings
 from collections import Counter
@@ -27,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from bertkit.errors import DataError, InputError
+from bertkit.utils import jsonfiles
 from bertkit.utils.atomic import atomic_write_text
 
 REPORT_NAME = "data_report.json"
@@ -133,7 +133,7 @@ class DataReport:
 
     def save(self, directory: str | os.PathLike) -> Path:
         """Write data_report.json into `directory`."""
-        text = json.dumps(self.to_json(), indent=2, ensure_ascii=False) + "\n"
+        text = jsonfiles.dumps(self.to_json(), indent=2, ensure_ascii=False) + "\n"
         return atomic_write_text(Path(directory) / REPORT_NAME, text)
 
 

@@ -52,6 +52,7 @@ from bertkit.pipelines.finetune import finetune
 from bertkit.pipelines.options import DemoOptions, FinetuneOptions, PretrainOptions, recipe_options
 from bertkit.pipelines.presets import DEMO_TASKS, DemoTask
 from bertkit.pipelines.pretrain import PretrainingRun, prepare, pretrain, step_seconds
+from bertkit.utils import jsonfiles
 from bertkit.utils.atomic import atomic_write_text
 
 # what run_demo writes into its directory besides its reports (what `bertkit demo --overwrite` replaces)
@@ -171,7 +172,7 @@ def run_demo(options: DemoOptions, say: Callable[[str], Any] = print) -> dict[st
     write_pictures(out, report, task.what)
     took["report"] = time.perf_counter() - clock
     report["total_seconds"] = time.perf_counter() - started
-    atomic_write_text(out / "report.json", json.dumps(report, indent=2, ensure_ascii=False) + "\n")
+    atomic_write_text(out / "report.json", jsonfiles.dumps(report, indent=2, ensure_ascii=False) + "\n")
     atomic_write_text(out / "report.md", report_markdown(report, task.what, task.prompt, options.seeds))
     return report
 

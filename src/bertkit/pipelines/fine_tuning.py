@@ -14,7 +14,6 @@ The pipeline then scores its test set with the model `fine_tune` returns and wri
 
 from __future__ import annotations
 
-import json
 import time
 import warnings
 from collections.abc import Callable, Mapping, Sequence
@@ -30,6 +29,7 @@ from bertkit.pipelines.options import FinetuneOptions
 from bertkit.training.arguments import TrainState
 from bertkit.training.budget import planned_steps, steps_per_epoch
 from bertkit.training.trainer import BEST_DIR, Trainer
+from bertkit.utils import jsonfiles
 from bertkit.utils.atomic import atomic_write_text
 from bertkit.utils.devices import resolve_device
 
@@ -141,4 +141,4 @@ def fine_tune(options: FinetuneOptions, task: TaskParts, model_dir: Path, tokeni
 
 def write_results(options: FinetuneOptions, results: dict[str, Any]) -> None:
     """OUT/finetune_results.json: what the run did and scored."""
-    atomic_write_text(Path(options.out) / RESULTS_NAME, json.dumps(results, indent=2, ensure_ascii=False))
+    atomic_write_text(Path(options.out) / RESULTS_NAME, jsonfiles.dumps(results, indent=2, ensure_ascii=False))

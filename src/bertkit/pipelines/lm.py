@@ -14,7 +14,6 @@ A trained directory holds config.json + model.safetensors, the tokenizer files, 
 
 from __future__ import annotations
 
-import json
 import math
 import random
 import tempfile
@@ -33,6 +32,7 @@ from bertkit.models.rnn_lm.modeling import RNNForCausalLM
 from bertkit.pipelines.options import LMOptions
 from bertkit.pipelines.presets import GPT_PRESETS, RNN_LM_PRESETS
 from bertkit.pipelines.run_directory import holds_out
+from bertkit.utils import jsonfiles
 from bertkit.utils.atomic import atomic_write_text
 from bertkit.utils.devices import resolve_device
 
@@ -198,5 +198,5 @@ def train_lm(options: LMOptions) -> dict[str, Any]:
                                           generator=generator)
                     for prompt in SAMPLE_PROMPTS[lang]},
     }
-    atomic_write_text(out / REPORT_NAME, json.dumps(report, indent=2, ensure_ascii=False) + "\n")
+    atomic_write_text(out / REPORT_NAME, jsonfiles.dumps(report, indent=2, ensure_ascii=False) + "\n")
     return report

@@ -14,7 +14,6 @@ every text task shares, `fine_tuning.fine_tune`.
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -36,6 +35,7 @@ from bertkit.pipelines.fine_tuning import Scorer, TaskParts, fine_tune, warn_if_
 from bertkit.pipelines.options import FinetuneOptions
 from bertkit.pipelines.run_directory import holds_out
 from bertkit.training.qa_metrics import qa_scores
+from bertkit.utils import jsonfiles
 from bertkit.utils.atomic import atomic_write_text
 from bertkit.utils.devices import resolve_device
 
@@ -135,7 +135,7 @@ def finetune_qa(options: FinetuneOptions) -> dict[str, Any]:
         test_windows = qa_windows(test, tokenizer, options.max_length, options.doc_stride, labels=False)
         answers = answer_windows(run.model, test, test_windows, tokenizer.pad_token_id, **decoding)
         results.update({f"test_{k}": v for k, v in score_answers(answers, test).items()})
-        atomic_write_text(Path(options.out) / PREDICTIONS_NAME, json.dumps(
+        atomic_write_text(Path(options.out) / PREDICTIONS_NAME, jsonfiles.dumps(
             {e.id: a["answer"] for e, a in zip(test, answers)}, indent=1, ensure_ascii=False))
     write_results(options, results)
     return results

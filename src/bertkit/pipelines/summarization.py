@@ -37,6 +37,7 @@ from bertkit.pipelines.run_directory import holds_out
 from bertkit.tokenizer import BertTokenizer, detokenize
 from bertkit.training.budget import reserve_for, seconds_per_step, steps_for_budget
 from bertkit.training.rouge import characters, corpus_rouge
+from bertkit.utils import jsonfiles
 from bertkit.utils.atomic import atomic_write_text
 from bertkit.utils.devices import resolve_device
 
@@ -248,7 +249,7 @@ def summarize(model: BertSeq2Seq, tokenizer: SummaryTokenizer, texts: Sequence[s
 
 
 def save_generation_config(path: str | Path, options: SummarizationOptions) -> None:
-    atomic_write_text(Path(path) / GENERATION_NAME, json.dumps(
+    atomic_write_text(Path(path) / GENERATION_NAME, jsonfiles.dumps(
         {"num_beams": options.num_beams, "length_penalty": options.length_penalty,
          "max_source_length": options.max_source_length}, indent=2) + "\n")
 
@@ -357,7 +358,7 @@ def train_summarizer(options: SummarizationOptions, splits: dict[str, list[tuple
         "samples": [{"body": body[:200], "reference": title, "summary": summary, "lead": first}
                     for body, title, summary, first in zip(bodies[:8], titles, summaries, leads)],
     }
-    atomic_write_text(out / REPORT_NAME, json.dumps(report, indent=2, ensure_ascii=False) + "\n")
+    atomic_write_text(out / REPORT_NAME, jsonfiles.dumps(report, indent=2, ensure_ascii=False) + "\n")
     return report
 
 

@@ -36,6 +36,7 @@ from bertkit.pipelines.presets import TRANSLATION_SIZES as SIZES
 from bertkit.pipelines.run_directory import holds_out
 from bertkit.tokenizer import detokenize
 from bertkit.training.budget import reserve_for, seconds_per_step, steps_for_budget
+from bertkit.utils import jsonfiles
 from bertkit.utils.atomic import atomic_write_text
 from bertkit.utils.devices import resolve_device
 
@@ -245,7 +246,7 @@ def tune_length_penalty(model: torch.nn.Module, tokenizer: TranslationTokenizer,
 
 def save_generation_config(path: str | Path, num_beams: int, length_penalty: float) -> None:
     atomic_write_text(Path(path) / GENERATION_NAME,
-                      json.dumps({"num_beams": num_beams, "length_penalty": length_penalty}, indent=2) + "\n")
+                      jsonfiles.dumps({"num_beams": num_beams, "length_penalty": length_penalty}, indent=2) + "\n")
 
 
 def load_generation_config(path: str | Path) -> dict[str, Any]:
@@ -338,7 +339,7 @@ def train_translation(options: TranslationOptions) -> dict[str, Any]:
         "vocab_sizes": {"source": len(tokenizer.source), "target": len(tokenizer.target)},
         "samples": [{"source": s, "reference": t, "translation": h} for (s, t), h in zip(test[:8], hypotheses)],
     }
-    atomic_write_text(out / REPORT_NAME, json.dumps(report, indent=2, ensure_ascii=False) + "\n")
+    atomic_write_text(out / REPORT_NAME, jsonfiles.dumps(report, indent=2, ensure_ascii=False) + "\n")
     return report
 
 

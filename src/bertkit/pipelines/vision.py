@@ -8,7 +8,6 @@ What `bertkit predict` and `attention` do with an image model's directory is in 
 from __future__ import annotations
 
 import dataclasses
-import json
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -25,6 +24,7 @@ from bertkit.pipelines.options import VisionTrainOptions, check_image_size
 from bertkit.pipelines.run_directory import holds_out
 from bertkit.training.budget import EVALUATIONS, forward_seconds, reserve_for, seconds_per_step, steps_for_budget
 from bertkit.training.trainer import BEST_DIR, METRICS_NAME, Trainer
+from bertkit.utils import jsonfiles
 from bertkit.utils.atomic import atomic_write_text
 from bertkit.utils.devices import resolve_device
 
@@ -141,7 +141,7 @@ def vision_train(options: VisionTrainOptions, say: Callable[[str], None] = lambd
               "test_accuracy": scores["accuracy"], "test_loss": scores["loss"], "test_images": len(test),
               "best_model": str(best_dir), "options": dataclasses.asdict(options),
               "total_seconds": time.perf_counter() - started}
-    atomic_write_text(out / REPORT_NAME, json.dumps(report, indent=2, ensure_ascii=False) + "\n")
+    atomic_write_text(out / REPORT_NAME, jsonfiles.dumps(report, indent=2, ensure_ascii=False) + "\n")
     from bertkit.pictures import figures
 
     figures.save_figure(figures.training_curves(out / METRICS_NAME, title=f"ViT on {Path(options.data).name}"),

@@ -21,6 +21,7 @@ import numpy as np
 import torch
 
 from bertkit.errors import BertkitError, InputError
+from bertkit.utils import jsonfiles
 from bertkit.utils.atomic import atomic_directory, atomic_write_text, fsync_directory, remove_leftovers
 
 CHECKPOINT_PREFIX = "checkpoint-"
@@ -75,7 +76,7 @@ def remove_stale_temp_dirs(output_dir: str | os.PathLike) -> None:
 
 
 def write_json(path: Path, obj: Any) -> None:
-    atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=True) + "\n")
+    atomic_write_text(path, jsonfiles.dumps(obj, indent=2, sort_keys=True) + "\n")
 
 
 def save_model_dir(directory: Path, model: torch.nn.Module, tokenizer: Any = None) -> None:

@@ -33,6 +33,7 @@ from bertkit.training.arguments import TrainingArguments, TrainState
 from bertkit.training.distributed import Distributed, average_gradients, setup_distributed
 from bertkit.training.memory import keep_freed_memory
 from bertkit.training.schedule import build_optimizer, build_scheduler
+from bertkit.utils import jsonfiles
 from bertkit.utils.devices import bf16_on
 from bertkit.utils.rng import mix
 
@@ -464,7 +465,7 @@ class Trainer:
         state.log_history.append(record)
         if self.dist.is_main:
             with open(self.output_dir / METRICS_NAME, "a", encoding="utf-8") as f:
-                f.write(json.dumps(record) + "\n")
+                f.write(jsonfiles.dumps(record) + "\n")
 
     def _save(self, state: TrainState) -> None:
         rng_states = self.dist.gather(ckpt.get_rng_state())

@@ -9,11 +9,29 @@ deepest nesting is, so every reader's own message about bad JSON covers it.
 from __future__ import annotations
 
 import json
+import math
 import re
 from typing import Any
 
 # a JSON string (possibly unterminated) or one bracket: the brackets outside strings give the nesting
 _STRING_OR_BRACKET = re.compile(r'"(?:[^"\\]|\\.)*"?|[\[\]{}]', re.DOTALL)
+
+
+def dumps(obj: Any, **options: Any) -> str:
+    """`json.dumps(obj, **options)` that writes JSON every reader takes: a NaN or infinite float (a score of data
+    that gives none: Spearman of constant scores) is written as null, where Python's json writes `NaN`, which
+    is no JSON (a strict parser, JavaScript's, jq, refuses the whole file)."""
+    return json.dumps(_finite(obj), allow_nan=False, **options)
+
+
+def _finite(obj: Any) -> Any:
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {key: _finite(value) for key, value in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_finite(value) for value in obj]
+    return obj
 
 
 def loads(text: str | bytes | bytearray) -> Any:

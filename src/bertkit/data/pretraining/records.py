@@ -12,6 +12,7 @@ from bertkit.data.pretraining.mix import CorpusMix
 from bertkit.data.pretraining.store import META, TokenStore, is_store
 from bertkit.data.pretraining.store_cache import store_key
 from bertkit.errors import InputError
+from bertkit.utils import jsonfiles
 from bertkit.utils.atomic import atomic_write_text
 
 STORES_NAME = "corpus_stores.json"
@@ -31,7 +32,7 @@ def record_stores(mix: CorpusMix, stores: list[TokenStore], out: Path) -> None:
     `check_corpus_unchanged`."""
     records = [{"corpus": spec, "store": str(store.path.resolve()), "key": store.meta.get("key"),
                 "content": content_identity(store.meta)} for spec, store in zip(mix.corpora, stores)]
-    atomic_write_text(out / STORES_NAME, json.dumps(records, indent=2, ensure_ascii=False) + "\n")
+    atomic_write_text(out / STORES_NAME, jsonfiles.dumps(records, indent=2, ensure_ascii=False) + "\n")
 
 
 def check_corpus_unchanged(mix: CorpusMix, out: Path, tokenizer, wwm: bool, encoding: str) -> None:
