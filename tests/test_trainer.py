@@ -292,6 +292,14 @@ def test_resume_errors_name_the_problem(tmp_path):
     (tmp_path / "run" / "checkpoint-2" / "optimizer.pt").write_bytes(b"PK\x03\x04 truncated")
     with pytest.raises(TrainingCheckpointError, match="checkpoint-2 is unreadable"):
         make_trainer(tmp_path / "run", max_steps=4).train(resume=True)
+    # a checkpoint renamed past the newest: resumed from its step, the run would rewrite the metrics after it
+    make_trainer(tmp_path / "renamed", max_steps=4, save_every=2).train()
+    (tmp_path / "renamed" / "checkpoint-2").rename(tmp_path / "renamed" / "checkpoint-999")
+    metrics = (tmp_path / "renamed" / "metrics.jsonl").read_text()
+    with pytest.raises(TrainingCheckpointError, match="checkpoint-999 holds the state of step 2, not 999: a "
+                                                      "checkpoint's name must say its step; name it checkpoint-2"):
+        make_trainer(tmp_path / "renamed", max_steps=8).train(resume=True)
+    assert (tmp_path / "renamed" / "metrics.jsonl").read_text() == metrics
     with pytest.raises(ValueError, match="'eval_f1' is not among the evaluation metrics"):
         make_trainer(tmp_path / "eval", max_steps=1, metric_for_best="f1",
                      eval_fn=lambda model: {"accuracy": 1.0}).train()

@@ -139,15 +139,30 @@ def checkpoint_path(output_dir: str | os.PathLike, step: int) -> Path:
 
 
 def list_checkpoints(output_dir: str | os.PathLike) -> list[tuple[int, Path]]:
-    """Complete checkpoints in `output_dir` as (step, path), oldest first."""
+    """Complete checkpoints in `output_dir` as (step, path), oldest first. A checkpoint's name must say the step its
+    state records: the newest is found, and the oldest deleted, by name, so a renamed one (checkpoint-10 as
+    checkpoint-999999) would resume a run from the wrong step and drop the metrics after it: a clear error instead."""
     found = []
     root = Path(output_dir)
     if root.is_dir():
         for path in root.iterdir():
             match = _CHECKPOINT_RE.match(path.name)
             if match and (path / STATE_NAME).is_file():
-                found.append((int(match.group(1)), path))
+                step = int(match.group(1))
+                _check_named_step(path, step)
+                found.append((step, path))
     return sorted(found)
+
+
+def _check_named_step(path: Path, step: int) -> None:
+    try:
+        recorded = jsonfiles.loads((path / STATE_NAME).read_text(encoding="utf-8")).get("step")
+    except (OSError, ValueError, AttributeError):
+        return  # unreadable: loading it says so, with its own message
+    if isinstance(recorded, int) and recorded != step:
+        raise TrainingCheckpointError(f"{path} holds the state of step {recorded}, not {step}: a checkpoint's name "
+                                      f"must say its step; name it {CHECKPOINT_PREFIX}{recorded} again, or move it "
+                                      "out of the run")
 
 
 def resolve_checkpoint(path: str | os.PathLike) -> Path:
