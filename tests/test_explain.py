@@ -165,6 +165,14 @@ def test_bad_picture_format():
         explain("scaling", fmt="gif")
 
 
+@pytest.mark.parametrize("text, what", [("", "empty"), ("   ", "only white space")])
+def test_an_empty_text_is_refused_not_replaced_by_the_default(text, what, tmp_path, capsys):
+    assert main(["explain", "attention", "--text", text, "--out", str(tmp_path / "pictures")]) == 2
+    assert capsys.readouterr().err == (f"bertkit explain: error: the --text is {what}: it has no tokens, so nothing "
+                                       "made for it could mean anything\n")
+    assert not (tmp_path / "pictures").exists()
+
+
 def test_cli_unknown_topic(capsys):
     with pytest.raises(SystemExit) as exit_info:
         main(["explain", "rope"])

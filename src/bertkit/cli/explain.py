@@ -219,11 +219,11 @@ def _cmd_explain(args: argparse.Namespace) -> int:
         command_device(args)  # before any work: a GPU this machine lacks is refused at once
     for n, topic in enumerate(topics):
         options = {}
+        if topic == "attention" and args.text is not None:  # given empty, refused: not the default sentence
+            options["text"] = command_line_texts([args.text], args.encoding, "--text")[0]
         if topic in REAL_MODEL_TOPICS:
             options["model_dir"] = resolve_model_dir(args.model or REAL_MODEL_TOPICS[topic])
             options["device"] = args.device
-        if topic == "attention" and args.text:
-            options["text"] = command_line_texts([args.text], args.encoding, "--text")[0]
         with new_files_in(args.out, overwrite=args.overwrite) as staging:  # a picture there is replaced only if told
             result = explain(topic, out=staging, fmt=args.format, **options)
         result.pictures = [Path(args.out) / path.name for path in result.pictures]
