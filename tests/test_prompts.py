@@ -48,6 +48,8 @@ def test_template_keeps_its_masks_and_cuts_the_text(tokenizer):
     ("[MASK]新闻：{text}", ["体育"], "is 2 tokens, but the template has 1"),
     ("[MASK][MASK]：{text}", ["体育", "体育"], "share a label word"),
     ("[MASK][MASK]：{text}", ["体操"], "lacks"),
+    ("[MASK]：{text}", ["体", "[MASK]"], "label word '\\[MASK\\]' is, or holds, a special token \\(\\[MASK\\]\\)"),
+    ("[MASK][MASK]：{text}", ["体育", "体[SEP]"], "special token \\(\\[SEP\\]\\)"),
 ])
 def test_bad_templates_and_label_words_are_clear_errors(tokenizer, template, words, message):
     with pytest.raises(PromptError, match=message):

@@ -83,9 +83,14 @@ class PromptTemplate:
         masks = self.num_masks(tokenizer)
         rows = tokenizer(list(label_words), add_special_tokens=False, return_token_type_ids=False,
                          return_attention_mask=False, verbose=False)["input_ids"]
+        special = set(tokenizer.all_special_ids)
         for word, ids in zip(label_words, rows):
             if tokenizer.unk_token_id in ids:
                 raise PromptError(f"label word {word!r} has a character the vocabulary lacks ({ids})")
+            if special & set(ids):  # [MASK] would score the mask against itself, [SEP] the end of the text
+                names = ", ".join(dict.fromkeys(tokenizer.convert_ids_to_tokens([i for i in ids if i in special])))
+                raise PromptError(f"label word {word!r} is, or holds, a special token ({names}): a label word must be "
+                                  "a word of the vocabulary, which the masked-LM head predicts")
             if len(ids) != masks:
                 raise PromptError(f"label word {word!r} is {len(ids)} tokens, but the template has {masks} [MASK]s; "
                                   "every label word must fill them exactly")
