@@ -532,6 +532,23 @@ def test_standard_input_that_is_not_utf8_is_named(ws, monkeypatch, capsys):
     assert "line 2 of standard input is not valid utf-8 text" in err
 
 
+def test_blank_lines_of_standard_input_are_skipped_and_said(monkeypatch):
+    """translate, summarize and generate write one output a text: a blank input line gets none, so it is said, with
+    its number (a file's blank lines are said the same way)."""
+    import io
+
+    from bertkit.cli.texts import stdin_lines
+
+    monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO("一\n\n二\r\n  \n三\n".encode())))
+    with pytest.warns(UserWarning, match="standard input: skipped 2 blank lines \\(lines 2, 4\\), kept 3: one "
+                                         "output for each kept line, in order"):
+        assert stdin_lines() == ["一", "二", "三"]
+    monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO("一\n二\n".encode())))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the line break that ends the last line makes no blank line
+        assert stdin_lines() == ["一", "二"]
+
+
 @pytest.mark.parametrize("text", ["", "   "])
 def test_empty_text_on_the_command_line_is_refused(ws, capsys, text):
     for command in ("predict", "encode", "attention"):

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import warnings
 from collections.abc import Sequence
 
 from bertkit.cli.common import UserError
@@ -54,8 +55,22 @@ def command_line_texts(values: Sequence[str], encoding: str = "utf-8", what: str
 
 def stdin_lines(encoding: str = "utf-8") -> list[str]:
     """The lines of standard input that have a visible character, decoded as `encoding` (a line that does not decode
-    is a UserError naming its number), without their line breaks."""
+    is a UserError naming its number), without their line breaks. Blank lines are skipped and said to be (a warning
+    naming them, as a file's are): one output a kept line then no longer lines up with the input's lines unsaid."""
     data = sys.stdin.buffer.read() if hasattr(sys.stdin, "buffer") else sys.stdin.read().encode("utf-8")
     lines = data.removeprefix(b"\xef\xbb\xbf").split(b"\n")
-    return [text for n, raw in enumerate(lines, start=1)
-            if not is_blank(text := _decoded(raw.rstrip(b"\r"), encoding, f"line {n} of standard input"))]
+    if lines and not lines[-1].strip():  # what follows the last line break is no line
+        lines = lines[:-1]
+    texts, blank = [], []
+    for n, raw in enumerate(lines, start=1):
+        text = _decoded(raw.rstrip(b"\r"), encoding, f"line {n} of standard input")
+        if is_blank(text):
+            blank.append(n)
+        else:
+            texts.append(text)
+    if blank and texts:
+        shown = ", ".join(map(str, blank[:5])) + (" ..." if len(blank) > 5 else "")
+        warnings.warn(f"standard input: skipped {len(blank)} blank line{'s' if len(blank) > 1 else ''} (line"
+                      f"{'s' if len(blank) > 1 else ''} {shown}), kept {len(texts)}: one output for each kept line, "
+                      "in order", stacklevel=2)
+    return texts
