@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from bertkit.cli import main
+from bertkit.inference.batching import TruncationWarning
 from bertkit.pipelines import lm, translation
 from bertkit.pipelines.options import parse_pair
 from bertkit.pipelines.translation import TranslationCollator, TranslationOptions, length_batches
@@ -150,6 +151,18 @@ def test_translate_train_writes_a_model_that_translate_loads(numerals_tsv, tmp_p
     assert len(lines) == 2 and all(isinstance(line, str) for line in lines)
     model, tokenizer = translation.load_translator(out)
     assert translation.translate(model, tokenizer, ["四八六", "零一"], num_beams=1) == lines
+    # a text longer than the model's positions is cut to them, and said: the translation covers only its start
+    limit = model.config.max_position_embeddings
+    long = "四八六" * limit
+    with pytest.warns(TruncationWarning, match=f"1 of 2 texts are longer than the model's {limit} positions \\(the "
+                                               f"first is text 2, {3 * limit + 1} tokens\\): each was cut to its "
+                                               f"first {limit - 1} tokens"):
+        cut = translation.translate(model, tokenizer, ["零一", long], num_beams=1, max_new_tokens=4)
+    assert cut == translation.translate(model, tokenizer, ["零一", ("四八六" * limit)[:limit - 1]], num_beams=1,
+                                        max_new_tokens=4)
+    capsys.readouterr()
+    assert main(["translate", "--model", str(out), "--beams", "1", "--max-new-tokens", "4", long]) == 0
+    assert "bertkit translate: warning: 1 of 1 texts are longer than the model's" in capsys.readouterr().err
 
 
 def test_length_penalty_is_chosen_on_dev_saved_and_used_by_translate(numerals_tsv, tmp_path, capsys):

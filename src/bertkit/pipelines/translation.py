@@ -26,6 +26,7 @@ from typing import Any
 import torch
 
 from bertkit.errors import InputError
+from bertkit.inference.batching import TruncationWarning
 from bertkit.models.losses import IGNORE_INDEX
 from bertkit.models.seq2seq.configuration import Seq2SeqConfig
 from bertkit.models.seq2seq.transformer import build_seq2seq, load_seq2seq
@@ -198,7 +199,14 @@ def translate(model: torch.nn.Module, tokenizer: TranslationTokenizer, texts: Se
     model.eval()
     device = next(model.parameters()).device
     limit = model.config.max_position_embeddings
-    sources = tokenizer.encode_source(texts, max_length=limit)
+    sources = tokenizer.encode_source(texts)
+    long = [i for i, row in enumerate(sources) if len(row) > limit]
+    if long:  # cut to the positions the model has, as encode_source(max_length=) cuts: said, not silent
+        warnings.warn(TruncationWarning(
+            f"{len(long)} of {len(sources)} texts are longer than the model's {limit} positions (the first is text "
+            f"{long[0] + 1}, {len(sources[long[0]])} tokens): each was cut to its first {limit - 1} tokens, and its "
+            "translation covers only those"), stacklevel=2)
+        sources = [row if len(row) <= limit else row[:limit - 1] + row[-1:] for row in sources]
     order = sorted(range(len(sources)), key=lambda i: len(sources[i]))
     out: list[str] = [""] * len(sources)
     collate = TranslationCollator(tokenizer.source.pad_token_id)
