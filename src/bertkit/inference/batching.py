@@ -22,6 +22,7 @@ from torch import Tensor, nn
 from tqdm.auto import tqdm
 
 from bertkit.errors import DataError, InputError
+from bertkit.utils.devices import to_device
 from bertkit.utils.visible import is_blank
 
 PROGRESS_MIN_TEXTS = 1000  # progress=None: fewer texts than this finish before a progress bar would tell anything
@@ -235,10 +236,7 @@ def collate(rows: Sequence[EncodedText], pad_token_id: int, device: torch.device
     for b, row in enumerate(rows):
         n = len(row.input_ids)
         ids[b, :n], types[b, :n], mask[b, :n] = row.input_ids, row.token_type_ids, 1
-    if torch.device(device).type == "cuda":
-        return tuple(torch.from_numpy(array).pin_memory().to(device, non_blocking=True)  # type: ignore[return-value]
-                     for array in (ids, mask, types))
-    return tuple(torch.from_numpy(array).to(device) for array in (ids, mask, types))  # type: ignore[return-value]
+    return tuple(to_device(torch.from_numpy(array), device) for array in (ids, mask, types))  # type: ignore[return-value]
 
 
 @contextmanager

@@ -18,6 +18,8 @@ from pathlib import Path
 
 import torch
 
+from bertkit.utils.devices import gpu_computes_bf16
+
 # oneDNN's names of the instruction sets below AVX-512 BF16 (ONEDNN_MAX_CPU_ISA); at or above it bf16 is native
 ISAS_WITHOUT_BFLOAT16 = ("SSE41", "AVX", "AVX2", "AVX2_VNNI", "AVX2_VNNI_2", "AVX512_CORE", "AVX512_CORE_VNNI")
 
@@ -40,9 +42,8 @@ def native_bfloat16(device: torch.device | str = "cpu") -> bool:
     """Whether `device` computes bfloat16 matmuls natively (CPU: AVX-512 BF16 or AMX, unless `cpu_isa_cap` holds the
     process below them; CUDA: compute capability 8.0 on)."""
     device = torch.device(device)
-    if device.type == "cuda":  # in hardware: not the emulation a GPU before compute capability 8.0 offers
-        with torch.cuda.device(device):
-            return torch.cuda.is_bf16_supported(including_emulation=False)
+    if device.type == "cuda":
+        return gpu_computes_bf16(device)
     if device.type != "cpu":
         return True  # other accelerators are built for it
     cpu = torch.cpu

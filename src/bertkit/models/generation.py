@@ -16,6 +16,7 @@ import torch
 from torch import Tensor
 
 from bertkit.errors import InputError
+from bertkit.utils.devices import to_device
 
 
 class KVCache:
@@ -226,10 +227,7 @@ class GenerationMixin:
             raise InputError(f"pad_token_id {pad} is outside the vocabulary (size {vocab_size}): rows that end early "
                              "would be padded with it; give a pad_token_id inside the vocabulary")
         device = next(self.parameters()).device  # the inputs follow the model (a batch made on the CPU, say)
-        if input_ids is not None:
-            input_ids = input_ids.to(device, non_blocking=True)
-        if attention_mask is not None:
-            attention_mask = attention_mask.to(device, non_blocking=True)
+        input_ids, attention_mask = to_device(input_ids, device), to_device(attention_mask, device)
         state = self.start_decoding(input_ids, attention_mask, use_cache)
         limit = state.max_new_tokens
         if max_new_tokens is None:

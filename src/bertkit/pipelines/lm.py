@@ -34,7 +34,7 @@ from bertkit.pipelines.presets import GPT_PRESETS, RNN_LM_PRESETS
 from bertkit.pipelines.run_directory import holds_out
 from bertkit.utils import jsonfiles
 from bertkit.utils.atomic import atomic_write_text
-from bertkit.utils.devices import resolve_device
+from bertkit.utils.devices import resolve_device, to_device
 
 REPORT_NAME = "report.json"
 OPTIONS_NAME = "lm_options.json"
@@ -93,7 +93,7 @@ def model_perplexity(model: torch.nn.Module, eval_blocks: Sequence[Sequence[int]
     device = next(model.parameters()).device
     total, count = 0.0, 0
     for start in range(0, len(eval_blocks), batch_size):
-        ids = torch.tensor(eval_blocks[start: start + batch_size]).to(device, non_blocking=True)
+        ids = to_device(torch.tensor(eval_blocks[start: start + batch_size]), device)
         logits = model(ids).logits[:, :-1].float()
         total += torch.nn.functional.cross_entropy(logits.reshape(-1, logits.size(-1)), ids[:, 1:].reshape(-1),
                                                    reduction="sum").item()

@@ -39,7 +39,7 @@ from bertkit.training.budget import reserve_for, seconds_per_step, steps_for_bud
 from bertkit.training.rouge import characters, corpus_rouge
 from bertkit.utils import jsonfiles
 from bertkit.utils.atomic import atomic_write_text
-from bertkit.utils.devices import resolve_device
+from bertkit.utils.devices import resolve_device, to_device
 
 REPORT_NAME = "report.json"
 OPTIONS_NAME = "summarization_options.json"
@@ -142,9 +142,8 @@ def encoder_states(model: BertSeq2Seq, sources: Sequence[list[int]], batch_size:
     collate = SummaryCollator(model.config.pad_token_id)
     for start in range(0, len(order), batch_size):
         chunk = order[start: start + batch_size]
-        batch = collate([{"input_ids": sources[i], "labels": [0]} for i in chunk])
-        hidden = model.encoder(batch["input_ids"].to(device, non_blocking=True),
-                               batch["attention_mask"].to(device, non_blocking=True)).last_hidden_state
+        batch = to_device(collate([{"input_ids": sources[i], "labels": [0]} for i in chunk]), device)
+        hidden = model.encoder(batch["input_ids"], batch["attention_mask"]).last_hidden_state
         if hidden.device.type != "cpu":  # one copy of the batch to the CPU, in float16 (as each row is kept)
             hidden = hidden.to(torch.float16).cpu()
         for row, i in enumerate(chunk):  # each row a tensor of its own, without the batch's padding
@@ -183,8 +182,7 @@ def dev_loss_fn(examples: list[dict[str, Any]], collator: SummaryCollator, batch
         device = next(model.parameters()).device
         total, count = 0.0, 0
         for start in range(0, len(examples), batch_size):
-            inputs = {k: v.to(device, non_blocking=True)
-                      for k, v in collator(examples[start: start + batch_size]).items()}
+            inputs = to_device(collator(examples[start: start + batch_size]), device)
             logits = model(**{k: v for k, v in inputs.items() if k != "labels"}, labels=inputs["labels"]).logits
             keep = inputs["labels"] != IGNORE_INDEX
             total += torch.nn.functional.cross_entropy(logits[keep].float(), inputs["labels"][keep],
@@ -239,8 +237,7 @@ def summarize(model: BertSeq2Seq, tokenizer: SummaryTokenizer, texts: Sequence[s
     collate = SummaryCollator(tokenizer.source.pad_token_id)
     for start in range(0, len(order), batch_size):
         chunk = order[start: start + batch_size]
-        batch = {k: v.to(device, non_blocking=True)
-                 for k, v in collate([{"input_ids": sources[i], "labels": [0]} for i in chunk]).items()}
+        batch = to_device(collate([{"input_ids": sources[i], "labels": [0]} for i in chunk]), device)
         generated = model.generate(batch["input_ids"], batch["attention_mask"], num_beams=num_beams,
                                    max_new_tokens=max_new_tokens, length_penalty=length_penalty)
         for i, ids in zip(chunk, generated.tolist()):

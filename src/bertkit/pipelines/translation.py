@@ -39,7 +39,7 @@ from bertkit.tokenizer import detokenize
 from bertkit.training.budget import reserve_for, seconds_per_step, steps_for_budget
 from bertkit.utils import jsonfiles
 from bertkit.utils.atomic import atomic_write_text
-from bertkit.utils.devices import resolve_device
+from bertkit.utils.devices import resolve_device, to_device
 
 REPORT_NAME = "report.json"
 OPTIONS_NAME = "translation_options.json"
@@ -212,7 +212,7 @@ def translate(model: torch.nn.Module, tokenizer: TranslationTokenizer, texts: Se
     collate = TranslationCollator(tokenizer.source.pad_token_id)
     for start in range(0, len(order), batch_size):
         chunk = order[start: start + batch_size]
-        batch = {k: v.to(device, non_blocking=True) for k, v in collate([(sources[i], [0]) for i in chunk]).items()}
+        batch = to_device(collate([(sources[i], [0]) for i in chunk]), device)
         generated = model.generate(batch["input_ids"], batch["attention_mask"], num_beams=num_beams,
                                    max_new_tokens=max_new_tokens, length_penalty=length_penalty)
         for i, ids in zip(chunk, generated.tolist()):
@@ -271,7 +271,7 @@ def dev_loss_fn(batches: list, collator: TranslationCollator):
         device = next(model.parameters()).device
         total, count = 0.0, 0
         for batch in batches:
-            inputs = {k: v.to(device, non_blocking=True) for k, v in collator(batch).items()}
+            inputs = to_device(collator(batch), device)
             logits = model(**{k: v for k, v in inputs.items() if k != "labels"},
                            decoder_input_ids=None, labels=inputs["labels"]).logits
             labels = inputs["labels"]

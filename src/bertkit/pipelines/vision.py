@@ -26,7 +26,7 @@ from bertkit.training.budget import EVALUATIONS, forward_seconds, reserve_for, s
 from bertkit.training.trainer import BEST_DIR, METRICS_NAME, Trainer
 from bertkit.utils import jsonfiles
 from bertkit.utils.atomic import atomic_write_text
-from bertkit.utils.devices import resolve_device
+from bertkit.utils.devices import resolve_device, to_device
 
 REPORT_NAME = "report.json"
 CURVE_NAME = "loss_curve.png"
@@ -59,8 +59,8 @@ def accuracy(model: ViTForImageClassification, processor: ImageProcessor, data: 
     correct, loss = 0, 0.0
     with torch.no_grad():
         for start in range(0, len(data), batch_size):
-            labels = torch.tensor(data.labels[start:start + batch_size]).to(device, non_blocking=True)
-            pixels = processor.normalize(data.images[start:start + batch_size]).to(device, non_blocking=True)
+            labels = to_device(torch.tensor(data.labels[start:start + batch_size]), device)
+            pixels = to_device(processor.normalize(data.images[start:start + batch_size]), device)
             logits = model(pixels).logits.float()
             correct += int((logits.argmax(-1) == labels).sum())
             loss += float(torch.nn.functional.cross_entropy(logits, labels, reduction="sum"))

@@ -10,6 +10,7 @@ from bertkit.data.pretraining.instances import Instance, PretrainingCollator
 from bertkit.data.pretraining.run_data import MIN_PAIRS
 from bertkit.models.bert.heads import BertForPreTraining
 from bertkit.utils.constants import IGNORE_INDEX
+from bertkit.utils.devices import to_device
 
 
 def pretraining_eval(instances: list[Instance], collator: PretrainingCollator, pairs: list[Instance] | None = None,
@@ -31,7 +32,7 @@ def pretraining_eval(instances: list[Instance], collator: PretrainingCollator, p
         correct = total = nsp_correct = nsp_total = 0
         loss_sum = 0.0
         for batch in mlm_batches:
-            batch = {k: v.to(device, non_blocking=True) for k, v in batch.items() if k != "next_sentence_label"}
+            batch = to_device({k: v for k, v in batch.items() if k != "next_sentence_label"}, device)
             out = model(**batch)
             logits = out.prediction_logits if with_pairs else out.logits
             targets = batch["labels"][batch["labels"] != IGNORE_INDEX]
@@ -39,7 +40,7 @@ def pretraining_eval(instances: list[Instance], collator: PretrainingCollator, p
             total += targets.numel()
             loss_sum += float(out.loss_sums["mlm"])
         for batch in pair_batches if with_pairs else []:
-            batch = {k: v.to(device, non_blocking=True) for k, v in batch.items() if k != "labels"}
+            batch = to_device({k: v for k, v in batch.items() if k != "labels"}, device)
             out = model(**batch)
             nsp_correct += int((out.seq_relationship_logits.argmax(-1) == batch["next_sentence_label"]).sum())
             nsp_total += batch["next_sentence_label"].numel()

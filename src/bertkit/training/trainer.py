@@ -34,7 +34,7 @@ from bertkit.training.distributed import Distributed, average_gradients, setup_d
 from bertkit.training.memory import keep_freed_memory
 from bertkit.training.schedule import build_optimizer, build_scheduler
 from bertkit.utils import jsonfiles
-from bertkit.utils.devices import bf16_on
+from bertkit.utils.devices import bf16_on, to_device
 from bertkit.utils.rng import mix
 
 __all__ = ["Trainer", "TrainingArguments", "TrainState", "TrainingError", "example_length", "example_seed",
@@ -249,15 +249,6 @@ class Trainer:
             return micro
         return self.collated(step)
 
-    def _to_device(self, batch: dict[str, Any]) -> dict[str, Any]:
-        """`batch` on this process's device. To a GPU from page-locked memory and without waiting: the copy overlaps
-        the step the GPU is still computing, and the host goes on to collate the next batch."""
-        device = self.dist.device
-        if device.type != "cuda":
-            return {k: v.to(device) if torch.is_tensor(v) else v for k, v in batch.items()}
-        return {k: (v if v.is_pinned() else v.pin_memory()).to(device, non_blocking=True) if torch.is_tensor(v)
-                else v for k, v in batch.items()}
-
     def _loader(self, start: int) -> Iterator[tuple[int, list[tuple[int, dict[str, Any]]]]] | None:
         """Worker processes that collate steps start, start + 1, ... while the model computes (each step's batches
         are a pure function of the step, so the order and a resume are the same as without them), or None."""
@@ -301,7 +292,7 @@ class Trainer:
         cpu_micro = self._micro_batches(step)
         terms, totals = self._global_counts(cpu_micro)
         tokens = sum(_count_tokens(batch) for _, batch in cpu_micro)
-        micro = [(size, self._to_device(batch)) for size, batch in cpu_micro]
+        micro = [(size, to_device(batch, dist.device)) for size, batch in cpu_micro]
         autocast = torch.autocast(dist.device.type, dtype=torch.bfloat16, enabled=self.bf16)
         # loss, examples, tokens, then each term's mean loss; summed over micro-batches, then processes
         stats = torch.zeros(3 + len(terms), dtype=torch.float64, device=dist.device)

@@ -64,6 +64,15 @@ def resolve_device(spec: str | None = "auto") -> Any:
     return torch.device("cuda", index)
 
 
+def gpu_computes_bf16(device: Any) -> bool:
+    """Whether the GPU `device` computes bfloat16 in hardware (compute capability 8.0 on), not the emulation torch
+    offers on older GPUs."""
+    import torch
+
+    with torch.cuda.device(torch.device(device)):
+        return torch.cuda.is_bf16_supported(including_emulation=False)
+
+
 def bf16_on(device: Any, asked: bool) -> bool:
     """Whether a run asked for bf16 autocast (`asked`) gets it on `device`: everywhere but a GPU that has no bfloat16
     (compute capability below 8.0: V100, T4), where it runs in float32 with a warning. The CPU keeps the choice as
@@ -71,12 +80,30 @@ def bf16_on(device: Any, asked: bool) -> bool:
     import torch
 
     device = torch.device(device)
-    if not asked or device.type != "cuda" or torch.cuda.is_bf16_supported(including_emulation=False):
+    if not asked or device.type != "cuda" or gpu_computes_bf16(device):
         return asked
     warnings.warn(f"{torch.cuda.get_device_name(device)} has no bfloat16 arithmetic (compute capability "
                   f"{'.'.join(map(str, torch.cuda.get_device_capability(device)))}, bf16 needs 8.0): this run "
                   "computes in float32", stacklevel=2)
     return False
+
+
+def to_device(batch: Any, device: Any) -> Any:
+    """A tensor, or each tensor of a dict (other values as they are), on `device`: the one host-to-device copy. To a
+    GPU it goes from page-locked memory without waiting, so the copy overlaps the work the GPU still has queued and
+    the host goes on (a tensor already pinned, by a data loader, is not copied twice); on the CPU nothing moves."""
+    import torch
+
+    device = torch.device(device)
+
+    def moved(tensor: Any) -> Any:
+        if not torch.is_tensor(tensor):
+            return tensor
+        if device.type == "cuda" and tensor.device.type == "cpu":
+            return (tensor if tensor.is_pinned() else tensor.pin_memory()).to(device, non_blocking=True)
+        return tensor.to(device)
+
+    return {key: moved(value) for key, value in batch.items()} if isinstance(batch, dict) else moved(batch)
 
 
 def synchronize(device: Any) -> None:
