@@ -48,13 +48,6 @@ def shorten(text: str, width: int = 70) -> str:
     return text if len(text) <= width else text[:width - 1] + "…"
 
 
-def add_threads_option(p: argparse.ArgumentParser) -> None:
-    """`--threads N` (torch's thread count), shared by translate-train, lm-train and vision-train; `set_threads(args)`
-    applies it."""
-    p.add_argument("--threads", type=integer(1), help="torch threads; on a busy machine fewer threads than cores "
-                                                      "can be much faster (default: torch's choice)")
-
-
 def add_long_input_options(p: argparse.ArgumentParser, default: str, what_default_does: str, where: str = "") -> None:
     """--long-inputs, --chunk-stride, --chunk-pooling: what `encode` and `serve` do with a text longer than the
     model's positions (bertkit.inference.long_inputs); `where` says where chunking applies."""
@@ -90,12 +83,6 @@ def command_device(args: argparse.Namespace, dtype: str | None = None) -> Any:
     return device
 
 
-def set_threads(args: argparse.Namespace) -> None:
-    """torch's thread count from `--threads`, when the command has the option and it was given."""
-    if getattr(args, "threads", None):
-        import torch
-
-        torch.set_num_threads(args.threads)
 
 
 def _model_help() -> str:

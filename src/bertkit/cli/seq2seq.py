@@ -9,11 +9,9 @@ from bertkit.cli.common import (
     UserError,
     add_command,
     add_device_option,
-    add_threads_option,
     command_device,
     integer,
     number,
-    set_threads,
 )
 from bertkit.cli.options import add_options, options_from_args
 from bertkit.cli.texts import add_encoding_option, command_line_texts, stdin_lines
@@ -24,7 +22,6 @@ from bertkit.pipelines.options import LMOptions, SummarizationOptions, Translati
 def _add_translate_train(sub: argparse._SubParsersAction) -> None:
     p = add_command(sub, "translate-train", _cmd_translate_train)
     add_options(p, TranslationOptions)
-    add_threads_option(p)
 
 
 def _cmd_translate_train(args: argparse.Namespace) -> int:
@@ -36,7 +33,6 @@ def _cmd_translate_train(args: argparse.Namespace) -> int:
     from bertkit.pipelines.translation import train_translation
 
     options = options_from_args(TranslationOptions, args)
-    set_threads(args)
     report = train_translation(options)
     print(f"{report['model']} ({report['parameters']:,} parameters): {report['steps']} steps in "
           f"{report['train_seconds']:.0f} s, {report['epochs']:.1f} epochs; dev loss {report['dev_loss']:.3f}")
@@ -106,7 +102,6 @@ def _cmd_translate(args: argparse.Namespace) -> int:
 def _add_lm_train(sub: argparse._SubParsersAction) -> None:
     p = add_command(sub, "lm-train", _cmd_lm_train)
     add_options(p, LMOptions)
-    add_threads_option(p)
 
 
 def _cmd_lm_train(args: argparse.Namespace) -> int:
@@ -114,7 +109,6 @@ def _cmd_lm_train(args: argparse.Namespace) -> int:
     from bertkit.pipelines.lm import train_lm
 
     options = options_from_args(LMOptions, args)
-    set_threads(args)
     report = train_lm(options)
     name = {"gpt": "GPT", "rnn": "RNN LM", "lstm": "LSTM LM", "gru": "GRU LM"}[options.model]
     print(f"{name} ({report['parameters']:,} parameters): {report['steps']} steps in {report['train_seconds']:.0f} s")
@@ -176,7 +170,6 @@ def _cmd_generate(args: argparse.Namespace) -> int:
 def _add_summarize_train(sub: argparse._SubParsersAction) -> None:
     p = add_command(sub, "summarize-train", _cmd_summarize_train)
     add_options(p, SummarizationOptions)
-    add_threads_option(p)
 
 
 def _rouge(scores: dict[str, float]) -> str:
@@ -194,7 +187,6 @@ def _cmd_summarize_train(args: argparse.Namespace) -> int:
     from bertkit.pipelines.summarization import train_summarizer
 
     options = options_from_args(SummarizationOptions, args)
-    set_threads(args)
     report = train_summarizer(options)
     print(f"{report['parameters']:,} parameters ({report['trained_parameters']:,} trained): encoder states of "
           f"{report['train_articles']} articles in {report['encode_seconds']:.0f} s, then {report['steps']} steps in "

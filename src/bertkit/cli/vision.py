@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from bertkit.cli.common import UserError, add_command, add_threads_option, set_threads
+from bertkit.cli.common import UserError, add_command
 from bertkit.cli.options import add_options, options_from_args
 from bertkit.pipelines.options import VisionTrainOptions
 from bertkit.utils import jsonfiles
@@ -15,7 +15,6 @@ from bertkit.utils import jsonfiles
 def _add_vision_train(sub: argparse._SubParsersAction) -> None:
     p = add_command(sub, "vision-train", _cmd_vision_train)
     add_options(p, VisionTrainOptions)
-    add_threads_option(p)
 
 
 def _cmd_vision_train(args: argparse.Namespace) -> int:
@@ -28,7 +27,6 @@ def _cmd_vision_train(args: argparse.Namespace) -> int:
     from bertkit.pipelines.vision import vision_train
 
     options = options_from_args(VisionTrainOptions, args)
-    set_threads(args)
     report = vision_train(options, say=lambda line: print(line, flush=True))
     print(f"trained {report['steps']:,} steps in {report['train_seconds']:.0f} s ({report['epochs']:.1f} epochs, "
           f"{report['stop_reason']}); best validation accuracy {report['validation_accuracy']:.4f} at step "

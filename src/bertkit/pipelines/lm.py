@@ -34,6 +34,7 @@ from bertkit.pipelines.presets import GPT_PRESETS, RNN_LM_PRESETS
 from bertkit.pipelines.run_directory import holds_out
 from bertkit.utils import jsonfiles
 from bertkit.utils.atomic import atomic_write_text
+from bertkit.utils.cpu_load import apply_threads
 from bertkit.utils.devices import resolve_device, to_device
 
 REPORT_NAME = "report.json"
@@ -155,6 +156,7 @@ def train_lm(options: LMOptions) -> dict[str, Any]:
     from bertkit.training.trainer import Trainer
 
     device = resolve_device(options.device)  # before any work: a GPU this machine lacks is refused at once
+    apply_threads(options.threads)  # the threads a --minutes probe times and the run trains on
     out = Path(options.out)
     out.mkdir(parents=True, exist_ok=True)
     options.save(out / OPTIONS_NAME)

@@ -97,6 +97,10 @@ def check_encoding(name: str) -> None:
                          "big5)") from None
 
 
+THREADS_HELP = ("torch threads on the CPU: a number, or fit: the cores other processes leave free, looked at every "
+                "few seconds (on a busy machine fewer threads than cores can be much faster)")
+
+
 @dataclass(kw_only=True)
 class TrainingOptions(Options):
     """What every training run has: where it writes, how long it trains, its precision and its progress bars."""
@@ -108,12 +112,15 @@ class TrainingOptions(Options):
                                          "the clock at the latest", shown="no limit", above=0)
     bf16: bool = option(False, "bfloat16 autocast")
     device: str = option("auto", DEVICE_HELP, metavar="DEVICE")
+    threads: str | None = option(None, THREADS_HELP, metavar="N|fit", shown="torch's choice: the physical cores, or "
+                                                                          "OMP_NUM_THREADS")
     progress: bool = progress_option()
     overwrite: bool = overwrite_option("the run or model")
 
     def __post_init__(self) -> None:
         super().__post_init__()
         self.device = check_device(self.device)
+        self.threads = _threads(self.threads)
 
     def require_budget(self) -> None:
         """The one check behind every "give --max-steps or --minutes": a run must know when to stop."""
@@ -138,7 +145,16 @@ class TrainingOptions(Options):
 
 # Options whose names and meaning are TrainingArguments' own: carried over as they are.
 _CARRIED = ("batch_size", "learning_rate", "warmup_ratio", "weight_decay", "lr_schedule", "gradient_accumulation_steps",
-            "bf16", "compile", "save_every", "seed", "group_by_length", "progress", "dataloader_workers", "device")
+            "bf16", "compile", "save_every", "seed", "group_by_length", "progress", "dataloader_workers", "device",
+            "threads")
+
+
+def _threads(value: str | int | None) -> str | None:
+    """--threads as the options keep it: None, "fit" or a count, as text (a saved run's options are JSON)."""
+    from bertkit.utils.cpu_load import parse_threads
+
+    parsed = parse_threads(value)
+    return None if parsed is None else str(parsed)
 
 
 @dataclass(kw_only=True)
@@ -631,12 +647,14 @@ class DemoOptions(Options):
     seed: int = option(42, "random seed", minimum=0, maximum=2**32 - 1)
     bf16: bool | None = option(None, "bfloat16 autocast for m3e-small", shown="where the device computes it natively")
     device: str = option("auto", DEVICE_HELP, metavar="DEVICE")
+    threads: str = option("fit", THREADS_HELP, metavar="N|fit")
     progress: bool = progress_option()
     overwrite: bool = overwrite_option("an earlier demo")
 
     def __post_init__(self) -> None:
         super().__post_init__()
         self.device = check_device(self.device)
+        self.threads = _threads(self.threads)
         if not self.budgets:
             raise InputError("--budgets needs at least one count of examples (0 = all)")
 

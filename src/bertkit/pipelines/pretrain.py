@@ -35,6 +35,7 @@ from bertkit.training.checkpointing import check_not_finished
 from bertkit.training.distributed import process_count, process_rank
 from bertkit.training.pretraining_eval import pretraining_eval
 from bertkit.training.trainer import Trainer, loader_workers
+from bertkit.utils.cpu_load import apply_threads
 from bertkit.utils.devices import resolve_device
 
 OPTIONS_NAME = "pretrain_options.json"
@@ -158,6 +159,7 @@ def pretrain(options: PretrainOptions, resume: bool = False, prepared: Pretraini
     and model `prepare` made for these options already (the main job times its steps before it trains it); they
     must not have been trained."""
     resolve_device(options.device)  # a GPU this machine lacks is refused before anything is read or written
+    apply_threads(options.threads)  # the threads a --minutes probe times and the run trains on
     with run_directory(options.out, "bertkit pretrain", overwrite=options.overwrite, resume=resume,
                        main=process_rank() == 0, inputs=options.inputs()):
         out = Path(options.out)

@@ -26,6 +26,7 @@ from bertkit.training.budget import EVALUATIONS, forward_seconds, reserve_for, s
 from bertkit.training.trainer import BEST_DIR, METRICS_NAME, Trainer
 from bertkit.utils import jsonfiles
 from bertkit.utils.atomic import atomic_write_text
+from bertkit.utils.cpu_load import apply_threads
 from bertkit.utils.devices import resolve_device, to_device
 
 REPORT_NAME = "report.json"
@@ -92,6 +93,7 @@ def vision_train(options: VisionTrainOptions, say: Callable[[str], None] = lambd
     holds options.out (`bertkit.pipelines.run_directory`: an earlier run or model there is refused unless overwrite)."""
     started = time.perf_counter()
     device = resolve_device(options.device)  # before any work: a GPU this machine lacks is refused at once
+    apply_threads(options.threads)  # the threads a --minutes probe times and the run trains on
     splits = load_image_data(options.data, options.image_size, options.seed)
     train, validation, test = splits["train"], splits["validation"], splits["test"]
     say(f"{options.data}: {len(train):,} train / {len(validation):,} validation / {len(test):,} test images of "

@@ -62,6 +62,7 @@ class TrainingArguments:
     greater_is_better: bool | None = None  # None: False for names ending in "loss"/"perplexity"
     progress: bool = True
     device: str | None = None             # None: cuda (LOCAL_RANK's) if available, else cpu
+    threads: int | str | None = None      # CPU threads: a count, "fit" (utils.cpu_load), None: as they are
     ddp_find_unused_parameters: bool = False
 
     def __post_init__(self) -> None:
@@ -70,6 +71,9 @@ class TrainingArguments:
             if value is not None:
                 check_number(name, value, **bounds)
         self.freeze = tuple(self.freeze)  # a list after a JSON round trip
+        from bertkit.utils.cpu_load import parse_threads
+
+        self.threads = parse_threads(self.threads)
         if self.freeze_steps and not self.freeze:
             raise InputError("freeze_steps holds the parameters named by freeze; give their prefixes (e.g. 'bert.')")
         if self.lr_schedule not in SCHEDULES:

@@ -34,6 +34,7 @@ from bertkit.training.distributed import Distributed, average_gradients, setup_d
 from bertkit.training.memory import keep_freed_memory
 from bertkit.training.schedule import build_optimizer, build_scheduler
 from bertkit.utils import jsonfiles
+from bertkit.utils.cpu_load import apply_threads
 from bertkit.utils.devices import bf16_on, to_device
 from bertkit.utils.rng import mix
 
@@ -178,6 +179,7 @@ class Trainer:
         self.optimizer = build_optimizer(model, args.learning_rate, args.weight_decay,
                                          (args.adam_beta1, args.adam_beta2), args.adam_epsilon)
         self.scheduler = build_scheduler(self.optimizer, args.lr_schedule, self.warmup_steps, self.total_steps)
+        self._threads = None  # the ThreadFit of a run with threads="fit" on the CPU (`train`)
         self.frozen = [p for name, p in model.named_parameters() if name.startswith(args.freeze)] if args.freeze else []
         if args.freeze and not self.frozen:
             raise InputError(f"freeze {list(args.freeze)} names no parameter of {type(model).__name__}")
@@ -545,6 +547,9 @@ class Trainer:
                 raise InputError(f"batch_size {args.batch_size} is smaller than processes × accumulation steps "
                                  f"({dist.world_size} × {args.gradient_accumulation_steps}): some would get no data")
             self.model.to(dist.device)
+            # a count of threads is set; "fit" follows the cores other processes leave free, looked at again every
+            # few seconds of the loop (`_loop`); a GPU run's threads only feed the GPU
+            self._threads = apply_threads(args.threads) if dist.device.type == "cpu" else None
             if resume:
                 state = self._resume(self.output_dir if resume is True else resume)
             else:
@@ -580,6 +585,8 @@ class Trainer:
                 if state.step >= self.total_steps:
                     state.stop_reason = "max_steps"
                     break
+                if self._threads is not None:
+                    self._threads.tick()
                 started = time.perf_counter()
                 values, lr, terms = self._train_step(state.step)
                 state.step += 1
