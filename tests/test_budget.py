@@ -82,7 +82,7 @@ def test_seconds_per_step_times_a_copy():
     assert all(torch.equal(v, before[k]) for k, v in model.state_dict().items())
 
 
-def test_seconds_per_step_warms_up_then_times_every_batch():
+def test_seconds_per_step_warms_every_batch_up_then_times_every_batch():
     calls = []
 
     class Counting(torch.nn.Module):
@@ -96,7 +96,10 @@ def test_seconds_per_step_warms_up_then_times_every_batch():
 
     batches = [{"x": torch.tensor(i)} for i in range(3)]
     assert seconds_per_step(Counting(), batches, min_seconds=0.0) > 0
-    assert calls == [0, 1, 2, 0, 1]  # two warm-up steps, then each batch timed once
+    assert calls == [0, 1, 2, 0, 1, 2]  # each batch once untimed (its shape's first step), then each timed once
+    calls.clear()
+    assert seconds_per_step(Counting(), batches[:1], min_seconds=0.0) > 0
+    assert calls == [0, 0, 0]  # one batch: two untimed steps (the allocator's, the caches'), then one timed
     with pytest.raises(ValueError, match="at least one batch"):
         seconds_per_step(Counting(), [])
 
@@ -116,10 +119,26 @@ def test_seconds_per_step_is_the_mean_cost_of_the_batches(monkeypatch):
     monkeypatch.setattr(budget, "timed_step", fake_step)
     model = torch.nn.Linear(1, 1)
     batches = [{"x": torch.tensor(i)} for i in range(3)]
-    # 2 warm-up steps, then 3 rounds of 3 batches: medians 0.1, 0.1, 0.4 -> 0.2 s a step
+    # each batch once untimed, then 3 rounds of 3 batches: medians 0.1, 0.1, 0.4 -> 0.2 s a step
     step = budget.seconds_per_step(model, batches, min_seconds=0.0, max_timed=9)
     assert step == pytest.approx(0.2)
     assert steps_for_budget(step, seconds=100.0, reserve=0.0) == 500
+
+
+def test_a_shapes_first_step_is_not_timed(monkeypatch):
+    """Seven batches of new shapes, each's first step 30x dearer (kernels chosen for the shape; compiled, on a CPU
+    with AMX): the probe times the steps a run makes, not their warm-up."""
+    seen = set()
+
+    def fake_step(model, optimizer, batch, bf16):
+        i = int(batch["x"])
+        first = i not in seen
+        seen.add(i)
+        return 3.0 if first else 0.1
+
+    monkeypatch.setattr(budget, "timed_step", fake_step)
+    batches = [{"x": torch.tensor(i)} for i in range(7)]
+    assert budget.seconds_per_step(torch.nn.Linear(1, 1), batches, min_seconds=0.0) == pytest.approx(0.1)
 
 
 def test_wall_clock_budget_turns_minutes_into_a_clock_the_schedule_follows(tmp_path):

@@ -114,8 +114,9 @@ def seconds_per_step(model: nn.Module, batches: Sequence[dict[str, Tensor]], bf1
     """Seconds a training step of `model` takes over `batches`, timed on a copy of it on `device`, the device the
     run will train on (default: where `model` is), with the precision it will have there (`bf16_on`).
 
-    The first two steps only warm caches and the allocator up (they run slower than the rest); then the
-    batches are cycled until every one was timed and `min_seconds` have passed (or `max_timed` steps),
+    Each batch first runs once untimed (at least two steps in all): a shape's first step chooses its kernels and
+    finds its memory (on a CPU with AMX, compiles them), and runs slower than the rest. Then the batches are cycled
+    until every one was timed and `min_seconds` have passed (or `max_timed` steps),
     and `mean_step_seconds` says what a step costs. Parameters whose names start with a `hold` prefix are held
     as the Trainer holds them (`TrainingArguments.freeze`): no gradient reaches them.
     """
@@ -133,14 +134,14 @@ def seconds_per_step(model: nn.Module, batches: Sequence[dict[str, Tensor]], bf1
         del probe, optimizer
         torch.cuda.empty_cache()  # the probe's copy and its optimizer's moments: the run gets its memory back
         return seconds
+    for batch in list(batches) * (2 if len(batches) == 1 else 1):
+        timed_step(probe, optimizer, batch, bf16)  # untimed: every shape's first step (kernels chosen, memory found)
     times: dict[int, list[float]] = {}
     step, timed, spent = 0, 0, 0.0
     while timed < min(max_timed, len(batches)) or (spent < min_seconds and timed < max_timed):
         elapsed = timed_step(probe, optimizer, batches[step % len(batches)], bf16)
-        if step >= 2:
-            times.setdefault(step % len(batches), []).append(elapsed)
-            timed, spent = timed + 1, spent + elapsed
-        step += 1
+        times.setdefault(step % len(batches), []).append(elapsed)
+        timed, spent, step = timed + 1, spent + elapsed, step + 1
     return mean_step_seconds(times.values())
 
 
