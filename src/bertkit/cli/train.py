@@ -6,6 +6,7 @@ Their flags are generated from the options dataclasses (`bertkit.pipelines.optio
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 from bertkit.cli.common import UserError, add_command
@@ -142,7 +143,7 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     the same test split.
     """
     from bertkit.pipelines.demo import OUTPUTS, run_demo
-    from bertkit.pipelines.demo_report import margins, table
+    from bertkit.pipelines.demo_report import headline_rests, margin_line, table
     from bertkit.pipelines.run_directory import run_directory
     from bertkit.utils.devices import resolve_device
 
@@ -151,9 +152,13 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     with run_directory(options.out, "bertkit demo", overwrite=options.overwrite, also=OUTPUTS):
         report = run_demo(options, say=lambda line: print(line, flush=True))
     print()
-    print(table(report["rows"], report.get("zero_shot")))
-    gains = ", ".join(f"{n:,} labels {g:+.1f}" for n, g in margins(report["rows"]).items())
-    print(f"\npretraining vs random initialisation, points of test accuracy: {gains}")
+    print(table(report["rows"], report.get("zero_shot"), report["not_run"]))
+    print(f"\npretraining vs random initialisation, points of test accuracy: {margin_line(report['rows'])}")
     print(f"report: {Path(options.out) / 'report.md'} (also report.json, label_curve.png, checkpoints) "
           f"- {report['total_seconds'] / 60:.1f} minutes")
+    unanswered = headline_rests(report)
+    if unanswered is not None:  # the rows the job's question rests on: without them it did not do its job
+        print(f"bertkit demo: the job's question has no answer on this machine in {options.minutes:g} minutes: "
+              f"{unanswered}; give it more --minutes, or run it when the machine is less busy", file=sys.stderr)
+        return 1
     return 0

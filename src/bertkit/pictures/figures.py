@@ -263,13 +263,16 @@ def line_plot(x: Sequence[float], series: Mapping[str, Sequence[float]], xlabel:
               reference: Mapping[str, float] | None = None,
               errors: Mapping[str, Sequence[float]] | None = None) -> Figure:
     """A few named curves over the same x (e.g. entropy against d_k), with optional horizontal reference lines
-    and error bars (± errors[name], e.g. a standard deviation over seeds); a None y is left out of its curve."""
+    and error bars (± errors[name], e.g. a standard deviation over seeds); a None y is left out of its curve, and
+    a curve of Nones is not drawn."""
     with _style():
         fig = Figure(figsize=(6, 3.8))
         ax = fig.add_subplot()
         for name, ys in series.items():
             points = [(xi, yi, (errors or {}).get(name, [0.0] * len(ys))[i])
                       for i, (xi, yi) in enumerate(zip(x, ys)) if yi is not None]
+            if not points:  # a curve with no value at all (e.g. a row that did not run): not drawn
+                continue
             xs, means, spread = (list(column) for column in zip(*points))
             if errors and name in errors:
                 ax.errorbar(xs, means, yerr=spread, marker="o", capsize=3, label=name)

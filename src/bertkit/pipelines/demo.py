@@ -26,11 +26,12 @@ no run looks at dev labels, so a budget of 50 means 50 labelled examples.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import time
 import warnings
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
@@ -38,13 +39,19 @@ from bertkit.data.corpus import ZH_CORPORA, load_documents
 from bertkit.data.pretraining import CorpusMix
 from bertkit.pipelines.demo_plan import (
     KINDS,
+    REPLAN_TOLERANCE,
     ROW_SETTINGS,
+    ROWS,
     TAPT,
     TAPT_EVALS,
     ZERO_SHOT_ROW,
     ZERO_SHOT_STAGE,
+    DemoPlan,
     FinetuneRun,
+    NotRun,
+    Progress,
     WorkTimes,
+    blocked_by_floors,
     make_plan,
 )
 from bertkit.pipelines.demo_report import report_markdown, summary, write_pictures
@@ -99,6 +106,7 @@ def run_demo(options: DemoOptions, say: Callable[[str], Any] = print) -> dict[st
     """Run the whole comparison; `say` receives one line per stage (and the plan's lines), for people."""
     from bertkit.data import sources
     from bertkit.inference.machine import Machine
+    from bertkit.utils.cpu_load import apply_threads
 
     task = DEMO_TASKS[options.task]
     out = Path(options.out)
@@ -113,16 +121,18 @@ def run_demo(options: DemoOptions, say: Callable[[str], Any] = print) -> dict[st
     vocab = build_demo_vocab(out / "vocab", options.task, options.vocab_min_count)
 
     say("[3/7] timing each kind of work on this machine")
+    fit = apply_threads(options.threads)
+    if fit is not None:
+        fit.fit_now()  # the threads the timed work runs on: the cores the other processes leave now
     pre_run = prepare(pretrain_options(options, vocab, out / "pretrain"))
     with warnings.catch_warnings():  # m3e-small's fresh masked-LM head, which the report explains
         warnings.filterwarnings("ignore", message=".*initialised fresh")
         tapt_run = prepare(tapt_options(options, out / "tapt"))
-    times = time_work(options, pre_run, tapt_run, vocab, out / "timing")
+    times, timing = time_work(options, pre_run, tapt_run, vocab, out / "timing")
     spent = time.perf_counter() - started
-    plan = make_plan(times, options.minutes * 60, spent, options.budgets, options.seeds,
-                     _train_examples(task.dataset), machine_line(options.device, Machine.here().describe()))
-    for line in plan.lines():
-        say(line)
+    examples = _train_examples(task.dataset)
+    replanner = Replanner(times, options, examples, machine_line(options.device, Machine.here().describe()), say)
+    plan = replanner.first(spent, timing)
     took["data, vocabulary and timing"] = spent
 
     say(f"[4/7] pretraining a {options.pretrain_config} BERT ({options.recipe} recipe) for {plan.pretrain_steps:,} "
@@ -132,42 +142,78 @@ def run_demo(options: DemoOptions, say: Callable[[str], Any] = print) -> dict[st
                           minutes=plan.pretrain_seconds / 60)
     state = pretrain(pre_options, prepared=pre_run)
     took["pretraining the tiny BERT"] = time.perf_counter() - clock
+    progress = Progress(pretrain_steps=state.step)
+    plan = replanner.after_stage(plan, progress, time.perf_counter() - started,
+                                 recent_step_seconds(state) / times.pretrain_step)
 
-    say(f"[5/7] continuing to pretrain m3e-small for {plan.tapt_steps} steps on the unlabelled training texts alone")
     clock = time.perf_counter()
-    # a clock above the plan's seconds: it stops the run only where this machine turned slower than timed
-    tapt = replace(tapt_options(options, out / "tapt", plan.tapt_steps, plan.tapt_held_steps),
-                   minutes=CLOCK_MARGIN * plan.tapt_seconds / 60)
-    tapt_state = pretrain(tapt, prepared=tapt_run)
+    tapt = replace(tapt_options(options, out / "tapt", max(plan.tapt_steps, 2), max(plan.tapt_held_steps, 1)),
+                   minutes=CLOCK_MARGIN * plan.tapt_seconds / 60 if plan.tapt_steps else None)
+    tapt_state = None
+    if plan.tapt_steps:
+        say(f"[5/7] continuing to pretrain m3e-small for {plan.tapt_steps} steps on the unlabelled training texts "
+            "alone")
+        # a clock above the plan's seconds: it stops the run only where this machine turned slower than timed
+        tapt_state = pretrain(tapt, prepared=tapt_run)
+    else:
+        say(f"[5/7] m3e-small's continued pretraining: {_why(plan, 'm3e-small')}")
     took["continued pretraining of m3e-small"] = time.perf_counter() - clock
+    del pre_run, tapt_run
 
-    say(f"[6/7] scoring the pretrained BERT zero-shot through the prompt {task.prompt}: no labels, no training")
+    zero_shot = None
     clock = time.perf_counter()
-    zero_shot = zero_shot_scores(task, out / "pretrain", options.device)
+    if plan.zero_shot:
+        say(f"[6/7] scoring the pretrained BERT zero-shot through the prompt {task.prompt}: no labels, no training")
+        zero_shot = zero_shot_scores(task, out / "pretrain", options.device)
     took[ZERO_SHOT_STAGE] = time.perf_counter() - clock
+    progress = replace(progress, tapt_steps=tapt_state.step if tapt_state is not None else 0)
+    expected = (_tapt_seconds(times, tapt_state, tapt) if tapt_state is not None else 0.0) + (
+        times.finetune_overhead["prompt"] if zero_shot is not None else 0.0)
+    stage = took["continued pretraining of m3e-small"] + took[ZERO_SHOT_STAGE]
+    plan = replanner.after_stage(plan, progress, time.perf_counter() - started,
+                                 stage / expected if expected else None)
 
     results: dict[tuple[str, int], list[dict]] = {}
-    for k, run in enumerate(plan.runs, start=1):
-        say(f"[6/7] fine-tuning {k}/{len(plan.runs)}: {run.row}, {run.labels or 'all'} labelled examples, "
-            f"seed {run.seed}, {run.steps} steps")
-        clock = time.perf_counter()
-        result = _finetune(options, task, run, out / "pretrain", Path(tapt.out))
-        stage = "fine-tuning m3e-small's rows" if ROW_SETTINGS[run.row].kind == "m3e-small" else \
-            "fine-tuning the tiny BERT's rows"
-        took[stage] = took.get(stage, 0.0) + time.perf_counter() - clock
-        results.setdefault((run.row, run.labels), []).append(result)
+    count = 0
+    for labels in options.budgets:
+        runs, group_took, group_expected, total = plan.budget_runs(labels), 0.0, 0.0, count + len(plan.runs)
+        for run in runs:
+            count += 1
+            say(f"[6/7] fine-tuning {count}/{total}: {run.row}, {run.labels or 'all'} labelled examples, seed "
+                f"{run.seed}, {run.steps} steps")
+            clock = time.perf_counter()
+            result = _finetune(options, task, run, out / "pretrain", Path(tapt.out))
+            seconds = time.perf_counter() - clock
+            stage = "fine-tuning m3e-small's rows" if ROW_SETTINGS[run.row].kind == "m3e-small" else \
+                "fine-tuning the tiny BERT's rows"
+            took[stage] = took.get(stage, 0.0) + seconds
+            results.setdefault((run.row, run.labels), []).append(result)
+            group_took += seconds
+            group_expected += replanner.base_plan.run_seconds(run)
+        progress = replace(progress, budgets_done=(*progress.budgets_done, labels))
+        if labels != options.budgets[-1]:
+            plan = replanner.after_stage(plan, progress, time.perf_counter() - started,
+                                         group_took / group_expected if group_expected else None)
+    took.setdefault("fine-tuning the tiny BERT's rows", 0.0)
+    took.setdefault("fine-tuning m3e-small's rows", 0.0)
 
     say("[7/7] writing the report")
     clock = time.perf_counter()
     rows = [summary(row, n, found) for (row, n), found in results.items()]
-    report = {"task": options.task, "rows": rows, "zero_shot": zero_shot, "plan": plan.to_json(),
+    report = {"task": options.task, "rows": rows, "zero_shot": zero_shot, "plan": replanner.plans[0].to_json(),
+              "replans": replanner.replans, "timing": timing, "timing_line": timing_line(timing),
+              "train_examples": examples,
+              "not_run": [n.to_json() for n in replanner.not_run(results, options.budgets, examples)],
               "largest_budget": max(options.budgets, key=lambda n: n or float("inf")),
               "pretraining": {"recipe": options.recipe, "config": options.pretrain_config, "steps": state.step,
                               "seconds": state.seconds, "eval": _evals(state),
                               "corpus": CorpusMix.parse(pre_options.corpus).as_dict()},
-              "tapt": {"model": tapt.init, "corpus": tapt.corpus, "steps": tapt_state.step,
-                       "seconds": tapt_state.seconds, "frozen_steps": tapt.freeze_encoder_steps,
-                       **{k: getattr(tapt, k) for k in (*TAPT, "max_seq_length")}, "eval": _evals(tapt_state)},
+              "tapt": {"model": tapt.init, "corpus": tapt.corpus,
+                       "steps": tapt_state.step if tapt_state is not None else 0,
+                       "seconds": tapt_state.seconds if tapt_state is not None else 0.0,
+                       "frozen_steps": tapt.freeze_encoder_steps if tapt_state is not None else 0,
+                       **{k: getattr(tapt, k) for k in (*TAPT, "max_seq_length")},
+                       "eval": _evals(tapt_state) if tapt_state is not None else []},
               "stage_seconds": took}
     write_pictures(out, report, task.what)
     took["report"] = time.perf_counter() - clock
@@ -175,6 +221,120 @@ def run_demo(options: DemoOptions, say: Callable[[str], Any] = print) -> dict[st
     atomic_write_text(out / "report.json", jsonfiles.dumps(report, indent=2, ensure_ascii=False) + "\n")
     atomic_write_text(out / "report.md", report_markdown(report, task.what, task.prompt, options.seeds))
     return report
+
+
+def _why(plan: DemoPlan, row: str) -> str:
+    found = next((n for n in plan.not_run if n.row == row), None)
+    return found.describe() if found is not None else "the plan gave it no steps"
+
+
+def _tapt_seconds(times: WorkTimes, state, options: PretrainOptions) -> float:
+    """What m3e-small's continued pretraining should have taken at the timed speeds, for the steps it trained."""
+    held = min(state.step, options.freeze_encoder_steps)
+    return times.tapt_overhead + held * times.tapt_held_step + (state.step - held) * times.tapt_step
+
+
+def recent_step_seconds(state) -> float:
+    """Seconds a step of a finished run took lately: over its last third of logged steps (the machine as the run
+    left it, not as it began), or over the whole run where it logged too little for that."""
+    records = [r for r in state.log_history if "step" in r and "seconds" in r]
+    if len(records) >= 3:
+        last = records[-1]
+        first = next(r for r in records if r["step"] >= 2 * last["step"] / 3)
+        if first is not last and last["step"] > first["step"]:
+            return (last["seconds"] - first["seconds"]) / (last["step"] - first["step"])
+    return state.seconds / max(1, state.step)
+
+
+class Replanner:
+    """The job's plans: the first, from the timings (`first`), and one after each stage that ran off it
+    (`after_stage`): the stage's speed against the timings' scales every timing, the plan as it stands is projected
+    at that speed, and where it would end more than REPLAN_TOLERANCE off the budget (or a stage fell below its floor)
+    what is left is planned again from the minutes left. Each plan is said, and kept for the report."""
+
+    def __init__(self, times: WorkTimes, options: DemoOptions, examples: int, machine: str,
+                 say: Callable[[str], Any]) -> None:
+        self.times, self.options, self.examples, self.machine, self.say = times, options, examples, machine, say
+        self.plans: list[DemoPlan] = []
+        self.replans: list[dict[str, Any]] = []
+        self.speed = 1.0
+
+    @property
+    def base_plan(self) -> DemoPlan:
+        """The first plan: its timings are the machine's as timed (speed 1)."""
+        return self.plans[0]
+
+    def _make(self, spent: float, done: Progress) -> DemoPlan:
+        o = self.options
+        return make_plan(self.times.at_speed(self.speed), o.minutes * 60, spent, o.budgets, o.seeds, self.examples,
+                         self.machine, done=done, speed=self.speed)
+
+    def first(self, spent: float, timing: dict[str, Any]) -> DemoPlan:
+        plan = self._make(spent, Progress())
+        self.plans.append(plan)
+        for line in plan.lines():
+            self.say(line)
+        self.say(timing_line(timing))
+        return plan
+
+    def after_stage(self, plan: DemoPlan, done: Progress, elapsed: float, speed: float | None) -> DemoPlan:
+        """The plan for what is left after a stage that ran at `speed` times the timed seconds (None: it ran
+        nothing to measure, and the last speed holds)."""
+        if speed is not None:
+            self.speed = min(50.0, max(0.02, speed))
+        times = self.times.at_speed(self.speed)
+        kept = replace(plan, times=times, spent_seconds=elapsed, done=done, speed=self.speed,
+                       runs=[r for r in plan.runs if r.labels not in done.budgets_done],
+                       not_run=plan.not_run + [n for n in blocked_by_floors(done) if n not in plan.not_run])
+        budget = self.options.minutes * 60
+        off = (kept.expected_seconds - budget) / budget
+        newly_blocked = [n for n in blocked_by_floors(done) if n not in plan.not_run]
+        if abs(off) <= REPLAN_TOLERANCE and not newly_blocked:
+            return kept
+        new = self._make(elapsed, done)
+        still = lambda p: (p.runs, p.tapt_steps, {(n.row, n.labels) for n in p.not_run  # noqa: E731
+                                                  if n.labels is None or n.labels not in done.budgets_done})
+        if still(new) == still(kept):
+            return new  # nothing to change: the plan already asks the least the job can do, or fits as it is
+        self.say(f"re-plan after {done.after}: it ran at {self.speed:.2f}x the timed seconds; the plan as it stood "
+                 f"would end {abs(off) * 100:.0f}% {'over' if off > 0 else 'under'} the budget"
+                 + (f", and {newly_blocked[0].describe()}" if newly_blocked else ""))
+        for line in new.lines():
+            self.say(line)
+        self.plans.append(new)
+        self.replans.append({"after": done.after, "elapsed_seconds": elapsed, "speed": self.speed,
+                             "projected_seconds": kept.expected_seconds, **new.to_json()})
+        return new
+
+    def not_run(self, results: dict[tuple[str, int], list[dict]], budgets: list[int],
+                examples: int) -> list[NotRun]:
+        """Every row and budget with no result (and the zero-shot, when it did not run), with the reason the last
+        plan that left it out gave; the whole split's budget as its count of examples, as the table has it."""
+        missing = []
+        for labels in budgets:
+            for row in ROWS:
+                if (row, labels) in results:
+                    continue
+                reason = next((n for p in reversed(self.plans) for n in p.not_run
+                               if n.row == row and n.labels in (labels, None)), None)
+                reason = reason or NotRun(row, labels, 0, 0, "the plan gave it no run")
+                missing.append(replace(reason, labels=labels or examples))
+        if not self.plans[-1].zero_shot:
+            missing += [n for n in self.plans[-1].not_run if n.row == ZERO_SHOT_ROW]
+        return missing
+
+
+def timing_line(timing: dict[str, Any]) -> str:
+    """What the machine did while the job timed its work: busy or quiet, the threads, the probes' spread."""
+    load, probes = timing.get("load"), timing["pretrain_probes"]
+    spread = f"the pretraining step timed {probes[0] * 1000:.0f} and {probes[1] * 1000:.0f} ms at its start and end"
+    threads = f"{timing['threads']} thread{'s' if timing['threads'] != 1 else ''}"
+    if load is None:
+        return f"While it timed: {threads}; {spread} (this system has no /proc to measure its load)"
+    busy = "busy" if load["others"] >= BUSY_CORES else "quiet"
+    return (f"While it timed, the machine was {busy}: other processes used {load['others']:.1f} of the "
+            f"{load['cores']} cores (load average {timing['load_average']:.1f}), this job {load['own']:.1f} on "
+            f"{threads}; {spread}")
 
 
 def machine_line(device: str, cpu: str) -> str:
@@ -257,15 +417,23 @@ PROBE_STEPS = {"tiny": 40, "prompt": 40, "m3e-small": 20}
 PROBE_LABELS = 1000     # its labelled examples: a middle budget's tokenizing
 SAVING_SECONDS = 2.0    # a pretraining run's setting up and saving of its model, beyond its clock
 CLOCK_MARGIN = 1.25     # m3e-small's continued pretraining stops at this many times its planned seconds
+BUSY_CORES = 0.5        # the timing calls the machine busy when other processes held this many cores' worth
 
 
 def time_work(options: DemoOptions, pre_run: PretrainingRun, tapt_run: PretrainingRun, vocab: Path,
-              scratch: Path) -> WorkTimes:
+              scratch: Path) -> tuple[WorkTimes, dict[str, Any]]:
     """Time one piece of each kind of work on this machine: the tiny BERT's pretraining step, m3e-small's
     continued-pretraining step (encoder moving and held) and one evaluation of it, and a short fine-tuning run
-    of each kind of row, whose wall time less its steps is the loading and scoring around every run."""
+    of each kind of row, whose wall time less its steps is the loading and scoring around every run. Also what the
+    machine did meanwhile (`timing_line`): the threads, the load other processes put on the cores, and the tiny
+    BERT's step timed at the start and again at the end (the plan takes the second)."""
+    import torch
+
+    from bertkit.utils.cpu_load import load_between, read_counts
+
     task = DEMO_TASKS[options.task]
-    pretrain_step = step_seconds(pre_run)
+    before = read_counts()
+    first_probe = step_seconds(pre_run)
     tapt_step, tapt_held_step = step_seconds(tapt_run), step_seconds(tapt_run, hold=("bert.",))
     clock = time.perf_counter()
     evaluate = tapt_run.eval_fn()
@@ -299,6 +467,12 @@ def time_work(options: DemoOptions, pre_run: PretrainingRun, tapt_run: Pretraini
         shutil.rmtree(scratch / "run")
     shutil.rmtree(scratch)
     assert set(step) == set(KINDS)
+    pretrain_step = step_seconds(pre_run)  # again, last: the machine as the pretraining will meet it
+    after = read_counts()
+    load = load_between(before, after) if before is not None and after is not None else None
+    timing = {"threads": torch.get_num_threads(), "load": asdict(load) if load is not None else None,
+              "load_average": os.getloadavg()[0] if hasattr(os, "getloadavg") else None,
+              "pretrain_probes": [first_probe, pretrain_step]}
     return WorkTimes(pretrain_step=pretrain_step, pretrain_overhead=SAVING_SECONDS, tapt_step=tapt_step,
                      tapt_held_step=tapt_held_step, tapt_overhead=(TAPT_EVALS + 1) * tapt_eval + SAVING_SECONDS,
-                     finetune_step=step, finetune_overhead=overhead)
+                     finetune_step=step, finetune_overhead=overhead), timing

@@ -13,12 +13,32 @@ scoring around a fine-tuning run of each model), then `make_plan` sizes every st
    m3e-small runs leave less, down to PRETRAIN_MIN_STEPS; below that (a budget too small for the job) every
    fine-tuning run shrinks.
 
+Where even that does not fit, m3e-small's rows go (its continued pretraining with them), then the tiny rows shrink to
+their floor, then the largest label budgets go; a run that does not fit its floor is not run, and the plan says so.
+
 The prompt zero-shot (0 labels, no training) is planned at a prompt run's timed overhead: it is such a run without
-its steps. The plan is a pure function of the timings: tests size it for any machine without running anything.
+its steps.
+
+**Re-plans.** The timing is a few seconds of one moment; a machine's speed moves (another process starts or
+ends). After each stage (the pretraining, the continued pretraining with the zero-shot, each label budget's
+fine-tuning runs) the job compares what the stage took with what the timings said (`speed`) and projects the rest
+of the plan at that speed; where it would end more than REPLAN_TOLERANCE off the budget, or a stage fell below its
+floor, `make_plan` plans what is left again from the minutes left, with every timing scaled by that speed
+(`Progress` says what is done). The runs of one label budget are never re-planned apart: the rows the table
+compares train the same steps.
+
+**Floors.** A row whose run had fewer steps than its floor means nothing (its accuracy says how far a starved run
+got, not what the model can do), so it is not published as a result: `NotRun` says what it got and what it needed.
+The floors are measured (docs/main-job.md, "Floors"): PRETRAIN_FLOOR steps of the tiny BERT's pretraining (below
+it the pretrained BERT fine-tunes no better than a random one), TINY_FLOOR and M3E_MIN_SCALE of a fine-tuning
+run's full steps, TAPT_FLOOR steps of m3e-small's continued pretraining.
+
+The plan is a pure function of the timings: tests size it for any machine without running anything.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
@@ -84,6 +104,12 @@ M3E_MIN_SCALE = 0.2           # m3e-small's steps shrink no further: below it it
 M3E_MAX_RATE = 3.0
 REPORT_SECONDS = 5.0          # the pictures and the report
 
+# Floors (docs/main-job.md, "Floors"): the fewest steps at which a row means something.
+PRETRAIN_FLOOR = 2000         # the tiny BERT's pretraining: at ~1,000 steps it fine-tunes worse than random weights
+TINY_FLOOR = 0.5              # of a tiny row's full fine-tuning steps: at a fifth random-init scores chance
+TAPT_FLOOR = round(M3E_MIN_SCALE * TAPT_STEPS)   # m3e-small's continued pretraining: its smallest planned run
+REPLAN_TOLERANCE = 0.1        # a plan projected to end this share of the budget off it is made again
+
 
 def finetune_steps(labels: int, batch_size: int, scale: float = 1.0) -> int:
     """Steps for a budget run of `labels` examples: 20 epochs, at least 80 and at most 300 steps, times `scale`."""
@@ -107,6 +133,11 @@ class WorkTimes:
     finetune_step: dict[str, float]       # a fine-tuning step, by kind (RowSettings.kind)
     finetune_overhead: dict[str, float]   # a fine-tuning run's loading, tokenizing and test scoring, by kind
 
+    def at_speed(self, speed: float) -> WorkTimes:
+        """Every timing times `speed`: the same work on the machine as a stage found it (2.0: twice as slow)."""
+        return WorkTimes(**{name: ({k: v * speed for k, v in value.items()} if isinstance(value, dict)
+                                   else value * speed) for name, value in asdict(self).items()})
+
 
 @dataclass(frozen=True)
 class FinetuneRun:
@@ -117,20 +148,106 @@ class FinetuneRun:
     learning_rate: float
 
 
+@dataclass(frozen=True)
+class Progress:
+    """What the job has done when a plan is made: the steps its pretraining runs trained (None: not run yet) and the
+    label budgets whose fine-tuning runs are done."""
+
+    pretrain_steps: int | None = None
+    tapt_steps: int | None = None          # m3e-small's continued pretraining, and with it the zero-shot, done
+    budgets_done: tuple[int, ...] = ()
+
+    @property
+    def after(self) -> str:
+        """The stage the plan follows, for people."""
+        if self.budgets_done:
+            return f"fine-tuning with {_budget_name(self.budgets_done[-1])} labels"
+        if self.tapt_steps is not None:
+            return "continued pretraining of m3e-small and the zero-shot"
+        return "pretraining the tiny BERT" if self.pretrain_steps is not None else "timing"
+
+
+@dataclass(frozen=True)
+class NotRun:
+    """A row at a label budget (labels None: at every budget; row ZERO_SHOT_ROW: the zero-shot) that is not
+    published as a result: the run it rests on got `given` of the `needed` steps (its floor), for `reason`."""
+
+    row: str
+    labels: int | None
+    given: int
+    needed: int
+    reason: str
+
+    def describe(self) -> str:
+        if self.given:
+            return f"not run: the machine gave {self.reason} {self.given:,} of the {self.needed:,} steps it needs"
+        return f"not run: {self.reason}"
+
+    def to_json(self) -> dict[str, Any]:
+        return {**asdict(self), "why": self.describe()}
+
+
+def not_run_lines(not_run: list[NotRun]) -> list[str]:
+    """What is not run, a line per cause: the rows a pretraining below its floor closed, then the runs left out for
+    time ("m3e-small at 50, 200 labels; ..."), each with its floor."""
+    lines = [f"{n.row}: {n.describe()}" for n in not_run if n.labels is None]
+    dropped = [n for n in not_run if n.labels is not None]
+    if dropped:
+        by_row: dict[str, list[str]] = {}
+        for n in dropped:
+            by_row.setdefault(n.row, []).append(f"{_budget_name(n.labels)} ({n.needed:,} steps)")
+        lines.append("not run, their floors did not fit the minutes left: "
+                     + "; ".join(f"{row} at {', '.join(where)}" for row, where in by_row.items()))
+    return lines
+
+
+def _budget_name(labels: int) -> str:
+    return f"{labels:,}" if labels else "all"
+
+
+def blocked_by_floors(done: Progress) -> list[NotRun]:
+    """The rows a finished pretraining run left below its floor: the tiny BERT's (pretrained, prompt, zero-shot) when
+    its pretraining got fewer than PRETRAIN_FLOOR steps, m3e-small-tapt when its continued pretraining got fewer than
+    TAPT_FLOOR."""
+    blocked = []
+    if done.pretrain_steps is not None and done.pretrain_steps < PRETRAIN_FLOOR:
+        blocked += [NotRun(row, None, done.pretrain_steps, PRETRAIN_FLOOR, "the tiny BERT's pretraining")
+                    for row in ("bertkit-pretrained", "prompt", ZERO_SHOT_ROW)]
+    if done.tapt_steps is not None and done.tapt_steps < TAPT_FLOOR:
+        blocked.append(NotRun("m3e-small-tapt", None, done.tapt_steps, TAPT_FLOOR,
+                              "m3e-small's continued pretraining" if done.tapt_steps else
+                              "m3e-small's continued pretraining did not run (its floor did not fit the minutes left)"))
+    return blocked
+
+
+def floor_steps(row: str, labels: int, train_examples: int) -> int:
+    """The fewest fine-tuning steps at which a row at `labels` means something: TINY_FLOOR of the tiny rows' full
+    steps, M3E_MIN_SCALE of m3e-small's (whose learning rate grows as its steps shrink)."""
+    settings = ROW_SETTINGS[row]
+    share = M3E_MIN_SCALE if settings.kind == "m3e-small" else TINY_FLOOR
+    full = finetune_steps(labels, settings.batch_size) if labels else whole_split_steps(train_examples, settings)
+    return math.ceil(share * full)
+
+
 @dataclass
 class DemoPlan:
-    """Every stage's size, and the seconds each is expected to take on the machine it was timed on."""
+    """Every stage's size, and the seconds each is expected to take on the machine as it was last measured. A plan
+    made after some stages (`done`) sizes what is left: `spent_seconds` is the job's time so far, and the stages
+    done are not among `stage_seconds`."""
 
     machine: str
     budget_seconds: float
-    spent_seconds: float                   # before the plan: data, vocabulary, the timing itself
+    spent_seconds: float                   # before the plan: data, vocabulary, the timing (and the stages done)
     times: WorkTimes
     pretrain_seconds: float
     pretrain_steps: int
-    tapt_steps: int
+    tapt_steps: int                        # 0: not run (m3e-small's rows gave way)
     tapt_held_steps: int
-    m3e_scale: float
+    m3e_scale: float                       # 0: m3e-small's rows not run
     runs: list[FinetuneRun] = field(default_factory=list)
+    done: Progress = field(default_factory=Progress)
+    speed: float = 1.0                     # the machine's speed this plan assumed, against the timing's (2.0: slower)
+    not_run: list[NotRun] = field(default_factory=list)
 
     def run_seconds(self, run: FinetuneRun) -> float:
         kind = ROW_SETTINGS[run.row].kind
@@ -139,20 +256,31 @@ class DemoPlan:
     @property
     def tapt_seconds(self) -> float:
         t = self.times
+        if not self.tapt_steps:
+            return 0.0
         return (t.tapt_overhead + self.tapt_held_steps * t.tapt_held_step
                 + (self.tapt_steps - self.tapt_held_steps) * t.tapt_step)
 
+    @property
+    def zero_shot(self) -> bool:
+        return not any(n.row == ZERO_SHOT_ROW for n in self.not_run)
+
     def stage_seconds(self) -> dict[str, float]:
-        """Expected seconds by stage, in the order they run."""
+        """Expected seconds by stage, in the order they run; a plan made after some stages leaves those out (their
+        seconds are in the first entry, the job's time so far)."""
         tiny = [r for r in self.runs if ROW_SETTINGS[r.row].kind != "m3e-small"]
         m3e = [r for r in self.runs if ROW_SETTINGS[r.row].kind == "m3e-small"]
-        return {"data, vocabulary and timing": self.spent_seconds,
-                "pretraining the tiny BERT": self.pretrain_seconds + self.times.pretrain_overhead,
-                "continued pretraining of m3e-small": self.tapt_seconds,
-                ZERO_SHOT_STAGE: self.times.finetune_overhead["prompt"],
-                "fine-tuning the tiny BERT's rows": sum(map(self.run_seconds, tiny)),
-                "fine-tuning m3e-small's rows": sum(map(self.run_seconds, m3e)),
-                "report": REPORT_SECONDS}
+        done = self.done
+        stages = {"data, vocabulary and timing" if done == Progress() else "done": self.spent_seconds}
+        if done.pretrain_steps is None:
+            stages["pretraining the tiny BERT"] = self.pretrain_seconds + self.times.pretrain_overhead
+        if done.tapt_steps is None:
+            stages["continued pretraining of m3e-small"] = self.tapt_seconds
+            stages[ZERO_SHOT_STAGE] = self.times.finetune_overhead["prompt"] if self.zero_shot else 0.0
+        stages["fine-tuning the tiny BERT's rows"] = sum(map(self.run_seconds, tiny))
+        stages["fine-tuning m3e-small's rows"] = sum(map(self.run_seconds, m3e))
+        stages["report"] = REPORT_SECONDS
+        return stages
 
     @property
     def expected_seconds(self) -> float:
@@ -164,29 +292,44 @@ class DemoPlan:
     def seeds(self, row: str, labels: int) -> int:
         return sum(1 for r in self.runs if (r.row, r.labels) == (row, labels))
 
+    def budget_runs(self, labels: int) -> list[FinetuneRun]:
+        return [r for r in self.runs if r.labels == labels]
+
     def lines(self) -> list[str]:
-        """The plan for people: the machine, each stage's size and expected minutes, the total."""
+        """The plan for people: the machine, each stage's size and expected minutes, the total, what is not run."""
         stages = self.stage_seconds()
         budgets = sorted({r.labels for r in self.runs}, key=lambda n: n or float("inf"))
-        out = [f"machine: {self.machine}",
-               f"plan for a {self.budget_seconds / 60:.1f}-minute job (expected {self.expected_seconds / 60:.1f}):"]
-        names = list(stages)
-        out.append(f"  {names[0]}: {stages[names[0]] / 60:.1f} min (done)")
-        out.append(f"  {names[1]}: {self.pretrain_steps:,} steps, {stages[names[1]] / 60:.1f} min "
-                   f"({self.times.pretrain_step * 1000:.0f} ms a step)")
-        out.append(f"  {names[2]}: {self.tapt_steps:,} steps ({self.tapt_held_steps:,} with the encoder held), "
-                   f"{stages[names[2]] / 60:.1f} min")
-        out.append(f"  {ZERO_SHOT_STAGE}: the pretrained BERT through the prompt on the test split, no training, "
-                   f"{stages[ZERO_SHOT_STAGE] / 60:.1f} min")
+        first = next(iter(stages))
+        if self.done == Progress():
+            out = [f"machine: {self.machine}",
+                   f"plan for a {self.budget_seconds / 60:.1f}-minute job (expected {self.expected_seconds / 60:.1f}):",
+                   f"  {first}: {stages[first] / 60:.1f} min (done)"]
+        else:
+            out = [f"plan for the rest of the {self.budget_seconds / 60:.1f}-minute job (expected "
+                   f"{self.expected_seconds / 60:.1f}), {self.spent_seconds / 60:.1f} min done:"]
+        if "pretraining the tiny BERT" in stages:
+            out.append(f"  pretraining the tiny BERT: {self.pretrain_steps:,} steps, "
+                       f"{stages['pretraining the tiny BERT'] / 60:.1f} min ({self.times.pretrain_step * 1000:.0f} ms "
+                       "a step)")
+        if "continued pretraining of m3e-small" in stages:
+            if self.tapt_steps:
+                out.append(f"  continued pretraining of m3e-small: {self.tapt_steps:,} steps ({self.tapt_held_steps:,} "
+                           f"with the encoder held), {stages['continued pretraining of m3e-small'] / 60:.1f} min")
+            if self.zero_shot:
+                out.append(f"  {ZERO_SHOT_STAGE}: the pretrained BERT through the prompt on the test split, no "
+                           f"training, {stages[ZERO_SHOT_STAGE] / 60:.1f} min")
         for name, kinds in (("fine-tuning the tiny BERT's rows", ("tiny", "prompt")),
                             ("fine-tuning m3e-small's rows", ("m3e-small",))):
-            rows = [row for row in ROWS if ROW_SETTINGS[row].kind in kinds]
-            sizes = ", ".join(f"{n or 'all'}: {self.steps(rows[0], n)} steps x {self.seeds(rows[0], n)}"
-                              for n in budgets)
+            rows = [row for row in ROWS if ROW_SETTINGS[row].kind in kinds and any(r.row == row for r in self.runs)]
+            if not rows:
+                continue
+            sizes = ", ".join(f"{_budget_name(n)}: {self.steps(rows[0], n)} steps x {self.seeds(rows[0], n)}"
+                              for n in budgets if self.seeds(rows[0], n))
             out.append(f"  {name}: {len(rows)} rows, {sizes}; {stages[name] / 60:.1f} min")
-        if self.m3e_scale < 1:
+        if 0 < self.m3e_scale < 1:
             out.append(f"  (m3e-small's steps at {self.m3e_scale:.0%} of the full job's, so that the tiny BERT's "
                        "pretraining gets its steps on this machine)")
+        out += [f"  {line}" for line in not_run_lines(self.not_run)]
         return out
 
     def to_json(self) -> dict[str, Any]:
@@ -194,16 +337,18 @@ class DemoPlan:
                 "expected_seconds": self.expected_seconds, "stages": self.stage_seconds(),
                 "pretrain_seconds": self.pretrain_seconds, "pretrain_steps": self.pretrain_steps,
                 "tapt_steps": self.tapt_steps, "tapt_held_steps": self.tapt_held_steps, "m3e_scale": self.m3e_scale,
-                "times": asdict(self.times), "runs": [asdict(r) for r in self.runs]}
+                "after": self.done.after, "speed": self.speed, "times": asdict(self.times),
+                "runs": [asdict(r) for r in self.runs], "not_run": [n.to_json() for n in self.not_run]}
 
 
 def plan_runs(budgets: list[int], seeds: int, train_examples: int, m3e_scale: float = 1.0,
-              m3e_seeds_above_200: int | None = None, tiny_scale: float = 1.0) -> list[FinetuneRun]:
-    """Every fine-tuning run, by label budget then row then seed: `seeds` at budgets up to 1,000 labels (m3e-small's
-    rows `m3e_seeds_above_200` above 200 when given), one on the whole split; steps scaled per kind."""
+              m3e_seeds_above_200: int | None = None, tiny_scale: float = 1.0,
+              rows: tuple[str, ...] = ROWS) -> list[FinetuneRun]:
+    """Every fine-tuning run of `rows`, by label budget then row then seed: `seeds` at budgets up to 1,000 labels
+    (m3e-small's rows `m3e_seeds_above_200` above 200 when given), one on the whole split; steps scaled per kind."""
     runs = []
     for labels in budgets:
-        for row in ROWS:
+        for row in rows:
             settings = ROW_SETTINGS[row]
             m3e = settings.kind == "m3e-small"
             scale = m3e_scale if m3e else tiny_scale
@@ -218,14 +363,23 @@ def plan_runs(budgets: list[int], seeds: int, train_examples: int, m3e_scale: fl
 
 
 def make_plan(times: WorkTimes, budget_seconds: float, spent_seconds: float, budgets: list[int], seeds: int,
-              train_examples: int, machine: str) -> DemoPlan:
-    """Size every stage so that the job's expected seconds fit `budget_seconds` (see the module's docstring)."""
+              train_examples: int, machine: str, done: Progress = Progress(), speed: float = 1.0) -> DemoPlan:
+    """Size every stage still to run so that the job's expected seconds fit `budget_seconds` (see the module's
+    docstring); `done`: what has run (its seconds are in `spent_seconds`), `speed`: what `times` were scaled by."""
+    blocked = blocked_by_floors(done)
+    closed = {(n.row, n.labels) for n in blocked}
+    left = [n for n in budgets if n not in done.budgets_done]
+    tapt_done = done.tapt_steps is not None
 
-    def plan(m3e_scale: float, m3e_seeds: int | None, tiny_scale: float = 1.0) -> DemoPlan:
-        tapt = max(2, round(TAPT_STEPS * m3e_scale))
-        return DemoPlan(machine, budget_seconds, spent_seconds, times, 0.0, 0, tapt,
-                        max(1, round(TAPT_FROZEN_SHARE * tapt)), m3e_scale,
-                        plan_runs(budgets, seeds, train_examples, m3e_scale, m3e_seeds, tiny_scale))
+    def plan(m3e_scale: float, m3e_seeds: int | None, tiny_scale: float = 1.0, m3e: bool = True,
+             kept: list[int] = left) -> DemoPlan:
+        rows = tuple(row for row in ROWS
+                     if (row, None) not in closed and (m3e or ROW_SETTINGS[row].kind != "m3e-small"))
+        tapt = 0 if tapt_done or not m3e else max(2, round(TAPT_STEPS * m3e_scale))
+        return DemoPlan(machine, budget_seconds, spent_seconds, times, 0.0, done.pretrain_steps or 0, tapt,
+                        max(1, round(TAPT_FROZEN_SHARE * tapt)) if tapt else 0, m3e_scale if m3e else 0.0,
+                        plan_runs(kept, seeds, train_examples, m3e_scale, m3e_seeds, tiny_scale, rows), done, speed,
+                        list(blocked))
 
     def pretrain_steps(seconds: float) -> int:
         """The tiny BERT's pretraining steps in `seconds`, as every run plans them (`steps_for_budget`); its
@@ -233,22 +387,43 @@ def make_plan(times: WorkTimes, budget_seconds: float, spent_seconds: float, bud
         sit in the reserve."""
         return steps_for_budget(times.pretrain_step, seconds=seconds)
 
-    def fits(candidate: DemoPlan, steps: int) -> bool:  # leaves the pretraining `steps`
+    def fits(candidate: DemoPlan, steps: int) -> bool:  # leaves the pretraining `steps` (once done: fits the budget)
+        if done.pretrain_steps is not None:
+            return candidate.expected_seconds <= budget_seconds
         return pretrain_steps(budget_seconds - candidate.expected_seconds) >= steps
 
-    target, least = PRETRAIN_STEPS, PRETRAIN_MIN_STEPS
+    target, least = (PRETRAIN_STEPS, PRETRAIN_MIN_STEPS) if done.pretrain_steps is None else (0, 0)
     if fits(chosen := plan(1.0, None), target) or fits(chosen := plan(1.0, 1), target):
         pass
     elif fits(plan(M3E_MIN_SCALE, 1), target):
         chosen = plan(largest(lambda s: fits(plan(s, 1), target), M3E_MIN_SCALE, 1.0), 1)
     elif fits(chosen := plan(M3E_MIN_SCALE, 1), least):
         pass  # m3e-small at its smallest, the tiny rows whole: the pretraining gets what is left
-    else:  # a budget too small for the job: every fine-tuning run shrinks alike
-        scale = largest(lambda g: fits(plan(M3E_MIN_SCALE * g, 1, g), least), 0.0, 1.0)
-        chosen = plan(M3E_MIN_SCALE * scale, 1, scale)
+    elif fits(chosen := plan(0.0, 1, m3e=False), least):
+        pass  # m3e-small's rows give way to the tiny BERT's
+    elif fits(plan(0.0, 1, TINY_FLOOR, m3e=False), least):
+        chosen = plan(0.0, 1, largest(lambda g: fits(plan(0.0, 1, g, m3e=False), least), TINY_FLOOR, 1.0), m3e=False)
+    else:  # the largest label budgets give way, the rest at their floor; at worst no fine-tuning at all
+        kept = list(left)
+        while kept and not fits(chosen := plan(0.0, 1, TINY_FLOOR, m3e=False, kept=kept), least):
+            kept.remove(max(kept, key=lambda n: n or float("inf")))
+        if not kept:
+            chosen = plan(0.0, 1, TINY_FLOOR, m3e=False, kept=[])
+    chosen.not_run += _dropped(chosen, left, train_examples, closed)
+    if done.pretrain_steps is not None:
+        return chosen
     # the pretraining's clock: what is left, or at least its one step and the reserve on it
-    left = max(budget_seconds - chosen.expected_seconds, times.pretrain_step / (1 - RESERVE))
-    return replace(chosen, pretrain_seconds=left, pretrain_steps=pretrain_steps(left))
+    seconds = max(budget_seconds - chosen.expected_seconds, times.pretrain_step / (1 - RESERVE))
+    return replace(chosen, pretrain_seconds=seconds, pretrain_steps=pretrain_steps(seconds))
+
+
+def _dropped(plan: DemoPlan, budgets: list[int], train_examples: int, closed: set) -> list[NotRun]:
+    """The runs the plan left out for time: every row and budget it has no run for, that no floor closed already."""
+    planned = {(r.row, r.labels) for r in plan.runs}
+    return [NotRun(row, labels, 0, floor_steps(row, labels, train_examples),
+                   f"its {floor_steps(row, labels, train_examples):,} steps (its floor) did not fit the minutes left")
+            for labels in budgets for row in ROWS
+            if (row, labels) not in planned and (row, None) not in closed]
 
 
 def largest(fits: Any, low: float, high: float, rounds: int = 30) -> float:

@@ -10,7 +10,7 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from bertkit.pipelines.demo_plan import ROWS
+from bertkit.pipelines.demo_plan import ROWS, ZERO_SHOT_ROW
 
 
 def summary(row: str, labels: int, results: list[dict]) -> dict[str, Any]:
@@ -23,26 +23,63 @@ def summary(row: str, labels: int, results: list[dict]) -> dict[str, Any]:
             "steps": results[0]["steps"], "test_accuracies": accuracies}
 
 
-def table(rows: list[dict[str, Any]], zero_shot: dict[str, Any] | None = None) -> str:
+def table(rows: list[dict[str, Any]], zero_shot: dict[str, Any] | None = None,
+          not_run: list[dict[str, Any]] = ()) -> str:
     """The comparison as a Markdown table, a row per label budget (also what `bertkit demo` prints); with
-    `zero_shot`, a first one at 0 labels where only the prompt answers, untrained, beside chance."""
-    budgets = sorted({r["labels"] for r in rows})
+    `zero_shot`, a first one at 0 labels where only the prompt answers, untrained, beside chance. A cell in
+    `not_run` (`NotRun.to_json()`, its labels None for every budget) reads "not run": the report says why."""
+    closed = {(n["row"], n["labels"]) for n in not_run}
+    budgets = sorted({r["labels"] for r in rows} | {n for _, n in closed if n is not None})
     cells = {(r["labels"], r["model"]): r for r in rows}
+
+    def cell(n: int, m: str) -> str:
+        found = cells.get((n, m))
+        if found is None:
+            return "not run" if (m, n) in closed or (m, None) in closed else "–"
+        return (f"{found['test_accuracy']:.3f} ± {found['test_accuracy_std']:.3f}" if found["seeds"] > 1
+                else f"{found['test_accuracy']:.3f}")
+
     lines = ["| labels | " + " | ".join(ROWS) + " |", "|---|" + "---|" * len(ROWS)]
     if zero_shot is not None:  # a classifier on [CLS] with no labels has no head to answer with: a dash
         shown = f"{zero_shot['test_accuracy']:.3f} zero-shot (chance {zero_shot['chance']:.3f})"
         lines.append("| 0 | " + " | ".join(shown if m == "prompt" else "–" for m in ROWS) + " |")
+    elif any(n["row"] == ZERO_SHOT_ROW for n in not_run):
+        lines.append("| 0 | " + " | ".join("zero-shot not run" if m == "prompt" else "–" for m in ROWS) + " |")
     for n in budgets:
-        row = [f"{cells[n, m]['test_accuracy']:.3f} ± {cells[n, m]['test_accuracy_std']:.3f}"
-               if cells[n, m]["seeds"] > 1 else f"{cells[n, m]['test_accuracy']:.3f}" for m in ROWS]
-        lines.append(f"| {n:,} | " + " | ".join(row) + " |")
+        lines.append(f"| {n:,} | " + " | ".join(cell(n, m) for m in ROWS) + " |")
     return "\n".join(lines)
 
 
 def margins(rows: list[dict[str, Any]], better: str = "bertkit-pretrained", worse: str = "random-init") -> dict:
-    """Points of mean test accuracy `better` gains over `worse`, per label budget."""
+    """Points of mean test accuracy `better` gains over `worse`, at each label budget where both ran."""
     cells = {(r["labels"], r["model"]): r["test_accuracy"] for r in rows}
-    return {n: 100 * (cells[n, better] - cells[n, worse]) for n in sorted({r["labels"] for r in rows})}
+    return {n: 100 * (cells[n, better] - cells[n, worse]) for n in sorted({r["labels"] for r in rows})
+            if (n, better) in cells and (n, worse) in cells}
+
+
+def margin_line(rows: list[dict[str, Any]], better: str = "bertkit-pretrained", worse: str = "random-init") -> str:
+    """The margins of `better` over `worse` and the runs they rest on: "50 labels +29.3, ... (both rows run at 50,
+    200 ...)", or that there is none, and which row is missing."""
+    gains = margins(rows, better, worse)
+    if not gains:
+        ran = {r["model"] for r in rows}
+        missing = " and ".join(m for m in (better, worse) if m not in ran) or f"{better} and {worse} at one budget"
+        return f"not measured: {missing} did not run (see what was not run)"
+    said = ", ".join(f"{n:,} labels {g:+.1f}" for n, g in gains.items())
+    alone = sorted({r["labels"] for r in rows if r["model"] in (better, worse)} - set(gains))
+    if alone:
+        said += f" (none at {', '.join(f'{n:,}' for n in alone)} labels, where one of the two did not run)"
+    return said
+
+
+def headline_rests(report: dict[str, Any]) -> str | None:
+    """Why the job's question has no answer, or None: the pretraining or the random-init rows did not all run."""
+    missing = [n for n in report.get("not_run", ()) if n["row"] in ("bertkit-pretrained", "random-init")]
+    if not missing:
+        return None
+    first = missing[0]
+    where = "" if first["labels"] is None else f" at {first['labels']:,} labels"
+    return f"{first['row']}{where}: {first['why']}"
 
 
 def write_pictures(out: Path, report: dict[str, Any], title: str) -> None:
@@ -52,6 +89,8 @@ def write_pictures(out: Path, report: dict[str, Any], title: str) -> None:
     figures.save_figure(figures.training_curves(out / "pretrain" / "metrics.jsonl", title="pretraining"),
                         out / "pretrain_curves.png")
     budgets = sorted({r["labels"] for r in report["rows"]})
+    if not budgets:  # no fine-tuning run: no curve to draw
+        return
     by_row = {row: {r["labels"]: r for r in report["rows"] if r["model"] == row} for row in ROWS}
     fig = figures.line_plot(budgets, {row: [by_row[row][n]["test_accuracy"] if n in by_row[row] else None
                                             for n in budgets] for row in ROWS},
@@ -62,12 +101,15 @@ def write_pictures(out: Path, report: dict[str, Any], title: str) -> None:
     figures.save_figure(fig, out / "label_curve.png")
     largest = report["largest_budget"]
     runs = {row: out / "finetune" / f"{row}-{largest or 'all'}-seed0" for row in ROWS}
+    runs = {row: path for row, path in runs.items() if (path / "metrics.jsonl").is_file()}  # rows not run: none
+    if not runs:
+        return
     fig = figures.compare_runs(runs, "loss", title=f"fine-tuning with {largest or 'all'} labels: training loss")
     figures.save_figure(fig, out / "loss_curves.png")
 
 
 def _gains(rows: list[dict[str, Any]], better: str, worse: str) -> str:
-    return ", ".join(f"{n:,} labels {g:+.1f}" for n, g in margins(rows, better, worse).items())
+    return margin_line(rows, better, worse)
 
 
 def _zero_shot_line(report: dict[str, Any]) -> str:
@@ -82,14 +124,48 @@ def _zero_shot_line(report: dict[str, Any]) -> str:
 
 
 def plan_table(report: dict[str, Any]) -> str:
-    """The plan against what happened: each stage's expected and actual minutes (and steps where it has them)."""
-    plan, took = report["plan"], report["stage_seconds"]
-    lines = ["| stage | planned | took |", "|---|---|---|"]
+    """The plan against what happened: each stage's expected minutes in the first plan, in the last plan made before
+    it ran (where a re-plan changed them), and what it took."""
+    plan, took, replans = report["plan"], report["stage_seconds"], report.get("replans", [])
+    last = {name: seconds for p in replans if not p["after"].startswith("fine-tuning")  # before the stage began
+            for name, seconds in p["stages"].items() if name in plan["stages"]}
+    head = "| stage | planned | re-planned | took |" if replans else "| stage | planned | took |"
+    lines = [head, "|---|---|---|---|" if replans else "|---|---|---|"]
     for name, seconds in plan["stages"].items():
-        lines.append(f"| {name} | {seconds / 60:.1f} min | {took.get(name, 0.0) / 60:.1f} min |")
-    lines.append(f"| **the whole job** | {plan['expected_seconds'] / 60:.1f} min | {report['total_seconds'] / 60:.1f} "
-                 "min |")
+        again = [f"{last[name] / 60:.1f} min" if name in last else "–"] if replans else []
+        lines.append("| " + " | ".join([name, f"{seconds / 60:.1f} min", *again, f"{took.get(name, 0.0) / 60:.1f} min"])
+                     + " |")
+    again = ["–"] if replans else []
+    lines.append("| " + " | ".join(["**the whole job**", f"{plan['expected_seconds'] / 60:.1f} min", *again,
+                                    f"{report['total_seconds'] / 60:.1f} min"]) + " |")
     return "\n".join(lines)
+
+
+def replan_lines(report: dict[str, Any]) -> str:
+    """Each re-plan: after which stage, at what speed, and what it changed."""
+    out = []
+    for p in report.get("replans", []):
+        m3e = (f"m3e-small's steps at {p['m3e_scale']:.0%}" if p["m3e_scale"] else "m3e-small's rows given up")
+        out.append(f"- after {p['after']} ({p['elapsed_seconds'] / 60:.1f} min in): the stage ran at {p['speed']:.2f}x "
+                   f"the timed seconds, and the plan as it stood would have ended at "
+                   f"{p['projected_seconds'] / 60:.1f} of {p['budget_seconds'] / 60:.1f} minutes; re-planned to "
+                   f"{p['expected_seconds'] / 60:.1f}: {len(p['runs'])} fine-tuning runs left, {m3e}.")
+    return "\n".join(out) if out else "None: every stage ran within the tolerance of its plan."
+
+
+def not_run_lines(report: dict[str, Any]) -> str:
+    """What was not run, and why: each row's runs below their floor or left out for time."""
+    seen, out = set(), []
+    order = {row: i for i, row in enumerate((*ROWS, ZERO_SHOT_ROW))}
+    for n in sorted(report.get("not_run", []), key=lambda n: order.get(n["row"], len(order))):
+        key = (n["row"], n["why"])
+        if key in seen:
+            continue
+        seen.add(key)
+        budgets = [m["labels"] for m in report["not_run"] if (m["row"], m["why"]) == key and m["labels"] is not None]
+        where = f" at {', '.join(f'{b:,}' for b in budgets)} labels" if budgets else ""
+        out.append(f"- **{n['row']}**{where}: {n['why']}.")
+    return "\n".join(out)
 
 
 def report_markdown(report: dict[str, Any], what: str, prompt: str, seeds: int) -> str:
@@ -100,7 +176,15 @@ def report_markdown(report: dict[str, Any], what: str, prompt: str, seeds: int) 
     corpus = ", ".join(f"{name} x{weight}" if weight > 1 else name for name, weight in pre["corpus"].items())
     scaled = (f" On this machine the plan ran m3e-small's fine-tuning and continued pretraining at "
               f"{plan['m3e_scale']:.0%} of their full steps, and its runs above 200 labels with one seed, so that the "
-              "tiny BERT's pretraining kept its share of the budget." if plan["m3e_scale"] < 1 else "")
+              "tiny BERT's pretraining kept its share of the budget." if 0 < plan["m3e_scale"] < 1 else "")
+    missing = not_run_lines(report)
+    missing = (f"""
+
+**Not run** (a row below its floor, the fewest steps at which it means something, is not published as a
+result):
+
+{missing}""" if missing else "")
+    timing = f" {report['timing_line']}." if report.get("timing_line") else ""
     return f"""# bertkit demo: when does pretraining pay?
 
 {what} (`bertkit data show {report['task']}`). Each cell is the test accuracy of a model fine-tuned on that
@@ -108,7 +192,7 @@ many labelled training examples (a stratified subset; the smaller subsets of a s
 the mean ± standard deviation over up to {seeds} seeds where there is more than one. Every run trains the number
 of steps the plan gave its budget and is scored after its last step: no run looks at dev labels.
 
-{table(report['rows'], report.get('zero_shot'))}
+{table(report['rows'], report.get('zero_shot'), report.get('not_run', []))}{missing}
 
 - **bertkit-pretrained**: the {pre['config']} BERT pretrained here ({pre['recipe']} recipe), a classifier on its [CLS]
   vector;
@@ -132,9 +216,14 @@ Task-adaptive pretraining of m3e-small over m3e-small as it is: {_gains(report['
 ## The plan and the machine
 
 Machine: {plan['machine']}. The job timed each kind of its work here first and sized every stage to fit its
-{plan['budget_seconds'] / 60:.1f}-minute budget.{scaled}
+{plan['budget_seconds'] / 60:.1f}-minute budget.{scaled}{timing}
 
 {plan_table(report)}
+
+Re-plans (after each stage the job compares what it took with the timings, and plans what is left again where
+the plan would end more than a tenth off the budget):
+
+{replan_lines(report)}
 
 Pretraining: {pre['steps']:,} steps in {pre['seconds']:.0f} s (planned {plan['pretrain_steps']:,}) on {corpus};
 held-out masked-LM accuracy by step: {curve}.
