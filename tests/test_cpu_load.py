@@ -77,9 +77,16 @@ def test_omp_num_threads_wins(monkeypatch):
 
 
 def test_a_training_run_takes_its_threads(tmp_path):
+    from bertkit.pipelines.demo import _finetune_options, pretrain_options, tapt_options
+    from bertkit.pipelines.demo_plan import FinetuneRun
     from bertkit.pipelines.options import DemoOptions, PretrainOptions
+    from bertkit.pipelines.presets import DEMO_TASKS
 
-    assert DemoOptions().threads == "fit"
+    demo = DemoOptions(out=str(tmp_path))
+    assert demo.threads == "fit"  # the main job fits its threads, and every run it makes does too
+    run = FinetuneRun("random-init", 50, 0, 80, 5e-4)
+    assert {pretrain_options(demo, tmp_path / "v", tmp_path / "p").threads, tapt_options(demo, tmp_path / "t").threads,
+            _finetune_options(demo, DEMO_TASKS["thucnews"], run, "m", tmp_path / "f").threads} == {"fit"}
     made = PretrainOptions(corpus=["x"], vocab="v", out=str(tmp_path), max_steps=1, threads="1")
     assert made.threads == "1" and made.training_arguments(1).threads == 1
     with pytest.raises(InputError, match="--threads"):

@@ -80,7 +80,7 @@ def pretrain_options(options: DemoOptions, vocab: Path, out: Path) -> PretrainOp
     """Step 4's run, before the plan gives it its steps and seconds."""
     return recipe_options(options.recipe, corpus=pretraining_corpus(options.task), vocab=str(vocab), out=str(out),
                           config=options.pretrain_config, seed=options.seed, progress=options.progress,
-                          device=options.device, max_steps=1, **PRETRAIN)
+                          device=options.device, threads=options.threads, max_steps=1, **PRETRAIN)
 
 
 def tapt_options(options: DemoOptions, out: Path, steps: int = 2, held: int = 1) -> PretrainOptions:
@@ -89,8 +89,8 @@ def tapt_options(options: DemoOptions, out: Path, steps: int = 2, held: int = 1)
     task = DEMO_TASKS[options.task]
     return PretrainOptions(init="m3e-small", corpus=[task.corpus], out=str(out), max_seq_length=task.max_length,
                            max_steps=steps, freeze_encoder_steps=held, eval_every=max(1, steps // TAPT_EVALS),
-                           seed=options.seed, bf16=options.use_bf16, device=options.device, progress=options.progress,
-                           **TAPT)
+                           seed=options.seed, bf16=options.use_bf16, device=options.device, threads=options.threads,
+                           progress=options.progress, **TAPT)
 
 
 def build_demo_vocab(out: Path, task: str = "thucnews", min_count: int = 3) -> Path:
@@ -389,7 +389,7 @@ def _finetune_options(options: DemoOptions, task: DemoTask, run: FinetuneRun, mo
         seed=options.seed + run.seed, bf16=settings.bf16 and options.use_bf16,
         prompt=task.prompt if settings.prompt else None,
         label_words=[f"{label}={word}" for label, word in task.label_words.items()] if settings.prompt else None,
-        device=options.device, progress=False)
+        device=options.device, threads=options.threads, progress=False)
 
 
 def _finetune(options: DemoOptions, task: DemoTask, run: FinetuneRun, pretrained: Path, tapt: Path) -> dict:
