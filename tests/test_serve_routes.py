@@ -84,7 +84,8 @@ def embedder(encoder_dir, tmp_path_factory):
     key_file.write_text(KEY + "\n")
     with ServerProcess(encoder_dir, "--api-key-file", key_file, "--cors-allow-origin", ORIGIN,
                        "--default-prompt", DEFAULT_PROMPT, "--prompts", f"q={NAMED['q']}", "--long-inputs", "chunk",
-                       "--chunk-stride", "4", "--max-client-batch-size", "8", "--max-batch-tokens", "64") as server:
+                       "--chunk-stride", "4", "--max-client-batch-size", "8", "--max-batch-tokens", "64",
+                       "--max-request-windows", "8") as server:
         yield server
 
 
@@ -238,6 +239,26 @@ def test_the_api_key_guards_every_route_but_health(embedder):
     metrics, _ = ok(embedder, "/metrics", method="GET")
     assert 'bertkit_requests_total{route="/embed",status="401"}' in metrics.decode()
     assert KEY not in embedder.text()
+
+
+def test_a_request_of_more_windows_than_its_bound_is_refused_before_any_is_run(embedder):
+    """One request may cost --max-request-windows windows (8 here): three long texts take 12, refused with 413
+    naming the limit, and the server answers the next request at once."""
+    status, _, error = call(embedder, "/embed", {"inputs": [LONG, LONG, LONG]})
+    assert status == 413 and error["error_type"] == "validation"
+    assert error["error"] == ("the inputs take 12 windows of 16 tokens, more than the 8 one request may cost "
+                              "(--max-request-windows); send the long texts over several requests, or "
+                              '"truncate": true')
+    assert ok(embedder, "/embed", {"inputs": [LONG, "good"]})[1]["x-bertkit-windows"] == "4,1"
+    assert ok(embedder, "/info", method="GET")[0]["max_request_windows"] == 8
+
+
+def test_a_reader_bounds_its_windows_too(reader):
+    context = " ".join(WORDS * 40) + " ."  # a context far longer than 32 of the reader's windows
+    status, _, error = call(reader, "/predict", {"inputs": {"question": QUESTIONS[0], "context": context}})
+    assert status == 413 and error["error"].startswith("the inputs take ")
+    assert error["error"].endswith("more than the 32 one request may cost (--max-request-windows); send the long "
+                                   "texts over several requests, or shorter contexts")
 
 
 def test_cors_answers_the_allowed_origin_only(embedder):
@@ -454,7 +475,7 @@ def test_200_concurrent_requests_across_the_routes(embedder, ranker, reader):
         (reader, "/predict", {"inputs": {"question": QUESTIONS[0], "context": CONTEXTS[0]}}),
     ]
     alone = [call(server, path, body) for server, path, body in plans]
-    assert all(status == 200 for status, _, _ in alone), alone
+    assert all(status == 200 for status, _, _ in alone), [(s, e) for s, _, e in alone if s != 200]
 
     def send(k: int):
         server, path, body = plans[k % len(plans)]

@@ -23,7 +23,8 @@ from bertkit.cli.common import (
 # bertkit.inference.serving.ServerSettings' defaults (tests hold them equal), written out so that `bertkit --help`
 # imports neither torch nor the web server
 DEFAULTS = argparse.Namespace(max_batch_tokens=2048, max_client_batch_size=32, max_concurrent_requests=512,
-                              payload_limit=2_000_000, long_inputs="refuse", chunk_pooling="mean")
+                              payload_limit=2_000_000, long_inputs="refuse", chunk_pooling="mean",
+                              max_request_windows=32)
 API_KEY_ENV = "BERTKIT_API_KEY"
 
 
@@ -54,6 +55,9 @@ def _add_serve(sub: argparse._SubParsersAction) -> None:
                         f"(default: {defaults.max_concurrent_requests})")
     p.add_argument("--payload-limit", type=integer(1), default=defaults.payload_limit,
                    help=f"bytes per request body; more get 413 (default: {defaults.payload_limit:,})")
+    p.add_argument("--max-request-windows", type=integer(1), default=defaults.max_request_windows,
+                   help="with --long-inputs chunk: windows one request may cost; more get 413 before any is run, so "
+                        f"that one request cannot hold every other client up (default: {defaults.max_request_windows})")
     p.add_argument("--threads", type=integer(1), help="torch threads for the model (default: one fewer than the "
                                                       "cores, at least 1: the event loop that reads requests keeps "
                                                       "a core)")
@@ -125,7 +129,8 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     settings = ServerSettings(args.max_batch_tokens, args.max_client_batch_size, args.max_concurrent_requests,
                               args.payload_limit, api_key=api_key,
                               cors_allow_origins=tuple(args.cors_allow_origin or ()), long_inputs=args.long_inputs,
-                              chunk_stride=args.chunk_stride, chunk_pooling=args.chunk_pooling)
+                              chunk_stride=args.chunk_stride, chunk_pooling=args.chunk_pooling,
+                              max_request_windows=args.max_request_windows)
     listener = _listen(args.host, args.port)
     # a request that sends "truncate": true asks for its long texts to be cut: no warning line per request
     warnings.filterwarnings("ignore", category=TruncationWarning)

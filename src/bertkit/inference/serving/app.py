@@ -112,8 +112,10 @@ class ServerSettings:
     long_inputs: str = "refuse"           # a text too long without "truncate": true: "refuse" (422) or "chunk"
     chunk_stride: int | None = None       # tokens consecutive windows share (None: a quarter of a window)
     chunk_pooling: str = "mean"           # the windows' vectors: "mean" (weighted by tokens) or "first"
+    max_request_windows: int = 32         # windows one request may cost (chunk, a reader's contexts); more: 413
 
-    LIMITS = ("max_batch_tokens", "max_client_batch_size", "max_concurrent_requests", "payload_limit")
+    LIMITS = ("max_batch_tokens", "max_client_batch_size", "max_concurrent_requests", "payload_limit",
+              "max_request_windows")
 
     def __post_init__(self) -> None:
         for name in self.LIMITS:
@@ -271,6 +273,14 @@ class Server:
                 raise ServeError(500, "backend", f"inference failed: {output}")
         return outputs
 
+    def check_windows(self, count: int, length: int, instead: str) -> None:
+        """413 for a request whose texts take more windows than `max_request_windows`, before any is run: the model
+        is shared, and one request of a thousand windows would hold every other client up for a minute."""
+        if count > self.settings.max_request_windows:
+            raise ServeError(413, "validation", f"the inputs take {count:,} windows of {length} tokens, more than "
+                             f"the {self.settings.max_request_windows:,} one request may cost (--max-request-windows); "
+                             f"send the long texts over several requests, {instead}")
+
     async def vectors(self, served: ServedModel, texts: list[str], truncate: bool, left: bool,
                       prompt: str | None) -> tuple[np.ndarray, list[int] | None, int]:
         """(raw sentence vectors (N, C), the windows each text took or None when chunking is off, the tokens read):
@@ -280,6 +290,7 @@ class Server:
             return np.stack(await self.infer(rows)), None, sum(len(row.input_ids) for row in rows)
         rows = _rows(served, texts, None, False, left=left, prompt=prompt, whole=True)
         windows, counts = split_rows(rows, served.max_length, self.overlap)
+        self.check_windows(len(windows), served.max_length, 'or "truncate": true')
         owners = [text for text, count in enumerate(counts) for _ in range(count)]
         outputs = await self.infer(windows, owners)
         vectors = np.stack(pool_rows(outputs, windows, counts, self.settings.chunk_pooling))
@@ -457,6 +468,7 @@ def create_app(load: Callable[[], ServedModel], settings: ServerSettings | None 
                                  labels=False)
         except InputError as err:  # a question too long for a window, undecoded bytes
             raise invalid(str(err)) from None
+        server.check_windows(len(windows), served.qa["max_length"], "or shorter contexts")
         logits = await server.infer(window_rows(windows), [window.example for window in windows])
         found = decode_examples(examples, windows, logits, max_answer_length=served.qa["max_answer_length"],
                                 impossible=served.qa["impossible"])
@@ -512,7 +524,7 @@ def create_app(load: Callable[[], ServedModel], settings: ServerSettings | None 
                               "max_batch_tokens": limits.max_batch_tokens, "max_batch_requests": None,
                               "max_client_batch_size": limits.max_client_batch_size, "auto_truncate": False,
                               "payload_limit": limits.payload_limit, "long_inputs": limits.long_inputs,
-                              "version": __version__})
+                              "max_request_windows": limits.max_request_windows, "version": __version__})
 
     async def metrics(request: Request) -> Response:
         try:
