@@ -44,7 +44,8 @@ LETTERS = "abcdefghijklmnopqrstuvwxyz"
 def test_tsv_pairs_with_a_header_and_hard_negatives(tmp_path):
     path = tmp_path / "pairs.tsv"
     path.write_text("anchor\tpositive\tnegative\nq1\td1\tn1\nq2\td2\tn2\nq3\td3\n\nq4\t\tn4\n")
-    with pytest.warns(DataWarning, match="skipped 2 lines, kept 2.*not 3 texts as the first row.*an empty text"):
+    with pytest.warns(DataWarning, match=r"pairs.tsv \(read by its header \(anchor, positive, negative\)\): skipped "
+                                         r"2 lines, kept 2.*not the header's 3 columns.*an empty text"):
         rows = read_embedding_file(path)
     assert rows == [EmbeddingExample(("q1", "d1", "n1")), EmbeddingExample(("q2", "d2", "n2"))]
     assert shape_of(rows) == "pairs"
@@ -58,6 +59,27 @@ def test_a_numeric_third_column_in_every_row_is_a_score(tmp_path):
     negatives = tmp_path / "negatives.tsv"  # a third column that is a number only sometimes: a hard negative
     negatives.write_text("a\tb\t3\nc\td\tnot a number\n")
     assert shape_of(read_embedding_file(negatives)) == "pairs"
+
+
+def test_the_shape_is_decided_from_all_rows_and_a_bad_score_is_skipped_never_a_negative(tmp_path):
+    path = tmp_path / "sts.tsv"  # one NaN and one empty score among numbers: still scored pairs, those rows skipped
+    path.write_text("a\tb\t0.5\nc\td\tNaN\ne\tf\t1\ng\th\t\ni\tj\tinf\n")
+    with pytest.warns(DataWarning, match=r"sts.tsv \(read as scored pairs: the third column is a score \(a number, "
+                                         r"NaN, inf or empty\) in 5 of the 5 rows of three columns\): skipped 3 lines, "
+                                         r"kept 2: a score that is not a finite number \(lines 2, 4, 5\)"):
+        rows = read_embedding_file(path)
+    assert rows == [EmbeddingExample(("a", "b"), 0.5), EmbeddingExample(("e", "f"), 1.0)]
+    header = tmp_path / "header.tsv"  # the header's names place the columns, whatever their order
+    header.write_text("score\ttext\ttext_pair\n0.5\ta\tb\n1\tc\td\n")
+    assert read_embedding_file(header) == [EmbeddingExample(("a", "b"), 0.5), EmbeddingExample(("c", "d"), 1.0)]
+    jsonl = tmp_path / "scores.jsonl"  # JSON's NaN and 1e400 (infinity) are not scores
+    jsonl.write_text('{"text": "a", "text_pair": "b", "score": NaN}\n{"text": "c", "text_pair": "d", "score": 1e400}\n'
+                     '{"text": "e", "text_pair": "f", "score": 1}\n')
+    with pytest.warns(DataWarning, match=r"kept 1: a score that is not a finite number \(lines 1, 2\)"):
+        assert read_embedding_file(jsonl) == [EmbeddingExample(("e", "f"), 1.0)]
+    csv_file = tmp_path / "pairs.csv"  # a CSV is read as CSV: its header named, its quoted commas kept
+    csv_file.write_text('anchor,positive\n"a, with a comma",b\nc,d\n')
+    assert read_embedding_file(csv_file) == [EmbeddingExample(("a, with a comma", "b")), EmbeddingExample(("c", "d"))]
 
 
 def test_plain_text_and_jsonl(tmp_path):

@@ -26,6 +26,7 @@ the Chinese New Version) and hsk (the test split's Chinese sentences and their E
 
 from __future__ import annotations
 
+import csv
 import json
 import os
 import random
@@ -119,18 +120,24 @@ def _json_row(record: object) -> tuple[list[str], float | None] | None:
 def read_embedding_file(path: str | os.PathLike, purpose: str = "to train on",
                         encoding: str = "utf-8") -> list[EmbeddingExample]:
     """The rows of a pairs, scored-pairs or plain-text file (the table in this module's docstring), all of one
-    shape: the first usable row's. A JSONL file is one with a .jsonl or .json suffix; any other file is read as
-    TSV, a file without a tab being one sentence a line."""
+    shape, decided from all the rows (`_table_rows`): a row of another shape is skipped and counted, with the reason
+    and the lines, in one warning that also says which shape was read and why. A JSONL file is one with a .jsonl or
+    .json suffix, a CSV one with .csv (quoted cells); any other file is read as TSV, a file without a tab being one
+    sentence a line."""
     path = Path(path)
     _check_path(path, purpose)
     skips = Skips(path)
     rows: list[tuple[int, list[str], float | None]] = []
-    jsonl = path.suffix.lower() in (".jsonl", ".json")
-    for number, line in iter_decoded_lines(path, encoding):
+    suffix = path.suffix.lower()
+    jsonl = suffix in (".jsonl", ".json")
+    lines = iter_decoded_lines(path, encoding)
+    if suffix == ".csv":
+        lines = _csv_lines(lines, skips)
+    for number, line in lines:
         if line is None:
             skips.add("undecodable bytes", number)
             continue
-        if not line.strip():
+        if isinstance(line, str) and not line.strip():
             continue
         if jsonl:
             try:
@@ -140,11 +147,15 @@ def read_embedding_file(path: str | os.PathLike, purpose: str = "to train on",
             if parsed is None:
                 skips.add("not a JSON object with texts", number)
                 continue
+            if parsed[1] is not None and _number(str(parsed[1])) is None:
+                skips.add("a score that is not a finite number", number)
+                continue
             rows.append((number, *parsed))
         else:
-            rows.append((number, line.split("\t"), None))
+            rows.append((number, line if isinstance(line, list) else line.split("\t"), None))
+    chose = ""
     if not jsonl:
-        rows = _tsv_rows(rows, skips)
+        rows, chose = _table_rows(rows, skips)
     examples: list[EmbeddingExample] = []
     width = None
     for number, texts, score in rows:
@@ -158,23 +169,82 @@ def read_embedding_file(path: str | os.PathLike, purpose: str = "to train on",
             skips.add(f"not {width[0]} texts{' and a score' if width[1] else ''} as the first row", number)
             continue
         examples.append(EmbeddingExample(tuple(texts), score))
-    skips.warn(len(examples))
+    skips.warn(len(examples), chose)  # with the rows skipped: which shape was read, and why
     if not examples:
-        raise InputError(f"{path} has no usable rows {purpose}")
+        raise InputError(f"{path} has no usable rows {purpose}" + (f" ({chose})" if chose else ""))
     return examples
 
 
-def _tsv_rows(rows: list[tuple[int, list[str], float | None]], skips: Skips
-              ) -> list[tuple[int, list[str], float | None]]:
-    """TSV lines as (number, texts, score): a header row dropped; three columns whose last is a number in every
-    row (the header aside) a scored pair."""
+def _csv_lines(lines, skips: Skips):
+    """(number, cells) of a CSV file's rows: quoted cells may hold commas and line breaks."""
+    good = [(number, line) for number, line in lines if line is not None and line.strip()]
+    reader = csv.reader(line + "\n" for _, line in good)
+    while True:
+        start = reader.line_num
+        try:
+            cells = next(reader)
+        except StopIteration:
+            return
+        except csv.Error as err:
+            skips.add(f"bad CSV ({err})", good[min(start, len(good) - 1)][0])
+            continue
+        yield good[start][0], cells
+
+
+def _table_rows(rows: list[tuple[int, list[str], float | None]], skips: Skips
+                ) -> tuple[list[tuple[int, list[str], float | None]], str]:
+    """TSV or CSV rows as (number, texts, score), and what was read and why (for the warning, where rows were
+    skipped). A first row naming its columns (anchor/positive/negative, sentence1/sentence2/score, score/text/
+    text_pair, in any order) is a header, and its names place the texts and the score. Without one, rows of three
+    cells are scored pairs when the third cell looks like a number (an empty cell, NaN and inf too) in more than
+    half of them: a row whose score is not a finite number is then skipped, never read as a hard negative."""
     if rows and all(cell.strip().lower() in _HEADER for cell in rows[0][1]):
+        names = [cell.strip().lower() for cell in rows[0][1]]
         rows = rows[1:]
-    scored = bool(rows) and len(rows[0][1]) == 3 and all(
-        len(cells) == 3 and _number(cells[2]) is not None for _, cells, _ in rows)
-    if not scored:
-        return rows
-    return [(number, cells[:2], _number(cells[2])) for number, cells, _ in rows]
+        order = ([i for i, n in enumerate(names) if n in _FIRST][:1]
+                 + [i for i, n in enumerate(names) if n in _SECOND][:1]
+                 + [i for i, n in enumerate(names) if n in _NEGATIVE or n.startswith("negative")])
+        order = order or list(range(len(names)))
+        score = next((i for i, n in enumerate(names) if n in _SCORE), None)
+        chose = f"read by its header ({', '.join(names)})"
+        out = []
+        for number, cells, _ in rows:
+            if len(cells) != len(names):
+                skips.add(f"not the header's {len(names)} columns", number)
+                continue
+            value = _number(cells[score]) if score is not None else None
+            if score is not None and value is None:
+                skips.add("a score that is not a finite number", number)
+                continue
+            out.append((number, [cells[i] for i in order], value))
+        return out, chose
+    three = [cells for _, cells, _ in rows if len(cells) == 3]
+    numeric = sum(_number_like(cells[2]) for cells in three)
+    if not three or numeric * 2 <= len(three):
+        return rows, ""
+    chose = (f"read as scored pairs: the third column is a score (a number, NaN, inf or empty) in {numeric:,} of "
+             f"the {len(three):,} rows of three columns")
+    out = []
+    for number, cells, _ in rows:
+        if len(cells) != 3:
+            skips.add("not two texts and a score", number)
+        elif _number(cells[2]) is None:
+            skips.add("a score that is not a finite number" if _number_like(cells[2]) else
+                      "a third column that is not a score", number)
+        else:
+            out.append((number, cells[:2], _number(cells[2])))
+    return out, chose
+
+
+def _number_like(cell: str) -> bool:
+    """A cell meant as a score: a number, finite or not (NaN, inf), or empty."""
+    if not cell.strip():
+        return True
+    try:
+        float(cell)
+    except ValueError:
+        return False
+    return True
 
 
 # ---- named data ----------------------------------------------------------------------------------

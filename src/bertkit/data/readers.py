@@ -58,7 +58,8 @@ class Skips:
     def add(self, reason: str, where: int | str) -> None:
         self.lines.setdefault(reason, []).append(where)
 
-    def warn(self, kept: int) -> None:
+    def warn(self, kept: int, note: str = "") -> None:
+        """One warning for every skipped line, if any; `note` (how the file was read) is said after the path."""
         if not self.lines:
             return
         count = sum(len(v) for v in self.lines.values())
@@ -66,7 +67,8 @@ class Skips:
         for reason, numbers in self.lines.items():
             shown = ", ".join(map(str, numbers[:5])) + (f" and {len(numbers) - 5} more" if len(numbers) > 5 else "")
             parts.append(f"{reason} ({self.name}{'' if len(numbers) == 1 else 's'} {shown})")
-        warnings.warn(f"{self.path}: skipped {count} {self.unit}{'s' if count != 1 else ''}, kept {kept}: "
+        warnings.warn(f"{self.path}{f' ({note})' if note else ''}: skipped {count} {self.unit}"
+                      f"{'s' if count != 1 else ''}, kept {kept}: "
                       + "; ".join(parts), DataWarning, stacklevel=3)
 
     def __bool__(self) -> bool:
