@@ -30,7 +30,7 @@ from bertkit.inference.loading import load_text_model
 from bertkit.models.bert.configuration import BertConfig
 from bertkit.models.bert.modeling import BertModel
 from bertkit.models.sentence_files import read_sentence_config
-from bertkit.pipelines.embedding import choose_loss, evaluate_embedding, finetune_embedding
+from bertkit.pipelines.embedding import check_learnable, choose_loss, evaluate_embedding, finetune_embedding
 from bertkit.pipelines.options import FinetuneOptions
 from tolerance import assert_close
 
@@ -120,6 +120,29 @@ def test_the_data_chooses_the_loss_and_loss_overrides_only_what_fits():
         choose_loss(options(loss="cosent"), "pairs")
     with pytest.raises(ValueError, match="plain text: SimCSE"):
         choose_loss(options(loss="infonce"), "text")
+
+
+def test_data_a_loss_can_learn_nothing_from_is_refused_before_training():
+    """Each of these used to train to the end with a loss of 0 (or negatives that are copies of their positives) and
+    save a model as if all were well."""
+    pair = EmbeddingExample(("q", "d"))
+    cases = [
+        ([EmbeddingExample(("a", "b"), 0.5), EmbeddingExample(("c", "d"), 0.5)], "cosent", {},
+         "every one of the 2 scores in t is 0.5: CoSENT learns which pair scores above which"),
+        ([pair, EmbeddingExample(("r", "e"))], "infonce", {"batch_size": 1},
+         "--batch-size 1: InfoNCE takes each row's negatives from the other rows of its batch"),
+        ([pair], "infonce", {}, "1 usable row: InfoNCE takes each row's negatives .* give --batch-size 2 or more and "
+                                "more rows"),
+        ([pair] * 10, "infonce", {}, "all 10 rows of t are the same pair"),
+        ([EmbeddingExample(("s",))] * 4, "simcse", {}, "all 4 rows of t are the same text"),
+    ]
+    for rows, loss, given, message in cases:
+        with pytest.raises(InputError, match=message):
+            check_learnable(rows, loss, options(**given))
+    check_learnable([EmbeddingExample(("q", "d", "n"))], "infonce", options(batch_size=1))  # a hard negative: learns
+    check_learnable([EmbeddingExample(("a", "b"), 0.5), EmbeddingExample(("c", "d"), 1.0)], "cosent", options())
+    with pytest.raises(InputError, match="--max-length 2 leaves no token of a text beside"):
+        options(max_length=2)
 
 
 def test_embedding_options_are_refused_on_other_tasks():

@@ -208,6 +208,32 @@ def choose_loss(options: FinetuneOptions, shape: str) -> str:
     return loss
 
 
+def check_learnable(train: Sequence[EmbeddingExample], loss: str, options: FinetuneOptions) -> None:
+    """Refuse training data and settings under which `loss` has nothing to learn (every gradient zero, or every
+    negative a copy of its positive): such a run would train to the end and save a model as if all were well."""
+    where = options.train
+    if loss == "cosent":
+        scores = sorted({e.score for e in train})
+        if len(scores) == 1:
+            raise InputError(f"every one of the {len(train):,} scores in {where} is {scores[0]:g}: CoSENT learns which "
+                             "pair scores above which, and here none does (its loss and gradient would be 0 at every "
+                             "step); give scored pairs whose scores differ")
+        return
+    firsts = {e.texts[0] for e in train}
+    rows = {e.texts for e in train}
+    hard = loss == "infonce" and len(train[0].texts) > 2
+    batch = min(options.batch_size, len(train))
+    if batch < 2 and not hard:
+        raise InputError(f"{'--batch-size 1' if options.batch_size == 1 else f'{len(train)} usable row'}: "
+                         f"{'InfoNCE' if loss == 'infonce' else 'SimCSE'} takes each row's negatives from the other "
+                         "rows of its batch, and a batch of one has none (the loss would be 0 at every step); "
+                         f"give --batch-size 2 or more{' and more rows' if len(train) < 2 else ''}")
+    if len(train) > 1 and ((loss == "simcse" and len(firsts) == 1) or (loss == "infonce" and len(rows) == 1)):
+        raise InputError(f"all {len(train):,} rows of {where} are the same {'text' if loss == 'simcse' else 'pair'}: "
+                         "each row's negatives are copies of its positive, so there is nothing to tell apart; give "
+                         "rows that differ")
+
+
 def load_splits(options: FinetuneOptions) -> dict[str, list[EmbeddingExample]]:
     """train (and dev, test): a named set's splits, or files; --dev / --test override a named set's."""
     splits = {"train": read_embedding_data(options.train, "train", "to train on", options.encoding)}
@@ -263,6 +289,7 @@ def finetune_embedding(options: FinetuneOptions) -> dict[str, Any]:
         train = [train[i] for i in sorted(rng.choice(len(train), options.max_train_examples, replace=False))]
     shape = shape_of(train)
     loss = choose_loss(options, shape)
+    check_learnable(train, loss, options)
     # the pooling and normalisation the model declares (sentence-transformers' files, m3e's config), or as told;
     # a model that declares none trains mean vectors, as sentence-transformers builds a new sentence model
     declared = read_sentence_config(model_dir)

@@ -446,6 +446,9 @@ class FinetuneOptions(TrainingOptions):
         if self.max_length is None:
             self.max_length = 384 if self.task == "qa" else 128
         check_sequence_length("--max-length", self.max_length)
+        if self.max_length < 3:
+            raise InputError(f"--max-length {self.max_length} leaves no token of a text beside [CLS] and [SEP]: every "
+                             "example would be the same input, and nothing could be learned; give 8 or more")
         if self.task == "qa":
             from bertkit.data.qa import check_window
 
