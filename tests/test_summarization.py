@@ -3,6 +3,7 @@
 import json
 import random
 import shutil
+import warnings
 
 import pytest
 import torch
@@ -232,3 +233,17 @@ def test_bad_summarization_input_is_one_line(tmp_path, capsys, encoder_dir):
         "--max-source-length", 64)
     assert "holds a BERT model" in refused(capsys, "summarize", "--model", encoder_dir, "text")
     assert "does not exist" in refused(capsys, "summarize", "--model", tmp_path / "nowhere", "text")
+
+
+def test_an_empty_title_is_said_with_the_reason():
+    from bertkit.pipelines.summarization import EmptySummaryWarning, _warn_empty
+
+    sources = [[2, 10, 11, 3], [2, 1, 1, 1, 3], [2, 12, 3]]  # [CLS] ... [SEP]; 1 is [UNK]
+    with pytest.warns(EmptySummaryWarning, match=r"1 of 3 texts got an empty title \(the first is text 2\): 3 of its "
+                                                 r"3 tokens are \[UNK\], characters not in the model's vocabulary"):
+        _warn_empty(["标题", "", "另一个"], sources, unknown=1)
+    with pytest.warns(EmptySummaryWarning, match="the model wrote no token it could turn into text"):
+        _warn_empty(["", "x"], [[2, 10, 3], [2, 11, 3]], unknown=1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        _warn_empty(["a", "b"], [[2, 10, 3], [2, 11, 3]], unknown=1)  # every title written: nothing said

@@ -21,6 +21,7 @@ import dataclasses
 import json
 import math
 import time
+import warnings
 from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
@@ -243,7 +244,27 @@ def summarize(model: BertSeq2Seq, tokenizer: SummaryTokenizer, texts: Sequence[s
                                    max_new_tokens=max_new_tokens, length_penalty=length_penalty)
         for i, ids in zip(chunk, generated.tolist()):
             out[i] = tokenizer.decode(ids)
+    _warn_empty(out, sources, tokenizer.source.unk_token_id)
     return out
+
+
+class EmptySummaryWarning(UserWarning):
+    """A text got an empty title: said with where and why, not left as a blank line."""
+
+
+def _warn_empty(titles: Sequence[str], sources: Sequence[Sequence[int]], unknown: int) -> None:
+    """One warning naming the texts whose title came out empty, and how much of each the model could not read
+    ([UNK]: emoji, a script its vocabulary lacks), the usual reason."""
+    empty = [i for i, title in enumerate(titles) if not title.strip()]
+    if not empty:
+        return
+    first = empty[0]
+    words = list(sources[first][1:-1]) or list(sources[first])  # its tokens, less [CLS] and [SEP]
+    unread = sum(t == unknown for t in words)
+    why = (f"{unread} of its {len(words)} tokens are [UNK], characters not in the model's vocabulary (emoji, a "
+           "script it was not trained on)" if unread else "the model wrote no token it could turn into text")
+    warnings.warn(f"{len(empty)} of {len(titles)} texts got an empty title (the first is text {first + 1}): {why}",
+                  EmptySummaryWarning, stacklevel=3)
 
 
 def save_generation_config(path: str | Path, options: SummarizationOptions) -> None:
