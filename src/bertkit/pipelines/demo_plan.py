@@ -327,8 +327,9 @@ class DemoPlan:
                               for n in budgets if self.seeds(rows[0], n))
             out.append(f"  {name}: {len(rows)} rows, {sizes}; {stages[name] / 60:.1f} min")
         if 0 < self.m3e_scale < 1:
-            out.append(f"  (m3e-small's steps at {self.m3e_scale:.0%} of the full job's, so that the tiny BERT's "
-                       "pretraining gets its steps on this machine)")
+            why = ("so that the tiny BERT's pretraining gets its steps on this machine"
+                   if self.done.pretrain_steps is None else "what the minutes left hold")
+            out.append(f"  (m3e-small's steps at {self.m3e_scale:.0%} of the full job's, {why})")
         out += [f"  {line}" for line in not_run_lines(self.not_run)]
         return out
 
