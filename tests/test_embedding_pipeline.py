@@ -122,6 +122,33 @@ def test_the_data_chooses_the_loss_and_loss_overrides_only_what_fits():
         choose_loss(options(loss="infonce"), "text")
 
 
+def test_evaluation_data_too_degenerate_to_score_is_refused_and_too_small_is_said(tmp_path):
+    from bertkit.data.embedding_data import bitext_set
+    from bertkit.pipelines.embedding import SMALL_SUPPORT, SmallSampleWarning, check_scorable
+
+    refused = [
+        (("retrieval", 10), {"documents": 1}, "retrieval among 1 document ranks it first whatever the model"),
+        (("bitext", 1), {}, "bitext mining among 1 sentence pair finds it whatever the model"),
+        (("clustering", 30), {"classes": 1}, "the V-measure of one class is 1.0 whatever the model"),
+        (("clustering", 30), {"classes": 30}, "each of the 30 texts has a class of its own"),
+        (("sts", 2), {"gold": [1.0, 2.0]}, "Spearman's correlation over 2 scored pairs says nothing"),
+        (("sts", 5), {"gold": [3.0] * 5}, "whose gold scores are all equal"),
+    ]
+    for args, given, message in refused:
+        with pytest.raises(InputError, match=message):
+            check_scorable(*args, **given)
+    with pytest.warns(SmallSampleWarning, match="the retrieval figures rest on 5 queries: one of them moves a figure "
+                                                "by 20% or more"):
+        check_scorable("retrieval", 5, documents=5)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        check_scorable("sts", SMALL_SUPPORT, gold=list(range(SMALL_SUPPORT)))  # enough: nothing said
+    pairs = tmp_path / "bitext.tsv"  # a repeated sentence has no one translation: left out, and said
+    pairs.write_text("a\tx\nb\ty\na\tz\nc\tw\n")
+    with pytest.warns(DataWarning, match="left out 1 of 4 sentence pairs: a sentence that occurs twice"):
+        assert bitext_set(str(pairs)).source == ["a", "b", "c"]
+
+
 def test_data_a_loss_can_learn_nothing_from_is_refused_before_training():
     """Each of these used to train to the end with a loss of 0 (or negatives that are copies of their positives) and
     save a model as if all were well."""
@@ -333,13 +360,20 @@ def test_evaluate_scores_files_of_each_task(tiny, tmp_path, capsys):
     assert "neither a retrieval dataset (inews) nor a file" in capsys.readouterr().err
 
 
-def test_a_score_the_data_cannot_give_is_null_in_json(tiny, tmp_path, capsys):
-    """Spearman of gold scores that are all equal is no number: --json writes null (JSON has no NaN; Python's json
-    would write NaN, which strict readers refuse), and so does every results file bertkit writes."""
+def test_a_score_that_is_no_number_is_null_in_json(tiny, tmp_path, capsys, monkeypatch):
+    """A Spearman that is no number (a model whose vectors are all alike): --json writes null (JSON has no NaN;
+    Python's json would write NaN, which strict readers refuse), and so does every results file bertkit writes.
+    Gold scores that are all equal are refused before anything is encoded: no figure could depend on the model."""
+    from bertkit.pipelines import embedding
     from bertkit.utils import jsonfiles
 
     (tmp_path / "flat.tsv").write_text("a b\tb a\t3\nc d\td c\t3\ne f\tf e\t3\n")
-    assert main(["evaluate", "--model", str(tiny / "model"), "--task", "sts", "--data", str(tmp_path / "flat.tsv"),
+    assert main(["evaluate", "--model", str(tiny / "model"), "--task", "sts", "--data", str(tmp_path / "flat.tsv")]) \
+        != 0
+    assert "whose gold scores are all equal says nothing about the model" in capsys.readouterr().err
+    (tmp_path / "sts.tsv").write_text("a b\tb a\t3\nc d\td c\t1\ne f\tf e\t2\n")
+    monkeypatch.setattr(embedding, "sts_scores", lambda a, b, gold: {"spearman": float("nan"), "pearson": 0.5})
+    assert main(["evaluate", "--model", str(tiny / "model"), "--task", "sts", "--data", str(tmp_path / "sts.tsv"),
                  "--json"]) == 0
 
     def strict(constant: str):

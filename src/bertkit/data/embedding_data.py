@@ -30,11 +30,12 @@ import csv
 import json
 import os
 import random
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from bertkit.data.readers import Skips, iter_decoded_lines, read_classification_file, read_parallel
+from bertkit.data.readers import DataWarning, Skips, iter_decoded_lines, read_classification_file, read_parallel
 from bertkit.errors import DataError, InputError
 
 TASK = "embedding"  # `finetune --task embedding`: the fine-tuning task kinds (data/task_kinds.py) are labelled ones
@@ -368,6 +369,10 @@ def bitext_set(spec: str, split: str = "test", encoding: str = "utf-8") -> Bitex
     kept = unique_pairs(pairs)
     if not kept:
         raise DataError(f"{spec} has no sentence pairs to mine")
+    if len(kept) < len(pairs) and spec not in ("bible", "hsk"):  # a named set's few repeats are known and harmless
+        warnings.warn(f"{spec}: left out {len(pairs) - len(kept)} of {len(pairs)} sentence pairs: a sentence that "
+                      "occurs twice on its side (or an empty one) has no one translation to find", DataWarning,
+                      stacklevel=2)
     return BitextSet([s for s, _ in kept], [t for _, t in kept], languages)
 
 

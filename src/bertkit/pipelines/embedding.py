@@ -89,9 +89,46 @@ class Embedder:
                       normalize=s.normalize, max_length=s.max_seq_length, progress=self.progress, dtype=self.dtype)
 
 
+# Evaluation data too small or too degenerate to score: the one place that decides (`check_scorable`). Data on which
+# the figure cannot depend on the model (one document to retrieve, one class to cluster, every text its own class,
+# one gold score) is refused; data of fewer than SMALL_SUPPORT items is scored, with its support and a warning (one
+# item moves the figure by a twentieth or more), as the held-out masked-LM figures are.
+SMALL_SUPPORT = 20
+
+
+class SmallSampleWarning(UserWarning):
+    """An evaluation figure that rests on few items: printed, with its support, and this warning."""
+
+
+def check_scorable(task: str, items: int, *, documents: int = 0, classes: int = 0, gold: Sequence[float] = ()) -> None:
+    """Refuse evaluation data whose figure cannot depend on the model, and warn for data too small to trust."""
+    unit = {"retrieval": "queries", "bitext": "sentence pairs", "clustering": "texts", "sts": "scored pairs"}[task]
+    if task == "retrieval" and documents < 2:
+        raise InputError(f"retrieval among {documents} document{'s' if documents != 1 else ''} ranks it first "
+                         "whatever the model (MRR@10 1.0): give pairs with at least 2 different documents")
+    if task == "bitext" and items < 2:
+        raise InputError(f"bitext mining among {items} sentence pair{'s' if items != 1 else ''} finds it whatever "
+                         "the model: give at least 2 pairs whose sentences differ")
+    if task == "clustering" and classes < 2:
+        raise InputError(f"clustering {items} texts of {classes} class{'es' if classes != 1 else ''}: the V-measure "
+                         "of one class is 1.0 whatever the model; give texts of at least 2 classes")
+    if task == "clustering" and classes == items:
+        raise InputError(f"each of the {items} texts has a class of its own: clustering them scores the same "
+                         "whatever the model; give several texts a class (a file of text and label; a file of "
+                         "pairs is not one)")
+    if task == "sts" and (items < 3 or len(set(gold)) < 2):
+        raise InputError(f"Spearman's correlation over {items} scored pair{'s' if items != 1 else ''}"
+                         + (" whose gold scores are all equal" if items >= 3 else "")
+                         + " says nothing about the model: give at least 3 pairs with different scores")
+    if items < SMALL_SUPPORT:
+        warnings.warn(f"the {task} figures rest on {items} {unit}: one of them moves a figure by "
+                      f"{1 / items:.0%} or more; read them as a rough guide", SmallSampleWarning, stacklevel=3)
+
+
 def score_retrieval(embed: Embedder, examples: Sequence[EmbeddingExample]) -> dict[str, float]:
     """Pairs as a search (`retrieval_set`): MRR@10, nDCG@10, recall@k of every query over all documents."""
     search = retrieval_set(examples)
+    check_scorable("retrieval", len(search.queries), documents=len(search.corpus))
     ranked = top_k(embed(search.queries), embed(search.corpus), RANKED)
     return {"queries": float(len(search.queries)), "documents": float(len(search.corpus)),
             **retrieval_scores(ranked, search.relevant)}
@@ -99,6 +136,7 @@ def score_retrieval(embed: Embedder, examples: Sequence[EmbeddingExample]) -> di
 
 def score_sts(embed: Embedder, first: Sequence[str], second: Sequence[str], gold: Sequence[float]
               ) -> dict[str, float]:
+    check_scorable("sts", len(gold), gold=gold)
     return {"pairs": float(len(gold)), **sts_scores(embed(first), embed(second), gold)}
 
 
@@ -106,6 +144,7 @@ def score_bitext(embed: Embedder, source: Sequence[str], target: Sequence[str], 
                  ) -> dict[str, float]:
     """Bitext mining both ways: each source sentence's translation among all targets, and back; accuracy and F1
     of each way, and their means."""
+    check_scorable("bitext", len(source))
     a, b = embed(source), embed(target)
     there, back = bitext_scores(a, b), bitext_scores(b, a)
     forward, backward = f"{languages[0]}->{languages[1]}", f"{languages[1]}->{languages[0]}"
@@ -116,6 +155,7 @@ def score_bitext(embed: Embedder, source: Sequence[str], target: Sequence[str], 
 
 def score_clustering(embed: Embedder, texts: Sequence[str], labels: Sequence[str], seed: int = 0
                      ) -> dict[str, float]:
+    check_scorable("clustering", len(texts), classes=len(set(labels)))
     return {"texts": float(len(texts)), **clustering_scores(embed(texts), labels, seed=seed)}
 
 
