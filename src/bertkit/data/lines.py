@@ -72,8 +72,19 @@ def is_wide(encoding: str) -> bool:
     return "\n".encode(encoding) != b"\n"
 
 
+# the first bytes of compressed files and archives: a compressed file's bytes are no text in any encoding
+COMPRESSED = {b"\x1f\x8b": ("gzip", "gzip -dc {} > out.txt"), b"BZh": ("bzip2", "bzip2 -dc {} > out.txt"),
+              b"\xfd7zXZ\x00": ("xz", "xz -dc {} > out.txt"), b"(\xb5/\xfd": ("zstd", "zstd -dc {} > out.txt"),
+              b"PK\x03\x04": ("zip", "unzip {}"), b"7z\xbc\xaf'\x1c": ("7z", "7z x {}")}
+
+
 def check_not_binary(path: str | Path, head: bytes, encoding: str) -> None:
-    """A NotTextError naming `path` when its first bytes `head` hold a NUL (UTF-16 and UTF-32 text have them)."""
+    """A NotTextError naming `path` when its first bytes `head` are a compressed file's (gzip, zip, ...) or hold a
+    NUL (binary data; UTF-16 and UTF-32 text have them too)."""
+    for magic, (kind, tool) in COMPRESSED.items():
+        if head.startswith(magic):
+            raise NotTextError(f"{path} is a {kind}-compressed file, not text: decompress it first (e.g. "
+                               f"{tool.format(path)}), then give the text file")
     if b"\x00" in head[:NUL_WINDOW] and not is_wide(encoding):
         raise NotTextError(f"{path} is not a text file: it holds NUL bytes (binary data, or UTF-16 text: then give "
                            "its encoding, e.g. --encoding utf-16)")
