@@ -305,6 +305,20 @@ def test_resume_errors_name_the_problem(tmp_path):
                      eval_fn=lambda model: {"accuracy": 1.0}).train()
 
 
+def test_a_score_that_is_no_number_is_not_a_divergence(tmp_path, caplog):
+    """A dev score of finite outputs that is NaN (a Spearman of vectors all alike) is said and counts as the worst;
+    the run goes on. A NaN evaluation loss is a divergence, as before."""
+    scores = iter([float("nan"), 0.4, 0.3, float("nan")])
+    trainer = make_trainer(tmp_path / "score", max_steps=4, eval_every=1, metric_for_best="spearman",
+                           greater_is_better=True, eval_fn=lambda model: {"spearman": next(scores)})
+    with caplog.at_level("WARNING"):
+        state = trainer.train()
+    assert state.step == 4 and (state.best_step, state.best_metric) == (2, 0.4)
+    assert "step 1: eval_spearman is not a number, though the model's outputs are finite" in caplog.text
+    with pytest.raises(TrainingError, match="step 1: the model's eval_loss on the evaluation data are not finite"):
+        make_trainer(tmp_path / "loss", max_steps=2, eval_every=1, eval_fn=lambda model: {"loss": float("nan")}).train()
+
+
 def test_nan_loss_stops_with_step_and_keeps_last_good_checkpoint(tmp_path):
     model = tiny.build_model(nan_at_forward=6)
     trainer = make_trainer(tmp_path, model=model, max_steps=10, save_every=2)

@@ -440,8 +440,9 @@ class Trainer:
         if name not in metrics:
             raise InputError(f"metric_for_best {name!r} is not among the evaluation metrics {sorted(metrics)}")
         value = metrics[name]
-        better = state.best_metric is None or (
-            value > state.best_metric if self.args.greater_is_better else value < state.best_metric)
+        # a score that is no number is worse than any that is (and than none only until one comes)
+        better = state.best_metric is None or math.isfinite(value) and (not math.isfinite(state.best_metric) or (
+            value > state.best_metric if self.args.greater_is_better else value < state.best_metric))
         if better:
             state.best_metric, state.best_step, state.evals_without_improvement = value, state.step, 0
             if self.dist.is_main:
@@ -621,9 +622,14 @@ class Trainer:
                     if evaluate:
                         metrics = self.evaluate()
                         nan = sorted(k for k, v in metrics.items() if not math.isfinite(v))
-                        if nan:
-                            self._fail(state.step, f"the model's {'outputs' if nan == ['eval_outputs'] else nan[0]} "
-                                                   "on the evaluation data are not finite")
+                        broken = [k for k in nan if k == "eval_outputs" or k.endswith(("loss", "perplexity"))]
+                        if broken:  # outputs or a loss that are no number: the weights have gone
+                            what = "outputs" if broken[0] == "eval_outputs" else broken[0]
+                            self._fail(state.step, f"the model's {what} on the evaluation data are not finite")
+                        if nan and dist.is_main:  # a score of finite outputs that is no number: data, not divergence
+                            logger.warning("step %d: %s is not a number, though the model's outputs are finite: a "
+                                           "score of outputs (or data) that are all alike; it counts as the worst",
+                                           state.step, ", ".join(nan))
                         record.update(metrics)
                         if args.metric_for_best:
                             self._update_best(state, metrics)
