@@ -270,3 +270,12 @@ def test_hsk_pipeline_runs_on_real_pairs(tmp_path):
     assert report["dev_loss"] < math.log(report["vocab_sizes"]["target"])  # better than uniform after 40 steps
     model, tokenizer = translation.load_translator(tmp_path / "hsk")
     assert translation.translate(model, tokenizer, ["我们要不断创新。"])[0].strip()
+
+
+def test_a_batch_larger_than_the_data_is_named_as_such(numerals_tsv, tmp_path, capsys):
+    """640 training pairs, all within --max-length: the batch size is what is too large, not max_length."""
+    assert main(["translate-train", "--data", str(numerals_tsv), "--size", "tiny", "--max-steps", "1",
+                 "--batch-size", "5000", "--no-progress", "--out", str(tmp_path / "big")]) != 0
+    err = capsys.readouterr().err
+    assert "the training data has 640 usable pairs: fewer than one batch of 5000 (--batch-size); give a smaller " \
+           "--batch-size, or more pairs" in err and "max-length" not in err

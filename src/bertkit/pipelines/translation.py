@@ -305,8 +305,10 @@ def train_translation(options: TranslationOptions) -> dict[str, Any]:
     dev, _ = encode_pairs(tokenizer, splits["dev"], options.max_length)
     batches = length_batches(train, options.batch_size, options.seed, options.batch_tokens)
     if not batches:
-        raise InputError(f"{len(train)} training pairs fit in max_length {options.max_length}: fewer than one "
-                         f"batch of {options.batch_size}")
+        cut = (f"; {dropped:,} longer than --max-length {options.max_length} were left out" if dropped else "")
+        raise InputError(f"the training data has {len(train):,} usable pairs{cut}: fewer than one batch of "
+                         f"{options.batch_size} (--batch-size); give a smaller --batch-size"
+                         + (" or a larger --max-length" if dropped else "") + ", or more pairs")
     collator = TranslationCollator(tokenizer.source.pad_token_id)
     config = model_config(options, tokenizer)
     torch.manual_seed(options.seed)
