@@ -297,7 +297,11 @@ EMBEDDER_BAD = [  # (route, body, status, words of the message)
     ("/embed_all", {"inputs": "good", "truncation_direction": "middle"}, 422, 'must be "Left" or "Right"'),
     ("/embed", {"inputs": "good", "prompt_name": "passage"}, 422, "'passage' is not one of this server's prompts: q"),
     ("/embed", {"inputs": "good", "prompt_name": 3}, 422, "prompt_name must be the name"),
-    ("/embed", {"inputs": "good", "dimensions": 2.5}, 422, "dimensions must be a positive whole number"),
+    ("/embed", {"inputs": "good", "dimensions": 2.5}, 422, "dimensions must be a positive whole number such as 256, "
+                                                           "not 2.5"),
+    ("/embed", {"inputs": "good", "dimensions": 1e30}, 422, "not 1e+30 (a number far beyond any model's dimensions)"),
+    ("/embed", {"inputs": "good", "dimensions": -3}, 422, "dimensions must be a positive whole number, at least 1, "
+                                                         "not -3"),
     ("/decode", {"text": "good"}, 422, "the body has no ids"),
     ("/decode", {"ids": []}, 422, "ids is an empty list"),
     ("/decode", {"ids": [2, 999, 3]}, 422, f"ids[1] is 999, not a token id of this model's vocabulary (0 to "

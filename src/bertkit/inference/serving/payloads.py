@@ -265,8 +265,15 @@ def take_dimensions(body: dict[str, Any]) -> int | None:
     value = body.pop("dimensions", None)
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+    if isinstance(value, float) and value.is_integer() and abs(value) < 2**53:
+        value = int(value)  # 256.0 is 256 (JSON has one kind of number)
+    if isinstance(value, float):  # 2.5, or 1e30: a float beyond 2**53 holds no exact whole number
+        raise invalid(f"dimensions must be a positive whole number such as 256, not {value!r:.40}"
+                      + (" (a number far beyond any model's dimensions)" if abs(value) >= 2**53 else ""))
+    if isinstance(value, bool) or not isinstance(value, int):
         raise invalid(f"dimensions must be a positive whole number, not {_kind(value)} ({value!r:.40})")
+    if value < 1:
+        raise invalid(f"dimensions must be a positive whole number, at least 1, not {value}")
     return value
 
 
