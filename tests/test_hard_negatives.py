@@ -4,6 +4,7 @@ dropping mislabelled pairs), and `bertkit mine-negatives` end to end on a tiny B
 from __future__ import annotations
 
 import json
+import re
 import warnings
 
 import numpy as np
@@ -80,7 +81,8 @@ def test_pairs_whose_positive_ranks_low_are_dropped_when_asked():
     ({"margin": 0.0}, "margin must be in (0, 1]"),
     ({"duplicate": 1.5}, "duplicate must be in (-1, 1]"),
     ({"max_positive_rank": 0}, "max_positive_rank must be at least 1"),
-    ({"negatives": 5, "candidates": 5}, "5 documents leave fewer than 5 negatives"),
+    ({"negatives": 5, "candidates": 5}, "the data has 5 distinct documents (positives), and a query's own positive "
+                                         "is among them: fewer than the 5 others --negatives asks for a query"),
 ])
 def test_settings_that_cannot_mine(given, message):
     with pytest.raises(InputError, match=message.replace("(", r"\(").replace(")", r"\)").replace("[", r"\[")):
@@ -117,7 +119,9 @@ def test_the_command_writes_pairs_with_negatives_that_finetune_reads(tiny, tmp_p
     root, rows = tiny
     assert mine(tiny, tmp_path / "hard.tsv", "--negatives", "2", "--candidates", "5") == 0
     said = capsys.readouterr().out
-    assert "41 pairs, 41 distinct positives searched (cls vectors" in said and "wrote 41 rows with 2 negatives" in said
+    assert "41 pairs, 41 distinct positives searched (cls vectors, " in said
+    assert "wrote 41 rows with 2 negatives" in said
+    assert "None tokens" not in said and re.search(r"cls vectors, \d+ tokens\)", said)  # the model's positions
     written = read_embedding_file(tmp_path / "hard.tsv")
     assert [example.texts[:2] for example in written] == rows
     positives_of_first = {rows[0][1], rows[-1][1]}

@@ -76,7 +76,12 @@ def mine_hard_negatives(queries: np.ndarray, documents: np.ndarray, positive: Se
         raise InputError(f"{len(queries)} queries but {len(positive)} positives")
     related = related or [frozenset((int(p),)) for p in positive]
     if n_docs - max(len(r) for r in related) < negatives:
-        raise InputError(f"{n_docs} documents leave fewer than {negatives} negatives for a query")
+        most = max(len(r) for r in related)
+        own = "positive is" if most == 1 else f"{most} positives are"
+        raise InputError(f"the data has {n_docs:,} distinct document{'s' if n_docs != 1 else ''} (positives), and a "
+                         f"query's own {own} among them: fewer than the {negatives} "
+                         f"other{'s' if negatives != 1 else ''} --negatives asks for a query; give pairs with more "
+                         "different positives, or fewer --negatives")
     rng = np.random.default_rng(seed)
     found: list[list[int]] = []
     kept = np.ones(len(queries), dtype=bool)

@@ -85,5 +85,7 @@ def mine_negatives(options: MineOptions) -> dict[str, Any]:
     return {"rows": len(rows), "written": len(kept), "dropped": len(rows) - len(kept), "documents": len(documents),
             "negatives": options.negatives, "random_negatives": mined.filled,
             "positive_rank_median": float(np.median(ranks)), "positive_first": float(np.mean(ranks == 1)),
-            "pooling": settings.pooling, "max_length": settings.max_seq_length, "out": str(out),
+            "pooling": settings.pooling, "out": str(out),
+            # what encode cut the texts to: the declared length, else the model's positions
+            "max_length": settings.max_seq_length or model.config.max_position_embeddings,
             "seconds": time.perf_counter() - started}
