@@ -510,6 +510,10 @@ def test_serve_refuses_bad_keys_prompts_and_chunk_flags(encoder_dir, tmp_path, c
         (["--long-inputs", "chunk", "--chunk-stride", "14"], "--chunk-stride must be a whole number from 0 to 13"),
         (["--prompts", "query"], "--prompts takes NAME=PREFIX items"),
     ]
+    from bertkit.cli import build_parser
+
+    both = build_parser().parse_args(["serve", "m", "--prompts", "q=a: ", "p=b: ", "--prompts", "r=c"])
+    assert both.prompts == ["q=a: ", "p=b: ", "r=c"]  # several after one flag, and the flag repeated
     (tmp_path / "empty").write_text("\n")
     refusals.append((["--api-key-file", str(tmp_path / "empty")], "holds no key on its first line"))
     for argv, words in refusals:

@@ -73,9 +73,10 @@ def _add_serve(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--default-prompt", metavar="TEXT",
                    help="an embedding model: a prefix put before every text a request names no prompt_name for, "
                         "e.g. 'query: ' (default: none)")
-    p.add_argument("--prompts", action="append", metavar="NAME=PREFIX",
-                   help="an embedding model: a prefix a request names by prompt_name; repeat for more (default: "
-                        "the prompts of the model's config_sentence_transformers.json, if any)")
+    p.add_argument("--prompts", action="extend", nargs="+", metavar="NAME=PREFIX",
+                   help="an embedding model: prefixes a request names by prompt_name, one or more after the flag, "
+                        "or the flag repeated (default: the prompts of the model's config_sentence_transformers.json, "
+                        "if any)")
     add_long_input_options(p, defaults.long_inputs, 'a 422 naming the limit, unless the request sends "truncate": '
                                                     "true", where=" (on /embed, /similarity and /v1/embeddings)")
 
@@ -209,7 +210,10 @@ def _prompts(items: list[str] | None) -> dict[str, str]:
     for item in items or []:
         name, sep, prefix = item.partition("=")
         if not sep or not name.strip():
-            raise UserError(f"--prompts takes NAME=PREFIX items (e.g. query='query: '), got {item!r}")
+            swallowed = item is items[-1] and not sep  # `serve --prompts q=a MODEL`: the model read as an item
+            raise UserError(f"--prompts takes NAME=PREFIX items (e.g. query='query: '), got {item!r}"
+                            + ("; a model named after --prompts is read as one of its items: name the model first"
+                               if swallowed else ""))
         prompts[name.strip()] = prefix
     return prompts
 
