@@ -82,6 +82,21 @@ def test_the_shape_is_decided_from_all_rows_and_a_bad_score_is_skipped_never_a_n
     assert read_embedding_file(csv_file) == [EmbeddingExample(("a, with a comma", "b")), EmbeddingExample(("c", "d"))]
 
 
+def test_a_named_pipe_and_standard_input_are_read_as_files(tmp_path, monkeypatch):
+    import os
+    import threading
+
+    fifo = tmp_path / "rows.fifo"
+    os.mkfifo(fifo)
+    writer = threading.Thread(target=lambda: fifo.write_text("a\tb\nc\td\n"))
+    writer.start()
+    # a stream, not "no such file", and not "empty" (a pipe's size is 0 until it is read)
+    assert read_embedding_file(fifo) == [EmbeddingExample(("a", "b")), EmbeddingExample(("c", "d"))]
+    writer.join()
+    with pytest.raises(FileNotFoundError, match="no such file"):
+        read_embedding_file(tmp_path / "absent.tsv")
+
+
 def test_plain_text_and_jsonl(tmp_path):
     text = tmp_path / "sentences.txt"
     text.write_text("今天天气很好\n\n明天会下雨\n")

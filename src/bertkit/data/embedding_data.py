@@ -35,6 +35,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from bertkit.data.lines import input_path, is_empty_file, readable
 from bertkit.data.readers import DataWarning, Skips, iter_decoded_lines, read_classification_file, read_parallel
 from bertkit.errors import DataError, InputError
 
@@ -88,9 +89,9 @@ def _check_path(path: Path, purpose: str) -> None:
     if path.is_dir():
         raise InputError(f"{path} is a directory; give a file (TSV, JSONL or plain text) or a named dataset "
                          f"({', '.join(TRAINING_DATASETS)})")
-    if not path.is_file():
+    if not readable(path):
         raise FileNotFoundError(f"{path}: no such file, and not a named dataset ({', '.join(TRAINING_DATASETS)})")
-    if path.stat().st_size == 0:
+    if is_empty_file(path):
         raise InputError(f"{path} is empty: no examples {purpose}")
 
 
@@ -125,7 +126,7 @@ def read_embedding_file(path: str | os.PathLike, purpose: str = "to train on",
     and the lines, in one warning that also says which shape was read and why. A JSONL file is one with a .jsonl or
     .json suffix, a CSV one with .csv (quoted cells); any other file is read as TSV, a file without a tab being one
     sentence a line."""
-    path = Path(path)
+    path = input_path(path)
     _check_path(path, purpose)
     skips = Skips(path)
     rows: list[tuple[int, list[str], float | None]] = []

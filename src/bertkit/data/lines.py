@@ -28,6 +28,7 @@ from __future__ import annotations
 import codecs
 import gzip
 import re
+import stat
 import warnings
 import zlib
 from collections.abc import Iterator
@@ -65,6 +66,27 @@ class LineBlock:
     size: int         # bytes of the file read for them (compressed bytes for a .gz): for progress bars
     encoding: str     # the encoding of `lines`: the file's, or UTF-8 where the file's is UTF-16 or UTF-32
     continued: bool = False
+
+
+def input_path(spec: str | Path) -> Path:
+    """A data argument as a path: "-" is standard input (/dev/stdin), read as a stream like any file."""
+    return Path("/dev/stdin") if str(spec) == "-" else Path(spec)
+
+
+def readable(path: str | Path) -> bool:
+    """Whether `path` is something to read lines from: a file, or a stream (a named pipe, /dev/stdin, a terminal),
+    which every reader of lines reads as a file, a block at a time."""
+    try:
+        mode = Path(path).stat().st_mode
+    except OSError:
+        return False
+    return stat.S_ISREG(mode) or stat.S_ISFIFO(mode) or stat.S_ISCHR(mode) or stat.S_ISSOCK(mode)
+
+
+def is_empty_file(path: str | Path) -> bool:
+    """A regular file of no bytes (a stream's size says nothing: it is read to know)."""
+    found = Path(path).stat()
+    return stat.S_ISREG(found.st_mode) and found.st_size == 0
 
 
 def is_wide(encoding: str) -> bool:

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bertkit.data.lines import NotTextError, check_not_binary
+from bertkit.data.lines import NotTextError, check_not_binary, is_empty_file, readable
 from bertkit.data.readers import DataWarning, Skips
 from bertkit.errors import DataError, InputError
 from bertkit.utils import jsonfiles
@@ -153,9 +153,9 @@ def read_squad(path: str | os.PathLike, *, need_offsets: bool = True, encoding: 
     path = Path(path)
     if path.is_dir():
         raise InputError(f"{path} is a directory; give a SQuAD-format JSON file")
-    if not path.is_file():
+    if not readable(path):
         raise FileNotFoundError(f"{path}: no such file, and not a named dataset ({', '.join(QA_DATASETS)})")
-    if path.stat().st_size == 0:
+    if is_empty_file(path):
         raise InputError(f"{path} is empty: no questions")
     data = _load_json(path, encoding)
     if not isinstance(data, dict) or not isinstance(data.get("data"), list):

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from bertkit.data.lines import is_empty_file, readable
 from bertkit.errors import InputError
 
 FILE_FORMATS = """\
@@ -92,10 +93,10 @@ class TaskKind:
         if path.is_dir():
             kinds = "CoNLL" if self.token_level else "TSV, CSV or JSONL"
             raise InputError(f"{path} is a directory; give a file ({kinds}) or a named dataset ({', '.join(DATASETS)})")
-        if not path.is_file():
+        if not readable(path):
             raise FileNotFoundError(f"{path}: no such file, and not a named dataset "
                                     f"({', '.join(DATASETS)})")
-        if path.stat().st_size == 0:
+        if is_empty_file(path):
             raise InputError(f"{path} is empty: no examples {purpose}")
         examples = (readers.read_conll(path, encoding=encoding) if self.token_level else
                     readers.read_classification_file(path, encoding=encoding))

@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from bertkit.data.lines import readable
 from bertkit.data.readers import DataWarning, Skips, TextExample, TokenExample, iter_decoded_lines
 from bertkit.errors import DataError, InputError
 from bertkit.inference import batching, label_names, predict, tag_words
@@ -42,7 +43,7 @@ class InputFile:
         path = Path(path)
         if path.is_dir():
             raise InputError(f"input file {path} is a directory; give a file with one text per line")
-        if not path.is_file():
+        if not readable(path):
             raise FileNotFoundError(f"input file {path} does not exist")
         self.path, self.encoding, self.tsv = path, encoding, path.suffix.lower() == ".tsv"
 
@@ -110,7 +111,7 @@ def read_questions(path: str | os.PathLike, encoding: str = "utf-8") -> tuple[li
     path = Path(path)
     if path.is_dir():
         raise InputError(f"input file {path} is a directory; give a JSON Lines file of {{\"question\", \"context\"}}")
-    if not path.is_file():
+    if not readable(path):
         raise FileNotFoundError(f"input file {path} does not exist")
     ids: list[str] = []
     questions: list[str] = []

@@ -25,6 +25,7 @@ from typing import Any
 
 import torch
 
+from bertkit.data.lines import input_path, readable
 from bertkit.errors import InputError
 from bertkit.inference.batching import TruncationWarning
 from bertkit.models.losses import IGNORE_INDEX
@@ -57,8 +58,8 @@ def load_pairs(data: str, source_lang: str, target_lang: str, seed: int = 0) -> 
 
     if data in DATASETS:
         return tasks.load_translation(data, source_lang, target_lang, seed=seed)
-    path = Path(data)
-    if not path.is_file():
+    path = input_path(data)
+    if not readable(path):
         raise FileNotFoundError(f"--data {data!r} is neither a dataset ({', '.join(DATASETS)}) nor a file")
     pairs = tasks.read_parallel(path)
     if len(pairs) < 10:
