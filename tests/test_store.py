@@ -350,6 +350,8 @@ def test_a_damaged_store_is_named(vocab_beside, capsys):
         assert main(pretrain_argv(root, store, root / "run", "--max-steps", "1", *extra)) == 2
         assert message in one_error_line(capsys, "pretrain")
         for name, data in kept.items():
+            if (store / name).is_dir():
+                shutil.rmtree(store / name)
             (store / name).write_bytes(data)
         shutil.rmtree(store / "store.plans", ignore_errors=True)
         shutil.rmtree(root / "run", ignore_errors=True)  # a run refused mid-way (a damaged id) leaves its start
@@ -358,6 +360,8 @@ def test_a_damaged_store_is_named(vocab_beside, capsys):
     refused(lambda: ids.write_bytes(kept["store.ids"][:-6]),
             f"{ids} has {len(kept['store.ids']) - 6:,} bytes, the store says {len(kept['store.ids']):,}: it is "
             "truncated or damaged; prepare it again")
+    refused(lambda: (ids.unlink(), ids.mkdir()), f"{ids} is a directory, not the store's array file: the store is "
+                                                 "damaged; prepare it again")
     refused(lambda: (store / META).write_text("{not json"), f"{store / META} cannot be read as a store's description")
     refused(lambda: (store / "store.documents").write_bytes(np.arange(31, dtype=np.int64)[::-1].tobytes()),
             f"{store / 'store.documents'} does not hold the document offsets store.json describes: the store is "

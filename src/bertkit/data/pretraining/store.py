@@ -267,6 +267,9 @@ def mapped_array(path: Path, count: int, dtype: str, fix: str | None = None) -> 
         size = path.stat().st_size
     except FileNotFoundError:
         raise StoreError(f"{path} is missing: the store is incomplete; {fix}") from None
+    if not path.is_file():  # a directory (or a pipe) of the array's name: no bytes of the store at all
+        raise StoreError(f"{path} is a {'directory' if path.is_dir() else 'special file'}, not the store's array "
+                         f"file: the store is damaged; {fix}")
     if size != expected:
         raise StoreError(f"{path} has {size:,} bytes, the store says {expected:,}: it is truncated or damaged; {fix}")
     return np.memmap(path, dtype=dtype, mode="r", shape=(count,)) if count else np.zeros(0, dtype=dtype)
