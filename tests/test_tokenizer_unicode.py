@@ -54,7 +54,7 @@ def derive_tables() -> dict[str, object]:
                                        lowercase=True)
     nfd, split = normalizers.NFD(), pre_tokenizers.BertPreTokenizer()
     tables: dict[str, object] = {name: set() for name in
-                                 ("CONTROL", "WHITESPACE", "PUNCTUATION", "NONSPACING_MARK", "STARTER",
+                                 ("CONTROL", "WHITESPACE", "PUNCTUATION", "NONSPACING_MARK", "COMBINING_MARKS",
                                   "NO_DECOMPOSITION")}
     tables["LOWERCASE"] = {}
     for code in CODE_POINTS:
@@ -71,14 +71,17 @@ def derive_tables() -> dict[str, object]:
             tables["NONSPACING_MARK"].add(code)
         if python_nfd != char and nfd.normalize_str(char) == char:
             tables["NO_DECOMPOSITION"].add(code)
-        if unicodedata.combining(char) and python_nfd == char:
-            # a mark tokenizers knows is reordered before U+0334 (class 1), or after U+0301 (class 230)
-            if unicodedata.combining(char) > 1:
+        if unicodedata.combining(char):
+            # a mark tokenizers knows is reordered before U+0334 (class 1), or after U+0301 (class 230); one that
+            # decomposes is known by what it decomposes to
+            if python_nfd != char:
+                known = True
+            elif unicodedata.combining(char) > 1:
                 known = nfd.normalize_str(f"a{char}\u0334") == f"a\u0334{char}"
             else:
                 known = nfd.normalize_str(f"a\u0301{char}") == f"a{char}\u0301"
-            if not known:
-                tables["STARTER"].add(code)
+            if known:
+                tables["COMBINING_MARKS"].add(code)
         lowered = lower.normalize_str(char)
         if lowered != char.lower():
             tables["LOWERCASE"][code] = lowered
@@ -89,7 +92,7 @@ def derive_tables() -> dict[str, object]:
 def test_tables_are_what_tokenizers_does():
     derived = derive_tables()
     problems = []
-    for name in ("CONTROL", "WHITESPACE", "PUNCTUATION", "NONSPACING_MARK", "STARTER", "NO_DECOMPOSITION"):
+    for name in ("CONTROL", "WHITESPACE", "PUNCTUATION", "NONSPACING_MARK", "COMBINING_MARKS", "NO_DECOMPOSITION"):
         if derived[name] != _codes(getattr(uni, name)):
             problems.append(f'{name} = _ranges("""\n{_spec(derived[name])}\n""")')
     lowercase = {code: text for code, text in uni.LOWERCASE.items() if text != chr(code).lower()}

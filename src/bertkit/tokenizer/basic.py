@@ -89,7 +89,7 @@ class BasicTokenizer:
         special_case = "\u0130\u03a3" + "".join(re.escape(chr(c)) for c in uni.LOWERCASE) if lowercase else ""
         marks = uni.char_class(uni.NONSPACING_MARK) if self.strip_accents else ""
         self._changing = re.compile(f"[{control}{marks}{special_case}]") if control or marks or special_case else None
-        differs = uni.char_class(uni.STARTER + uni.NO_DECOMPOSITION)
+        differs = uni.char_class(uni.starters() + uni.NO_DECOMPOSITION)
         self._before_nfd = re.compile(f"[{control}{differs}]")
         self._special_case = re.compile(f"[{special_case}]") if special_case else None
         self._nonspacing = re.compile(f"[{uni.char_class(uni.NONSPACING_MARK)}]+")

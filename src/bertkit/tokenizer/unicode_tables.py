@@ -14,6 +14,7 @@ Ranges are inclusive, in hex; `LOWERCASE` lists only the mappings Python's `str.
 from __future__ import annotations
 
 import bisect
+import functools
 import unicodedata
 
 
@@ -82,11 +83,22 @@ AAC1 AAEC-AAED AAF6 ABE5 ABE8 ABED FB1E FE00-FE0F FE20-FE2F 101FD 102E0 10376-10
 1DA00-1DA36 1DA3B-1DA6C 1DA75 1DA84 1DA9B-1DA9F 1DAA1-1DAAF 1E8D0-1E8D6 E0100-E01EF
 """)
 
-# combining class > 0 in Python's tables but 0 in tokenizers' NFD (so never reordered)
-STARTER = _ranges("""
-07FD 0898-089F 08CA-08D3 09FE 0C3C 0D3B-0D3C 0EBA 1715 1ABF-1ACE 1DF6-1DFA A82C 10D24-10D27 10EAB-10EAC
-10F46-10F50 10F82-10F85 11070 1133B 1145E 11839-1183A 1193D-1193E 11943 119E0 11A34 11A47 11A99 11D42
-11D44-11D45 11D97 16FF0-16FF1 1E130-1E136 1E2AE 1E2EC-1E2EF
+# the marks tokenizers' NFD reorders (combining class > 0 in its own tables): every other character is a starter
+# there, whatever Python's newer `unicodedata` says (marks added since, such as U+0898-089F of Unicode 14)
+COMBINING_MARKS = _ranges("""
+0300-034E 0350-036F 0483-0487 0591-05BD 05BF 05C1-05C2 05C4-05C5 05C7 0610-061A 064B-065F 0670 06D6-06DC
+06DF-06E4 06E7-06E8 06EA-06ED 0711 0730-074A 07EB-07F3 0816-0819 081B-0823 0825-0827 0829-082D 0859-085B
+08D4-08E1 08E3-08FF 093C 094D 0951-0954 09BC 09CD 0A3C 0A4D 0ABC 0ACD 0B3C 0B4D 0BCD 0C4D 0C55-0C56 0CBC 0CCD
+0D4D 0DCA 0E38-0E3A 0E48-0E4B 0EB8-0EB9 0EC8-0ECB 0F18-0F19 0F35 0F37 0F39 0F71-0F72 0F74 0F7A-0F7D 0F80
+0F82-0F84 0F86-0F87 0FC6 1037 1039-103A 108D 135D-135F 1714 1734 17D2 17DD 18A9 1939-193B 1A17-1A18 1A60
+1A75-1A7C 1A7F 1AB0-1ABD 1B34 1B44 1B6B-1B73 1BAA-1BAB 1BE6 1BF2-1BF3 1C37 1CD0-1CD2 1CD4-1CE0 1CE2-1CE8 1CED
+1CF4 1CF8-1CF9 1DC0-1DF5 1DFB-1DFF 20D0-20DC 20E1 20E5-20F0 2CEF-2CF1 2D7F 2DE0-2DFF 302A-302F 3099-309A A66F
+A674-A67D A69E-A69F A6F0-A6F1 A806 A8C4 A8E0-A8F1 A92B-A92D A953 A9B3 A9C0 AAB0 AAB2-AAB4 AAB7-AAB8 AABE-AABF
+AAC1 AAF6 ABED FB1E FE20-FE2F 101FD 102E0 10376-1037A 10A0D 10A0F 10A38-10A3A 10A3F 10AE5-10AE6 11046 1107F
+110B9-110BA 11100-11102 11133-11134 11173 111C0 111CA 11235-11236 112E9-112EA 1133C 1134D 11366-1136C
+11370-11374 11442 11446 114C2-114C3 115BF-115C0 1163F 116B6-116B7 1172B 11C3F 16AF0-16AF4 16B30-16B36 1BC9E
+1D165-1D169 1D16D-1D172 1D17B-1D182 1D185-1D18B 1D1AA-1D1AD 1D242-1D244 1E000-1E006 1E008-1E018 1E01B-1E021
+1E023-1E024 1E026-1E02A 1E8D0-1E8D6 1E944-1E94A
 """)
 
 # has a canonical decomposition in Python's tables but not in tokenizers' NFD
@@ -124,8 +136,28 @@ def char_class(ranges: tuple[tuple[int, int], ...]) -> str:
 
 
 def combining_class(char: str) -> int:
-    """Canonical combining class as tokenizers' NFD sees it."""
-    return 0 if contains(STARTER, char) else unicodedata.combining(char)
+    """Canonical combining class as tokenizers' NFD sees it: Python's for the marks it knows, else 0."""
+    return unicodedata.combining(char) if contains(COMBINING_MARKS, char) else 0
+
+
+# Marks are in planes 0, 1 and 14 only: the code points where Python's tables may know a mark tokenizers' lack
+_MARK_PLANES = (*range(0x20000), *range(0xE0000, 0xE1000))
+
+
+@functools.cache
+def starters() -> tuple[tuple[int, int], ...]:
+    """The code points Python's `unicodedata` (of whichever Unicode version this Python has) gives a combining class
+    and tokenizers' NFD does not: the characters on which Python's NFD would reorder where tokenizers' does not.
+    Computed once, from this Python's own tables, so that it holds on every Python version."""
+    found: list[list[int]] = []
+    for code in _MARK_PLANES:
+        char = chr(code)
+        if unicodedata.combining(char) and not contains(COMBINING_MARKS, char):
+            if found and found[-1][1] == code - 1:
+                found[-1][1] = code
+            else:
+                found.append([code, code])
+    return tuple((a, b) for a, b in found)
 
 
 def decompose(char: str) -> str:
