@@ -285,6 +285,9 @@ def test_decode(embedder, encoder):
 
 
 EMBEDDER_BAD = [  # (route, body, status, words of the message)
+    ("/similarity", {"inputs": {"source_sentence": "good", "sentences": ["a"]}, "parameters": {"dimensions": 4}},
+     422, "dimensions is not supported on this route"),
+    ("/embed_all", {"inputs": "good", "normalize": True}, 422, "normalize is not supported on /embed_all"),
     ("/similarity", {"inputs": "good"}, 422, 'inputs must be an object {"source_sentence"'),
     ("/similarity", {"inputs": {"sentences": ["good"]}}, 422, "no inputs.source_sentence"),
     ("/similarity", {"inputs": {"source_sentence": "good", "sentences": []}}, 422, "inputs.sentences is an empty"),
@@ -437,7 +440,14 @@ def test_a_reader_answers_as_bertkit_predict(reader, reader_dir, capsys):
                         ({"inputs": [{"question": " ", "context": "here"}]}, "inputs[0].question is only white space"),
                         ({"inputs": [{"question": "a", "context": "b"}] * 33}, "maximum of 32"),
                         ({"inputs": {"question": " ".join(["where"] * 30), "context": "here"}},
-                         "inputs.question has 30 tokens, more than the 14 this reader's windows leave")):
+                         "inputs.question has 30 tokens, more than the 14 this reader's windows leave"),
+                        ({"inputs": {"question": " ".join(["where"] * 70), "context": "here"}},
+                         'inputs.question has 70 tokens, more than the 64 a reader reads of a question; send a '
+                         'shorter question, or "truncate": true to cut it to them'),
+                        ({"inputs": {"question": "where", "context": "here"}, "raw_scores": True},
+                         "raw_scores is not supported by a question-answering reader"),
+                        ({"inputs": {"question": "where", "context": "here"}, "prompt_name": "q"},
+                         "prompt_name is not supported on this route")):
         status, _, error = call(reader, "/predict", body, key=None)
         assert status == 422 and words in error["error"], (body, error)
     assert call(reader, "/embed", {"inputs": "good"}, key=None)[0] == 424

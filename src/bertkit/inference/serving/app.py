@@ -333,17 +333,21 @@ def _prompt(served: ServedModel, name: str | None) -> str | None:
     raise invalid(f"prompt_name {name!r} is not one of this server's prompts: {', '.join(sorted(served.prompts))}")
 
 
-def _check_question_lengths(served: ServedModel, questions: list[str], single: bool) -> None:
-    """422 for a question that leaves a reader's windows no room to move through the context (a window holds the
-    question, [CLS] and two [SEP], and must take more new context tokens than consecutive windows share)."""
+def _check_question_lengths(served: ServedModel, questions: list[str], single: bool, truncate: bool = False) -> None:
+    """422 for a question longer than a reader reads (MAX_QUERY_LENGTH tokens; with "truncate": true it is cut to
+    them, as qa_windows cuts it), or one that leaves its windows no room to move through the context (a window holds
+    the question, [CLS] and two [SEP], and must take more new context tokens than consecutive windows share)."""
     length, stride = served.qa["max_length"], served.qa["doc_stride"]
     most = length - QA_SPECIAL_TOKENS - stride - 1
     ids = served.tokenizer(questions, add_special_tokens=False, return_token_type_ids=False,
                            return_attention_mask=False, verbose=False)["input_ids"]
     for index, question in enumerate(ids):
+        where = "inputs" if single else f"inputs[{index}]"
+        if len(question) > MAX_QUERY_LENGTH and not truncate:
+            raise invalid(f"{where}.question has {len(question)} tokens, more than the {MAX_QUERY_LENGTH} a reader "
+                          'reads of a question; send a shorter question, or "truncate": true to cut it to them')
         tokens = min(len(question), MAX_QUERY_LENGTH)  # qa_windows cuts a question to its first MAX_QUERY_LENGTH
         if tokens > most:
-            where = "inputs" if single else f"inputs[{index}]"
             raise invalid(f"{where}.question has {tokens} tokens, more than the {most} this reader's windows leave "
                           f"a question ({length} tokens, {stride} of them shared by consecutive windows); send a "
                           "shorter question")
@@ -395,6 +399,9 @@ def create_app(load: Callable[[], ServedModel], settings: ServerSettings | None 
         with server.admitted():
             body = await read_json(request, limits.payload_limit)
             left, prompt = take_truncation_direction(body), take_prompt_name(body)
+            if body.get("normalize") is not None:  # every token's hidden state: no route normalizes those
+                raise invalid("normalize is not supported on /embed_all: it answers each token's hidden state as the "
+                              "model gives it; leave it out")
             query = embed_request(body, limits.max_client_batch_size)
             rows = _rows(served, query.texts, None, query.truncate, left=left, prompt=_prompt(served, prompt))
             states = await server.infer(wanting(rows, "tokens"))
@@ -462,7 +469,7 @@ def create_app(load: Callable[[], ServedModel], settings: ServerSettings | None 
         query = questions_request(body, limits.max_client_batch_size)
         try:
             check_questions(query.questions, query.contexts)
-            _check_question_lengths(served, query.questions, query.single)
+            _check_question_lengths(served, query.questions, query.single, query.truncate)
             examples = [QAExample(str(i), q, c) for i, (q, c) in enumerate(zip(query.questions, query.contexts))]
             windows = qa_windows(examples, served.tokenizer, served.qa["max_length"], served.qa["doc_stride"],
                                  labels=False)

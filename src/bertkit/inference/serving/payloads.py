@@ -327,6 +327,7 @@ class QuestionsRequest:
     questions: list[str]
     contexts: list[str]
     single: bool
+    truncate: bool = False   # a question longer than a reader reads is cut to it (else 422)
 
 
 def rerank_request(body: dict[str, Any], max_client_batch_size: int) -> RerankRequest:
@@ -360,6 +361,9 @@ def similarity_request(body: dict[str, Any], max_client_batch_size: int) -> Simi
         raise invalid(f"parameters must be an object, not {_kind(parameters)}")
     parameters = dict(parameters)
     left, prompt_name = take_truncation_direction(parameters), take_prompt_name(parameters)
+    check_unsupported(parameters)  # dimensions, raw_scores: /similarity answers one score a sentence
+    if body.get("dimensions") is not None:
+        raise invalid("dimensions is not supported on this route; leave it out")
     return SimilarityRequest(source, sentences, flag(parameters, "truncate", False), left, prompt_name)
 
 
@@ -415,4 +419,8 @@ def questions_request(body: dict[str, Any], max_client_batch_size: int) -> Quest
         where = "inputs" if single else f"inputs[{index}]"
         questions.append(one_text(item.get("question"), f"{where}.question"))
         contexts.append(one_text(item.get("context"), f"{where}.context"))
-    return QuestionsRequest(questions, contexts, single)
+    if body.get("raw_scores"):
+        raise invalid("raw_scores is not supported by a question-answering reader: it answers spans of the context, "
+                      "with their probabilities; leave it out")
+    check_unsupported(body)
+    return QuestionsRequest(questions, contexts, single, flag(body, "truncate", False))
