@@ -423,6 +423,9 @@ def test_evaluate_seeds_the_clustering_k_means_as_told(tiny, tmp_path, capsys):
     assert main(["evaluate", "--model", str(tiny / "model"), "--task", "retrieval", "--data", str(tiny / "test.tsv"),
                  "--kmeans-seed", "1"]) == 2
     assert "--kmeans-seed seeds the clustering's k-means; --task retrieval has none" in capsys.readouterr().err
+    assert main(["evaluate", "--model", str(tiny / "model"), "--task", "retrieval", "--data", str(tiny / "test.tsv"),
+                 "--no-truncation"]) == 2  # not ignored
+    assert "--no-truncation refuses long texts when evaluating a classifier" in capsys.readouterr().err
 
 
 # ---- the built-in sets ---------------------------------------------------------------------------

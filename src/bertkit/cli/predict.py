@@ -396,6 +396,10 @@ def _evaluate_vectors(args: argparse.Namespace, device) -> int:
         raise UserError(f"--split is for the named datasets; {args.data} is a file")
     if args.kmeans_seed is not None and args.task != "clustering":
         raise UserError(f"--kmeans-seed seeds the clustering's k-means; --task {args.task} has none")
+    if getattr(args, "no_truncation", False):
+        raise UserError("--no-truncation refuses long texts when evaluating a classifier; sentence vectors are made "
+                        "of each text's first --max-length tokens (the model's declared length by default), as they "
+                        "were trained: leave it out, or give --max-length")
     model, tokenizer = load_text_model(args.model, "evaluate", device=device)
     settings = declared_settings(resolve_model(args.model), args.pooling, args.normalize, args.max_length)
     scores = evaluate_embedding(model, tokenizer, args.task, args.data, split=args.split, settings=settings,
