@@ -177,6 +177,11 @@ def report_markdown(report: dict[str, Any], what: str, prompt: str, seeds: int) 
     scaled = (f" On this machine the plan ran m3e-small's fine-tuning and continued pretraining at "
               f"{plan['m3e_scale']:.0%} of their full steps, and its runs above 200 labels with one seed, so that the "
               "tiny BERT's pretraining kept its share of the budget." if 0 < plan["m3e_scale"] < 1 else "")
+    if report.get("replans"):  # the first plan's scale is not what ran: say where to look
+        scale = [f"{p['m3e_scale']:.0%}" for p in report["replans"]]
+        scaled = (f" The first plan gave m3e-small's runs {plan['m3e_scale']:.0%} of their full steps; as the "
+                  f"machine's speed moved, the job re-planned what was left ({', '.join(scale)} after each re-plan "
+                  "below).")
     missing = not_run_lines(report)
     missing = (f"""
 
