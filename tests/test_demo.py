@@ -143,6 +143,7 @@ def test_a_row_below_its_floor_is_shown_as_not_run_and_no_margin_rests_on_it():
 def test_the_demo_command_fails_when_its_question_has_no_answer(monkeypatch, tmp_path, capsys):
     from bertkit.cli import main
     from bertkit.pipelines import demo
+    from bertkit.pipelines.demo_plan import NotRun
 
     monkeypatch.setattr(demo, "run_demo", lambda options, say: _starved_report())
     assert main(["demo", "--out", str(tmp_path / "d")]) == 1
@@ -155,3 +156,11 @@ def test_the_demo_command_fails_when_its_question_has_no_answer(monkeypatch, tmp
     report["rows"] += [{**r, "model": "bertkit-pretrained"} for r in report["rows"] if r["model"] == "random-init"]
     monkeypatch.setattr(demo, "run_demo", lambda options, say: report)
     assert main(["demo", "--out", str(tmp_path / "d"), "--overwrite"]) == 0  # m3e-small's rows are not the question
+    report["not_run"].append(NotRun("random-init", 8000, 0, 500, "its 500 steps (its floor) did not fit the minutes "
+                                                                 "left").to_json())
+    report["rows"] = [r for r in report["rows"] if (r["model"], r["labels"]) != ("random-init", 8000)]
+    assert main(["demo", "--out", str(tmp_path / "d"), "--overwrite"]) == 0  # a margin at 200 labels still stands
+    report["rows"] = [r for r in report["rows"] if r["model"] != "random-init"]
+    report["not_run"].append(NotRun("random-init", 200, 0, 125, "its 125 steps (its floor) did not fit the minutes "
+                                                                "left").to_json())
+    assert main(["demo", "--out", str(tmp_path / "d"), "--overwrite"]) == 1  # no budget has both rows
