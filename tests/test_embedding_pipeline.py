@@ -285,6 +285,10 @@ def test_sentence_transformers_loads_the_trained_directory_and_gives_its_vectors
     vectors = encode(model, tokenizer, texts, pooling=settings.pooling, normalize=settings.normalize,
                      max_length=settings.max_seq_length)
     assert_close(vectors, reference.encode(texts, convert_to_numpy=True), rtol=1e-5)
+    from bertkit import SentenceEncoder  # the one object: what the trained directory declares, nothing given
+
+    assert_close(SentenceEncoder.from_pretrained(best).encode(texts), reference.encode(texts, convert_to_numpy=True),
+                 rtol=1e-5)
 
 
 def test_scored_pairs_train_with_cosent_and_plain_text_with_simcse(tiny, tmp_path):

@@ -172,6 +172,11 @@ def test_bertkit_encode_gives_sentence_transformers_vectors(name):
     declared = encode(model, tokenizer, SENTENCES, pooling=settings.pooling, normalize=settings.normalize,
                       max_length=settings.max_seq_length)
     assert np.abs(declared - reference.encode(SENTENCES, convert_to_numpy=True)).max() <= 1e-5
+    # the one object, as SentenceTransformer(path).encode: no pooling given, what the directory declares
+    from bertkit import SentenceEncoder
+
+    vectors = SentenceEncoder.from_pretrained(path).encode(SENTENCES)
+    assert np.abs(vectors - reference.encode(SENTENCES, convert_to_numpy=True)).max() <= 1e-5
 
 
 def test_the_encode_command_reads_what_the_directory_declares(model, tokenizer, tmp_path, capsys):

@@ -22,6 +22,7 @@ _EXPORTS = {
     "BertForPromptClassification": "bertkit.models.bert.heads",
     "BertForQuestionAnswering": "bertkit.models.bert.heads",
     "BertTokenizer": "bertkit.tokenizer",
+    "SentenceEncoder": "bertkit.inference.sentence_encoder",
     "GPT2Config": "bertkit.models.gpt.configuration",
     "GPT2PreTrainedModel": "bertkit.models.gpt.modeling",
     "GPT2Model": "bertkit.models.gpt.modeling",
