@@ -18,7 +18,7 @@ from bertkit.cli import main
 from bertkit.cli.serve import DEFAULTS
 from bertkit.inference import encode, predict
 from bertkit.inference.loading import load_text_model
-from bertkit.inference.serving import ServedModel, ServerSettings, create_app, declared_pooling
+from bertkit.inference.serving import ServedModel, ServerSettings, create_app
 from bertkit.models.bert.configuration import BertConfig
 from bertkit.models.bert.heads import BertForSequenceClassification, BertForTokenClassification
 from bertkit.models.bert.modeling import BertModel
@@ -371,15 +371,19 @@ def test_command_line_defaults_are_the_servers():
         ServerSettings(max_batch_tokens=0)
 
 
-def test_declared_pooling(tmp_path):
-    assert declared_pooling(tmp_path) is None
+def test_the_served_pooling_is_the_one_rule_of_encode(tmp_path):
+    """Given, else what the directory declares (1_Pooling, m3e's uniem strategy), else [CLS]: `declared_settings`,
+    the rule `bertkit encode` and `bertkit serve` share."""
+    from bertkit.inference.encode import declared_settings
+
+    assert declared_settings(tmp_path).pooling == "cls"
     (tmp_path / "config.json").write_text('{"uniem_embedding_strategy": "last_mean"}')
-    assert declared_pooling(tmp_path) == "mean"
+    assert declared_settings(tmp_path).pooling == "mean"
     (tmp_path / "1_Pooling").mkdir()
     (tmp_path / "1_Pooling" / "config.json").write_text('{"pooling_mode_cls_token": true}')
-    assert declared_pooling(tmp_path) == "cls"
+    assert declared_settings(tmp_path).pooling == "cls" and declared_settings(tmp_path, "mean").pooling == "mean"
     (tmp_path / "1_Pooling" / "config.json").write_text('{"pooling_mode_max_tokens": true}')
-    assert declared_pooling(tmp_path) is None
+    assert declared_settings(tmp_path).pooling == "cls"  # a pooling bertkit does not compute: [CLS], said elsewhere
 
 
 def test_dtype_auto_serves_the_fastest_format_within_cosine_0999_and_says_why(encoder_dir):

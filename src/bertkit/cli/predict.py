@@ -18,6 +18,7 @@ from bertkit.cli.common import (
 from bertkit.cli.texts import add_encoding_option, command_line_texts
 from bertkit.data.embedding_data import EVALUATION_DATASETS, EVALUATION_FILES, EVALUATION_TASKS
 from bertkit.data.task_kinds import DATASETS, FILE_FORMATS
+from bertkit.models.sentence_files import POOLINGS
 from bertkit.utils import jsonfiles
 
 # ---- predict, evaluate, encode -------------------------------------------------------------------
@@ -133,7 +134,7 @@ def _add_evaluate(sub: argparse._SubParsersAction) -> None:
 
 
 def _add_sentence_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--pooling", choices=["cls", "mean"],
+    p.add_argument("--pooling", choices=POOLINGS,
                    help="the [CLS] token's vector or the mean of the real tokens' vectors (default: what the model "
                         "directory declares, as sentence-transformers' 1_Pooling; else cls)")
     p.add_argument("--normalize", action=argparse.BooleanOptionalAction,

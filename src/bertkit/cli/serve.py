@@ -19,6 +19,7 @@ from bertkit.cli.common import (
     command_device,
     integer,
 )
+from bertkit.models.sentence_files import POOLINGS
 
 # bertkit.inference.serving.ServerSettings' defaults (tests hold them equal), written out so that `bertkit --help`
 # imports neither torch nor the web server
@@ -42,7 +43,7 @@ def _add_serve(sub: argparse._SubParsersAction) -> None:
                         "vectors stay within cosine 0.999 of fp32's on this machine (bf16 on a GPU that has it), "
                         "which /info and the ready line name (default: auto)")
     add_device_option(p)
-    p.add_argument("--pooling", choices=["cls", "mean"],
+    p.add_argument("--pooling", choices=POOLINGS,
                    help="sentence vectors: the [CLS] token's or the mean of the tokens' (default: what the model "
                         "directory declares, as sentence-transformers' 1_Pooling; else cls)")
     p.add_argument("--max-batch-tokens", type=integer(1), default=defaults.max_batch_tokens,
@@ -110,9 +111,10 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     import torch
 
     from bertkit.inference.batching import TruncationWarning
+    from bertkit.inference.encode import declared_settings
     from bertkit.inference.loading import model_family
     from bertkit.inference.long_inputs import check_overlap
-    from bertkit.inference.serving.model import declared_pooling, default_threads
+    from bertkit.inference.serving.model import default_threads
     from bertkit.utils.devices import device_name
 
     device = command_device(args, args.dtype)
@@ -138,7 +140,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     torch.set_num_threads(args.threads or default_threads())  # after every refusal: a refused command changes nothing
     host, port = listener.getsockname()[:2]
     address = f"http://{f'[{host}]' if ':' in host else host}:{port}"
-    pooling = args.pooling or declared_pooling(path) or "cls"
+    pooling = declared_settings(path, args.pooling).pooling  # given, else the directory's, else [CLS]
     failures: list[BaseException] = []
 
     def ready(served: ServedModel) -> None:

@@ -25,7 +25,13 @@ from bertkit.inference.long_inputs import check_overlap, check_pooling, pool_row
 from bertkit.inference.machine import native_bfloat16
 from bertkit.inference.precision import for_inference, quantize_int8
 from bertkit.models.functional import pool_tokens
-from bertkit.models.sentence_files import POOLINGS, SentenceConfig, read_sentence_config
+from bertkit.models.sentence_files import (
+    DEFAULT_POOLING,
+    MEAN,
+    SentenceConfig,
+    check_sentence_pooling,
+    read_sentence_config,
+)
 
 # (B, T, C) hidden states -> (B, C): the [CLS] vector, or the mean over real tokens; the pooling training runs too
 pool = pool_tokens
@@ -37,7 +43,7 @@ def declared_settings(path: str | os.PathLike, pooling: str | None = None, norma
     given, else what the directory declares in sentence-transformers' files (`bertkit.models.sentence_files`: so
     bertkit gives the vectors sentence-transformers gives), else [CLS], not normalised, the model's positions."""
     declared = read_sentence_config(path)
-    return SentenceConfig(pooling or declared.pooling or "cls",
+    return SentenceConfig(pooling or declared.pooling or DEFAULT_POOLING,
                           declared.normalize if normalize is None else normalize,
                           max_length or declared.max_seq_length)
 
@@ -70,7 +76,7 @@ def sentence_vectors(encoder: nn.Module, input_ids: Tensor, attention_mask: Tens
 
 
 def encode(model: nn.Module, tokenizer: Any, texts: Sequence[str] | str, batch_size: int = 32,
-           pooling: str = "cls", max_length: int | None = 512, normalize: bool = False,
+           pooling: str = DEFAULT_POOLING, max_length: int | None = 512, normalize: bool = False,
            progress: bool | None = False, truncation: bool = True, dtype: str | torch.dtype | None = None,
            long_inputs: str | None = None, chunk_stride: int | None = None, chunk_pooling: str = "mean"
            ) -> np.ndarray:
@@ -96,7 +102,8 @@ def encode(model: nn.Module, tokenizer: Any, texts: Sequence[str] | str, batch_s
 
 
 def encode_stream(model: nn.Module, tokenizer: Any, chunks: Iterable[Sequence[str]], *, total: int | None = None,
-                  batch_size: int = 32, pooling: str = "cls", max_length: int | None = 512, normalize: bool = False,
+                  batch_size: int = 32, pooling: str = DEFAULT_POOLING, max_length: int | None = 512,
+                  normalize: bool = False,
                   progress: bool | None = False, truncation: bool = True, dtype: str | torch.dtype | None = None,
                   long_inputs: str | None = None, chunk_stride: int | None = None, chunk_pooling: str = "mean"
                   ) -> Iterator[np.ndarray]:
@@ -106,8 +113,7 @@ def encode_stream(model: nn.Module, tokenizer: Any, chunks: Iterable[Sequence[st
     over all chunks and said once, after the last. `total` (the number of texts, when known) sizes the progress bar.
     `long_inputs`, `chunk_stride`, `chunk_pooling` as in `encode`.
     """
-    if pooling not in POOLINGS:
-        raise InputError(f"pooling must be one of {POOLINGS}, not {pooling!r}")
+    check_sentence_pooling(pooling)
     if long_inputs not in (None, "truncate", "chunk"):
         raise InputError(f"long_inputs must be None, 'truncate' or 'chunk', not {long_inputs!r}")
     encoder = encoder_of(model)
@@ -164,7 +170,7 @@ PROBE_TEXTS = (
 )
 
 
-def choose_dtype(model: nn.Module, tokenizer, pooling: str = "mean") -> tuple[str, str]:
+def choose_dtype(model: nn.Module, tokenizer, pooling: str = MEAN) -> tuple[str, str]:
     """(dtype, why): the fastest number format for inference on this machine whose sentence vectors stay within
     cosine MIN_COSINE of float32's on PROBE_TEXTS. bfloat16 where the model's device computes it natively (a CPU
     with AVX-512 BF16 or AMX, a GPU of compute capability 8.0 on); else, on the CPU, int8 where the model passes the

@@ -13,6 +13,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from bertkit.errors import InputError
+from bertkit.models.sentence_files import CLS, check_sentence_pooling
 from bertkit.utils.constants import IGNORE_INDEX  # noqa: F401  (re-exported: where it was defined before)
 
 
@@ -228,13 +229,11 @@ ACT2FN = {"gelu": gelu, "gelu_new": gelu_new, "gelu_pytorch_tanh": gelu_pytorch_
 def pool_tokens(hidden: Tensor, attention_mask: Tensor, pooling: str) -> Tensor:
     """(B, T, C) hidden states -> (B, C) sentence vectors: the first token's ([CLS]), or the mean over the real
     tokens (attention_mask 1), so padding never enters a vector. The one pooling that encoding, serving and
-    training sentence vectors run."""
-    if pooling == "cls":
+    training sentence vectors run (its modes: `sentence_files.POOLINGS`)."""
+    if check_sentence_pooling(pooling) == CLS:
         return hidden[:, 0]
-    if pooling == "mean":
-        weights = attention_mask.unsqueeze(-1).to(hidden.dtype)                    # (B, T, 1)
-        return (hidden * weights).sum(1) / weights.sum(1).clamp(min=1)
-    raise InputError(f"pooling must be one of cls, mean, not {pooling!r}")
+    weights = attention_mask.unsqueeze(-1).to(hidden.dtype)                        # (B, T, 1)
+    return (hidden * weights).sum(1) / weights.sum(1).clamp(min=1)
 
 
 def cloze_scores(vocab_logits: Tensor, label_word_ids: Tensor) -> Tensor:

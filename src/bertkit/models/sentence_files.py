@@ -23,7 +23,20 @@ from bertkit.errors import InputError
 from bertkit.utils import jsonfiles
 from bertkit.utils.atomic import atomic_write_text
 
-POOLINGS = ("cls", "mean")
+# The sentence vectors bertkit computes (functional.pool_tokens): [CLS]'s, or the mean of the real tokens'. The names
+# are written here alone; everything else reads them from here.
+CLS, MEAN = "cls", "mean"
+POOLINGS = (CLS, MEAN)
+DEFAULT_POOLING = CLS        # a directory that declares none is read by [CLS], as BERT's pooler reads it
+TRAINING_POOLING = MEAN      # a model that declares none trains mean vectors, as sentence-transformers builds one
+
+
+def check_sentence_pooling(pooling: str) -> str:
+    """`pooling` if bertkit computes it, else one InputError naming the ones it does."""
+    if pooling not in POOLINGS:
+        raise InputError(f"pooling must be one of {', '.join(POOLINGS)}, not {pooling!r}")
+    return pooling
+
 MODULES_NAME = "modules.json"
 POOLING_DIR = "1_Pooling"
 NORMALIZE_DIR = "2_Normalize"
@@ -33,11 +46,11 @@ SENTENCE_FILES = (MODULES_NAME, POOLING_DIR, NORMALIZE_DIR, SENTENCE_BERT_CONFIG
 
 _ST = "sentence_transformers.models."
 # 1_Pooling/config.json's switches as sentence-transformers names them, and the pooling bertkit computes for each
-_POOLING_KEYS = {"pooling_mode_cls_token": "cls", "pooling_mode_mean_tokens": "mean"}
+_POOLING_KEYS = {"pooling_mode_cls_token": CLS, "pooling_mode_mean_tokens": MEAN}
 _OTHER_POOLING_KEYS = ("pooling_mode_max_tokens", "pooling_mode_mean_sqrt_len_tokens",
                        "pooling_mode_weightedmean_tokens", "pooling_mode_lasttoken")
 # uniem (m3e's trainer) writes its pooling into config.json
-_UNIEM_POOLING = {"last_mean": "mean", "first_last_mean": None, "cls": "cls", "last_cls": "cls"}
+_UNIEM_POOLING = {"last_mean": MEAN, "first_last_mean": None, "cls": CLS, "last_cls": CLS}
 
 
 class SentenceModuleWarning(UserWarning):
@@ -53,8 +66,8 @@ class SentenceConfig:
     max_seq_length: int | None = None  # texts are cut to this many tokens (sentence_bert_config.json)
 
     def __post_init__(self) -> None:
-        if self.pooling is not None and self.pooling not in POOLINGS:
-            raise InputError(f"pooling must be one of {POOLINGS}, not {self.pooling!r}")
+        if self.pooling is not None:
+            check_sentence_pooling(self.pooling)
 
 
 def _json(path: Path) -> object:

@@ -47,7 +47,7 @@ from bertkit.errors import InputError
 from bertkit.inference import encode
 from bertkit.inference.batching import TruncationWarning
 from bertkit.models.bert.modeling import BertModel
-from bertkit.models.sentence_files import SentenceConfig, read_sentence_config
+from bertkit.models.sentence_files import DEFAULT_POOLING, TRAINING_POOLING, SentenceConfig, read_sentence_config
 from bertkit.pipelines.fine_tuning import Scorer, TaskParts, fine_tune, write_results
 from bertkit.pipelines.options import FinetuneOptions
 from bertkit.pipelines.run_directory import holds_out
@@ -181,7 +181,7 @@ def evaluate_embedding(model: Any, tokenizer: Any, task: str, data: str, *, spli
     else:
         raise InputError(f"--data {data} is neither a {task} dataset ({', '.join(named) or 'none'}) nor a file "
                          f"({EVALUATION_FILES[task]})")
-    embed = Embedder(model, tokenizer, settings or SentenceConfig("cls"), batch_size, dtype, progress)
+    embed = Embedder(model, tokenizer, settings or SentenceConfig(DEFAULT_POOLING), batch_size, dtype, progress)
     cut = slice(None, limit)
     if task == "retrieval":
         examples = inews_pairs(split) if data == "inews" else read_embedding_file(data, "to evaluate on", encoding)
@@ -333,7 +333,7 @@ def finetune_embedding(options: FinetuneOptions) -> dict[str, Any]:
     # the pooling and normalisation the model declares (sentence-transformers' files, m3e's config), or as told;
     # a model that declares none trains mean vectors, as sentence-transformers builds a new sentence model
     declared = read_sentence_config(model_dir)
-    pooling = options.pooling or declared.pooling or "mean"
+    pooling = options.pooling or declared.pooling or TRAINING_POOLING
     normalize = declared.normalize if options.normalize is None else options.normalize
     # simcse reads each row's first text: dropout makes its two views in the model, or the collator crops two
     text_columns = 1 if loss == "simcse" else len(train[0].texts)

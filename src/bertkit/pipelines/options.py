@@ -18,6 +18,7 @@ from bertkit.data.sources import model_names
 from bertkit.data.task_kinds import TASKS
 from bertkit.data.tasks import TRANSLATION_LANGUAGES
 from bertkit.errors import InputError
+from bertkit.models.sentence_files import POOLINGS
 from bertkit.models.seq2seq.configuration import ATTENTION_SCORES, GRU_VARIANTS
 from bertkit.pipelines.option_fields import (
     Names,
@@ -409,7 +410,7 @@ class FinetuneOptions(TrainingOptions):
     cached_batch: int | None = option(None, "embedding: a cached loss (GradCache) that runs N texts at a time through "
                                             "the encoder, so --batch-size (the negatives) can exceed memory",
                                       metavar="N", shown="off", minimum=1)
-    pooling: str | None = option(None, "embedding: the sentence vector", choices=("cls", "mean"),
+    pooling: str | None = option(None, "embedding: the sentence vector", choices=POOLINGS,
                                  shown="what the model declares (sentence-transformers' 1_Pooling, m3e's config), "
                                        "else mean")
     normalize: bool | None = option(None, "embedding: the saved model declares unit vectors (2_Normalize)",

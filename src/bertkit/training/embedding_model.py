@@ -36,7 +36,12 @@ from bertkit.data.embedding_data import crop_view
 from bertkit.errors import InputError
 from bertkit.models.bert.modeling import BertModel
 from bertkit.models.functional import pool_tokens
-from bertkit.models.sentence_files import SentenceConfig, write_sentence_config
+from bertkit.models.sentence_files import (
+    TRAINING_POOLING,
+    SentenceConfig,
+    check_sentence_pooling,
+    write_sentence_config,
+)
 from bertkit.training.distributed import gather_with_grad
 from bertkit.training.embedding_losses import LOSSES, TEMPERATURE, at_least_float32, embedding_loss
 
@@ -48,7 +53,7 @@ class EmbeddingSettings:
     """How the vectors are made and trained: the loss, its temperature, the pooling, and the output's files."""
 
     loss: str                                   # one of LOSSES
-    pooling: str = "mean"                       # "cls" | "mean"
+    pooling: str = TRAINING_POOLING             # sentence_files.POOLINGS
     normalize: bool = False                     # the saved model declares unit vectors (2_Normalize)
     temperature: float = TEMPERATURE
     symmetric: bool = False                     # infonce both ways
@@ -60,8 +65,7 @@ class EmbeddingSettings:
     def __post_init__(self) -> None:
         if self.loss not in LOSSES:
             raise InputError(f"loss must be one of {', '.join(LOSSES)}, not {self.loss!r}")
-        if self.pooling not in ("cls", "mean"):
-            raise InputError(f"pooling must be cls or mean, not {self.pooling!r}")
+        check_sentence_pooling(self.pooling)
         if not self.temperature > 0:
             raise InputError(f"temperature must be above 0, got {self.temperature}")
         if self.cached_batch is not None and self.cached_batch < 1:

@@ -15,7 +15,7 @@ extra).
 """
 
 from bertkit.inference.serving.app import ServerSettings, create_app
-from bertkit.inference.serving.model import ServedModel, declared_pooling
+from bertkit.inference.serving.model import ServedModel
 from bertkit.inference.serving.payloads import ServeError
 
-__all__ = ["ServeError", "ServedModel", "ServerSettings", "create_app", "declared_pooling"]
+__all__ = ["ServeError", "ServedModel", "ServerSettings", "create_app"]

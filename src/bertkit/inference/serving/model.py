@@ -39,7 +39,7 @@ from bertkit.inference.batching import (
     run_sorted,
     tokenize,
 )
-from bertkit.inference.encode import POOLINGS, choose_dtype, pool, sentence_vectors
+from bertkit.inference.encode import choose_dtype, declared_settings, pool, sentence_vectors
 from bertkit.inference.loading import load_text_model, task_of_model
 from bertkit.inference.precision import for_inference, model_dtype
 from bertkit.inference.predict import (
@@ -51,12 +51,9 @@ from bertkit.inference.predict import (
     token_tags,
 )
 from bertkit.inference.qa import qa_settings, span_logits
-from bertkit.models.sentence_files import read_sentence_config
+from bertkit.models.sentence_files import check_sentence_pooling
 
 TASKS = ("embedding", "classifier", "ner", "qa")
-
-# uniem (m3e's trainer) writes its pooling into config.json
-_UNIEM_POOLING = {"last_mean": "mean", "first_last_mean": None, "cls": "cls", "last_cls": "cls"}
 
 # what `bertkit finetune` writes beside the model it keeps (bertkit.pipelines.fine_tuning.RESULTS_NAME)
 _FINETUNE_RESULTS = "finetune_results.json"
@@ -115,12 +112,6 @@ def default_threads() -> int:
     return max(1, torch.get_num_threads() - 1)
 
 
-def declared_pooling(path: str | os.PathLike) -> str | None:
-    """The pooling a model directory declares for its sentence vectors (sentence-transformers' 1_Pooling, or m3e's
-    `uniem_embedding_strategy`: `bertkit.models.sentence_files`); None where it declares none bertkit computes."""
-    return read_sentence_config(path).pooling
-
-
 @dataclass
 class ServedModel:
     """A loaded text model, its tokenizer, and what the server does with it."""
@@ -151,8 +142,8 @@ class ServedModel:
         (`loading.on_device`; None: the CPU); "auto" then chooses among the formats that device computes."""
         from bertkit.data.sources import resolve_model
 
-        if pooling is not None and pooling not in POOLINGS:
-            raise InputError(f"pooling must be one of {POOLINGS}, not {pooling!r}")
+        if pooling is not None:
+            check_sentence_pooling(pooling)
         path = resolve_model(spec)
         model, tokenizer = load_text_model(spec, "serve", device=device)
         settings: dict[str, Any] = {}
@@ -171,8 +162,7 @@ class ServedModel:
                              "of the texts an embedding model encodes; give --default-prompt and --prompts only "
                              "with an embedding model")
         max_length, _ = input_limit(model, None)
-        if pooling is None:
-            pooling = declared_pooling(path) or "cls"
+        pooling = declared_settings(path, pooling).pooling  # given, else the directory's, else [CLS]
         why = None
         if dtype == "auto":  # the fastest format whose sentence vectors stay within cosine 0.999 of float32's
             dtype, why = choose_dtype(encoder_of(model), tokenizer, pooling)
