@@ -5,7 +5,7 @@ one short /embed (a THUCNews headline), and the script prints the short requests
 the long one's status and time. Two long texts are tried, each on a fresh server:
 
     over    600,000 characters (1,567 windows of m3e-small's 512): refused with 413 before any window is run
-            (`--max-request-windows`, 32 by default);
+            (`--max-request-windows`, 16 by default);
     bound   as many characters as fill the bound's windows: run, its windows taking turns with the short requests'
             rows in the server's batches.
 
@@ -93,7 +93,7 @@ def main() -> None:
     env = {**os.environ}
     print(f"machine: {Machine.here().describe()}; {args.clients} short /embed requests (a headline each) sent 0.2 s "
           "after one long one")
-    for name, text in (("over", long_text(LONG_CHARACTERS)), ("bound", windows_text(tokenizer, 31, stride, length))):
+    for name, text in (("over", long_text(LONG_CHARACTERS)), ("bound", windows_text(tokenizer, 15, stride, length))):
         server = start(f"bertkit serve ({name})", serve_command(args.model, args.serve, "--long-inputs", "chunk"), env)
         try:
             asyncio.run(beside(server.port, shorts[0], shorts[:2]))  # warm: the first forwards of the process

@@ -257,7 +257,7 @@ def test_a_reader_bounds_its_windows_too(reader):
     context = " ".join(WORDS * 40) + " ."  # a context far longer than 32 of the reader's windows
     status, _, error = call(reader, "/predict", {"inputs": {"question": QUESTIONS[0], "context": context}})
     assert status == 413 and error["error"].startswith("the inputs take ")
-    assert error["error"].endswith("more than the 32 one request may cost (--max-request-windows); send the long "
+    assert error["error"].endswith("more than the 16 one request may cost (--max-request-windows); send the long "
                                    "texts over several requests, or shorter contexts")
 
 

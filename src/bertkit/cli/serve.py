@@ -25,7 +25,7 @@ from bertkit.models.sentence_files import POOLINGS
 # imports neither torch nor the web server
 DEFAULTS = argparse.Namespace(max_batch_tokens=2048, max_client_batch_size=32, max_concurrent_requests=512,
                               payload_limit=2_000_000, long_inputs="refuse", chunk_pooling="mean",
-                              max_request_windows=32)
+                              max_request_windows=16)
 API_KEY_ENV = "BERTKIT_API_KEY"
 
 

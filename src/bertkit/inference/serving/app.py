@@ -112,7 +112,7 @@ class ServerSettings:
     long_inputs: str = "refuse"           # a text too long without "truncate": true: "refuse" (422) or "chunk"
     chunk_stride: int | None = None       # tokens consecutive windows share (None: a quarter of a window)
     chunk_pooling: str = "mean"           # the windows' vectors: "mean" (weighted by tokens) or "first"
-    max_request_windows: int = 32         # windows one request may cost (chunk, a reader's contexts); more: 413
+    max_request_windows: int = 16         # windows one request may cost (chunk, a reader's contexts); more: 413
 
     LIMITS = ("max_batch_tokens", "max_client_batch_size", "max_concurrent_requests", "payload_limit",
               "max_request_windows")
