@@ -136,8 +136,14 @@ def test_predict_and_evaluate_zero_shot_on_the_command_line(mlm_dir, tmp_path, c
     scores = json.loads(out)
     assert code == 0 and scores["chance"] == 0.5 and scores["label_words"] == WORDS
     assert scores["accuracy"] == pytest.approx(sum(e["label"] == g for e, g in zip(expected, gold)) / 3)
-    code, out, _ = run(capsys, "evaluate", "--model", mlm_dir, "--data", labelled, *ZERO_SHOT)
+    code, out, err = run(capsys, "evaluate", "--model", mlm_dir, "--data", labelled, *ZERO_SHOT)
     assert code == 0 and f"zero-shot through {TEMPLATE}" in out and "chance     0.5000  (1 / 2 labels)" in out
+    assert "warning" not in err
+    finance = tmp_path / "finance.tsv"  # a label word for a class the data does not have is said
+    finance.write_text("text\tlabel\n" + "".join(f"{t}\tfinance\n" for t in TEXTS), encoding="utf-8")
+    code, out, err = run(capsys, "evaluate", "--model", mlm_dir, "--data", finance, *ZERO_SHOT)
+    assert code == 0 and "--label-words names sports, a label the data does not have: the prompt can answer it " \
+                         "and is then wrong; chance is 1 / 2 labels, over the words given (the data has 1 of them)" in err
 
 
 @pytest.fixture(scope="module")

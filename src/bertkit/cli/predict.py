@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import sys
 
 from bertkit.cli.common import (
     MODEL_HELP,
@@ -356,6 +357,11 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
         scores["split"] = args.split
     if zero_shot is not None:  # what was scored, and what guessing would score
         scores.update(prompt=zero_shot[0], label_words=zero_shot[1], chance=1 / len(zero_shot[1]))
+        absent = sorted(set(zero_shot[1]) - set(scores.get("data_labels", zero_shot[1])))
+        if absent:  # a word the prompt can answer with and be wrong every time: guessing among the words scores less
+            print(f"bertkit evaluate: warning: --label-words names {', '.join(absent)}, a label the data does not "
+                  f"have: the prompt can answer it and is then wrong; chance is 1 / {len(zero_shot[1])} labels, over "
+                  f"the words given (the data has {len(scores['data_labels'])} of them)", file=sys.stderr)
     if args.json:
         print(jsonfiles.dumps(scores, ensure_ascii=False))
         return 0

@@ -189,7 +189,8 @@ def _evaluate_classification(model: Any, tokenizer: Any, examples: list[TextExam
     index = {label: i for i, label in enumerate(labels)}
     gold = [index[example.label] for example in examples]
     predicted = [index[p["label"]] for p in predictions]
-    return {"accuracy": metrics.accuracy(predicted, gold), "macro_f1": metrics.macro_f1(predicted, gold)}
+    return {"accuracy": metrics.accuracy(predicted, gold), "macro_f1": metrics.macro_f1(predicted, gold),
+            "data_labels": sorted({example.label for example in examples})}
 
 
 def _evaluate_ner(model: Any, tokenizer: Any, examples: list[TokenExample], labels: list[str], data: str,
