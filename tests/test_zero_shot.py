@@ -142,8 +142,9 @@ def test_predict_and_evaluate_zero_shot_on_the_command_line(mlm_dir, tmp_path, c
     finance = tmp_path / "finance.tsv"  # a label word for a class the data does not have is said
     finance.write_text("text\tlabel\n" + "".join(f"{t}\tfinance\n" for t in TEXTS), encoding="utf-8")
     code, out, err = run(capsys, "evaluate", "--model", mlm_dir, "--data", finance, *ZERO_SHOT)
-    assert code == 0 and "--label-words names sports, a label the data does not have: the prompt can answer it " \
-                         "and is then wrong; chance is 1 / 2 labels, over the words given (the data has 1 of them)" in err
+    assert code == 0
+    assert "--label-words names sports, a label the data does not have: the prompt can answer it and is then " \
+           "wrong; chance is 1 / 2 labels, over the words given (the data has 1 of them)" in err
 
 
 @pytest.fixture(scope="module")
