@@ -237,6 +237,16 @@ def test_int8_linear_is_smoothquants_per_token_product_and_close_to_float32():
     assert cos.min() > 0.999, cos.min()
 
 
+def test_int8_products_are_exact_on_this_cpu():
+    """torch._int_mm on a CPU without VNNI sums u8 x s8 pairs in int16 and saturates on 8-bit weights; int8_matmul
+    then multiplies the weights' 7-bit halves: exact either way (checked here against integers, on this CPU)."""
+    generator = torch.Generator().manual_seed(1)
+    a = torch.randint(-127, 128, (24, 512), dtype=torch.int8, generator=generator)
+    b = torch.randint(-127, 128, (512, 40), dtype=torch.int8, generator=generator)
+    assert torch.equal(precision.int8_matmul(a, b), (a.long() @ b.long()).int())
+    assert isinstance(precision.exact_int8_products(), bool)
+
+
 def test_choose_dtype_takes_the_fastest_format_within_cosine_0999(model, tokenizer, monkeypatch):
     """Native bf16: bf16. Else int8 where its vectors stay within MIN_COSINE of float32's on the probe, else fp32."""
     import importlib
