@@ -26,7 +26,6 @@ the Chinese New Version) and hsk (the test split's Chinese sentences and their E
 
 from __future__ import annotations
 
-import csv
 import json
 import os
 import random
@@ -36,7 +35,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bertkit.data.lines import input_path, is_empty_file, readable
-from bertkit.data.readers import DataWarning, Skips, iter_decoded_lines, read_classification_file, read_parallel
+from bertkit.data.readers import (
+    DataWarning,
+    Skips,
+    csv_rows,
+    iter_decoded_lines,
+    read_classification_file,
+    read_parallel,
+)
 from bertkit.errors import DataError, InputError
 
 TASK = "embedding"  # `finetune --task embedding`: the fine-tuning task kinds (data/task_kinds.py) are labelled ones
@@ -177,20 +183,9 @@ def read_embedding_file(path: str | os.PathLike, purpose: str = "to train on",
     return examples
 
 
-def _csv_lines(lines, skips: Skips):
-    """(number, cells) of a CSV file's rows: quoted cells may hold commas and line breaks."""
-    good = [(number, line) for number, line in lines if line is not None and line.strip()]
-    reader = csv.reader(line + "\n" for _, line in good)
-    while True:
-        start = reader.line_num
-        try:
-            cells = next(reader)
-        except StopIteration:
-            return
-        except csv.Error as err:
-            skips.add(f"bad CSV ({err})", good[min(start, len(good) - 1)][0])
-            continue
-        yield good[start][0], cells
+def _csv_lines(lines, skips: Skips) -> list[tuple[int, list[str]]]:
+    """(number, cells) of a CSV file's rows (`readers.csv_rows`), undecodable and blank lines left out."""
+    return csv_rows([(number, line) for number, line in lines if line is not None and line.strip()], skips)
 
 
 def _table_rows(rows: list[tuple[int, list[str], float | None]], skips: Skips

@@ -132,6 +132,12 @@ def _rows(path: Path, fmt: str, encoding: str, skips: Skips) -> list[tuple[int, 
     good = list(_usable_lines(path, encoding, skips, "empty row"))
     if fmt == "tsv":  # no quoting in TSV: a quote character is part of the text
         return [(number, text.split("\t")) for number, text in good]
+    return csv_rows(good, skips)
+
+
+def csv_rows(good: list[tuple[int, str]], skips: Skips) -> list[tuple[int, list[str]]]:
+    """(line number, cells) of CSV lines (number, text): quoted cells may hold commas and line breaks; a row that
+    is not CSV goes to `skips`."""
     rows: list[tuple[int, list[str]]] = []
     reader = csv.reader(text + "\n" for _, text in good)  # the newline keeps multi-line quoted cells intact
     while True:
