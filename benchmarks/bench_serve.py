@@ -612,10 +612,11 @@ def main() -> None:
     args = parser.parse_args()
 
     from bertkit.data.sources import resolve_model
-    from bertkit.inference.serving.model import declared_pooling, default_threads
+    from bertkit.inference.encode import declared_settings
+    from bertkit.inference.serving.model import default_threads
 
     model_dir = str(resolve_model(args.model))
-    pooling = declared_pooling(model_dir) or "cls"
+    pooling = declared_settings(model_dir).pooling
     args.naive_threads = args.naive_threads or default_threads()
     if args.naive_server:
         return run_naive_server(model_dir, pooling, args.naive_mode, args.naive_threads, args.naive_task,

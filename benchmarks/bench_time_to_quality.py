@@ -35,7 +35,8 @@ from bertkit.data.pretraining.instances import PretrainingCollator
 from bertkit.pipelines.demo import build_demo_vocab, pretraining_corpus
 from bertkit.pipelines.demo_plan import finetune_steps
 from bertkit.pipelines.finetune import finetune
-from bertkit.pipelines.options import PRETRAIN_RECIPES, FinetuneOptions, PretrainOptions, recipe_options
+from bertkit.pipelines.options import FinetuneOptions, PretrainOptions, recipe_options
+from bertkit.pipelines.presets import PRETRAIN_RECIPES
 from bertkit.pipelines.pretrain import PretrainingRun, prepare, pretrain
 
 SEQ = 128

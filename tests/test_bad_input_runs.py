@@ -339,8 +339,6 @@ UNUSED = [
      "masks every instance afresh each epoch"),
     ("PretrainOptions", dict(eval_fraction=0.0, eval_every=5),
      "--eval-every 5 is not used: --eval-fraction 0 holds out no documents, so nothing is evaluated"),
-    ("FinetuneOptions", dict(doc_stride=64),
-     "--doc-stride 64 is not used: it is for --task qa (a long context read in windows), not classify"),
     ("FinetuneOptions", dict(select_best=False, early_stopping_patience=5),
      "--patience 5 is not used: --keep-last keeps the last model, so no dev set is scored during the run (it only "
      "chooses the best checkpoint and stops the run early)"),
@@ -403,9 +401,16 @@ def test_defaults_that_go_unused_are_not_said(cls, given, tmp_path, monkeypatch)
 def test_values_that_cannot_be_honoured_are_refused():
     from bertkit.pipelines import options
 
-    with pytest.raises(ValueError, match=r"^--label-all-subtokens scores every sub-token of a tagged word \(--task "
-                                         r"ner\); --task classify tags no words$"):
+    with pytest.raises(ValueError, match=r"^--label-all-subtokens is for --task ner, not classify$"):
         options.FinetuneOptions(**REQUIRED["FinetuneOptions"], label_all_subtokens=True)
+    # a task's own options given for another task are refused, each group named with the task it is for
+    with pytest.raises(ValueError, match=r"^--doc-stride, --max-answer-length are for --task qa, not classify$"):
+        options.FinetuneOptions(**REQUIRED["FinetuneOptions"], doc_stride=64, max_answer_length=10)
+    with pytest.raises(ValueError, match=r"^--prompt is for --task classify, not pairs$"):
+        options.FinetuneOptions(**{**REQUIRED["FinetuneOptions"], "task": "pairs"}, prompt="[MASK]：{text}")
+    with pytest.raises(ValueError, match=r"^--temperature, --pooling are for --task embedding, not ner$"):
+        options.FinetuneOptions(**{**REQUIRED["FinetuneOptions"], "task": "ner"}, temperature=0.1, pooling="cls")
+    options.FinetuneOptions(**{**REQUIRED["FinetuneOptions"], "task": "qa"}, doc_stride=64)  # its own: taken
     with pytest.raises(ValueError, match=r"^--eval-fraction must be in \(0, 1\), got 0"):
         options.LMOptions(**REQUIRED["LMOptions"], eval_fraction=0.0)  # it held out one document all the same
 

@@ -14,7 +14,9 @@ from bertkit.training.budget import (
     RESERVE,
     forward_seconds,
     length_probes,
+    plan_for_budget,
     planned_steps,
+    probe_batches,
     seconds_per_step,
     steps_for_budget,
     wall_clock_budget,
@@ -70,6 +72,27 @@ def test_planned_steps_pays_its_evaluations_on_each_step(monkeypatch):
     assert plan(max_steps=10**6, minutes=1, eval_examples=90, eval_every=10) == 90
     assert plan(max_steps=50, minutes=1) == 50                              # the epochs' steps, when fewer
     assert plan(max_steps=50, minutes=None) == 50                           # no budget: no timing
+
+
+def test_plan_for_budget_pays_evaluations_and_the_time_already_spent():
+    cpu = torch.device("cpu")
+    assert plan_for_budget(0.5, minutes=10, device=cpu) == steps_for_budget(0.5, minutes=10) == 1080
+    # one evaluation of 3 s a tenth of the run: ten of them, 30 s first; or one every 6 steps: 0.5 s more a step
+    assert plan_for_budget(0.5, minutes=10, device=cpu, evaluation=3.0) == 1026
+    assert plan_for_budget(0.5, minutes=10, device=cpu, evaluation=3.0, eval_every=6) == 540
+    assert plan_for_budget(0.5, minutes=10, device=cpu, spent=60) == 972      # 0.9 * 540 / 0.5
+    assert plan_for_budget(0.5, minutes=1, device=cpu, spent=600) == 1        # at least a second is left: one step
+    assert wall_clock_budget(10, spent=60)["max_seconds"] == 540 and wall_clock_budget(10)["max_seconds"] == 600
+
+
+def test_probe_batches_are_like_lengths_short_to_long_or_the_first_batches():
+    lengths = [(i * 37) % 101 for i in range(101)]
+    chosen = probe_batches(101, 4, lengths)
+    assert len(chosen) == len(budget.PROBE_QUANTILES) == 7 and all(len(batch) == 4 for batch in chosen)
+    longest = [max(lengths[i] for i in batch) for batch in chosen]
+    assert longest == sorted(longest) and longest[0] < 15 and longest[-1] > 90
+    assert probe_batches(10, 4) == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9]]       # one shape: the first batches
+    assert probe_batches(3, 8) == [[0, 1, 2]]                                 # a batch larger than the data
 
 
 def test_seconds_per_step_times_a_copy():

@@ -1,6 +1,7 @@
-"""Every `--minutes` command plans its steps with the one rule (`budget.steps_for_budget`), passing its evaluations
-as overhead: a fixed one for ten evaluations, a share of each step for an evaluation every so many steps. The step's
-timing is fixed here (half a second), so each plan is known exactly; each run then trains a few steps."""
+"""Every `--minutes` command plans its steps with the one rule (`budget.plan_for_budget`, through
+`budget.steps_for_budget`), passing its evaluations as overhead: a fixed one for ten evaluations, a share of each
+step for an evaluation every so many steps. The step's timing is fixed here (half a second), so each plan is known
+exactly; each run then trains a few steps."""
 
 import json
 
@@ -29,14 +30,13 @@ def plans(monkeypatch):
 
     def recorded(seconds_per_step, **kwargs):
         # the budget as given; the reserve of the run's device (`reserve_for`): --device auto's
-        assert set(kwargs) <= {"minutes", "overhead", "reserve"}
+        assert set(kwargs) <= {"minutes", "seconds", "overhead", "reserve"}
         assert kwargs.get("reserve", budget.RESERVE) == budget.reserve_for(resolve_device("auto"))
         steps = rule(seconds_per_step, **kwargs)
         calls.append((seconds_per_step, kwargs.get("overhead", 0.0), steps))
         return steps
 
-    for module in (budget, pretrain, translation, vision):
-        monkeypatch.setattr(module, "steps_for_budget", recorded)
+    monkeypatch.setattr(budget, "steps_for_budget", recorded)  # every command plans through budget.plan_for_budget
     for module in (budget, translation, vision):
         monkeypatch.setattr(module, "seconds_per_step", lambda *args, **kwargs: STEP)
     monkeypatch.setattr(pretrain, "step_seconds", lambda run, hold=(): STEP)

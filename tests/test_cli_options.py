@@ -113,9 +113,13 @@ def test_finetune_help_documents_the_file_formats(capsys):
 
 
 def test_pretraining_objectives_are_the_data_builders():
+    import dataclasses
+
     from bertkit.data.pretraining.packing import OBJECTIVES
 
-    assert options.OBJECTIVES == OBJECTIVES
+    objective = {f.name: f for f in dataclasses.fields(options.PretrainOptions)}["objective"]
+    assert tuple(objective.metadata["choices"]) == OBJECTIVES == ("mlm+nsp", "mlm+sop", "mlm")
+    assert objective.default in OBJECTIVES
 
 
 def test_options_save_and_load(tmp_path):
@@ -128,8 +132,9 @@ def test_options_save_and_load(tmp_path):
 
 def test_the_schedules_offered_are_the_ones_the_trainer_implements():
     from bertkit.training import schedule
+    from bertkit.training.arguments import SCHEDULES
 
-    assert options.SCHEDULES is schedule.SCHEDULES  # one tuple, in training/arguments.py: it needs no torch
+    assert SCHEDULES is schedule.SCHEDULES  # one tuple, in training/arguments.py: it needs no torch
     assert options.PretrainOptions.__dataclass_fields__["lr_schedule"].metadata["choices"] == schedule.SCHEDULES
 
 
@@ -260,3 +265,24 @@ def test_int8_on_a_gpu_is_refused_in_one_line(command, capsys, tmp_path, monkeyp
     assert capsys.readouterr().err == (
         f"bertkit {command}: error: --dtype int8 runs on the CPU only; this command runs on cuda:0 (--device cuda): "
         "give --device cpu for int8, or --dtype bf16 or fp32 on the GPU\n")
+
+
+def test_each_finetune_task_is_one_record_the_command_runs_and_reports(capsys, monkeypatch, tmp_path):
+    from bertkit.cli import main
+    from bertkit.data.embedding_data import TASK as EMBEDDING_TASK
+    from bertkit.data.task_kinds import TASKS
+    from bertkit.pipelines.finetune_tasks import FINETUNE_TASKS
+
+    assert tuple(FINETUNE_TASKS) == (*TASKS, EMBEDDING_TASK)  # --task offers the records, in this order
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "t.json").write_text("{}")
+    ran = []
+    results = {"steps": 3, "train_seconds": 1.0, "stop_reason": "max_steps", "dev_accuracy": 0.5, "test_f1": 81.25,
+               "best_model": "o/best", "labels": ["a", "b"]}
+    monkeypatch.setattr("bertkit.pipelines.qa.finetune_qa", lambda options: ran.append(options.task) or results)
+    command = ["finetune", "--task", "qa", "--model", "m", "--train", "t.json", "--out", "o", "--max-steps", "3"]
+    assert main(command) == 0
+    assert ran == ["qa"]
+    assert capsys.readouterr().out.splitlines() == [
+        "fine-tuned 3 steps in 1 s (max_steps); dev_accuracy 0.50, test_f1 81.25", "best model in o/best"]
+    assert FINETUNE_TASKS["ner"].report(results)[1] == "best model (labels a, b) in o/best"

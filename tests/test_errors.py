@@ -82,11 +82,9 @@ def test_the_packages_error_classes_join_the_family_and_keep_their_builtins(dott
 
 
 def test_the_shared_kinds_are_importable_where_they_were():
-    from bertkit.cli import UserError
     from bertkit.data.sources import SourceError
     from bertkit.models.configuration import ConfigError
 
-    assert UserError is errors.InputError  # the command line's own refusals and the library's are one class
     assert SourceError is errors.SourceError and ConfigError is errors.ConfigError
 
 

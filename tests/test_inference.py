@@ -17,7 +17,6 @@ from bertkit.inference import (
     collate,
     encode,
     entity_spans,
-    pool,
     predict,
     show_progress,
     sorted_batches,
@@ -27,6 +26,7 @@ from bertkit.inference import (
 from bertkit.models.bert.configuration import BertConfig
 from bertkit.models.bert.heads import BertForSequenceClassification, BertForTokenClassification
 from bertkit.models.bert.modeling import BertModel
+from bertkit.models.functional import pool_tokens
 from bertkit.tokenizer import BertTokenizer
 from conftest import fetch_or_skip, model_dir_or_skip
 from tolerance import assert_close
@@ -107,7 +107,8 @@ def test_mean_pooling_ignores_padding(model, tokenizer):
     mask = torch.tensor([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1]])
     garbage = hidden.clone()
     garbage[0, 3:] = 1e6
-    torch.testing.assert_close(pool(garbage, mask, "mean"), torch.stack([hidden[0, :3].mean(0), hidden[1].mean(0)]))
+    torch.testing.assert_close(pool_tokens(garbage, mask, "mean"),
+                               torch.stack([hidden[0, :3].mean(0), hidden[1].mean(0)]))
     # through the model: a short text batched with a long one (so padded) keeps its lone vector
     short, long = "the cat", "the cat sat on the mat in new york"
     together = encode(model, tokenizer, [short, long], pooling="mean")

@@ -124,7 +124,8 @@ ALLOWED = {
 }
 # The run plumbing beside the pipelines: every pipeline may use it; it is no pipeline itself.
 PLUMBING = {"bertkit.pipelines.options", "bertkit.pipelines.option_fields", "bertkit.pipelines.run_directory",
-            "bertkit.pipelines.presets", "bertkit.pipelines.fine_tuning"}
+            "bertkit.pipelines.presets", "bertkit.pipelines.fine_tuning", "bertkit.pipelines.finetune_tasks",
+            *(m for m in MODULES if m.startswith("bertkit.pipelines.options."))}  # each command's options
 DEMO = "bertkit.pipelines.demo"  # the main job: a recipe over pretrain and finetune
 DEMO_PARTS = {"bertkit.pipelines.demo_plan", "bertkit.pipelines.demo_report"}  # its plan and its report: no pipeline
 

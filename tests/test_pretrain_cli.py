@@ -163,7 +163,8 @@ def test_torchrun_two_processes_match_one(workspace, store, tmp_path):
 def test_recipe_sets_the_options_and_typed_flags_win(workspace, tmp_path):
     from bertkit.cli import build_parser
     from bertkit.cli.options import options_from_args
-    from bertkit.pipelines.options import NATIVE, PRETRAIN_RECIPES, PretrainOptions, native_bf16, recipe_values
+    from bertkit.pipelines.options import PretrainOptions, native_bf16, recipe_values
+    from bertkit.pipelines.presets import NATIVE, PRETRAIN_RECIPES
 
     argv = ["pretrain", "--recipe", "crammed", "--corpus", "c.txt", "--vocab", "v", "--out", "o", "--max-steps", "3"]
     recipe = recipe_values("crammed")

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from bertkit.data.pretraining.packing import randint, uniform
-from bertkit.training.trainer import example_seed
+from bertkit.training.data_order import example_seed
 from bertkit.utils.rng import draw, mix
 
 

@@ -17,9 +17,10 @@ import torch
 from safetensors.torch import load_file
 
 from bertkit.training.checkpointing import TrainingCheckpointError, list_checkpoints, load_checkpoint
+from bertkit.training.data_order import collating_loader, example_seed, length_grouped
 from bertkit.training.distributed import Distributed
 from bertkit.training.schedule import WarmupSchedule, build_optimizer
-from bertkit.training.trainer import Trainer, TrainingArguments, TrainingError, example_seed, length_grouped
+from bertkit.training.trainer import Trainer, TrainingArguments, TrainingError
 from tolerance import assert_close
 from torchrun import run_torchrun
 
@@ -102,13 +103,13 @@ def test_example_seed_is_deterministic_and_distinct():
 def test_epochs_are_seeded_permutations_and_rank_shares_cover_each_global_batch(tmp_path):
     trainer = make_trainer(tmp_path, data=tiny.make_dataset(40), gradient_accumulation_steps=2)
     assert trainer.steps_per_epoch == 3  # 40 // 12: the 4 left over differ from epoch to epoch
-    epoch0 = [trainer.global_batch(s) for s in range(3)]
+    epoch0 = [trainer.data.global_batch(s) for s in range(3)]
     assert {e for e, _ in epoch0} == {0}
     seen = [int(i) for _, idx in epoch0 for i in idx]
     assert len(seen) == len(set(seen)) == 36
-    assert trainer.global_batch(3)[0] == 1 and list(trainer.global_batch(3)[1]) != list(epoch0[0][1])
-    assert list(make_trainer(tmp_path / "again", data=tiny.make_dataset(40)).global_batch(4)[1]) == \
-        list(trainer.global_batch(4)[1])
+    assert trainer.data.global_batch(3)[0] == 1 and list(trainer.data.global_batch(3)[1]) != list(epoch0[0][1])
+    assert list(make_trainer(tmp_path / "again", data=tiny.make_dataset(40)).data.global_batch(4)[1]) == \
+        list(trainer.data.global_batch(4)[1])
 
     # Two ranks × two micro-batches: together exactly the global batch, collated identically.
     single = trainer._micro_batches(4)
@@ -142,20 +143,20 @@ def test_length_grouping_keeps_each_epoch_a_permutation_and_cuts_padding():
 def test_trainer_groups_by_length_when_asked(tmp_path):
     data = [{"input_ids": list(range(n))} for n in np.random.default_rng(0).integers(1, 60, size=96)]
     trainer = make_trainer(tmp_path, data=data, batch_size=8, group_by_length=True)
-    batches = [trainer.global_batch(s)[1] for s in range(trainer.steps_per_epoch)]
+    batches = [trainer.data.global_batch(s)[1] for s in range(trainer.steps_per_epoch)]
     assert sorted(int(i) for b in batches for i in b) == list(range(96))
     spread = [max(len(data[i]["input_ids"]) for i in b) - min(len(data[i]["input_ids"]) for i in b) for b in batches]
     assert max(spread) < 20  # 96 examples of 1..59 tokens: random batches of 8 spread ~45
     assert [list(b) for b in batches] == [list(make_trainer(tmp_path / "again", data=data, batch_size=8,
-                                                            group_by_length=True).global_batch(s)[1])
+                                                            group_by_length=True).data.global_batch(s)[1])
                                           for s in range(trainer.steps_per_epoch)]
     # pretraining instances carry input_ids as an attribute: they group the same way
     objects = [types.SimpleNamespace(input_ids=d["input_ids"]) for d in data]
     assert [list(b) for b in batches] == [list(make_trainer(tmp_path / "objects", data=objects, batch_size=8,
-                                                            group_by_length=True).global_batch(s)[1])
+                                                            group_by_length=True).data.global_batch(s)[1])
                                           for s in range(trainer.steps_per_epoch)]
     with pytest.raises(ValueError, match="group_by_length needs"):
-        make_trainer(tmp_path / "bad", data=tiny.make_dataset(40), group_by_length=True).global_batch(0)
+        make_trainer(tmp_path / "bad", data=tiny.make_dataset(40), group_by_length=True).data.global_batch(0)
 
 
 def test_no_weight_decay_on_biases_and_layernorm():
@@ -201,7 +202,7 @@ def test_warmup_then_linear_cosine_constant():
 
 def test_step_loss_and_gradient_equal_one_big_batch(tmp_path):
     trainer = make_trainer(tmp_path / "a1", max_steps=4)
-    epoch, indices = trainer.global_batch(0)
+    epoch, indices = trainer.data.global_batch(0)
     batch = tiny.collate([trainer.train_dataset[int(i)] for i in indices],
                          [example_seed(3, epoch, int(i)) for i in indices])
     reference = tiny.build_model()
@@ -264,7 +265,7 @@ def test_data_loader_workers_leave_torchs_random_state_alone(tmp_path):
     trainer = make_trainer(tmp_path, max_steps=5, dataloader_workers=1)
     torch.manual_seed(0)
     before = torch.get_rng_state()
-    loaded = trainer._loader(0)
+    loaded = collating_loader(trainer.data, 0, trainer.total_steps, 1, torch.device("cpu"))
     assert next(loaded)[0] == 0
     assert torch.equal(torch.get_rng_state(), before)
     del loaded

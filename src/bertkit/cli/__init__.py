@@ -25,10 +25,10 @@ import warnings
 from collections.abc import Iterator, Sequence
 
 from bertkit.cli import data, explain, models, predict, seq2seq, serve, train, vision
-from bertkit.cli.common import UserError, shorten
+from bertkit.cli.common import shorten
 from bertkit.errors import BertkitError
 
-__all__ = ["UserError", "build_parser", "main"]
+__all__ = ["build_parser", "main"]
 
 COMMANDS = (models._add_info, data._add_data, data._add_vocab, data._add_prepare, train._add_pretrain,
             train._add_finetune, data._add_mine_negatives, train._add_demo, predict._add_predict,

@@ -8,11 +8,10 @@ from collections.abc import Callable
 from typing import Any
 
 from bertkit.errors import InputError
+from bertkit.models.sentence_files import CHUNK_POOLINGS, MEAN
 from bertkit.utils.devices import DEVICE_HELP
+from bertkit.utils.dtypes import INT8
 from bertkit.utils.ranges import out_of_range
-
-# A problem with what the user asked for; printed as one line, exit status 2. The library raises the same class.
-UserError = InputError
 
 
 def _numeric(convert: Callable[[str], float], kind: str, **bounds: float | None) -> Callable[[str], Any]:
@@ -57,9 +56,17 @@ def add_long_input_options(p: argparse.ArgumentParser, default: str, what_defaul
     p.add_argument("--chunk-stride", type=integer(0), metavar="N",
                    help="with --long-inputs chunk: tokens each window shares with the one before (default: a "
                         "quarter of a window)")
-    p.add_argument("--chunk-pooling", choices=["mean", "first"], default="mean",
+    p.add_argument("--chunk-pooling", choices=CHUNK_POOLINGS, default=MEAN,
                    help="with --long-inputs chunk: the windows' vectors averaged, weighted by the tokens of the "
                         "text each holds, or the first window's alone (default: mean)")
+
+
+def check_long_input_options(args: argparse.Namespace) -> bool:
+    """Whether the command reads long texts in windows (--long-inputs chunk); the window flags without it are an
+    error, not ignored."""
+    if args.long_inputs != "chunk" and (args.chunk_stride is not None or args.chunk_pooling != MEAN):
+        raise InputError("--chunk-stride and --chunk-pooling are for --long-inputs chunk")
+    return args.long_inputs == "chunk"
 
 
 def add_device_option(p: argparse.ArgumentParser, where: str = "") -> None:
@@ -74,11 +81,11 @@ def command_device(args: argparse.Namespace, dtype: str | None = None) -> Any:
     GPU given by name; with auto, int8 runs where it can, on the CPU."""
     from bertkit.utils.devices import check_device, resolve_device
 
-    if dtype == "int8" and check_device(args.device) == "auto":
+    if dtype == INT8 and check_device(args.device) == "auto":
         return resolve_device("cpu")
     device = resolve_device(args.device)
-    if dtype == "int8" and device.type != "cpu":
-        raise UserError(f"--dtype int8 runs on the CPU only; this command runs on {device} (--device "
+    if dtype == INT8 and device.type != "cpu":
+        raise InputError(f"--dtype int8 runs on the CPU only; this command runs on {device} (--device "
                         f"{args.device}): give --device cpu for int8, or --dtype bf16 or fp32 on the GPU")
     return device
 

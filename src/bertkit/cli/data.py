@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import argparse
 
-from bertkit.cli.common import UserError, add_command, integer, shorten
+from bertkit.cli.common import add_command, integer, shorten
 from bertkit.cli.texts import add_encoding_option
+from bertkit.errors import InputError
 
 # ---- data ----------------------------------------------------------------------------------------
 
@@ -144,7 +145,7 @@ def _cmd_data(args: argparse.Namespace) -> int:
             done = "fetched" if manifest.stat().st_mtime_ns != before else "verified" if args.verify else "cached"
             print(f"{name:<18}{done:<9}{time.perf_counter() - start:>6.1f} s  {path}")
         if failed:
-            raise UserError(f"{len(failed)} of {len(names)} sources failed:\n" + "\n".join(failed))
+            raise InputError(f"{len(failed)} of {len(names)} sources failed:\n" + "\n".join(failed))
     else:
         _show_data(args.name)
     return 0
@@ -189,7 +190,7 @@ def _cmd_vocab(args: argparse.Namespace) -> int:
     from bertkit.tokenizer import BertTokenizer
 
     if args.size is not None and args.size < 6:
-        raise UserError(f"--size {args.size} is too small: the 5 special tokens alone take 5")
+        raise InputError(f"--size {args.size} is too small: the 5 special tokens alone take 5")
     inputs = [("--corpus", path) for path in args.corpus]
     if args.overwrite:  # before reading the corpus, which may take a while
         check_inputs_survive(args.out, inputs)

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import argparse
 
-from bertkit.cli.common import MODEL_HELP, UserError, add_command, add_device_option, command_device, integer
+from bertkit.cli.common import MODEL_HELP, add_command, add_device_option, command_device, integer
 from bertkit.cli.texts import add_encoding_option, command_line_texts
+from bertkit.errors import InputError
 
 # ---- attention -----------------------------------------------------------------------------------
 
@@ -74,9 +75,9 @@ def _cmd_attention(args: argparse.Namespace) -> int:
     image = family.inputs == "images"
     config = family.load_config(model_dir) if family.name == "translation" else None
     if args.target is not None and config is None:
-        raise UserError(f"--target is for translation models; {model_dir} holds a {family.name} model")
+        raise InputError(f"--target is for translation models; {model_dir} holds a {family.name} model")
     if args.pair is not None and family.name != "BERT" and not image:
-        raise UserError(f"--pair is for a BERT's sentence pairs; {model_dir} holds a {family.name} model, which "
+        raise InputError(f"--pair is for a BERT's sentence pairs; {model_dir} holds a {family.name} model, which "
                         "reads one text" + (" (give the translation with --target)" if config is not None else ""))
     if config is not None:
         from bertkit.pictures.translation_attention import check_has_attention
@@ -132,7 +133,7 @@ def _cmd_attention(args: argparse.Namespace) -> int:
 
 def _check_layer(layer: int, num_layers: int) -> None:
     if not -num_layers <= layer < num_layers:
-        raise UserError(f"--layer {layer}: the model has {num_layers} layers")
+        raise InputError(f"--layer {layer}: the model has {num_layers} layers")
 
 
 def _translation_attention(args: argparse.Namespace, model_dir, text: str, picture_files: dict[str, str],
@@ -149,10 +150,10 @@ def _translation_attention(args: argparse.Namespace, model_dir, text: str, pictu
     transformer = config.architecture == "transformer"
     depth = min(config.encoder_layers, config.decoder_layers)
     if transformer and not -depth <= args.layer < depth:  # counted in each stack: -1 is either stack's last
-        raise UserError(f"--layer {args.layer}: the model has {config.encoder_layers} encoder and "
+        raise InputError(f"--layer {args.layer}: the model has {config.encoder_layers} encoder and "
                         f"{config.decoder_layers} decoder layers")
     if not transformer and args.layer not in (0, -1):
-        raise UserError(f"--layer {args.layer}: an RNN's alignment is one matrix (layer 0); leave --layer out")
+        raise InputError(f"--layer {args.layer}: an RNN's alignment is one matrix (layer 0); leave --layer out")
     target = command_line_texts([args.target], args.encoding, "--target")[0] if args.target is not None else None
     seen = translation_attentions(model, tokenizer, text, target, max_length=args.max_length)
     first = seen.maps[0]
@@ -213,7 +214,7 @@ def _cmd_explain(args: argparse.Namespace) -> int:
     from bertkit.pipelines.run_directory import new_files_in
 
     if Path(args.out).exists() and not Path(args.out).is_dir():
-        raise UserError(f"--out {args.out} is a file; give a folder for the pictures")
+        raise InputError(f"--out {args.out} is a file; give a folder for the pictures")
     topics = list(TOPICS) if args.topic == "all" else [args.topic]
     if any(topic in REAL_MODEL_TOPICS for topic in topics):
         command_device(args)  # before any work: a GPU this machine lacks is refused at once

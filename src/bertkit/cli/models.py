@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from bertkit.cli.common import MODEL_HELP, UserError, add_command
+from bertkit.cli.common import MODEL_HELP, add_command
+from bertkit.errors import InputError
 
 # ---- info ----------------------------------------------------------------------------------------
 
@@ -90,7 +91,7 @@ def _cmd_export(args: argparse.Namespace) -> int:
     source, _ = model_family(args.model, "export")
     out = Path(args.onnx)
     if out.resolve() == source.resolve():
-        raise UserError(f"--onnx {out} is the model being exported; choose another directory")
+        raise InputError(f"--onnx {out} is the model being exported; choose another directory")
     with run_directory(out, "bertkit export", overwrite=args.overwrite, inputs=[("--model", source)],
                        also=("*.onnx",), flag="--onnx"):
         model, tokenizer = load_text_model(source, "export")

@@ -14,7 +14,7 @@ import types
 import typing
 from typing import Any
 
-from bertkit.cli.common import UserError
+from bertkit.errors import InputError
 from bertkit.pipelines.option_fields import flag_of
 
 
@@ -94,5 +94,5 @@ def options_from_args(options_class: type, args: argparse.Namespace, base: dict[
     dataclass defaults (a value it refuses is a ValueError naming it)."""
     missing = missing_flags(options_class, args, base)
     if missing:
-        raise UserError(f"give {', '.join(missing)}")
+        raise InputError(f"give {', '.join(missing)}")
     return options_class(**{**(base or {}), **given_options(options_class, args)})

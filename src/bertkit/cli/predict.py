@@ -8,19 +8,29 @@ import sys
 
 from bertkit.cli.common import (
     MODEL_HELP,
-    UserError,
     add_command,
     add_device_option,
     add_long_input_options,
+    check_long_input_options,
     command_device,
     integer,
     shorten,
 )
-from bertkit.cli.texts import add_encoding_option, command_line_texts
+from bertkit.cli.texts import (
+    add_encoding_option,
+    add_text_inputs,
+    command_line_texts,
+    kept_chunks,
+    single_texts,
+    text_inputs,
+    with_pairs,
+)
 from bertkit.data.embedding_data import EVALUATION_DATASETS, EVALUATION_FILES, EVALUATION_TASKS
 from bertkit.data.task_kinds import DATASETS, FILE_FORMATS
+from bertkit.errors import InputError
 from bertkit.models.sentence_files import POOLINGS
 from bertkit.utils import jsonfiles
+from bertkit.utils.dtypes import DTYPE_CHOICES, FP32
 
 # ---- predict, evaluate, encode -------------------------------------------------------------------
 
@@ -33,17 +43,11 @@ def _add_inference_options(p: argparse.ArgumentParser) -> None:
                                                         "(default: the model's positions; as fine-tuned for QA)")
     p.add_argument("--no-truncation", action="store_true", help="refuse a text that is too long (default: cut "
                                                                           "it, with a warning)")
-    p.add_argument("--dtype", default="fp32", choices=["fp32", "bf16", "int8"],
+    p.add_argument("--dtype", default=FP32, choices=DTYPE_CHOICES,
                    help="number format: bf16 where the CPU or GPU computes it natively (else fp32, with a warning), "
                         "int8 Linear layers (dynamic quantization; CPU only) (default: fp32)")
     add_device_option(p)
     add_encoding_option(p)
-
-
-def _add_text_inputs(p: argparse.ArgumentParser) -> None:
-    p.add_argument("texts", nargs="*", metavar="TEXT", help="texts to run (or use --input)")
-    p.add_argument("--input", metavar="FILE", help="one text per line (in a .tsv file: text<TAB>pair) "
-                                                        "(default: the TEXT arguments)")
 
 
 def _add_zero_shot_options(p: argparse.ArgumentParser, dataset_words: bool = False) -> None:
@@ -70,26 +74,26 @@ def _zero_shot(args: argparse.Namespace, dataset: str | None = None) -> tuple[st
         given = [flag for flag, value in (("--prompt", args.prompt), ("--label-words", args.label_words))
                  if value is not None]
         if given:
-            raise UserError(f"{' and '.join(given)} {'goes' if len(given) == 1 else 'go'} with --zero-shot (the "
+            raise InputError(f"{' and '.join(given)} {'goes' if len(given) == 1 else 'go'} with --zero-shot (the "
                             "model's masked-LM head scoring a template, no fine-tuning); add --zero-shot")
         return None
     if args.prompt is None:
-        raise UserError("--zero-shot needs --prompt TEMPLATE, e.g. '[MASK][MASK]新闻：{text}'")
+        raise InputError("--zero-shot needs --prompt TEMPLATE, e.g. '[MASK][MASK]新闻：{text}'")
     template = command_line_texts([args.prompt], args.encoding, "--prompt")[0]
     items = command_line_texts(args.label_words, args.encoding, "--label-words") if args.label_words else None
     stray = next((item for item in items or [] if "=" not in item), None)
     if stray is not None:  # --label-words takes every word after it: a text typed next is taken for one
-        raise UserError(f"--label-words takes LABEL=WORD items, got {stray!r}; give texts before --label-words or "
+        raise InputError(f"--label-words takes LABEL=WORD items, got {stray!r}; give texts before --label-words or "
                         "after another option (--zero-shot TEXT ...)")
     words = parse_label_words(items, DATASET_LABEL_WORDS.get(dataset) if dataset else None)
     if not words:
-        raise UserError("--zero-shot needs --label-words LABEL=WORD ..., the word each label's [MASK]s should read")
+        raise InputError("--zero-shot needs --label-words LABEL=WORD ..., the word each label's [MASK]s should read")
     return template, words
 
 
 def _add_predict(sub: argparse._SubParsersAction) -> None:
     p = add_command(sub, "predict", _cmd_predict)
-    _add_text_inputs(p)
+    add_text_inputs(p)
     p.add_argument("--pair", action="append", metavar="TEXT",
                    help="the second text of a pair: once for every text, or once per text (default: single texts)")
     p.add_argument("--json", action="store_true", help="machine output: one JSON object per input, JSON Lines "
@@ -145,55 +149,13 @@ def _add_sentence_options(p: argparse.ArgumentParser) -> None:
 
 def _add_encode(sub: argparse._SubParsersAction) -> None:
     p = add_command(sub, "encode", _cmd_encode)
-    _add_text_inputs(p)
+    add_text_inputs(p)
     p.add_argument("--out", metavar="FILE.npy", help="save the vectors (N, hidden) float32 with numpy.save "
                                                               "(default: print them)")
     p.add_argument("--overwrite", action="store_true", help="replace the --out file if it exists (default: refuse)")
     _add_sentence_options(p)
     add_long_input_options(p, "truncate", "cut it to the model's positions (refuse it with --no-truncation)")
     _add_inference_options(p)
-
-
-def _text_inputs(args: argparse.Namespace, count: bool = False):
-    """(chunks of (texts, pairs or None), the number of texts or None): the TEXT arguments as one chunk, or --input
-    read as a stream (counted first when `count`, or when a progress bar may be drawn)."""
-    from bertkit.inference import PROGRESS_MIN_TEXTS, show_progress
-    from bertkit.pipelines.predict import InputFile
-
-    if args.input and args.texts:
-        raise UserError("give texts on the command line or --input FILE, not both")
-    if args.input:
-        source = InputFile(args.input, encoding=args.encoding)
-        # a progress bar needs the count, and is drawn only for long inputs to a terminal
-        total = source.count() if count or show_progress(None, PROGRESS_MIN_TEXTS) else None
-        return source.chunks(), total
-    if not args.texts:
-        raise UserError("give one or more texts, or --input FILE")
-    texts = command_line_texts(args.texts, args.encoding)
-    return [(texts, None)], len(texts)
-
-
-def _with_pairs(chunks, total: int | None, given: list[str] | None):
-    """The chunks with --pair applied: one pair for every text, or one per text."""
-    if not given:
-        yield from chunks
-        return
-    if len(given) not in (1, total):
-        raise UserError(f"{len(given)} --pair for {total} texts: give one for all, or one per text")
-    start = 0
-    for texts, pairs in chunks:
-        if pairs is not None:
-            raise UserError("--pair and a .tsv --input with pairs both give pairs; use one")
-        yield texts, given * len(texts) if len(given) == 1 else given[start:start + len(texts)]
-        start += len(texts)
-
-
-def _kept(chunks, kept: collections.deque):
-    """The chunks, each also put in `kept`: a stream consumer yields one result per chunk, and the printer takes
-    the chunk back from `kept` to show its texts beside their results."""
-    for chunk in chunks:
-        kept.append(chunk)
-        yield chunk
 
 
 def _cmd_predict(args: argparse.Namespace) -> int:
@@ -220,13 +182,13 @@ def _cmd_predict(args: argparse.Namespace) -> int:
         return _predict_answers(args, path, device)
     for flag, value in (("--question", args.question), ("--context", args.context), ("--picture", args.picture)):
         if value:
-            raise UserError(f"{flag} is for question-answering models; {args.model} is not one (fine-tune one with "
+            raise InputError(f"{flag} is for question-answering models; {args.model} is not one (fine-tune one with "
                             "bertkit finetune --task qa)")
     given = command_line_texts(args.pair, args.encoding, "--pair") if args.pair else None
-    chunks, total = _text_inputs(args, count=bool(given and len(given) > 1))
+    chunks, total = text_inputs(args, count=bool(given and len(given) > 1))
     model, tokenizer = _load_classifier(path, "predict", zero_shot, device)
     kept: collections.deque = collections.deque()
-    results = predict_stream(model, tokenizer, _kept(_with_pairs(chunks, total, given), kept), total=total,
+    results = predict_stream(model, tokenizer, kept_chunks(with_pairs(chunks, total, given), kept), total=total,
                              batch_size=args.batch_size, max_length=args.max_length,
                              truncation=not args.no_truncation, progress=None, dtype=args.dtype)
     for found in results:
@@ -268,19 +230,19 @@ def _question_inputs(args: argparse.Namespace) -> tuple[list[str] | None, list[s
     from bertkit.pipelines.predict import read_questions
 
     if args.texts or args.pair:
-        raise UserError("a question-answering model reads --question and --context (or --input FILE.jsonl), not "
+        raise InputError("a question-answering model reads --question and --context (or --input FILE.jsonl), not "
                         "TEXT arguments or --pair")
     if args.input:
         if args.question or args.context:
-            raise UserError("give questions with --question/--context or in --input FILE.jsonl, not both")
+            raise InputError("give questions with --question/--context or in --input FILE.jsonl, not both")
         return read_questions(args.input, encoding=args.encoding)
     if not args.question or not args.context:
-        raise UserError("give --question TEXT and --context TEXT (or --input FILE.jsonl with one {\"question\", "
+        raise InputError("give --question TEXT and --context TEXT (or --input FILE.jsonl with one {\"question\", "
                         "\"context\"} object per line)")
     questions = command_line_texts(args.question, args.encoding, "question")
     contexts = command_line_texts(args.context, args.encoding, "context")
     if len(contexts) not in (1, len(questions)):
-        raise UserError(f"{len(contexts)} --context for {len(questions)} --question: give one context for all, or "
+        raise InputError(f"{len(contexts)} --context for {len(questions)} --question: give one context for all, or "
                         "one per question")
     return None, questions, contexts * len(questions) if len(contexts) == 1 else contexts
 
@@ -298,7 +260,7 @@ def _predict_answers(args: argparse.Namespace, path, device) -> int:
                           inputs=[("--input", args.input)] if args.input else ())
     ids, questions, contexts = _question_inputs(args)
     if args.picture and len(questions) != 1:
-        raise UserError(f"--picture draws one question's answer; {len(questions)} questions were given")
+        raise InputError(f"--picture draws one question's answer; {len(questions)} questions were given")
     model, tokenizer = load_text_model(path, "predict", device=device)
     results = answer_questions(model, tokenizer, questions, contexts, batch_size=args.batch_size,
                                max_length=args.max_length, progress=None, dtype=args.dtype, flags=True)
@@ -339,15 +301,15 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
     device = command_device(args, args.dtype)
     if args.task:
         if args.zero_shot:
-            raise UserError("--zero-shot classifies through a prompt; --task scores sentence vectors: give one")
+            raise InputError("--zero-shot classifies through a prompt; --task scores sentence vectors: give one")
         return _evaluate_vectors(args, device)
     for flag, given in (("--max-examples", args.max_examples), ("--pooling", args.pooling),
                         ("--normalize", args.normalize), ("--kmeans-seed", args.kmeans_seed)):
         if given is not None:
-            raise UserError(f"{flag} goes with --task (retrieval, bitext, clustering, sts): sentence vectors")
+            raise InputError(f"{flag} goes with --task (retrieval, bitext, clustering, sts): sentence vectors")
     named = args.data in DATASETS
     if args.split != "test" and not named:
-        raise UserError(f"--split is for the named datasets ({', '.join(DATASETS)}); {args.data} is a file")
+        raise InputError(f"--split is for the named datasets ({', '.join(DATASETS)}); {args.data} is a file")
     zero_shot = _zero_shot(args, args.data if named else None)
     model, tokenizer = _load_classifier(args.model, "evaluate", zero_shot, device)
     scores = evaluate(model, tokenizer, args.data, split=args.split, batch_size=args.batch_size,
@@ -400,11 +362,11 @@ def _evaluate_vectors(args: argparse.Namespace, device) -> int:
     from bertkit.pipelines.embedding import COUNTS, evaluate_embedding
 
     if args.split != "test" and args.data not in EVALUATION_DATASETS[args.task]:
-        raise UserError(f"--split is for the named datasets; {args.data} is a file")
+        raise InputError(f"--split is for the named datasets; {args.data} is a file")
     if args.kmeans_seed is not None and args.task != "clustering":
-        raise UserError(f"--kmeans-seed seeds the clustering's k-means; --task {args.task} has none")
+        raise InputError(f"--kmeans-seed seeds the clustering's k-means; --task {args.task} has none")
     if getattr(args, "no_truncation", False):
-        raise UserError("--no-truncation refuses long texts when evaluating a classifier; sentence vectors are made "
+        raise InputError("--no-truncation refuses long texts when evaluating a classifier; sentence vectors are made "
                         "of each text's first --max-length tokens (the model's declared length by default), as they "
                         "were trained: leave it out, or give --max-length")
     model, tokenizer = load_text_model(args.model, "evaluate", device=device)
@@ -448,15 +410,13 @@ def _cmd_encode(args: argparse.Namespace) -> int:
     from bertkit.utils.atomic import atomic_write
 
     device = command_device(args, args.dtype)
-    chunked = args.long_inputs == "chunk"
+    chunked = check_long_input_options(args)
     if chunked and args.no_truncation:
-        raise UserError("--no-truncation refuses long texts, --long-inputs chunk reads them whole; give one")
-    if not chunked and (args.chunk_stride is not None or args.chunk_pooling != "mean"):
-        raise UserError("--chunk-stride and --chunk-pooling are for --long-inputs chunk")
+        raise InputError("--no-truncation refuses long texts, --long-inputs chunk reads them whole; give one")
     if args.out:  # before any work: refused outputs cost nothing
         check_output_file(args.out, args.overwrite, suffixes=(".npy",),
                           inputs=[("--input", args.input)] if args.input else ())
-    chunks, total = _text_inputs(args, count=bool(args.out))
+    chunks, total = text_inputs(args, count=bool(args.out))
     model, tokenizer = load_text_model(args.model, "encode", device=device)
     settings = declared_settings(resolve_model(args.model), args.pooling, args.normalize, args.max_length)
     if chunked and args.chunk_stride is not None:  # named as the flag, before any text is read
@@ -466,8 +426,8 @@ def _cmd_encode(args: argparse.Namespace) -> int:
         check_overlap(args.chunk_stride, input_limit(model, settings.max_seq_length)[0], "--chunk-stride")
     kept: collections.deque = collections.deque()
     if not args.out:  # the printer shows each chunk's texts beside its vectors; a file of vectors keeps none
-        chunks = _kept(chunks, kept)
-    vectors = encode_stream(model, tokenizer, _single_texts(chunks, args.input), total=total,
+        chunks = kept_chunks(chunks, kept)
+    vectors = encode_stream(model, tokenizer, single_texts(chunks, args.input), total=total,
                             batch_size=args.batch_size, pooling=settings.pooling, max_length=settings.max_seq_length,
                             normalize=settings.normalize, truncation=not args.no_truncation, progress=None,
                             dtype=args.dtype, long_inputs=args.long_inputs, chunk_stride=args.chunk_stride,
@@ -493,11 +453,3 @@ def _cmd_encode(args: argparse.Namespace) -> int:
             head = " ".join(f"{x:+.4f}" for x in vector[:6])
             print(f"[{head} ...] ({vector.shape[0]} dims, norm {np.linalg.norm(vector):.3f})  {shorten(text, 40)}")
     return 0
-
-
-def _single_texts(chunks, source: str | None):
-    """The texts of each chunk; a chunk with text pairs is an error (encode takes single texts)."""
-    for texts, pairs in chunks:
-        if pairs is not None:
-            raise UserError(f"{source} has text pairs (a second column); encode takes single texts")
-        yield texts

@@ -4,9 +4,9 @@ encoder-decoders, GPT and the recurrent LMs."""
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 
 from bertkit.cli.common import (
-    UserError,
     add_command,
     add_device_option,
     command_device,
@@ -15,6 +15,7 @@ from bertkit.cli.common import (
 )
 from bertkit.cli.options import add_options, options_from_args
 from bertkit.cli.texts import add_encoding_option, command_line_texts, stdin_lines
+from bertkit.errors import InputError
 from bertkit.pipelines.options import LMOptions, SummarizationOptions, TranslationOptions
 
 # ---- translate-train, translate, lm-train, generate ----------------------------------------------
@@ -52,7 +53,7 @@ def _cmd_translate_train(args: argparse.Namespace) -> int:
 def _read_texts(args: argparse.Namespace) -> list[str]:
     texts = command_line_texts(args.text, args.encoding) if args.text else stdin_lines(args.encoding)
     if not texts:
-        raise UserError("give text arguments, or lines on standard input")
+        raise InputError("give text arguments, or lines on standard input")
     return texts
 
 
@@ -80,19 +81,27 @@ def _beam_settings(args: argparse.Namespace, saved: dict) -> tuple[int, float]:
             args.length_penalty if args.length_penalty is not None else saved["length_penalty"])
 
 
-def _cmd_translate(args: argparse.Namespace) -> int:
-    """translate text with a model from `bertkit translate-train`"""
+def _generator(args: argparse.Namespace, command: str, load: Callable, generation_config: Callable) -> tuple:
+    """What `translate` and `summarize` do before they decode: (the texts, the --model directory's model on --device,
+    its tokenizer, its generation_config.json, the beams and length penalty to decode with)."""
     from bertkit.data.sources import resolve_model
     from bertkit.models.registry import require
-    from bertkit.pipelines.translation import load_generation_config, load_translator, translate
 
     device = command_device(args)
     texts = _read_texts(args)
     model_dir = resolve_model(args.model)
-    require(model_dir, "translate")
-    model, tokenizer = load_translator(model_dir)
-    model.to(device)
-    num_beams, length_penalty = _beam_settings(args, load_generation_config(model_dir))
+    require(model_dir, command)
+    model, tokenizer = load(model_dir)
+    saved = generation_config(model_dir)
+    return texts, model.to(device), tokenizer, saved, *_beam_settings(args, saved)
+
+
+def _cmd_translate(args: argparse.Namespace) -> int:
+    """translate text with a model from `bertkit translate-train`"""
+    from bertkit.pipelines.translation import load_generation_config, load_translator, translate
+
+    texts, model, tokenizer, _, num_beams, length_penalty = _generator(args, "translate", load_translator,
+                                                                        load_generation_config)
     for line in translate(model, tokenizer, texts, num_beams=num_beams,
                           max_new_tokens=args.max_new_tokens, length_penalty=length_penalty):
         print(line)
@@ -212,18 +221,10 @@ def _add_summarize(sub: argparse._SubParsersAction) -> None:
 
 def _cmd_summarize(args: argparse.Namespace) -> int:
     """write a title for each text with a model from `bertkit summarize-train`"""
-    from bertkit.data.sources import resolve_model
-    from bertkit.models.registry import require
     from bertkit.pipelines.summarization import load_generation_config, load_summarizer, summarize
 
-    device = command_device(args)
-    texts = _read_texts(args)
-    model_dir = resolve_model(args.model)
-    require(model_dir, "summarize")
-    model, tokenizer = load_summarizer(model_dir)
-    model.to(device)
-    saved = load_generation_config(model_dir)
-    num_beams, length_penalty = _beam_settings(args, saved)
+    texts, model, tokenizer, saved, num_beams, length_penalty = _generator(args, "summarize", load_summarizer,
+                                                                            load_generation_config)
     for line in summarize(model, tokenizer, texts, num_beams=num_beams, max_new_tokens=args.max_new_tokens,
                           length_penalty=length_penalty, max_source_length=saved["max_source_length"]):
         print(line)

@@ -12,19 +12,21 @@ from pathlib import Path
 
 from bertkit.cli.common import (
     MODEL_HELP,
-    UserError,
     add_command,
     add_device_option,
     add_long_input_options,
+    check_long_input_options,
     command_device,
     integer,
 )
-from bertkit.models.sentence_files import POOLINGS
+from bertkit.errors import InputError
+from bertkit.models.sentence_files import MEAN, POOLINGS
+from bertkit.utils.dtypes import DTYPE_CHOICES
 
 # bertkit.inference.serving.ServerSettings' defaults (tests hold them equal), written out so that `bertkit --help`
 # imports neither torch nor the web server
 DEFAULTS = argparse.Namespace(max_batch_tokens=2048, max_client_batch_size=32, max_concurrent_requests=512,
-                              payload_limit=2_000_000, long_inputs="refuse", chunk_pooling="mean",
+                              payload_limit=2_000_000, long_inputs="refuse", chunk_pooling=MEAN,
                               max_request_windows=16)
 API_KEY_ENV = "BERTKIT_API_KEY"
 
@@ -37,7 +39,7 @@ def _add_serve(sub: argparse._SubParsersAction) -> None:
                                                        "(default: 127.0.0.1, this machine only)")
     p.add_argument("--port", type=integer(0, 65535), default=3000, help="the port; 0 picks a free one and prints "
                                                                        "it (default: 3000)")
-    p.add_argument("--dtype", default="auto", choices=["auto", "fp32", "bf16", "int8"],
+    p.add_argument("--dtype", default="auto", choices=["auto", *DTYPE_CHOICES],
                    help="number format: bf16 where the CPU or GPU computes it natively (else fp32, with a warning), "
                         "int8 Linear layers (a scale per token; CPU only), fp32; auto: the fastest whose sentence "
                         "vectors stay within cosine 0.999 of fp32's on this machine (bf16 on a GPU that has it), "
@@ -106,7 +108,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
 
         from bertkit.inference.serving import ServedModel, ServerSettings, create_app
     except ImportError as err:
-        raise UserError(f"serving needs the serve extra ({err.name} is not installed): "
+        raise InputError(f"serving needs the serve extra ({err.name} is not installed): "
                         "pip install 'bertkit[serve]'") from None
     import torch
 
@@ -121,11 +123,9 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     path, family = model_family(args.model, "serve")  # a family the server cannot serve: refused in one line
     positions = getattr(family.load_config(path), "max_position_embeddings", 0)
     if args.max_batch_tokens < positions:
-        raise UserError(f"--max-batch-tokens {args.max_batch_tokens} is less than the model's {positions} positions:"
+        raise InputError(f"--max-batch-tokens {args.max_batch_tokens} is less than the model's {positions} positions:"
                         f" its longest input would fit no batch; give --max-batch-tokens {positions} or more")
-    if args.long_inputs != "chunk" and (args.chunk_stride is not None or args.chunk_pooling != "mean"):
-        raise UserError("--chunk-stride and --chunk-pooling are for --long-inputs chunk")
-    if args.long_inputs == "chunk" and args.chunk_stride is not None and positions:
+    if check_long_input_options(args) and args.chunk_stride is not None and positions:
         check_overlap(args.chunk_stride, positions, "--chunk-stride")
     prompts = _prompts(args.prompts)
     api_key = _api_key(args)
@@ -183,26 +183,26 @@ def _api_key(args: argparse.Namespace) -> str | None:
     """The API key: --api-key, or the first line of --api-key-file, or $BERTKIT_API_KEY; None for no key. Never
     printed: the errors here name where the key came from, not the key."""
     if args.api_key is not None and args.api_key_file is not None:
-        raise UserError("give the API key once: --api-key or --api-key-file, not both")
+        raise InputError("give the API key once: --api-key or --api-key-file, not both")
     if args.api_key_file is not None:
         try:
             lines = Path(args.api_key_file).read_text(encoding="utf-8").splitlines()
         except (OSError, UnicodeDecodeError) as err:
             reason = err.strerror if isinstance(err, OSError) else "it is not UTF-8 text"
-            raise UserError(f"--api-key-file {args.api_key_file}: cannot read it ({reason})") from None
+            raise InputError(f"--api-key-file {args.api_key_file}: cannot read it ({reason})") from None
         key = lines[0].strip() if lines else ""
         if not key:
-            raise UserError(f"--api-key-file {args.api_key_file} holds no key on its first line")
+            raise InputError(f"--api-key-file {args.api_key_file} holds no key on its first line")
         source = f"--api-key-file {args.api_key_file}"
     elif args.api_key is not None:
         key, source = args.api_key, "--api-key"
     else:
         key, source = os.environ.get(API_KEY_ENV), f"${API_KEY_ENV}"
         if key is not None and not key.strip():  # set, but to nothing: a key meant, and lost on the way
-            raise UserError(f"${API_KEY_ENV} is set but empty: the server would answer without a key; give it the "
+            raise InputError(f"${API_KEY_ENV} is set but empty: the server would answer without a key; give it the "
                             f"key, or unset it (unset {API_KEY_ENV}) to serve without one")
     if key is not None and not all(33 <= ord(char) <= 126 for char in key):
-        raise UserError(f"the API key of {source} must be printable ASCII without spaces (it goes in an HTTP header)")
+        raise InputError(f"the API key of {source} must be printable ASCII without spaces (it goes in an HTTP header)")
     return key
 
 
@@ -213,7 +213,7 @@ def _prompts(items: list[str] | None) -> dict[str, str]:
         name, sep, prefix = item.partition("=")
         if not sep or not name.strip():
             swallowed = item is items[-1] and not sep  # `serve --prompts q=a MODEL`: the model read as an item
-            raise UserError(f"--prompts takes NAME=PREFIX items (e.g. query='query: '), got {item!r}"
+            raise InputError(f"--prompts takes NAME=PREFIX items (e.g. query='query: '), got {item!r}"
                             + ("; a model named after --prompts is read as one of its items: name the model first"
                                if swallowed else ""))
         prompts[name.strip()] = prefix
@@ -226,12 +226,12 @@ def _listen(host: str, port: int) -> socket.socket:
         family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM,
                                                              flags=socket.AI_PASSIVE)[0]
     except socket.gaierror as err:
-        raise UserError(f"--host {host}: cannot resolve it ({err.strerror})") from None
+        raise InputError(f"--host {host}: cannot resolve it ({err.strerror})") from None
     listener = socket.socket(family, kind, proto)
     listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         listener.bind(address)
     except OSError as err:
         listener.close()
-        raise UserError(f"cannot listen on {host}:{port}: {err.strerror[0].lower()}{err.strerror[1:]}") from None
+        raise InputError(f"cannot listen on {host}:{port}: {err.strerror[0].lower()}{err.strerror[1:]}") from None
     return listener

@@ -9,9 +9,11 @@ import argparse
 import sys
 from pathlib import Path
 
-from bertkit.cli.common import UserError, add_command
+from bertkit.cli.common import add_command
 from bertkit.cli.options import add_options, given_options, missing_flags, options_from_args
 from bertkit.data.task_kinds import FILE_FORMATS
+from bertkit.errors import InputError
+from bertkit.pipelines.finetune_tasks import FINETUNE_TASKS
 from bertkit.pipelines.options import DemoOptions, FinetuneOptions, PretrainOptions, recipe_values
 from bertkit.pipelines.presets import PRETRAIN_RECIPE_NAMES
 
@@ -40,7 +42,7 @@ def _cmd_pretrain(args: argparse.Namespace) -> int:
 
     if args.resume:
         if args.recipe:
-            raise UserError("--recipe starts a new run; --resume continues one with the options it was started with")
+            raise InputError("--recipe starts a new run; --resume continues one with the options it was started with")
         state = resume_pretraining(args.resume, given_options(PretrainOptions, args))
         out = args.resume
     else:
@@ -48,7 +50,7 @@ def _cmd_pretrain(args: argparse.Namespace) -> int:
         if getattr(args, "vocab", None) is None and getattr(args, "init", None) is None:
             missing.insert(min(1, len(missing)), "--vocab (or --init MODEL)")
         if missing:
-            raise UserError(f"give {', '.join(missing)} (or --resume OUT)")
+            raise InputError(f"give {', '.join(missing)} (or --resume OUT)")
         # a run that continues an --init model keeps its size: the recipe's gives way
         recipe = recipe_values(args.recipe or "bert", init=getattr(args, "init", None),
                                device=getattr(args, "device", None) or "auto")
@@ -100,31 +102,9 @@ def _cmd_finetune(args: argparse.Namespace) -> int:
     (pairs: InfoNCE with in-batch negatives; scored pairs: CoSENT; plain text: SimCSE; docs/embeddings.md).
     """
     options = options_from_args(FinetuneOptions, args)
-    if options.task == "qa":
-        from bertkit.pipelines.qa import finetune_qa
-
-        results = finetune_qa(options)
-    elif options.task == "embedding":
-        from bertkit.pipelines.embedding import finetune_embedding
-
-        results = finetune_embedding(options)
-    else:
-        from bertkit.pipelines.finetune import finetune
-
-        results = finetune(options)
-    digits = 2 if options.task == "qa" else 4  # QA scores are percentages, as the official scripts print them
-    scores = ", ".join(f"{k} {v:.{digits}f}" for k, v in results.items()
-                       if k.startswith(("dev_", "test_")) and v is not None)
-    print(f"fine-tuned {results['steps']} steps in {results['train_seconds']:.0f} s "
-          f"({results['stop_reason']}); {scores}")
-    if options.task == "qa":
-        print(f"best model in {results['best_model']}")
-    elif options.task == "embedding":
-        print(f"{results['loss']} loss on {results['shape']}; best model ({results['pooling']} pooling"
-              f"{', normalized' if results['normalize'] else ''}, sentence-transformers' files) in "
-              f"{results['best_model']}")
-    else:
-        print(f"best model (labels {', '.join(results['labels'])}) in {results['best_model']}")
+    task = FINETUNE_TASKS[options.task]  # each task's pipeline and report: bertkit.pipelines.finetune_tasks
+    for line in task.report(task.train(options)):
+        print(line)
     return 0
 
 

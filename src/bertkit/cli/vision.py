@@ -5,8 +5,9 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from bertkit.cli.common import UserError, add_command
+from bertkit.cli.common import add_command
 from bertkit.cli.options import add_options, options_from_args
+from bertkit.errors import InputError
 from bertkit.pipelines.options import VisionTrainOptions
 from bertkit.utils import jsonfiles
 
@@ -40,9 +41,9 @@ def _cmd_vision_train(args: argparse.Namespace) -> int:
 
 def _image_paths(args: argparse.Namespace) -> list[str]:
     if getattr(args, "pair", None):
-        raise UserError("--pair is for text pairs; an image model takes image files")
+        raise InputError("--pair is for text pairs; an image model takes image files")
     if args.input and args.texts:
-        raise UserError("give image files on the command line or --input FILE, not both")
+        raise InputError("give image files on the command line or --input FILE, not both")
     if args.input:
         path = Path(args.input)
         if not path.is_file():
@@ -50,12 +51,12 @@ def _image_paths(args: argparse.Namespace) -> list[str]:
         try:
             paths = [line.strip() for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
         except UnicodeDecodeError as err:
-            raise UserError(f"input file {path} is not UTF-8 text ({err.reason} at byte {err.start:,}): give one "
+            raise InputError(f"input file {path} is not UTF-8 text ({err.reason} at byte {err.start:,}): give one "
                             "image path per line") from None
     else:
         paths = list(args.texts)
     if not paths:
-        raise UserError("give one or more image files, or --input FILE with one path per line")
+        raise InputError("give one or more image files, or --input FILE with one path per line")
     return paths
 
 
@@ -88,11 +89,11 @@ def image_attention(args: argparse.Namespace, model_dir: Path, device=None) -> i
     from bertkit.pictures.image_attention import image_attention_figure, image_attentions, rollout_map
 
     if args.pair:
-        raise UserError("--pair is for text pairs; an image model looks at one image")
+        raise InputError("--pair is for text pairs; an image model looks at one image")
     model, processor = load_image_model(model_dir, device)
     num_layers = model.config.num_hidden_layers
     if not -num_layers <= args.layer < num_layers:
-        raise UserError(f"--layer {args.layer}: the model has {num_layers} layers")
+        raise InputError(f"--layer {args.layer}: the model has {num_layers} layers")
     seen = image_attentions(model, processor, args.text)
     rows, columns = seen.grid
     guess = f"; predicted {seen.label} ({seen.score:.3f})" if seen.label is not None else ""

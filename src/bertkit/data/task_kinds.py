@@ -31,6 +31,10 @@ from typing import Any
 from bertkit.data.lines import is_empty_file, readable
 from bertkit.errors import InputError
 
+# What a fine-tuning run writes beside the model it keeps: its task, options and scores (`bertkit finetune`; serving
+# reads the task of an older model from it)
+FINETUNE_RESULTS = "finetune_results.json"
+
 FILE_FORMATS = """\
 classify, pairs: a TSV, CSV or JSONL file. TSV/CSV: text<TAB>label, or text<TAB>text_pair<TAB>label for
 pairs; a header row may name the columns (text/sentence/content/review..., text_pair/sentence2..., label/

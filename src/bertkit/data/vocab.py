@@ -157,12 +157,6 @@ def cjk_share(texts: list[str]) -> float:
     return sum(uni.contains(uni.CJK, c) for c in chars) / len(chars) if chars else 0.0
 
 
-def mostly_chinese(texts: list[str], threshold: float = CJK_SHARE) -> bool:
-    """Whether CJK ideographs are at least `threshold` of the non-space characters."""
-    share = cjk_share(texts)
-    return share > 0 and share >= threshold
-
-
 def build_vocab(texts: Iterable[str], out: str | Path, *, vocab_size: int | None = None, kind: str = "auto",
                 min_count: int = 1, lowercase: bool = True, trainer: str = "auto",
                 warn_if_smaller: bool = False) -> Path:

@@ -36,11 +36,11 @@ from bertkit.inference.batching import (
     sorted_batches,
     tokenize,
 )
-from bertkit.inference.encode import encode, encode_stream, pool
+from bertkit.inference.encode import encode, encode_stream
 from bertkit.inference.predict import entity_spans, label_names, predict, predict_stream, prompt_rows, tag_words
 from bertkit.models.sentence_files import POOLINGS
 
 __all__ = ["CHUNK_TEXTS", "POOLINGS", "PROGRESS_MIN_TEXTS", "EmptyTextWarning", "EncodedText", "InputTooLongError",
            "NonFiniteOutputError", "TruncationWarning", "check_texts", "collate", "encode", "encode_stream",
-           "entity_spans", "in_chunks", "label_names", "pool", "predict", "predict_stream", "prompt_rows",
+           "entity_spans", "in_chunks", "label_names", "predict", "predict_stream", "prompt_rows",
            "run_sorted", "show_progress", "sorted_batches", "tag_words", "tokenize"]

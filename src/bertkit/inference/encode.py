@@ -32,9 +32,7 @@ from bertkit.models.sentence_files import (
     check_sentence_pooling,
     read_sentence_config,
 )
-
-# (B, T, C) hidden states -> (B, C): the [CLS] vector, or the mean over real tokens; the pooling training runs too
-pool = pool_tokens
+from bertkit.utils.dtypes import BFLOAT16, FLOAT32, INT8
 
 
 def declared_settings(path: str | os.PathLike, pooling: str | None = None, normalize: bool | None = None,
@@ -71,14 +69,14 @@ def sentence_vectors(encoder: nn.Module, input_ids: Tensor, attention_mask: Tens
     asked. `encode` and the server (bertkit.inference.serving) both run this, so they give the same vectors."""
     input_ids, attention_mask, token_type_ids = at_least_rows(encoder, input_ids, attention_mask, token_type_ids)
     hidden = encoder(input_ids, attention_mask, token_type_ids).last_hidden_state.float()
-    vectors = pool(hidden, attention_mask, pooling)
+    vectors = pool_tokens(hidden, attention_mask, pooling)
     return F.normalize(vectors, dim=-1) if normalize else vectors
 
 
 def encode(model: nn.Module, tokenizer: Any, texts: Sequence[str] | str, batch_size: int = 32,
            pooling: str = DEFAULT_POOLING, max_length: int | None = 512, normalize: bool = False,
            progress: bool | None = False, truncation: bool = True, dtype: str | torch.dtype | None = None,
-           long_inputs: str | None = None, chunk_stride: int | None = None, chunk_pooling: str = "mean"
+           long_inputs: str | None = None, chunk_stride: int | None = None, chunk_pooling: str = MEAN
            ) -> np.ndarray:
     """Sentence vectors, float32 (N, C) (one text: (C,)): [CLS]'s or the mean of the real tokens' last hidden states.
 
@@ -105,7 +103,7 @@ def encode_stream(model: nn.Module, tokenizer: Any, chunks: Iterable[Sequence[st
                   batch_size: int = 32, pooling: str = DEFAULT_POOLING, max_length: int | None = 512,
                   normalize: bool = False,
                   progress: bool | None = False, truncation: bool = True, dtype: str | torch.dtype | None = None,
-                  long_inputs: str | None = None, chunk_stride: int | None = None, chunk_pooling: str = "mean"
+                  long_inputs: str | None = None, chunk_stride: int | None = None, chunk_pooling: str = MEAN
                   ) -> Iterator[np.ndarray]:
     """The vectors of each chunk of texts, chunk by chunk, in order: a file of any length in bounded memory.
 
@@ -178,13 +176,13 @@ def choose_dtype(model: nn.Module, tokenizer, pooling: str = MEAN) -> tuple[str,
     sentence vectors are compared."""
     device = next(model.parameters()).device
     if native_bfloat16(device):
-        return "bfloat16", f"this {'GPU' if device.type == 'cuda' else device.type.upper()} computes bfloat16 natively"
+        return BFLOAT16, f"this {'GPU' if device.type == 'cuda' else device.type.upper()} computes bfloat16 natively"
     if device.type != "cpu":
-        return "float32", f"int8 runs on CPU only, this model is on {device}"
+        return FLOAT32, f"int8 runs on CPU only, this model is on {device}"
     exact = encode(model, tokenizer, list(PROBE_TEXTS), pooling=pooling, normalize=True)
     int8 = encode(quantize_int8(model), tokenizer, list(PROBE_TEXTS), pooling=pooling, normalize=True)
     cosine = float((exact * int8).sum(1).min())
     if cosine >= MIN_COSINE:
-        return "int8", f"no native bfloat16; int8's vectors are within cosine {cosine:.4f} of float32's"
-    return "float32", (f"no native bfloat16, and int8's vectors are only within cosine {cosine:.4f} of float32's "
+        return INT8, f"no native bfloat16; int8's vectors are within cosine {cosine:.4f} of float32's"
+    return FLOAT32, (f"no native bfloat16, and int8's vectors are only within cosine {cosine:.4f} of float32's "
                        f"(below {MIN_COSINE})")

@@ -34,6 +34,7 @@ from torch import Tensor, nn
 from bertkit.errors import InputError
 from bertkit.inference.precision import model_dtype
 from bertkit.utils.atomic import atomic_directory, fsync_directory
+from bertkit.utils.dtypes import FLOAT32
 
 ONNX_NAME = "model.onnx"
 ONNX_INT8_NAME = "model_int8.onnx"
@@ -97,7 +98,7 @@ def export_onnx(model: nn.Module, tokenizer: Any, directory: str | os.PathLike, 
     part, kind, output_names = exported_part(model)
     if int8 and not _importable("onnxruntime"):
         raise ExportError("int8 ONNX quantization needs the onnxruntime package: pip install 'bertkit[onnx]'")
-    if model_dtype(part) != "float32":
+    if model_dtype(part) != FLOAT32:
         raise ExportError(f"export the float32 model, not a {model_dtype(part)} one (the int8 option adds "
                           "onnxruntime's own int8 graph)")
     part = part.cpu()

@@ -23,8 +23,8 @@ import numpy as np
 
 from bertkit.errors import InputError
 from bertkit.inference.batching import EncodedText
+from bertkit.models.sentence_files import CHUNK_POOLINGS, FIRST, MEAN
 
-CHUNK_POOLINGS = ("mean", "first")
 SPECIALS = 2  # [CLS] and [SEP] around every window of a single text
 
 
@@ -90,11 +90,11 @@ def split_rows(rows: Sequence[EncodedText], max_length: int, overlap: int) -> tu
     return windows, counts
 
 
-def pool_windows(vectors: Sequence[np.ndarray], weights: Sequence[int], pooling: str = "mean") -> np.ndarray:
+def pool_windows(vectors: Sequence[np.ndarray], weights: Sequence[int], pooling: str = MEAN) -> np.ndarray:
     """One text's vector from its windows' vectors: their mean weighted by `weights` (the text's tokens in each
     window), or the first window's (`pooling="first"`). One window: its vector itself."""
     check_pooling(pooling)
-    if len(vectors) == 1 or pooling == "first":
+    if len(vectors) == 1 or pooling == FIRST:
         return vectors[0]
     # summed in float64: the windows' vectors are float32, and the weights can be several hundred
     mean = np.average(np.stack(vectors).astype(np.float64), axis=0, weights=np.asarray(weights, dtype=np.float64))
@@ -102,7 +102,7 @@ def pool_windows(vectors: Sequence[np.ndarray], weights: Sequence[int], pooling:
 
 
 def pool_rows(outputs: Sequence[np.ndarray], windows: Sequence[EncodedText], counts: Sequence[int],
-              pooling: str = "mean") -> list[np.ndarray]:
+              pooling: str = MEAN) -> list[np.ndarray]:
     """The vector of each text from the outputs of its windows (`split_rows`' windows and counts, in order)."""
     pooled = []
     start = 0

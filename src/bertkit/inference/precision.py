@@ -29,8 +29,7 @@ from torch import nn
 
 from bertkit.errors import InputError
 from bertkit.inference.machine import native_bfloat16
-
-DTYPES = {"fp32": "float32", "float32": "float32", "bf16": "bfloat16", "bfloat16": "bfloat16", "int8": "int8"}
+from bertkit.utils.dtypes import BFLOAT16, DTYPES, FLOAT32, INT8
 
 
 class PrecisionWarning(UserWarning):
@@ -48,9 +47,9 @@ def dtype_name(dtype: str | torch.dtype) -> str:
 def model_dtype(model: nn.Module) -> str:
     """The number format `model` computes in: "int8" when its Linears are quantized, else its parameters' dtype."""
     if any(_is_quantized_linear(module) for module in model.modules()):
-        return "int8"
+        return INT8
     first = next((p for p in model.parameters() if p.is_floating_point()), None)
-    return "float32" if first is None else dtype_name(first.dtype)
+    return FLOAT32 if first is None else dtype_name(first.dtype)
 
 
 def for_inference(model: nn.Module, dtype: str | torch.dtype | None) -> nn.Module:
@@ -64,17 +63,17 @@ def for_inference(model: nn.Module, dtype: str | torch.dtype | None) -> nn.Modul
     if want == have:
         return model
     device = next(model.parameters()).device
-    if want == "bfloat16" and not native_bfloat16(device):
+    if want == BFLOAT16 and not native_bfloat16(device):
         what, lacks = (("GPU", "compute capability below 8.0") if device.type == "cuda" else
                        (device.type.upper(), "no AVX-512 BF16 or AMX"))
         warnings.warn(f"this {what} does not compute bfloat16 natively ({lacks}), "
                       "so bfloat16 would be slower than float32: running in float32", PrecisionWarning, stacklevel=3)
-        want = "float32"
+        want = FLOAT32
         if have == want:
             return model
-    if have == "int8":
+    if have == INT8:
         raise InputError(f"this model's Linear layers are quantized to int8; convert the original model to {want}")
-    if want == "int8":
+    if want == INT8:
         return quantize_int8(model)
     return converted_copy(model, getattr(torch, want))
 

@@ -29,6 +29,10 @@ CLS, MEAN = "cls", "mean"
 POOLINGS = (CLS, MEAN)
 DEFAULT_POOLING = CLS        # a directory that declares none is read by [CLS], as BERT's pooler reads it
 TRAINING_POOLING = MEAN      # a model that declares none trains mean vectors, as sentence-transformers builds one
+# How a long text's windows' vectors combine (`--long-inputs chunk`, bertkit.inference.long_inputs): their mean,
+# weighted by the text's tokens each holds, or the first window's
+FIRST = "first"
+CHUNK_POOLINGS = (MEAN, FIRST)
 
 
 def check_sentence_pooling(pooling: str) -> str:

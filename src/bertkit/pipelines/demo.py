@@ -37,6 +37,7 @@ from typing import Any
 
 from bertkit.data.corpus import ZH_CORPORA, load_documents
 from bertkit.data.pretraining import CorpusMix
+from bertkit.data.pretraining.packing import MLM
 from bertkit.pipelines.demo_plan import (
     KINDS,
     REPLAN_TOLERANCE,
@@ -68,7 +69,7 @@ OUTPUTS = ("vocab", "timing", "pretrain", "tapt", "finetune", "*.png")
 
 # The tiny BERT's pretraining: the crammed recipe on the task's own unlabelled text, masked LM alone (a headline is
 # a one-sentence document: there is no next sentence to predict). docs/pretraining-recipe.md has what was tried.
-PRETRAIN = {"objective": "mlm"}
+PRETRAIN = {"objective": MLM}
 
 
 def pretraining_corpus(task: str = "thucnews") -> list[str]:

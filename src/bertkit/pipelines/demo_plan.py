@@ -42,6 +42,7 @@ import math
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
+from bertkit.data.pretraining.packing import MLM
 from bertkit.training.budget import RESERVE, steps_for_budget
 
 ROWS = ("bertkit-pretrained", "random-init", "m3e-small", "m3e-small-tapt", "prompt")
@@ -88,7 +89,7 @@ KINDS = ("tiny", "prompt", "m3e-small")
 # no masked-LM head: the head starts fresh, and the encoder is held for its first steps so that the fresh head's
 # gradients do not reach it (benchmarks/levers_tapt.py measures each setting; docs/pretraining-recipe.md has them).
 TAPT_STEPS = 600
-TAPT = {"objective": "mlm", "batch_size": 32, "learning_rate": 1e-4, "mlm_probability": 0.3}
+TAPT = {"objective": MLM, "batch_size": 32, "learning_rate": 1e-4, "mlm_probability": 0.3}
 TAPT_FROZEN_SHARE = 1 / 3     # of the TAPT steps: the encoder held while the fresh head learns
 TAPT_EVALS = 5                # held-out evaluations over the TAPT run (each scores 512 headlines through m3e-small)
 

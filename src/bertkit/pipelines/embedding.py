@@ -16,7 +16,6 @@ no dev score: the last model is kept. The best model is a BERT directory with se
 
 from __future__ import annotations
 
-import time
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -42,13 +41,12 @@ from bertkit.data.embedding_data import (
     sts_set,
 )
 from bertkit.data.quality import DataReport
-from bertkit.data.sources import resolve_model
 from bertkit.errors import InputError
 from bertkit.inference import encode
 from bertkit.inference.batching import TruncationWarning
 from bertkit.models.bert.modeling import BertModel
 from bertkit.models.sentence_files import DEFAULT_POOLING, TRAINING_POOLING, SentenceConfig, read_sentence_config
-from bertkit.pipelines.fine_tuning import Scorer, TaskParts, fine_tune, write_results
+from bertkit.pipelines.fine_tuning import Scorer, TaskParts, fine_tune, sample_examples, start_run, write_results
 from bertkit.pipelines.options import FinetuneOptions
 from bertkit.pipelines.run_directory import holds_out
 from bertkit.training.embedding_metrics import (
@@ -64,7 +62,6 @@ from bertkit.training.embedding_model import (
     SentenceEmbeddingModel,
     count_items,
 )
-from bertkit.utils.devices import resolve_device
 
 RANKED = 100  # documents ranked per query: recall@100 is the deepest figure
 COUNTS = ("queries", "documents", "pairs", "texts")  # what a score counted, beside its figures
@@ -314,19 +311,9 @@ def dev_scorer(examples: Sequence[EmbeddingExample], tokenizer: Any, settings: E
 def finetune_embedding(options: FinetuneOptions) -> dict[str, Any]:
     """Train sentence vectors on options.train, keep the best dev checkpoint (or the last), score it on test;
     returns (and writes) the results. The run holds options.out, as `bertkit finetune` does."""
-    from bertkit.tokenizer import BertTokenizer
-
-    if options.task != "embedding":
-        raise InputError(f"finetune_embedding trains the embedding task, not {options.task!r}")
-    started = time.perf_counter()
-    resolve_device(options.device)  # before any work: a GPU this machine lacks is refused at once
-    model_dir = resolve_model(options.model)
-    tokenizer = BertTokenizer.from_pretrained(model_dir)
+    started, model_dir, tokenizer = start_run(options, "embedding", "finetune_embedding")
     splits = load_splits(options)
-    train = splits["train"]
-    if options.max_train_examples and len(train) > options.max_train_examples:
-        rng = np.random.default_rng(options.seed)
-        train = [train[i] for i in sorted(rng.choice(len(train), options.max_train_examples, replace=False))]
+    train = sample_examples(splits["train"], options)
     shape = shape_of(train)
     loss = choose_loss(options, shape)
     check_learnable(train, loss, options)

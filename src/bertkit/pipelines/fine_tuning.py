@@ -21,19 +21,22 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 
 from bertkit.data.quality import DataReport, check_positions_fit, check_tokenizer_fits
+from bertkit.data.sources import resolve_model
+from bertkit.data.task_kinds import FINETUNE_RESULTS
 from bertkit.models.bert.configuration import BertConfig
 from bertkit.pipelines.options import FinetuneOptions
 from bertkit.training.arguments import TrainState
 from bertkit.training.budget import planned_steps, steps_per_epoch
-from bertkit.training.trainer import BEST_DIR, Trainer
+from bertkit.training.checkpointing import BEST_DIR
+from bertkit.training.trainer import Trainer
 from bertkit.utils import jsonfiles
 from bertkit.utils.atomic import atomic_write_text
 from bertkit.utils.devices import resolve_device
 
-RESULTS_NAME = "finetune_results.json"
 
 @dataclass(frozen=True)
 class Scorer:
@@ -80,6 +83,28 @@ def warn_if_fewer_examples(options: FinetuneOptions, available: int, what: str =
     if options.max_train_examples and options.max_train_examples > available:
         warnings.warn(f"--max-train-examples {options.max_train_examples} is more than the {available} {what}: all "
                       f"{available} are used", stacklevel=3)
+
+
+def start_run(options: FinetuneOptions, task: str, pipeline: str) -> tuple[float, Path, Any]:
+    """What a task's pipeline does first: (the time it started, the pretrained model's directory, its tokenizer). A
+    run of another task is refused, and so is a GPU the machine lacks, before any work; the threads are set."""
+    from bertkit.errors import InputError
+    from bertkit.tokenizer import BertTokenizer
+
+    if options.task != task:
+        raise InputError(f"{pipeline} trains the {task} task, not {options.task!r}")
+    started = time.perf_counter()
+    options.start()
+    model_dir = resolve_model(options.model)
+    return started, model_dir, BertTokenizer.from_pretrained(model_dir)
+
+
+def sample_examples(examples: list, options: FinetuneOptions) -> list:
+    """A seeded sample of --max-train-examples of `examples`, in their order; all of them where there are no more."""
+    if options.max_train_examples and len(examples) > options.max_train_examples:
+        rng = np.random.default_rng(options.seed)
+        return [examples[i] for i in sorted(rng.choice(len(examples), options.max_train_examples, replace=False))]
+    return examples
 
 
 def input_ids(feature: Any) -> Sequence[int]:
@@ -141,4 +166,4 @@ def fine_tune(options: FinetuneOptions, task: TaskParts, model_dir: Path, tokeni
 
 def write_results(options: FinetuneOptions, results: dict[str, Any]) -> None:
     """OUT/finetune_results.json: what the run did and scored."""
-    atomic_write_text(Path(options.out) / RESULTS_NAME, jsonfiles.dumps(results, indent=2, ensure_ascii=False))
+    atomic_write_text(Path(options.out) / FINETUNE_RESULTS, jsonfiles.dumps(results, indent=2, ensure_ascii=False))

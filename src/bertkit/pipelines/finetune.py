@@ -29,8 +29,7 @@ from bertkit.pipelines.fine_tuning import Scorer, TaskParts, fine_tune, warn_if_
 from bertkit.pipelines.options import FinetuneOptions
 from bertkit.pipelines.run_directory import holds_out
 from bertkit.training import metrics
-from bertkit.utils.cpu_load import apply_threads
-from bertkit.utils.devices import bf16_on, resolve_device
+from bertkit.utils.devices import bf16_on
 
 # ---- data ----------------------------------------------------------------------------------------
 
@@ -189,8 +188,7 @@ def finetune(options: FinetuneOptions) -> dict[str, Any]:
     from bertkit.tokenizer import BertTokenizer
 
     started = time.perf_counter()
-    resolve_device(options.device)  # before any work: a GPU this machine lacks is refused at once
-    apply_threads(options.threads)  # the threads a --minutes probe times and the run trains on
+    options.start()  # before any work: the device (a GPU the machine lacks is refused) and the threads
     task = get_task(options.task)
     if task.spans:
         raise InputError("extractive question answering has its own pipeline: bertkit.pipelines.qa.finetune_qa "

@@ -20,6 +20,7 @@ from bertkit.errors import InputError
 from bertkit.pipelines.options import MineOptions
 from bertkit.pipelines.run_directory import check_output_file
 from bertkit.utils.atomic import atomic_write_text
+from bertkit.utils.dtypes import BFLOAT16
 
 
 def search_space(rows: list[EmbeddingExample]) -> tuple[list[str], list[int], list[frozenset[int]]]:
@@ -70,7 +71,7 @@ def mine_negatives(options: MineOptions) -> dict[str, Any]:
     def vectors(texts: list[str]) -> np.ndarray:
         return encode(model, tokenizer, texts, batch_size=options.batch_size, pooling=settings.pooling,
                       max_length=settings.max_seq_length, normalize=True, progress=options.progress,
-                      dtype="bf16" if native_bfloat16(device) else None)
+                      dtype=BFLOAT16 if native_bfloat16(device) else None)
 
     mined = mine_hard_negatives(vectors([row.texts[0] for row in rows]), vectors(documents), positives, related,
                                 negatives=options.negatives, candidates=options.candidates, margin=options.margin,

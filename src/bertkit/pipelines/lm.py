@@ -34,8 +34,7 @@ from bertkit.pipelines.presets import GPT_PRESETS, RNN_LM_PRESETS
 from bertkit.pipelines.run_directory import holds_out
 from bertkit.utils import jsonfiles
 from bertkit.utils.atomic import atomic_write_text
-from bertkit.utils.cpu_load import apply_threads
-from bertkit.utils.devices import resolve_device, to_device
+from bertkit.utils.devices import to_device
 
 REPORT_NAME = "report.json"
 OPTIONS_NAME = "lm_options.json"
@@ -152,14 +151,11 @@ def train_lm(options: LMOptions) -> dict[str, Any]:
     """Documents -> tokenizer -> GPT or recurrent LM -> Trainer -> held-out perplexity vs unigram; writes
     OUT/report.json. The run holds OUT (`run_directory`: an earlier run or model there is refused unless
     options.overwrite)."""
-    from bertkit.training.budget import reserve_for, seconds_per_step, steps_for_budget
+    from bertkit.training.budget import plan_for_budget, probe_batches, seconds_per_step
     from bertkit.training.trainer import Trainer
 
-    device = resolve_device(options.device)  # before any work: a GPU this machine lacks is refused at once
-    apply_threads(options.threads)  # the threads a --minutes probe times and the run trains on
+    device = options.start(OPTIONS_NAME)  # the device, the threads, OUT with these options in it
     out = Path(options.out)
-    out.mkdir(parents=True, exist_ok=True)
-    options.save(out / OPTIONS_NAME)
     documents = load_texts(options.corpus)
     random.Random(options.seed).shuffle(documents)
     held = max(1, int(len(documents) * options.eval_fraction))
@@ -177,10 +173,12 @@ def train_lm(options: LMOptions) -> dict[str, Any]:
     if options.batch_size > batch_size:
         warnings.warn(f"--batch-size {options.batch_size} is more than the {batch_size} training blocks of "
                       f"{options.block_size} tokens: each step takes all {batch_size}", stacklevel=2)
-    # no overhead: the one held-out evaluation comes after the clock's last reading
-    max_steps = options.max_steps or steps_for_budget(
-        seconds_per_step(model, [collate_blocks(train_blocks[:batch_size])], options.bf16, device=device),
-        minutes=options.minutes, reserve=reserve_for(device))
+    # blocks of one length (probe_batches: the first few batches); no evaluation in the plan: the one held-out
+    # evaluation comes after the clock's last reading
+    probes = [collate_blocks([train_blocks[i] for i in batch])
+              for batch in probe_batches(len(train_blocks), batch_size)]
+    max_steps = options.max_steps or plan_for_budget(seconds_per_step(model, probes, options.bf16, device=device),
+                                                     minutes=options.minutes, device=device)
     args = options.training_arguments(max_steps, batch_size=batch_size, lr_schedule="cosine", weight_decay=0.1,
                                       eval_every=None, save_total_limit=1)  # held-out perplexity once, at the end
     eval_fn = lambda m: {"perplexity": model_perplexity(m, eval_blocks[:64])}

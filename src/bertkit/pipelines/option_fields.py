@@ -60,7 +60,7 @@ def option(default: Any = MISSING, help: str = "", *, flag: str | None = None, a
            choices: tuple | None = None, metavar: str | None = None, shown: str | None = None,
            minimum: float | None = None, above: float | None = None, maximum: float | None = None,
            below: float | None = None, path: bool = False, names: Names | None = None,
-           default_factory: Any = MISSING) -> Any:
+           tasks: tuple[str, ...] | None = None, default_factory: Any = MISSING) -> Any:
     """A dataclass field with its command-line form: `help` (one line), `flag` (default: --the-name),
     `aliases`, `choices` (checked in Python too), `metavar`, and `shown`, what the help says the default is
     (default: the default itself; needed where None means something).
@@ -68,10 +68,11 @@ def option(default: Any = MISSING, help: str = "", *, flag: str | None = None, a
     A number's range is checked in Python too: `minimum` / `maximum` inclusive, `above` / `below` exclusive;
     a float must be finite. `path`: the value is a file or directory: a saved run records it so that the run
     directory can move (`Options.save`); `names`: the names it takes besides (a corpus, a preset), and which wins
-    where a path of the same name exists too."""
+    where a path of the same name exists too. `tasks`: the fine-tuning tasks it is for (`bertkit finetune --task`);
+    given for another, it is refused (`Options.check_tasks`)."""
     metadata = {"help": help, "flag": flag, "aliases": aliases, "choices": choices, "metavar": metavar,
                 "shown": shown, "minimum": minimum, "above": above, "maximum": maximum, "below": below,
-                "path": path or names is not None, "names": names}
+                "path": path or names is not None, "names": names, "tasks": tasks}
     if default_factory is not MISSING:
         return field(default_factory=default_factory, metadata=metadata)
     return field(default=default, metadata=metadata)
@@ -207,6 +208,17 @@ class Options:
         f = self._field(name)
         default = f.default_factory() if f.default_factory is not MISSING else f.default
         return getattr(self, name) != default
+
+    def check_tasks(self, task: str) -> None:
+        """Refuse the options given that are for other tasks than `task` (their `tasks`), naming them."""
+        wrong: dict[tuple[str, ...], list[str]] = {}
+        for f in dataclasses.fields(self):
+            tasks = f.metadata.get("tasks")
+            if tasks and task not in tasks and self.differs(f.name):
+                wrong.setdefault(tasks, []).append(flag_of(f))
+        for tasks, flags in wrong.items():
+            raise InputError(f"{', '.join(flags)} {'is' if len(flags) == 1 else 'are'} for --task "
+                             f"{' or '.join(tasks)}, not {task}")
 
     def given(self, name: str) -> str:
         """The option `name` as typed: "--dupe-factor 3"."""

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from bertkit.data.pretraining.packing import MLM_NSP
 from bertkit.data.quality import check_positions_fit
 from bertkit.errors import InputError
 from bertkit.models.bert.configuration import BertConfig
@@ -87,7 +88,7 @@ LM_MODELS = ("gpt", "rnn", "lstm", "gru")
 NATIVE = "where the CPU computes it natively"  # bf16 in a recipe: emulated bf16 would be slower than fp32
 PRETRAIN_RECIPES: dict[str, dict[str, Any]] = {
     "bert": {},
-    "crammed": dict(config="tiny", objective="mlm+nsp", masking="dynamic", mlm_probability=0.3, dropout=0.0,
+    "crammed": dict(config="tiny", objective=MLM_NSP, masking="dynamic", mlm_probability=0.3, dropout=0.0,
                     learning_rate=1e-3, warmup_ratio=0.02, bf16=NATIVE, dupe_factor=1),
 }
 PRETRAIN_RECIPE_NAMES = tuple(PRETRAIN_RECIPES)

@@ -16,6 +16,7 @@ from typing import Any
 import torch
 
 from bertkit.data.pretraining import CorpusMix, DataSettings, PretrainingData, build
+from bertkit.data.pretraining.packing import MLM
 from bertkit.data.quality import check_positions_fit
 from bertkit.errors import InputError
 from bertkit.models.bert.configuration import BertConfig
@@ -23,19 +24,12 @@ from bertkit.models.bert.heads import BertForMaskedLM, BertForPreTraining
 from bertkit.pipelines.options import PretrainOptions
 from bertkit.pipelines.presets import model_config
 from bertkit.pipelines.run_directory import run_directory
-from bertkit.training.budget import (
-    EVALUATIONS,
-    forward_seconds,
-    reserve_for,
-    seconds_per_step,
-    steps_for_budget,
-    timing_batches,
-)
+from bertkit.training.budget import forward_seconds, plan_for_budget, seconds_per_step, timing_batches
 from bertkit.training.checkpointing import check_not_finished
+from bertkit.training.data_order import loader_workers
 from bertkit.training.distributed import process_count, process_rank
 from bertkit.training.pretraining_eval import pretraining_eval
-from bertkit.training.trainer import Trainer, loader_workers
-from bertkit.utils.cpu_load import apply_threads
+from bertkit.training.trainer import Trainer
 from bertkit.utils.devices import resolve_device
 
 OPTIONS_NAME = "pretrain_options.json"
@@ -100,7 +94,7 @@ def initial_model(options: PretrainOptions, tokenizer, directory: Path | None = 
     """The model a run starts from: fresh weights of --config's shape, or the --init model's encoder (and the
     pretraining heads its checkpoint has; those it lacks start fresh, and a warning says which) from `directory`
     (`tokenizer_directory`'s, unless given)."""
-    head = BertForMaskedLM if options.objective == "mlm" else BertForPreTraining
+    head = BertForMaskedLM if options.objective == MLM else BertForPreTraining
     torch.manual_seed(options.seed)  # fresh weights, and fresh heads of an --init model, are seeded
     if options.init is None:
         config = model_config(options.config, len(tokenizer), options.albert, options.max_seq_length,
@@ -147,10 +141,8 @@ def plan_steps(run: PretrainingRun, options: PretrainOptions) -> int:
     step = step_seconds(run)
     evaluation = (forward_seconds(len(run.data.eval_singles) + len(run.data.eval_pairs), options.batch_size, step)
                   if run.data.eval_singles else 0.0)  # no held-out documents: no evaluation (`eval_fn`)
-    reserve = reserve_for(resolve_device(options.device))
-    if options.eval_every:
-        return steps_for_budget(step + evaluation / options.eval_every, minutes=options.minutes, reserve=reserve)
-    return steps_for_budget(step, minutes=options.minutes, overhead=EVALUATIONS * evaluation, reserve=reserve)
+    return plan_for_budget(step, minutes=options.minutes, device=resolve_device(options.device),
+                           evaluation=evaluation, eval_every=options.eval_every)
 
 
 def pretrain(options: PretrainOptions, resume: bool = False, prepared: PretrainingRun | None = None):
@@ -158,8 +150,7 @@ def pretrain(options: PretrainOptions, resume: bool = False, prepared: Pretraini
     model there is refused unless options.overwrite); returns the trainer's final TrainState. `prepared`: the data
     and model `prepare` made for these options already (the main job times its steps before it trains it); they
     must not have been trained."""
-    resolve_device(options.device)  # a GPU this machine lacks is refused before anything is read or written
-    apply_threads(options.threads)  # the threads a --minutes probe times and the run trains on
+    options.start()  # a GPU this machine lacks is refused before anything is read or written; the threads
     with run_directory(options.out, "bertkit pretrain", overwrite=options.overwrite, resume=resume,
                        main=process_rank() == 0, inputs=options.inputs()):
         out = Path(options.out)

@@ -14,30 +14,34 @@ every text task shares, `fine_tuning.fine_tune`.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 
 from bertkit.data.qa import QAExample, QAWindow, qa_windows
 from bertkit.data.quality import DataReport
-from bertkit.data.sources import resolve_model
 from bertkit.data.task_kinds import get_task
 from bertkit.errors import InputError
 from bertkit.inference.batching import collate
 from bertkit.inference.qa import answer_windows
 from bertkit.models.bert.heads import BertForQuestionAnswering
-from bertkit.pipelines.fine_tuning import Scorer, TaskParts, fine_tune, warn_if_fewer_examples, write_results
+from bertkit.pipelines.fine_tuning import (
+    Scorer,
+    TaskParts,
+    fine_tune,
+    sample_examples,
+    start_run,
+    warn_if_fewer_examples,
+    write_results,
+)
 from bertkit.pipelines.options import FinetuneOptions
 from bertkit.pipelines.run_directory import holds_out
 from bertkit.training.qa_metrics import qa_scores
 from bertkit.utils import jsonfiles
 from bertkit.utils.atomic import atomic_write_text
-from bertkit.utils.devices import resolve_device
 
 PREDICTIONS_NAME = "predictions.json"
 
@@ -88,22 +92,10 @@ def load_qa_splits(options: FinetuneOptions) -> dict[str, list[QAExample]]:
 def finetune_qa(options: FinetuneOptions) -> dict[str, Any]:
     """Train a BertForQuestionAnswering, keep the best dev checkpoint (F1), score it on test; returns (and writes)
     the results. The run holds options.out, as `bertkit finetune` does."""
-    from bertkit.tokenizer import BertTokenizer
-
-    if options.task != "qa":
-        raise InputError(f"finetune_qa trains the qa task, not {options.task!r}")
-    if options.prompt is not None:
-        raise InputError("a prompt template classifies texts; it has no meaning for question answering")
-    started = time.perf_counter()
-    resolve_device(options.device)  # before any work: a GPU this machine lacks is refused at once
-    model_dir = resolve_model(options.model)
-    tokenizer = BertTokenizer.from_pretrained(model_dir)
+    started, model_dir, tokenizer = start_run(options, "qa", "finetune_qa")
     splits = load_qa_splits(options)
-    train = splits["train"]
-    warn_if_fewer_examples(options, len(train), "training questions")
-    if options.max_train_examples and len(train) > options.max_train_examples:
-        rng = np.random.default_rng(options.seed)
-        train = [train[i] for i in sorted(rng.choice(len(train), options.max_train_examples, replace=False))]
+    warn_if_fewer_examples(options, len(splits["train"]), "training questions")
+    train = sample_examples(splits["train"], options)
     settings = {"max_length": options.max_length, "doc_stride": options.doc_stride,
                 "max_answer_length": options.max_answer_length, "impossible": any(e.is_impossible for e in train)}
     decoding = {"max_answer_length": options.max_answer_length, "impossible": settings["impossible"]}

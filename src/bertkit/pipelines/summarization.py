@@ -17,7 +17,6 @@ metrics.jsonl and report.json.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
 import time
@@ -36,12 +35,11 @@ from bertkit.models.seq2seq.bert_encoder import BertSeq2Seq, BertSeq2SeqConfig
 from bertkit.pipelines.options import SummarizationOptions
 from bertkit.pipelines.run_directory import holds_out
 from bertkit.tokenizer import BertTokenizer, detokenize
-from bertkit.training.budget import reserve_for, seconds_per_step, steps_for_budget
+from bertkit.training.budget import plan_for_budget, probe_batches, seconds_per_step
 from bertkit.training.rouge import characters, corpus_rouge
 from bertkit.utils import jsonfiles
 from bertkit.utils.atomic import atomic_write_text
-from bertkit.utils.cpu_load import apply_threads
-from bertkit.utils.devices import resolve_device, to_device
+from bertkit.utils.devices import to_device
 
 REPORT_NAME = "report.json"
 OPTIONS_NAME = "summarization_options.json"
@@ -313,11 +311,8 @@ def train_summarizer(options: SummarizationOptions, splits: dict[str, list[tuple
     from bertkit.training.trainer import Trainer
 
     started = time.perf_counter()
-    device = resolve_device(options.device)  # before any work: a GPU this machine lacks is refused at once
-    apply_threads(options.threads)  # the threads a --minutes probe times and the run trains on
+    device = options.start(OPTIONS_NAME)  # the device, the threads, OUT with these options in it
     out = Path(options.out)
-    out.mkdir(parents=True, exist_ok=True)
-    options.save(out / OPTIONS_NAME)
     model_dir = resolve_model(options.model)
     encoder = BertModel.from_pretrained(model_dir)
     check_encoder(options, encoder.config)
@@ -339,19 +334,15 @@ def train_summarizer(options: SummarizationOptions, splits: dict[str, list[tuple
     encode_seconds = time.perf_counter() - started
     collator = SummaryCollator(tokenizer.source.pad_token_id)
 
-    # time batches at several quantiles of the body lengths, so short and long ones count alike
-    by_length = sorted(train, key=lambda x: len(x["input_ids"]))
+    # batches of like body lengths, short to long (probe_batches); the clock counts the states computed above:
+    # `--minutes` is the whole training, encoder pass included
     B = options.batch_size
-    probes = [collator(by_length[i: i + B]) for i in
-              dict.fromkeys(min(int(q * len(by_length)), len(by_length) - B) for q in (0.1, 0.5, 0.9))]
-    # the clock counts the states computed above: `--minutes` is the whole training, encoder pass included
-    budget = options.minutes * 60 - encode_seconds if options.minutes else None
-    max_steps = options.max_steps or steps_for_budget(seconds_per_step(model, probes, options.bf16, device=device),
-                                                      seconds=max(budget, 1.0), reserve=reserve_for(device))
-    args = options.training_arguments(max_steps, weight_decay=0.01, save_total_limit=1, group_by_length=True,
-                                      eval_every=None)  # the dev loss once, at the end
-    if budget is not None:
-        args = dataclasses.replace(args, max_seconds=max(budget, 1.0))
+    lengths = [len(example["input_ids"]) for example in train]
+    probes = [collator([train[i] for i in batch]) for batch in probe_batches(len(train), B, lengths)]
+    max_steps = options.max_steps or plan_for_budget(seconds_per_step(model, probes, options.bf16, device=device),
+                                                     minutes=options.minutes, device=device, spent=encode_seconds)
+    args = options.training_arguments(max_steps, spent=encode_seconds, weight_decay=0.01, save_total_limit=1,
+                                      group_by_length=True, eval_every=None)  # the dev loss once, at the end
     trainer = Trainer(model, args, train, collator, eval_fn=dev_loss_fn(dev, collator, B), tokenizer=tokenizer)
     state = trainer.train()
     save_generation_config(out, options)

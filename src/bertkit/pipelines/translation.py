@@ -37,11 +37,10 @@ from bertkit.pipelines.presets import TRANSLATION_MODELS as MODELS
 from bertkit.pipelines.presets import TRANSLATION_SIZES as SIZES
 from bertkit.pipelines.run_directory import holds_out
 from bertkit.tokenizer import detokenize
-from bertkit.training.budget import reserve_for, seconds_per_step, steps_for_budget
+from bertkit.training.budget import plan_for_budget, probe_batches, seconds_per_step
 from bertkit.utils import jsonfiles
 from bertkit.utils.atomic import atomic_write_text
-from bertkit.utils.cpu_load import apply_threads
-from bertkit.utils.devices import resolve_device, to_device
+from bertkit.utils.devices import to_device
 
 REPORT_NAME = "report.json"
 OPTIONS_NAME = "translation_options.json"
@@ -293,11 +292,8 @@ def train_translation(options: TranslationOptions) -> dict[str, Any]:
     OUT (`bertkit.pipelines.run_directory`: an earlier run or model there is refused unless options.overwrite)."""
     from bertkit.training.trainer import Trainer
 
-    device = resolve_device(options.device)  # before any work: a GPU this machine lacks is refused at once
-    apply_threads(options.threads)  # the threads a --minutes probe times and the run trains on
+    device = options.start(OPTIONS_NAME)  # the device, the threads, OUT with these options in it
     out = Path(options.out)
-    out.mkdir(parents=True, exist_ok=True)
-    options.save(out / OPTIONS_NAME)
     splits = load_pairs(options.data, options.source_lang, options.target_lang, options.seed)
     with tempfile.TemporaryDirectory() as work_dir:
         tokenizer = build_tokenizer(splits["train"], options.source_lang, options.target_lang, options.vocab_size,
@@ -314,11 +310,12 @@ def train_translation(options: TranslationOptions) -> dict[str, Any]:
     config = model_config(options, tokenizer)
     torch.manual_seed(options.seed)
     model = build_seq2seq(config)
-    # time batches spread across the length-sorted list, so short and long ones count alike
-    probes = [collator(batches[int(q * (len(batches) - 1))]) for q in (0.5, 0.1, 0.3, 0.5, 0.7, 0.9)]
-    # no overhead: the one dev evaluation comes after the clock's last reading
-    max_steps = options.max_steps or steps_for_budget(seconds_per_step(model, probes, options.bf16, device=device),
-                                                      minutes=options.minutes, reserve=reserve_for(device))
+    # each dataset item is a batch of like-length pairs: the probes are items of like length (probe_batches); no
+    # evaluation in the plan: the one dev evaluation comes after the clock's last reading
+    lengths = [max(len(pair[0]) for pair in batch) for batch in batches]
+    probes = [collator(batches[i]) for [i] in probe_batches(len(batches), 1, lengths)]
+    max_steps = options.max_steps or plan_for_budget(seconds_per_step(model, probes, options.bf16, device=device),
+                                                     minutes=options.minutes, device=device)
     args = options.training_arguments(max_steps, batch_size=1,  # each dataset item is a batch of like-length pairs
                                       learning_rate=options.lr, weight_decay=0.01, save_total_limit=1,
                                       eval_every=None)  # the dev loss once, at the end

@@ -13,7 +13,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 
 from bertkit.data.images import ImageCollator, ImageProcessor, ImageSet, load_mnist, read_image_folder
@@ -22,12 +21,12 @@ from bertkit.models.vit.configuration import ViTConfig
 from bertkit.models.vit.modeling import ViTForImageClassification
 from bertkit.pipelines.options import VisionTrainOptions, check_image_size
 from bertkit.pipelines.run_directory import holds_out
-from bertkit.training.budget import EVALUATIONS, forward_seconds, reserve_for, seconds_per_step, steps_for_budget
-from bertkit.training.trainer import BEST_DIR, METRICS_NAME, Trainer
+from bertkit.training.budget import forward_seconds, plan_for_budget, probe_batches, seconds_per_step
+from bertkit.training.checkpointing import BEST_DIR, METRICS_NAME
+from bertkit.training.trainer import Trainer
 from bertkit.utils import jsonfiles
 from bertkit.utils.atomic import atomic_write_text
-from bertkit.utils.cpu_load import apply_threads
-from bertkit.utils.devices import resolve_device, to_device
+from bertkit.utils.devices import to_device
 
 REPORT_NAME = "report.json"
 CURVE_NAME = "loss_curve.png"
@@ -92,8 +91,7 @@ def vision_train(options: VisionTrainOptions, say: Callable[[str], None] = lambd
     """Train, keep the best validation checkpoint, score it on test; returns (and writes) the report. The run
     holds options.out (`bertkit.pipelines.run_directory`: an earlier run or model there is refused unless overwrite)."""
     started = time.perf_counter()
-    device = resolve_device(options.device)  # before any work: a GPU this machine lacks is refused at once
-    apply_threads(options.threads)  # the threads a --minutes probe times and the run trains on
+    device = options.start()  # before any work: the device (a GPU the machine lacks is refused) and the threads
     splits = load_image_data(options.data, options.image_size, options.seed)
     train, validation, test = splits["train"], splits["validation"], splits["test"]
     say(f"{options.data}: {len(train):,} train / {len(validation):,} validation / {len(test):,} test images of "
@@ -112,18 +110,13 @@ def vision_train(options: VisionTrainOptions, say: Callable[[str], None] = lambd
     steps_per_epoch = max(1, len(train) // batch_size)
     max_steps = options.max_steps or max(1, round(options.epochs * steps_per_epoch))
     if options.minutes and not options.max_steps:  # size the schedule to the clock, so it decays fully
-        rng = np.random.default_rng(options.seed)
-        probes = [collator([train[int(i)] for i in rng.choice(len(train), batch_size, replace=False)], [0] * batch_size)
-                  for _ in range(3)]
+        # images of one size: the first few batches (probe_batches); the validation passes paid first
+        probes = [collator([train[i] for i in batch], [0] * len(batch))
+                  for batch in probe_batches(len(train), batch_size)]
         step = seconds_per_step(model, probes, options.bf16, device=device)
         validation_pass = forward_seconds(len(validation), batch_size, step)
-        if options.eval_every:  # a validation pass every `eval_every` steps: a share of each step
-            planned = steps_for_budget(step + validation_pass / options.eval_every, minutes=options.minutes,
-                                       reserve=reserve_for(device))
-        else:  # one a tenth of the run: ten passes, whatever the steps
-            planned = steps_for_budget(step, minutes=options.minutes, overhead=EVALUATIONS * validation_pass,
-                                       reserve=reserve_for(device))
-        max_steps = min(max_steps, planned)
+        max_steps = min(max_steps, plan_for_budget(step, minutes=options.minutes, device=device,
+                                                   evaluation=validation_pass, eval_every=options.eval_every))
     args = options.training_arguments(max_steps, batch_size=batch_size, lr_schedule="cosine",
                                       metric_for_best="accuracy", save_total_limit=1)
     say(f"training {max_steps:,} steps of {batch_size} images ({max_steps / steps_per_epoch:.1f} epochs), "

@@ -20,10 +20,14 @@ from bertkit.training.schedule import build_optimizer
 from bertkit.utils.devices import bf16_on, synchronize, to_device
 
 
-def wall_clock_budget(minutes: float | None) -> dict[str, float | bool | None]:
+def wall_clock_budget(minutes: float | None, spent: float = 0.0) -> dict[str, float | bool | None]:
     """The TrainingArguments of a `--minutes` budget: stop at the clock, and let warmup and decay follow the
-    clock when training runs slower than the planned steps, so a run the clock stops still ends its decay."""
-    return {"max_seconds": minutes * 60 if minutes else None, "time_aware_schedule": bool(minutes)}
+    clock when training runs slower than the planned steps, so a run the clock stops still ends its decay. `spent`:
+    seconds of the budget used before the training began (as `plan_for_budget` takes them); at least a second is
+    left."""
+    if not minutes:
+        return {"max_seconds": None, "time_aware_schedule": False}
+    return {"max_seconds": max(minutes * 60 - spent, 1.0) if spent else minutes * 60, "time_aware_schedule": True}
 
 
 def timed_step(model: nn.Module, optimizer: torch.optim.Optimizer, batch: dict[str, Tensor], bf16: bool) -> float:
@@ -88,15 +92,29 @@ def length_probes(lengths: Sequence[int], batch_size: int, quantiles: Sequence[f
     return [order[i:i + B].tolist() for i in starts]
 
 
+# Where along the examples' lengths every `--minutes` plan takes the batches it times, short to long: a run of
+# like-length batches pads each to its own longest, so its steps cost what the lengths say, and short and long
+# ones must both be timed.
+PROBE_QUANTILES = (0.05, 0.2, 0.35, 0.5, 0.65, 0.8, 0.95)
+PLAIN_PROBES = 4  # batches timed where every batch has the same shape, or lengths are mixed in each batch
+
+
+def probe_batches(count: int, batch_size: int, lengths: Sequence[int] | None = None) -> list[list[int]]:
+    """The one choice of the batches a `--minutes` plan times, as the indices of their examples: `batch_size` of
+    like length at each of PROBE_QUANTILES of `lengths` (a run whose batches group similar lengths), or without
+    lengths (batches of one shape, or of mixed lengths) the first PLAIN_PROBES batches."""
+    if lengths is not None:
+        return length_probes(lengths, batch_size, PROBE_QUANTILES)
+    size = min(batch_size, count)
+    return [list(range(i * size, min((i + 1) * size, count))) for i in range(PLAIN_PROBES) if i * size < count]
+
+
 def timing_batches(dataset, collate: Callable, batch_size: int,
                    group_by_length: bool) -> tuple[list[dict[str, Tensor]], float]:
-    """Batches of `dataset` to time a run's training steps on (with batches of like lengths, seven of them, short to
-    long: `dataset.lengths()` says each item's), and the seconds it took to assemble one: a training step pays that
+    """Batches of `dataset` to time a run's training steps on (`probe_batches`; with like lengths, as
+    `dataset.lengths()` says each item's), and the seconds it took to assemble one: a training step pays that
     too, before the model sees its batch. `collate(items, seeds)` makes a batch, as the trainer calls it."""
-    if group_by_length:
-        chosen = length_probes(dataset.lengths(), batch_size, (0.05, 0.2, 0.35, 0.5, 0.65, 0.8, 0.95))
-    else:
-        chosen = [list(range(i * batch_size, min((i + 1) * batch_size, len(dataset)))) for i in range(4)]
+    chosen = probe_batches(len(dataset), batch_size, dataset.lengths() if group_by_length else None)
     start = time.perf_counter()
     batches = [collate([dataset[i] for i in batch], list(range(len(batch)))) for batch in chosen]
     return batches, (time.perf_counter() - start) / len(batches)
@@ -195,6 +213,20 @@ def steps_for_budget(seconds_per_step: float, *, minutes: float | None = None, s
     return max(1, math.floor(steps * (1 + 1e-9)))
 
 
+def plan_for_budget(seconds_per_step: float, *, minutes: float, device: Any, evaluation: float = 0.0,
+                    eval_every: int | None = None, spent: float = 0.0) -> int:
+    """The steps a `--minutes` run plans (`steps_for_budget`, with the reserve of its `device`), its evaluations paid
+    first: each `evaluation` seconds long, one every `eval_every` steps (a share of each step), or, without
+    `eval_every`, one a tenth of the run (EVALUATIONS of them, a fixed overhead); an evaluation 0 seconds long (a run
+    that evaluates after its clock, or has nothing held out) costs nothing. `spent`: seconds of the budget the run
+    used before its first step (summarize-train's encoder pass); at least a second is left."""
+    reserve = reserve_for(device)
+    budget = {"seconds": max(minutes * 60 - spent, 1.0)} if spent else {"minutes": minutes}
+    if evaluation and eval_every:
+        return steps_for_budget(seconds_per_step + evaluation / eval_every, reserve=reserve, **budget)
+    return steps_for_budget(seconds_per_step, overhead=EVALUATIONS * evaluation, reserve=reserve, **budget)
+
+
 def forward_seconds(examples: int, batch_size: int, seconds_per_step: float) -> float:
     """Seconds a forward pass over `examples` (an evaluation) takes, estimated from a training step over batches of
     `batch_size`: forward, backward and the update of a step cost about three forward passes."""
@@ -206,22 +238,20 @@ def planned_steps(model: nn.Module, features: Sequence[Any], collate: Callable[[
                   group_by_length: bool = True, eval_examples: int = 0, eval_every: int = 1,
                   device: Any = None) -> int:
     """`max_steps`, or fewer when `minutes` is given and fewer fit: a fine-tuning run's schedule sized to its time
-    budget, so that it decays fully. Batches of like lengths are timed at each quartile of the lengths (the run
-    groups them so), plain batches otherwise. A run that evaluates `eval_examples` every `eval_every` steps pays
-    a share of that evaluation on each step (`forward_seconds`). The steps are timed on `device`, the run's."""
+    budget, so that it decays fully. The batches timed are `probe_batches`' (of like lengths where the run groups
+    them so). A run that evaluates `eval_examples` every `eval_every` steps pays a share of that evaluation on each
+    step (`forward_seconds`). The steps are timed on `device`, the run's."""
     if not minutes:
         return max_steps
-    from bertkit.training.trainer import example_length
+    from bertkit.training.data_order import example_length
 
     B = min(batch_size, len(features))
-    if group_by_length:
-        lengths = [example_length(f) for f in features]
-        probes = [collate([features[i] for i in batch]) for batch in length_probes(lengths, B, (0.25, 0.5, 0.75))]
-    else:
-        probes = [collate(list(features[i * B:(i + 1) * B])) for i in range(3) if features[i * B:(i + 1) * B]]
+    lengths = [example_length(f) for f in features] if group_by_length else None
+    probes = [collate([features[i] for i in batch]) for batch in probe_batches(len(features), B, lengths)]
     step = seconds_per_step(model, probes, bf16, device=device)
-    step += forward_seconds(eval_examples, B, step) / eval_every
-    return min(max_steps, steps_for_budget(step, minutes=minutes, reserve=reserve_for(device)))
+    evaluation = forward_seconds(eval_examples, B, step)
+    return min(max_steps, plan_for_budget(step, minutes=minutes, device=device, evaluation=evaluation,
+                                          eval_every=eval_every))
 
 
 def steps_per_epoch(examples: int, batch_size: int, what: str = "examples") -> int:

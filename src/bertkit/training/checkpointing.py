@@ -30,6 +30,9 @@ OPTIMIZER_NAME = "optimizer.pt"
 SCHEDULER_NAME = "scheduler.pt"
 RNG_NAME = "rng_state.pt"
 RESULTS_NAME = "train_results.json"  # written in the output directory when a run ends, and only then
+METRICS_NAME = "metrics.jsonl"       # a record every log_every steps, and each evaluation's scores
+ARGS_NAME = "training_args.json"     # the run's TrainingArguments
+BEST_DIR = "best"                    # the model with the best dev score so far (metric_for_best)
 _CHECKPOINT_RE = re.compile(rf"^{CHECKPOINT_PREFIX}(\d+)$")
 
 
@@ -212,3 +215,38 @@ def load_checkpoint(directory: Path, map_location: torch.device) -> dict[str, An
         }
     except (RuntimeError, OSError, ValueError, EOFError) as err:
         raise TrainingCheckpointError(f"checkpoint {directory} is unreadable: {err}") from err
+
+
+def start_output(output_dir: Path, resumed_at: int | None, arguments: dict[str, Any]) -> None:
+    """Ready `output_dir` for a run: its metrics.jsonl begun afresh, or, for a run resumed at step `resumed_at`, cut
+    back to the records of the steps the checkpoint holds (the killed run may have logged steps after it); the
+    run's arguments written beside it; temporary directories of a killed save removed."""
+    output_dir.mkdir(parents=True, exist_ok=True)
+    remove_stale_temp_dirs(output_dir)
+    metrics = output_dir / METRICS_NAME
+    kept = []
+    if resumed_at is not None and metrics.exists():
+        kept = [line for line in metrics.read_text(encoding="utf-8").splitlines()
+                if line.strip() and json.loads(line)["step"] <= resumed_at]
+    metrics.write_text("".join(line + "\n" for line in kept), encoding="utf-8")
+    write_json(output_dir / ARGS_NAME, arguments)
+
+
+def seed_everything(seed: int) -> None:
+    """Python's, NumPy's and torch's global generators from one seed."""
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+
+
+def load_weights_into(model: torch.nn.Module, directory: Path) -> None:
+    """Copy a checkpoint's weights into `model` in place: no second model is built. bertkit's models check names
+    and shapes on the way in (`load_weights`, strict: a resumed run has no fresh head); any other model gets a strict
+    `load_state_dict` of the weights file it saved."""
+    load_weights = getattr(model, "load_weights", None)
+    if load_weights is not None:
+        load_weights(directory, allow_fresh_head=False)
+    else:
+        from bertkit.models import checkpoint
+
+        model.load_state_dict(checkpoint.read_weights(checkpoint.find_weights_file(directory)))

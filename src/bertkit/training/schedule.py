@@ -72,3 +72,15 @@ def build_scheduler(optimizer: torch.optim.Optimizer, kind: str, warmup_steps: i
                     total_steps: int) -> torch.optim.lr_scheduler.LambdaLR:
     """A LambdaLR stepping once per optimizer step with `WarmupSchedule`."""
     return torch.optim.lr_scheduler.LambdaLR(optimizer, WarmupSchedule(kind, warmup_steps, total_steps))
+
+
+def follow_clock(optimizer: torch.optim.Optimizer, scheduler: torch.optim.lr_scheduler.LambdaLR, at: float) -> None:
+    """Set the next step's learning rate to the schedule's at step `at` (a float): a run with a clock sets it at
+    whichever is further along, the steps done or the share of its seconds spent (as a share of the planned steps).
+
+    A step budget is planned from timed steps, and training can run slower than the timing promised (a busy
+    machine, steps dearer than the probes). The clock then stops the run before the planned steps; following it,
+    the run still ends its warmup and decays to the end of its schedule. While steps run as fast as planned, they
+    are ahead of the clock and the schedule is the plain step schedule."""
+    for group, base, schedule in zip(optimizer.param_groups, scheduler.base_lrs, scheduler.lr_lambdas):
+        group["lr"] = base * schedule(at)

@@ -1,52 +1,40 @@
 """One model-agnostic training loop: AdamW, warmup + decay, clipping, accumulation, autocast, checkpoints, resume, DDP.
 
-The data order is a pure function of (seed, epoch): global batch i of an epoch is the next
-`batch_size` indices of a seeded permutation (optionally grouped by length), each process of a
-torchrun job takes its contiguous share of every global batch, and every example gets a collation
-seed from (seed, epoch, index). So the examples of a step, their masking, and (with `loss_sums`)
-the loss and gradient do not depend on the number of processes or accumulation steps, and a resumed
-run repeats nothing.
+The examples of each step are a pure function of the step (data_order.py: a seeded permutation per epoch, each
+process's share, a collation seed per example). So a step's examples, their masking, and (with `loss_sums`) the loss
+and gradient do not depend on the number of processes or accumulation steps, and a resumed run repeats nothing.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 import math
 import os
-import random
 import time
-import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 from torch import nn
 
 from bertkit.errors import BertkitError, InputError
 from bertkit.training import checkpointing as ckpt
 from bertkit.training.arguments import TrainingArguments, TrainState
+from bertkit.training.data_order import DataOrder, MicroBatches, collating_loader, count_tokens, loader_workers
 from bertkit.training.distributed import Distributed, average_gradients, setup_distributed
 from bertkit.training.memory import keep_freed_memory
-from bertkit.training.schedule import build_optimizer, build_scheduler
+from bertkit.training.schedule import build_optimizer, build_scheduler, follow_clock
 from bertkit.utils import jsonfiles
 from bertkit.utils.cpu_load import apply_threads
 from bertkit.utils.devices import bf16_on, to_device
-from bertkit.utils.rng import mix
 
-__all__ = ["Trainer", "TrainingArguments", "TrainState", "TrainingError", "example_length", "example_seed",
-           "length_grouped", "loader_workers"]
+__all__ = ["Trainer", "TrainingArguments", "TrainState", "TrainingError"]
 
 logger = logging.getLogger(__name__)
 
-METRICS_NAME = "metrics.jsonl"
-ARGS_NAME = "training_args.json"
-RESULTS_NAME = ckpt.RESULTS_NAME
-BEST_DIR = "best"
 
 
 class TrainingError(RuntimeError):
@@ -57,88 +45,8 @@ class TrainingError(RuntimeError):
         self.step, self.checkpoint = step, checkpoint
 
 
-def example_seed(seed: int, epoch: int, index: int) -> int:
-    """A 63-bit collation seed from (seed, epoch, dataset index): splitmix64 mixing (utils/rng.py), stable across
-    processes."""
-    return mix(0, seed, epoch, index) >> 1
-
-
-def example_length(example: Any) -> int:
-    """Tokens in a training example: its input_ids, a key (fine-tuning features) or an attribute (pretraining
-    instances)."""
-    return len(example["input_ids"] if isinstance(example, Mapping) else example.input_ids)
-
-
-def length_grouped(perm: np.ndarray, lengths: np.ndarray, batch_size: int, rng: np.random.Generator,
-                   window: int = 50) -> np.ndarray:
-    """Reorder an epoch's permutation so each batch holds examples of similar length, the batches in random order.
-
-    Take the shuffled examples `window` batches at a time, sort each window by length and cut it into
-    batches (so a batch pads to little more than its own examples), then shuffle the order of the batches.
-    Which examples share a batch stays random; padding, and so compute, shrinks. The epoch's remainder
-    (fewer than a batch, which the trainer drops) is left where it was.
-    """
-    grouped, order = _sorted_windows(perm.copy(), lengths, batch_size, rng, window)
-    full = len(order) * batch_size
-    return np.concatenate([grouped[:full].reshape(-1, batch_size)[order].reshape(-1), perm[full:]])
-
-
-def _sorted_windows(perm: np.ndarray, lengths: np.ndarray, batch_size: int, rng: np.random.Generator,
-                    window: int = 50) -> tuple[np.ndarray, np.ndarray]:
-    """`length_grouped` without its copies: `perm` with each window sorted by length (in place), and the random
-    order of its batches (batch p of the epoch is batch order[p] of the sorted permutation). A pretraining corpus
-    has millions of examples: one array of them per epoch, not five."""
-    full = len(perm) // batch_size * batch_size          # the remainder, dropped by the trainer, stays random
-    span = window * batch_size
-    for start in range(0, full, span):
-        chunk = perm[start:min(start + span, full)]
-        chunk[:] = chunk[np.argsort(-lengths[chunk].astype(np.int64), kind="stable")]
-    return perm, rng.permutation(full // batch_size)
-
-
-class _Steps(torch.utils.data.Dataset):
-    """A data loader's view of a run: item k is the collated micro-batches of step start + k."""
-
-    def __init__(self, trainer: Trainer, start: int) -> None:
-        self.trainer, self.start = trainer, start
-
-    def __len__(self) -> int:
-        return max(0, self.trainer.total_steps - self.start)
-
-    def __getitem__(self, k: int) -> tuple[int, list[tuple[int, dict[str, Any]]] | BertkitError]:
-        try:
-            return self.start + k, self.trainer.collated(self.start + k)
-        except BertkitError as err:  # bad data, said for people: handed back as it is (the data loader would raise
-            return self.start + k, err  # it again with its worker's traceback in the message; a bug keeps that)
-
-
-# Worker processes that collate a GPU run's batches when the run does not say how many (`dataloader_workers` 0): the
-# host's collation of a small model's batch takes as long as the GPU's step, so done inline it halves the speed. At
-# most half the cores, so the process that drives the GPU keeps one.
-GPU_LOADER_WORKERS = 4
-
-
-def loader_workers(requested: int, device: torch.device) -> int:
-    """Processes that collate batches for a run on `device`: as requested, or on a GPU, when the run asked for none,
-    GPU_LOADER_WORKERS (at most half the cores); on the CPU none, as they would take cores from the model."""
-    if requested or device.type != "cuda":
-        return requested
-    return max(1, min(GPU_LOADER_WORKERS, (os.cpu_count() or 2) // 2))
-
-
-def _one_thread(_: int) -> None:
-    torch.set_num_threads(1)  # a worker collates; the model's threads are the main process's
-
-
 def _field(output: Any, name: str) -> Any:
     return output.get(name) if isinstance(output, Mapping) else getattr(output, name, None)
-
-
-def _count_tokens(batch: Mapping[str, Any]) -> int:
-    """Real (unpadded) tokens of a batch, counted on its host copy."""
-    if "attention_mask" in batch:
-        return int(batch["attention_mask"].sum())
-    return int(batch["input_ids"].numel()) if "input_ids" in batch else 0
 
 
 class Trainer:
@@ -169,10 +77,10 @@ class Trainer:
         self.collate_fn, self.eval_fn, self.count_items, self.tokenizer = collate_fn, eval_fn, count_items, tokenizer
         if args.metric_for_best and eval_fn is None:
             raise InputError(f"metric_for_best={args.metric_for_best!r} needs an eval_fn")
-        self.steps_per_epoch = len(train_dataset) // args.batch_size
-        if self.steps_per_epoch == 0:
-            raise InputError(f"the training set has {len(train_dataset)} examples, fewer than one global batch "
-                             f"({args.batch_size}); lower batch_size or add data")
+        # which examples each step trains on, and their collation (a pure function of the step: data_order.py)
+        self.data = DataOrder(train_dataset, collate_fn, args.batch_size, args.seed, args.group_by_length,
+                              args.gradient_accumulation_steps)
+        self.steps_per_epoch = self.data.steps_per_epoch
         self.total_steps = args.max_steps or math.ceil(args.num_epochs * self.steps_per_epoch)
         self.warmup_steps = args.warmup_steps or math.ceil(args.warmup_ratio * self.total_steps)
         self.output_dir = Path(args.output_dir)
@@ -191,55 +99,13 @@ class Trainer:
         # in DistributedDataParallel under torchrun and compiled with args.compile
         self._wrapped: nn.Module = model
         self._forward: Callable[..., Any] = model
-        self._perm_epoch, self._perm, self._order = -1, np.empty(0, dtype=np.int64), None
         self._loaded: Iterator | None = None
         self._warned_no_sums = False
         self.bf16 = args.bf16  # as the device allows it, once train() knows the device (`bf16_on`)
-        self._example_lengths: np.ndarray | None = None
 
     # ---- data ------------------------------------------------------------------------------------
 
-    def global_batch(self, step: int) -> tuple[int, np.ndarray]:
-        """(epoch, dataset indices) of the global batch consumed by optimizer step `step` (0-based)."""
-        epoch, position = divmod(step, self.steps_per_epoch)
-        if epoch != self._perm_epoch:
-            rng = np.random.default_rng([self.args.seed, epoch])
-            n = len(self.train_dataset)
-            perm = np.arange(n, dtype=np.int32 if n < 2**31 else np.int64)  # rng.permutation(n), in half the memory
-            rng.shuffle(perm)
-            order = None
-            if self.args.group_by_length:
-                perm, order = _sorted_windows(perm, self._lengths(), self.args.batch_size, rng)
-            self._perm_epoch, self._perm, self._order = epoch, perm, order
-        if self._order is not None:
-            position = int(self._order[position])
-        size = self.args.batch_size
-        return epoch, self._perm[position * size:(position + 1) * size]
-
-    def _lengths(self) -> np.ndarray:
-        if self._example_lengths is None:
-            lengths = getattr(self.train_dataset, "lengths", None)
-            if callable(lengths):  # a dataset that knows its lengths without building its examples (pretraining)
-                self._example_lengths = lengths()
-                return self._example_lengths
-            try:
-                self._example_lengths = np.array([example_length(ex) for ex in self.train_dataset])
-            except (TypeError, KeyError, IndexError, AttributeError) as err:
-                raise InputError("group_by_length needs examples with input_ids (a key or an attribute)") from err
-        return self._example_lengths
-
-    def collated(self, step: int) -> list[tuple[int, dict[str, Any]]]:
-        """This process's micro-batches of a step, collated (on the CPU), as (num_examples, batch)."""
-        epoch, indices = self.global_batch(step)
-        share = np.array_split(indices, self.dist.world_size)[self.dist.rank]
-        out = []
-        for part in np.array_split(share, self.args.gradient_accumulation_steps):
-            ids = [int(i) for i in part]
-            out.append((len(ids), self.collate_fn([self.train_dataset[i] for i in ids],
-                                                  [example_seed(self.args.seed, epoch, i) for i in ids])))
-        return out
-
-    def _micro_batches(self, step: int) -> list[tuple[int, dict[str, Any]]]:
+    def _micro_batches(self, step: int) -> MicroBatches:
         """This process's micro-batches of a step, collated on the CPU, as (num_examples, batch): from the data
         loader's workers when they run (`dataloader_workers`), else collated now."""
         if self._loaded is not None:
@@ -249,31 +115,11 @@ class Trainer:
             if isinstance(micro, BertkitError):
                 raise micro
             return micro
-        return self.collated(step)
-
-    def _loader(self, start: int) -> Iterator[tuple[int, list[tuple[int, dict[str, Any]]]]] | None:
-        """Worker processes that collate steps start, start + 1, ... while the model computes (each step's batches
-        are a pure function of the step, so the order and a resume are the same as without them), or None."""
-        workers = loader_workers(self.args.dataloader_workers, self.dist.device)
-        if not workers or start >= self.total_steps:
-            return None
-        from torch.utils.data import DataLoader
-
-        # a generator of its own: a loader seeds its workers from the one it is given, by default torch's global one,
-        # and a draw from that would shift the dropout of every step after it (and differently after a resume)
-        loader = DataLoader(_Steps(self, start), batch_size=None, num_workers=workers,
-                            prefetch_factor=2, worker_init_fn=_one_thread, pin_memory=self.dist.device.type == "cuda",
-                            generator=torch.Generator().manual_seed(self.args.seed))
-        with warnings.catch_warnings():
-            # Python warns that forking a process with threads (CUDA's) can deadlock the child; the workers only
-            # collate on the CPU and never touch CUDA, as torch's data loaders always have
-            warnings.filterwarnings("ignore", message=r".*use of fork\(\) may lead to deadlocks",
-                                    category=DeprecationWarning)
-            return iter(loader)
+        return self.data.collated(step, self.dist.rank, self.dist.world_size)
 
     # ---- one optimizer step ----------------------------------------------------------------------
 
-    def _global_counts(self, micro: list[tuple[int, dict[str, Any]]]) -> tuple[list[str], list[float]]:
+    def _global_counts(self, micro: MicroBatches) -> tuple[list[str], list[float]]:
         """Loss terms and their item counts over the whole global batch (all micro-batches, all processes), counted
         on the host copies of the batches: reading a count back from a GPU would wait for the GPU."""
         if self.count_items is None:
@@ -293,7 +139,7 @@ class Trainer:
         args, dist = self.args, self.dist
         cpu_micro = self._micro_batches(step)
         terms, totals = self._global_counts(cpu_micro)
-        tokens = sum(_count_tokens(batch) for _, batch in cpu_micro)
+        tokens = sum(count_tokens(batch) for _, batch in cpu_micro)
         micro = [(size, to_device(batch, dist.device)) for size, batch in cpu_micro]
         autocast = torch.autocast(dist.device.type, dtype=torch.bfloat16, enabled=self.bf16)
         # loss, examples, tokens, then each term's mean loss; summed over micro-batches, then processes
@@ -346,7 +192,7 @@ class Trainer:
             for p in self.frozen:
                 p.requires_grad_(True)
 
-    def _forward_backward(self, micro: list[tuple[int, dict[str, Any]]], terms: list[str], totals: list[float],
+    def _forward_backward(self, micro: MicroBatches, terms: list[str], totals: list[float],
                           stats: torch.Tensor, exact: bool, autocast: Any) -> bool:
         """Forward and backward over the micro-batches of one step, adding into `stats`; whether every output
         had loss_sums (the loss is then exact over the global batch)."""
@@ -380,20 +226,6 @@ class Trainer:
                     (loss * dist.world_size).backward()
             stats[0] += loss.detach().double()
         return exact
-
-    def _follow_clock(self, step: int, seconds: float) -> None:
-        """Set the next step's learning rate at whichever is further along: the `step`s done, or the share of
-        max_seconds spent (as a share of the planned steps).
-
-        A step budget is planned from timed steps, and training can run slower than the timing promised (a busy
-        machine, steps dearer than the probes). The clock then stops the run before the planned steps; following
-        it, the run still ends its warmup and decays to the end of its schedule. While steps run as fast as
-        planned, they are ahead of the clock and the schedule is the plain step schedule.
-        """
-        at = max(float(step), seconds / self.args.max_seconds * self.total_steps)
-        for group, base, schedule in zip(self.optimizer.param_groups, self.scheduler.base_lrs,
-                                         self.scheduler.lr_lambdas):
-            group["lr"] = base * schedule(at)
 
     def _check_weights(self, step: int) -> None:
         """Fail (TrainingError) when an update left a weight NaN or infinite: the loss of the step that made it was
@@ -446,7 +278,7 @@ class Trainer:
         if better:
             state.best_metric, state.best_step, state.evals_without_improvement = value, state.step, 0
             if self.dist.is_main:
-                with ckpt.atomic_directory(self.output_dir / BEST_DIR) as tmp:
+                with ckpt.atomic_directory(self.output_dir / ckpt.BEST_DIR) as tmp:
                     ckpt.save_model_dir(tmp, self.model, self.tokenizer)
                     ckpt.write_json(tmp / "eval_results.json", {"step": state.step, **metrics})
         else:
@@ -458,7 +290,7 @@ class Trainer:
     def _log(self, state: TrainState, record: dict[str, Any]) -> None:
         state.log_history.append(record)
         if self.dist.is_main:
-            with open(self.output_dir / METRICS_NAME, "a", encoding="utf-8") as f:
+            with open(self.output_dir / ckpt.METRICS_NAME, "a", encoding="utf-8") as f:
                 f.write(jsonfiles.dumps(record) + "\n")
 
     def _save(self, state: TrainState) -> None:
@@ -475,11 +307,6 @@ class Trainer:
 
     # ---- start / resume --------------------------------------------------------------------------
 
-    def _seed(self, seed: int) -> None:
-        random.seed(seed)
-        np.random.seed(seed % 2**32)
-        torch.manual_seed(seed)
-
     def _resume(self, where: str | os.PathLike) -> TrainState:
         directory = ckpt.resolve_checkpoint(where)
         loaded = ckpt.load_checkpoint(directory, self.dist.device)
@@ -489,7 +316,7 @@ class Trainer:
             if saved.get(key) != now:
                 logger.warning("resuming with %s=%s but the checkpoint was trained with %s; the data order "
                                "will not continue exactly", key, now, saved.get(key))
-        self._load_weights(directory)
+        ckpt.load_weights_into(self.model, directory)
         self.optimizer.load_state_dict(loaded["optimizer"])
         self.scheduler.load_state_dict(loaded["scheduler"])
         names = {f.name for f in dataclasses.fields(TrainState)}
@@ -501,35 +328,9 @@ class Trainer:
         else:
             logger.warning("checkpoint has RNG states of %d processes, this job has %d; reseeding",
                            len(loaded["rng"]), self.dist.world_size)
-            self._seed(self.args.seed + self.dist.rank + 1_000_003 * state.step)
+            ckpt.seed_everything(self.args.seed + self.dist.rank + 1_000_003 * state.step)
         logger.info("resumed from %s at step %d", directory, state.step)
         return state
-
-    def _load_weights(self, directory: Path) -> None:
-        """Copy the checkpoint's weights into the model in place: no second model is built.
-
-        bertkit's models check names and shapes on the way in (`load_weights`, strict: a resumed run has no
-        fresh head); any other model gets a strict `load_state_dict` of the weights file it saved.
-        """
-        load_weights = getattr(self.model, "load_weights", None)
-        if load_weights is not None:
-            load_weights(directory, allow_fresh_head=False)
-        else:
-            from bertkit.models import checkpoint
-
-            self.model.load_state_dict(checkpoint.read_weights(checkpoint.find_weights_file(directory)))
-
-    def _prepare_output(self, state: TrainState, resumed: bool) -> None:
-        out = self.output_dir
-        out.mkdir(parents=True, exist_ok=True)
-        ckpt.remove_stale_temp_dirs(out)
-        metrics = out / METRICS_NAME
-        kept = []
-        if resumed and metrics.exists():  # drop records of steps the killed run did after its checkpoint
-            kept = [line for line in metrics.read_text(encoding="utf-8").splitlines()
-                    if line.strip() and json.loads(line)["step"] <= state.step]
-        metrics.write_text("".join(line + "\n" for line in kept), encoding="utf-8")
-        ckpt.write_json(out / ARGS_NAME, self.args.to_dict())
 
     # ---- the loop --------------------------------------------------------------------------------
 
@@ -558,9 +359,9 @@ class Trainer:
                     raise FileExistsError(f"{self.output_dir} already holds checkpoints; pass resume=True to "
                                           "continue that run, or choose an empty output_dir")
                 state = TrainState()
-                self._seed(args.seed + dist.rank)
+                ckpt.seed_everything(args.seed + dist.rank)
             if dist.is_main:
-                self._prepare_output(state, bool(resume))
+                ckpt.start_output(self.output_dir, state.step if resume else None, self.args.to_dict())
             dist.barrier()
             self._wrapped = self.model
             if dist.enabled and not getattr(self.model, "runs_forward_in_backward", False):
@@ -580,7 +381,9 @@ class Trainer:
         run_start, seconds_before = time.perf_counter(), state.seconds
         window: dict[str, float] = {}  # sums over the steps since the last log record
         pending: list[tuple[torch.Tensor, float, list[str], float]] = []  # steps not yet read back from the device
-        self._loaded = self._loader(state.step)
+        self._loaded = collating_loader(
+            self.data, state.step, self.total_steps, loader_workers(self.args.dataloader_workers, self.dist.device),
+            self.dist.device, self.dist.rank, self.dist.world_size)
         try:
             while state.stop_reason is None:
                 if state.step >= self.total_steps:
@@ -605,7 +408,9 @@ class Trainer:
                     if clock >= args.max_seconds:
                         state.stop_reason = "max_seconds"
                     elif args.time_aware_schedule:
-                        self._follow_clock(state.step, clock)
+                        # the schedule at whichever is further along, the steps or the clock (follow_clock)
+                        follow_clock(self.optimizer, self.scheduler, max(float(state.step), clock /
+                                     args.max_seconds * self.total_steps))
                 final = state.step >= self.total_steps or state.stop_reason is not None
                 evaluate = self.eval_fn is not None and (
                     final or (args.eval_every is not None and state.step % args.eval_every == 0))
@@ -649,7 +454,7 @@ class Trainer:
         if dist.is_main:
             ckpt.publish_model(self.output_dir, self.model, self.tokenizer)
             found = ckpt.list_checkpoints(self.output_dir)
-            ckpt.write_json(self.output_dir / RESULTS_NAME,
+            ckpt.write_json(self.output_dir / ckpt.RESULTS_NAME,
                             {**state.to_json(), "log_history": state.log_history[-1:],
                              "last_checkpoint": str(found[-1][1]) if found else None,
                              "total_steps": self.total_steps})

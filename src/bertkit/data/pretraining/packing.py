@@ -33,7 +33,10 @@ from bertkit.data.pretraining.store import FileReader
 from bertkit.errors import InputError
 from bertkit.utils.rng import MASK64, draw
 
-OBJECTIVES = ("mlm+nsp", "mlm+sop", "mlm")
+# The pretraining objectives, named here only: masked LM with next-sentence prediction (BERT), with sentence-order
+# prediction (ALBERT), or alone (RoBERTa)
+MLM_NSP, MLM_SOP, MLM = "mlm+nsp", "mlm+sop", "mlm"
+OBJECTIVES = (MLM_NSP, MLM_SOP, MLM)
 # An instance of the plan: A is tokens a_start..a_start+a_len of the corpus, B likewise (b_len 0: no B).
 PLAN_ROW = np.dtype([("a_start", "<i8"), ("b_start", "<i8"), ("a_len", "<u2"), ("b_len", "<u2"), ("label", "i1")])
 POOL = 1 << 16             # documents packed together: bounds the memory of a round
@@ -47,7 +50,7 @@ class Packing:
     """The settings of the rule."""
 
     max_seq_length: int
-    objective: str = "mlm+nsp"
+    objective: str = MLM_NSP
     short_seq_prob: float = 0.1
     seed: int = 12345
 
@@ -60,7 +63,7 @@ class Packing:
 
     @property
     def pair(self) -> bool:
-        return self.objective != "mlm"
+        return self.objective != MLM
 
     @property
     def max_tokens(self) -> int:
@@ -162,7 +165,7 @@ def build_plan(corpus: StoreChain, entries: np.ndarray, packing: Packing, sink) 
     """Run the rule on the documents `entries` (document numbers of the corpus; a document may come more than once,
     each copy packed afresh), calling sink(entry, a_start, a_len, b_start, b_len, label) with each round's
     instances (entry: the position in `entries`; a document's instances come in order)."""
-    if packing.objective == "mlm+nsp" and len(entries) < 2:
+    if packing.objective == MLM_NSP and len(entries) < 2:
         raise InputError(f"next-sentence prediction needs at least 2 documents to train on, and there are "
                          f"{len(entries)} (random next segments come from another document; a blank line separates "
                          "documents); use objective mlm+sop or mlm, or give more documents")
@@ -229,7 +232,7 @@ def _round(corpus: StoreChain, entries: np.ndarray, pool: _Pool, packing: Packin
         a_start, a_stop = start, np.where(single, start + cut, corpus.offsets(position + a_end))
         b_start, b_stop = a_stop.copy(), stop.copy()
         label[:] = 0
-        if packing.objective == "mlm+nsp":
+        if packing.objective == MLM_NSP:
             rand = np.flatnonzero(uniform(key, RANDOM_NEXT) < 0.5)
             b_start[rand], b_stop[rand] = _random_next(corpus, entries, entry[rand], key[rand],
                                                        target[rand] - (a_stop - a_start)[rand])

@@ -28,7 +28,7 @@ import numpy as np
 from bertkit.data.pretraining.chain import StoreChain
 from bertkit.data.pretraining.instances import Instance, MaskingSpec, PretrainingCollator, PretrainingDataset
 from bertkit.data.pretraining.mix import CorpusMix
-from bertkit.data.pretraining.packing import Packing
+from bertkit.data.pretraining.packing import MLM, MLM_NSP, Packing
 from bertkit.data.pretraining.plans import cached_plan
 from bertkit.data.pretraining.records import check_corpus_unchanged, record_stores
 from bertkit.data.pretraining.store import TokenStore, is_store
@@ -96,7 +96,7 @@ def build(tokenizer, vocab: str | Path, settings: DataSettings, *, progress: boo
         check_corpus_unchanged(mix, resumed, tokenizer, settings.wwm, settings.encoding)
     stores = corpus_stores(mix, tokenizer, vocab, settings.wwm, settings.encoding, progress)
     corpus = StoreChain(stores)
-    need = 2 if settings.objective == "mlm+nsp" else 1
+    need = 2 if settings.objective == MLM_NSP else 1
     train, held = training_documents(mix, stores, settings.eval_fraction, settings.seed, need)
     report = DataReport("the training corpus").unknown_tokens(
         sum(w * s.meta["unknown_tokens"] for w, s in zip(mix.weights, stores)),
@@ -217,4 +217,4 @@ def heldout_instances(corpus: StoreChain, documents: np.ndarray, tokenizer, subw
 
     if not len(documents):
         return [], []
-    return probe("mlm"), probe(objective) if objective != "mlm" else []
+    return probe(MLM), probe(objective) if objective != MLM else []

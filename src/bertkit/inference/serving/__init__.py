@@ -9,13 +9,16 @@ extra).
                 functions as `encode` and `predict` (so the server's vectors and labels are theirs)
 - batcher.py    dynamic batching: one queue, one worker thread, a token budget per forward
 - payloads.py   request bodies read and checked; errors with TEI's status codes and types
-- app.py        the routes, the API key and CORS, long texts in windows, the model loaded in a thread (503
-                meanwhile), the lifespan
+- routes.py     the routes: a function each, and one table of them (ENDPOINTS: path, method, the tasks it serves)
+- server.py     what the routes share: the settings, the API key, the model loaded in a thread (503 meanwhile),
+                the requests in flight, inference through the queue, long texts in windows
+- app.py        the Starlette app built from the table: the key, errors as JSON, metrics, CORS, the lifespan
 - metrics.py    Prometheus metrics
 """
 
-from bertkit.inference.serving.app import ServerSettings, create_app
+from bertkit.inference.serving.app import create_app
 from bertkit.inference.serving.model import ServedModel
 from bertkit.inference.serving.payloads import ServeError
+from bertkit.inference.serving.server import ServerSettings
 
 __all__ = ["ServeError", "ServedModel", "ServerSettings", "create_app"]

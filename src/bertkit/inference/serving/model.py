@@ -30,6 +30,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from bertkit.data.task_kinds import FINETUNE_RESULTS
 from bertkit.errors import InputError
 from bertkit.inference.batching import (
     EncodedText,
@@ -39,7 +40,7 @@ from bertkit.inference.batching import (
     run_sorted,
     tokenize,
 )
-from bertkit.inference.encode import choose_dtype, declared_settings, pool, sentence_vectors
+from bertkit.inference.encode import choose_dtype, declared_settings, sentence_vectors
 from bertkit.inference.loading import load_text_model, task_of_model
 from bertkit.inference.precision import for_inference, model_dtype
 from bertkit.inference.predict import (
@@ -51,12 +52,12 @@ from bertkit.inference.predict import (
     token_tags,
 )
 from bertkit.inference.qa import qa_settings, span_logits
+from bertkit.models.functional import pool_tokens
 from bertkit.models.sentence_files import check_sentence_pooling
+from bertkit.utils.dtypes import FP32
 
 TASKS = ("embedding", "classifier", "ner", "qa")
 
-# what `bertkit finetune` writes beside the model it keeps (bertkit.pipelines.fine_tuning.RESULTS_NAME)
-_FINETUNE_RESULTS = "finetune_results.json"
 
 
 @dataclass
@@ -83,7 +84,7 @@ def reads_pairs(path: str | os.PathLike, model: nn.Module) -> bool:
     if extra.get("finetuning_task") == "pairs" or model.num_labels == 1:
         return True
     path = Path(path)
-    for results in (path / _FINETUNE_RESULTS, *([path.parent / _FINETUNE_RESULTS] if path.name == "best" else [])):
+    for results in (path / FINETUNE_RESULTS, *([path.parent / FINETUNE_RESULTS] if path.name == "best" else [])):
         try:
             if json.loads(results.read_text(encoding="utf-8")).get("task") == "pairs":
                 return True
@@ -131,7 +132,7 @@ class ServedModel:
     dtype_reason: str | None = None  # why --dtype auto chose the model's number format
 
     @classmethod
-    def load(cls, spec: str | os.PathLike, dtype: str = "fp32", pooling: str | None = None,
+    def load(cls, spec: str | os.PathLike, dtype: str = FP32, pooling: str | None = None,
              name: str | None = None, prompts: dict[str, str] | None = None,
              default_prompt: str | None = None, device: Any = None) -> ServedModel:
         """The model of a directory or built-in name, for `bertkit serve` (`name`: how /info names it, default
@@ -239,7 +240,7 @@ class ServedModel:
                                         self.pooling).cpu().numpy()
             # sentence_vectors' steps, keeping the hidden states for the rows that want every token's vector
             hidden = self.model(input_ids, attention_mask, token_type_ids).last_hidden_state.float()
-            vectors = pool(hidden, attention_mask, self.pooling).cpu().numpy()
+            vectors = pool_tokens(hidden, attention_mask, self.pooling).cpu().numpy()
             states = hidden.cpu().numpy()
             return [(vector, state[:n]) for vector, state, n in zip(vectors, states, attention_mask.sum(1).tolist())]
         if self.task == "ner":
