@@ -36,8 +36,22 @@ KINDS = {"self": "self-attention",
          "alignment": "alignment (translation × source)"}
 
 
+class _Layered:
+    """Weights of every layer and head, `attentions` (L, H, ...): how many of each there are."""
+
+    attentions: np.ndarray
+
+    @property
+    def num_layers(self) -> int:
+        return self.attentions.shape[0]
+
+    @property
+    def num_heads(self) -> int:
+        return self.attentions.shape[1]
+
+
 @dataclass
-class AttentionMap:
+class AttentionMap(_Layered):
     """One kind of attention over one input: every layer's and head's weights from query to key tokens."""
 
     kind: str                       # a key of KINDS
@@ -51,17 +65,9 @@ class AttentionMap:
     def label(self) -> str:
         return KINDS[self.kind]
 
-    @property
-    def num_layers(self) -> int:
-        return self.attentions.shape[0]
-
-    @property
-    def num_heads(self) -> int:
-        return self.attentions.shape[1]
-
 
 @dataclass
-class SentenceAttention:
+class SentenceAttention(_Layered):
     """One sentence (or pair) through a model: its tokens and every layer's and head's self-attention weights."""
 
     tokens: list[str]
@@ -70,14 +76,6 @@ class SentenceAttention:
     text: str
     text_pair: str | None = None
     kind: str = "self"              # "causal" for a GPT: token t sees tokens 0..t only
-
-    @property
-    def num_layers(self) -> int:
-        return self.attentions.shape[0]
-
-    @property
-    def num_heads(self) -> int:
-        return self.attentions.shape[1]
 
     @property
     def maps(self) -> list[AttentionMap]:

@@ -9,7 +9,7 @@ import torch
 from bertkit.data.pretraining.instances import Instance, PretrainingCollator
 from bertkit.data.pretraining.run_data import MIN_PAIRS
 from bertkit.models.bert.heads import BertForPreTraining
-from bertkit.utils.constants import IGNORE_INDEX
+from bertkit.utils.constants import IGNORE_INDEX, MLM
 from bertkit.utils.devices import to_device
 
 
@@ -38,7 +38,7 @@ def pretraining_eval(instances: list[Instance], collator: PretrainingCollator, p
             targets = batch["labels"][batch["labels"] != IGNORE_INDEX]
             correct += int((logits.argmax(-1) == targets).sum())
             total += targets.numel()
-            loss_sum += float(out.loss_sums["mlm"])
+            loss_sum += float(out.loss_sums[MLM])
         for batch in pair_batches if with_pairs else []:
             batch = to_device({k: v for k, v in batch.items() if k != "labels"}, device)
             out = model(**batch)

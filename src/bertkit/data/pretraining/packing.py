@@ -31,12 +31,9 @@ import numpy as np
 from bertkit.data.pretraining.chain import StoreChain
 from bertkit.data.pretraining.store import FileReader
 from bertkit.errors import InputError
+from bertkit.utils.constants import MLM, MLM_NSP, OBJECTIVES
 from bertkit.utils.rng import MASK64, draw
 
-# The pretraining objectives, named here only: masked LM with next-sentence prediction (BERT), with sentence-order
-# prediction (ALBERT), or alone (RoBERTa)
-MLM_NSP, MLM_SOP, MLM = "mlm+nsp", "mlm+sop", "mlm"
-OBJECTIVES = (MLM_NSP, MLM_SOP, MLM)
 # An instance of the plan: A is tokens a_start..a_start+a_len of the corpus, B likewise (b_len 0: no B).
 PLAN_ROW = np.dtype([("a_start", "<i8"), ("b_start", "<i8"), ("a_len", "<u2"), ("b_len", "<u2"), ("label", "i1")])
 POOL = 1 << 16             # documents packed together: bounds the memory of a round

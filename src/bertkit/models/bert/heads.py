@@ -32,6 +32,7 @@ from bertkit.models.outputs import (
     QuestionAnsweringOutput,
 )
 from bertkit.models.pretrained import check_labels
+from bertkit.utils.constants import MLM, NSP
 
 # The MLM decoder is the word-embedding matrix, and its bias the head's `bias` (Hugging Face's layout).
 MLM_TIED_WEIGHTS = {"cls.predictions.decoder.weight": "bert.embeddings.word_embeddings.weight",
@@ -120,11 +121,11 @@ class BertForPreTraining(BertPreTrainedModel):
         nsp_logits = self.cls.seq_relationship(out.pooler_output)
         loss, sums = None, {}
         if labels is not None:
-            sums["mlm"] = mlm_sum
+            sums[MLM] = mlm_sum
             loss = mean_or_zero(mlm_sum, logits.size(0))
         if next_sentence_label is not None:
-            sums["nsp"] = F.cross_entropy(nsp_logits.float(), next_sentence_label.view(-1), reduction="sum")
-            nsp = mean_or_zero(sums["nsp"], next_sentence_label.numel())
+            sums[NSP] = F.cross_entropy(nsp_logits.float(), next_sentence_label.view(-1), reduction="sum")
+            nsp = mean_or_zero(sums[NSP], next_sentence_label.numel())
             loss = nsp if loss is None else loss + nsp
         return BertForPreTrainingOutput(loss, logits, nsp_logits, out.hidden_states, out.attentions, sums or None)
 
@@ -133,9 +134,9 @@ class BertForPreTraining(BertPreTrainedModel):
         """How many items each loss term averages over in `batch` (the trainer's exact averaging needs it)."""
         counts = {}
         if "labels" in batch:
-            counts["mlm"] = int((batch["labels"] != IGNORE_INDEX).sum())
+            counts[MLM] = int((batch["labels"] != IGNORE_INDEX).sum())
         if "next_sentence_label" in batch:
-            counts["nsp"] = int(batch["next_sentence_label"].numel())
+            counts[NSP] = int(batch["next_sentence_label"].numel())
         return counts
 
 
@@ -163,7 +164,7 @@ class BertForMaskedLM(BertPreTrainedModel):
         if labels is None:
             return MaskedLMOutput(None, logits, out.hidden_states, out.attentions)
         return MaskedLMOutput(mean_or_zero(mlm_sum, logits.size(0)), logits, out.hidden_states, out.attentions,
-                              {"mlm": mlm_sum})
+                              {MLM: mlm_sum})
 
     count_loss_items = staticmethod(BertForPreTraining.count_loss_items)
 
