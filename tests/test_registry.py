@@ -95,8 +95,9 @@ def test_every_family_loads_its_own_class_from_the_registry(directories):
 
 
 def test_the_families_and_what_serves_them():
-    assert [f.name for f in FAMILIES] == ["BERT", "GPT-2", "ViT", "translation", "recurrent",
+    assert [f.name for f in FAMILIES] == ["BERT", "ModernBERT", "GPT-2", "ViT", "translation", "recurrent",
                                                "summarization"]
+    assert [f.name for f in families_serving("encode")] == ["BERT", "ModernBERT"]
     assert [f.name for f in families_serving("generate")] == ["GPT-2", "recurrent"]
     assert [f.name for f in families_serving("attention")] == ["BERT", "GPT-2", "ViT", "translation"]
     assert {f.inputs for f in FAMILIES} == {"text", "images"}

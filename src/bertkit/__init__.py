@@ -41,6 +41,11 @@ _EXPORTS = {
     "ViTPreTrainedModel": "bertkit.models.vit.modeling",
     "ViTModel": "bertkit.models.vit.modeling",
     "ViTForImageClassification": "bertkit.models.vit.modeling",
+    "ModernBertConfig": "bertkit.models.modernbert.configuration",
+    "ModernBertPreTrainedModel": "bertkit.models.modernbert.modeling",
+    "ModernBertModel": "bertkit.models.modernbert.modeling",
+    "ModernBertForMaskedLM": "bertkit.models.modernbert.modeling",
+    "ModernBertForSequenceClassification": "bertkit.models.modernbert.modeling",
 }
 
 __all__ = sorted(_EXPORTS) + ["__version__"]

@@ -208,6 +208,31 @@ def causal_mask_bias(length: int, dtype: torch.dtype = torch.float32, device=Non
     return torch.zeros(length, key_length, dtype=dtype, device=device).masked_fill(~allowed, mask_value(dtype))
 
 
+def rotary_tables(length: int, dim: int, base: float, device: torch.device | None = None) -> tuple[Tensor, Tensor]:
+    """(cos, sin), each (T, dim) float32, of rotary positions (Su et al., RoFormer): position t turns the pair of
+    dimensions (i, i + dim/2) by the angle t·θ_i, θ_i = base^(-2i/dim). Fast-turning pairs tell near positions
+    apart, slow ones far positions; a larger base slows every pair (ModernBERT: 160,000 for global layers)."""
+    inverse = 1.0 / (base ** (torch.arange(0, dim, 2, dtype=torch.float32, device=device) / dim))  # (dim/2,)
+    angles = torch.arange(length, dtype=torch.float32, device=device)[:, None] * inverse           # (T, dim/2)
+    angles = torch.cat([angles, angles], dim=-1)                                                    # (T, dim)
+    return angles.cos(), angles.sin()
+
+
+def rotate(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+    """x (..., T, dim) with each pair (x_i, x_{i+dim/2}) at position t turned by t·θ_i: x·cos + (-x₂, x₁)·sin, in
+    float32 (as the angle tables are), returned in x's dtype. Turning a query at t and a key at s makes their dot
+    product depend on t - s only: attention sees relative positions, exactly."""
+    turned = x.float()
+    first, second = turned.chunk(2, dim=-1)
+    return (turned * cos + torch.cat([-second, first], dim=-1) * sin).to(x.dtype)
+
+
+def window_mask(length: int, half_width: int, device: torch.device | None = None) -> Tensor:
+    """(T, T) bool: query i may see key j when |i - j| <= half_width (a local, sliding-window attention layer)."""
+    offsets = torch.arange(length, device=device)
+    return (offsets[:, None] - offsets[None, :]).abs() <= half_width
+
+
 def gelu(x: Tensor) -> Tensor:
     """Exact GELU: x·Φ(x) (Hendrycks & Gimpel), BERT's `gelu`."""
     return F.gelu(x)

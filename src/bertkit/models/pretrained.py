@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 from bertkit.errors import InputError
@@ -195,6 +196,16 @@ def check_ids(name: str, ids: Tensor, vocab_size: int, max_length: int | None = 
     if values and (int(ids.min()) < 0 or int(ids.max()) >= vocab_size):
         raise InputError(f"{name} must be in [0, {vocab_size}), got values in [{int(ids.min())}, {int(ids.max())}]; "
                          "does the tokenizer match the model?")
+
+
+def classification_loss(logits: Tensor, labels: Tensor, num_labels: int, check: bool = True) -> Tensor:
+    """A sequence classifier's loss: labels (B,) class ids (cross-entropy; with `check`, ids outside the head are a
+    clear error), or target values when num_labels == 1 (mean squared error: a regression)."""
+    if num_labels == 1:
+        return F.mse_loss(logits.squeeze(-1).float(), labels.float())
+    if check:
+        check_labels(labels, num_labels)
+    return F.cross_entropy(logits.float(), labels.view(-1))
 
 
 def check_labels(labels: Tensor, num_labels: int) -> None:

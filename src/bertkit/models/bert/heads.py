@@ -31,7 +31,7 @@ from bertkit.models.outputs import (
     MaskedLMOutput,
     QuestionAnsweringOutput,
 )
-from bertkit.models.pretrained import check_labels
+from bertkit.models.pretrained import check_labels, classification_loss
 from bertkit.utils.constants import MLM, NSP
 
 # The MLM decoder is the word-embedding matrix, and its bias the head's `bias` (Hugging Face's layout).
@@ -206,11 +206,7 @@ class BertForSequenceClassification(_BertWithClassifier):
 
     def loss(self, logits: Tensor, labels: Tensor) -> Tensor:
         """labels (B,): class ids, or target values when num_labels == 1."""
-        if self.num_labels == 1:
-            return F.mse_loss(logits.squeeze(-1).float(), labels.float())
-        if self.checks_values(labels):
-            check_labels(labels, self.num_labels)
-        return F.cross_entropy(logits.float(), labels.view(-1))
+        return classification_loss(logits, labels, self.num_labels, self.checks_values(labels))
 
 
 class BertForTokenClassification(_BertWithClassifier):

@@ -19,7 +19,6 @@ C hidden, H heads.
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 from bertkit.errors import InputError
@@ -27,7 +26,7 @@ from bertkit.models.bert.modeling import BertSelfAttention
 from bertkit.models.dropout import Dropout
 from bertkit.models.functional import ACT2FN, sinusoidal_positions
 from bertkit.models.outputs import BertModelOutput, ClassifierOutput
-from bertkit.models.pretrained import PreTrainedModel, check_labels
+from bertkit.models.pretrained import PreTrainedModel, classification_loss
 from bertkit.models.vit.configuration import ViTConfig
 
 POOLER_ACT = {"tanh": torch.tanh, **ACT2FN}
@@ -261,12 +260,7 @@ class ViTForImageClassification(ViTPreTrainedModel):
         logits = self.classifier(out.last_hidden_state[:, 0])                      # (B, num_labels)
         loss = None
         if labels is not None:
-            if self.num_labels == 1:
-                loss = F.mse_loss(logits.squeeze(-1).float(), labels.float())
-            else:
-                if self.checks_values(labels):
-                    check_labels(labels, self.num_labels)
-                loss = F.cross_entropy(logits.float(), labels.view(-1))
+            loss = classification_loss(logits, labels, self.num_labels, self.checks_values(labels))
         return ClassifierOutput(loss, logits, out.hidden_states, out.attentions)
 
 

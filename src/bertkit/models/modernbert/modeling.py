@@ -1,0 +1,281 @@
+"""ModernBERT (Warner et al., 2024): BERT's encoder as it is built in 2024. Five changes, each a small piece here:
+
+- **Rotary positions** (Su et al., RoFormer) instead of a position table: each layer turns its queries and keys by
+  angles proportional to their positions (`functional.rotate`), so a query–key score depends on their offset
+  alone; global layers turn slowly (base 160,000), local ones faster (10,000).
+- **A gated feed-forward** (GeGLU, Shazeer 2020): Wi makes two halves, act(a) · g, then Wo.
+- **Pre-norm without biases**: x + Attn(LN(x)), x + MLP(LN(x)), one LayerNorm after the last layer, no bias in
+  any LayerNorm or Linear (`norm_bias`, `attention_bias`, `mlp_bias`). Layer 0 reads the embeddings, already
+  normalised, without a LayerNorm of its own.
+- **Local and global attention**: in a "sliding_attention" layer a token sees the `local_attention` / 2 tokens
+  on each side (`functional.window_mask`); in a "full_attention" layer, every token. ModernBERT alternates two
+  local layers and one global.
+- **No segment embeddings, no pooler**: a pair of texts is one sequence with [SEP] between; heads pool the [CLS]
+  vector or the mean (`classifier_pooling`) through a dense + activation + LayerNorm head.
+
+Module and weight names are those of transformers' ModernBERT checkpoints (`embeddings.tok_embeddings`,
+`embeddings.norm`, `layers.N.attn_norm`, `layers.N.attn.Wqkv`, `layers.N.attn.Wo`, `layers.N.mlp_norm`,
+`layers.N.mlp.Wi`, `layers.N.mlp.Wo`, `final_norm`; `model.`, `head.dense`, `head.norm`, `decoder`, `classifier`
+in the task models), so a directory written by either library loads in the other.
+
+Dimension letters: B batch, T tokens, C hidden, H heads, D a head's dims, I the feed-forward's width, V vocabulary.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from bertkit.models.dropout import Dropout
+from bertkit.models.functional import ACT2FN, mask_value, multi_head_attention, rotary_tables, rotate, window_mask
+from bertkit.models.modernbert.configuration import SLIDING, ModernBertConfig
+from bertkit.models.outputs import BertModelOutput, ClassifierOutput, MaskedLMOutput
+from bertkit.models.pretrained import PreTrainedModel, check_ids, classification_loss
+from bertkit.utils.constants import IGNORE_INDEX, MLM
+
+
+class ModernBertEmbeddings(nn.Module):
+    """Token embeddings, normalised (no positions: the layers rotate them in; no segments)."""
+
+    def __init__(self, config: ModernBertConfig) -> None:
+        super().__init__()
+        self.tok_embeddings = nn.Embedding(config.vocab_size, config.hidden_size, padding_idx=config.pad_token_id)
+        self.norm = nn.LayerNorm(config.hidden_size, eps=config.norm_eps, bias=config.norm_bias)
+        self.drop = Dropout(config.embedding_dropout)
+
+    def forward(self, input_ids: Tensor) -> Tensor:
+        return self.drop(self.norm(self.tok_embeddings(input_ids)))                      # (B, T, C)
+
+
+class ModernBertMLP(nn.Module):
+    """The gated feed-forward: Wi(x) = [a; g] (each I wide), then Wo(act(a) · g)."""
+
+    def __init__(self, config: ModernBertConfig) -> None:
+        super().__init__()
+        self.Wi = nn.Linear(config.hidden_size, 2 * config.intermediate_size, bias=config.mlp_bias)
+        self.act = ACT2FN[config.hidden_activation]
+        self.drop = Dropout(config.mlp_dropout)
+        self.Wo = nn.Linear(config.intermediate_size, config.hidden_size, bias=config.mlp_bias)
+
+    def forward(self, x: Tensor) -> Tensor:
+        a, gate = self.Wi(x).chunk(2, dim=-1)                                            # (B, T, I) each
+        return self.Wo(self.drop(self.act(a) * gate))
+
+
+class ModernBertAttention(nn.Module):
+    """Self-attention with one fused query/key/value projection; queries and keys turned by their positions."""
+
+    def __init__(self, config: ModernBertConfig) -> None:
+        super().__init__()
+        self.heads, self.head_dim, self.dropout = config.num_attention_heads, config.head_dim, config.attention_dropout
+        self.Wqkv = nn.Linear(config.hidden_size, 3 * config.hidden_size, bias=config.attention_bias)
+        self.Wo = nn.Linear(config.hidden_size, config.hidden_size, bias=config.attention_bias)
+        self.out_drop = Dropout(config.attention_dropout)
+
+    def forward(self, x: Tensor, cos: Tensor, sin: Tensor, mask: Tensor | None,
+                output_attentions: bool = False) -> tuple[Tensor, Tensor | None]:
+        B, T, C = x.shape
+        q, k, v = self.Wqkv(x).view(B, T, 3, self.heads, self.head_dim).permute(2, 0, 3, 1, 4)  # (B, H, T, D) each
+        q, k = rotate(q, cos, sin), rotate(k, cos, sin)
+        out, probs = multi_head_attention(q, k, v, mask, dropout=self.dropout, training=self.training,
+                                          need_weights=output_attentions)
+        return self.out_drop(self.Wo(out.transpose(1, 2).reshape(B, T, C))), probs
+
+
+class ModernBertEncoderLayer(nn.Module):
+    """x + Attn(LN(x)), then x + MLP(LN(x)); layer 0 has no LayerNorm before its attention."""
+
+    def __init__(self, config: ModernBertConfig, index: int) -> None:
+        super().__init__()
+        norm = lambda: nn.LayerNorm(config.hidden_size, eps=config.norm_eps, bias=config.norm_bias)  # noqa: E731
+        self.attn_norm = nn.Identity() if index == 0 else norm()
+        self.attn = ModernBertAttention(config)
+        self.mlp_norm = norm()
+        self.mlp = ModernBertMLP(config)
+        self.attention_type = config.layer_types[index]
+
+    def forward(self, x: Tensor, cos: Tensor, sin: Tensor, mask: Tensor | None,
+                output_attentions: bool = False) -> tuple[Tensor, Tensor | None]:
+        attended, probs = self.attn(self.attn_norm(x), cos, sin, mask, output_attentions)
+        x = x + attended
+        return x + self.mlp(self.mlp_norm(x)), probs
+
+
+class ModernBertPreTrainedModel(PreTrainedModel):
+    """The ModernBERT family: ModernBertConfig, its initialisation, task models hold the encoder as `model`."""
+
+    config_class = ModernBertConfig
+    base_model_prefix = "model"
+
+    def _init_weights(self, module: nn.Module) -> None:
+        """ModernBERT's: truncated normals (cut at two deviations), N(0, initializer_range) into the residual
+        stream, the projections out of it smaller by √(2 · layers), the classifier N(0, 1/√C); LayerNorm 1."""
+        cfg = self.config
+        std_in, std_out = cfg.initializer_range, cfg.initializer_range / math.sqrt(2.0 * cfg.num_hidden_layers)
+
+        def normal(linear: nn.Module, std: float) -> None:
+            nn.init.trunc_normal_(linear.weight, std=std, a=-2 * std, b=2 * std)
+            if getattr(linear, "bias", None) is not None:
+                nn.init.zeros_(linear.bias)
+
+        if isinstance(module, ModernBertEmbeddings):
+            normal(module.tok_embeddings, std_in)
+        elif isinstance(module, ModernBertMLP):
+            normal(module.Wi, std_in)
+            normal(module.Wo, std_out)
+        elif isinstance(module, ModernBertAttention):
+            normal(module.Wqkv, std_in)
+            normal(module.Wo, std_out)
+        elif isinstance(module, ModernBertPredictionHead):
+            normal(module.dense, std_out)
+        elif isinstance(module, (ModernBertForMaskedLM,)):
+            normal(module.decoder, std_out)
+        elif isinstance(module, ModernBertForSequenceClassification):
+            normal(module.classifier, cfg.hidden_size ** -0.5)
+        elif isinstance(module, nn.LayerNorm):
+            nn.init.ones_(module.weight)
+            if module.bias is not None:
+                nn.init.zeros_(module.bias)
+
+
+class ModernBertModel(ModernBertPreTrainedModel):
+    """The ModernBERT encoder: token ids (B, T) -> token vectors (B, T, C)."""
+
+    other_head_prefixes = ("head.", "decoder.", "classifier.")  # transformers' task heads
+
+    def __init__(self, config: ModernBertConfig) -> None:
+        super().__init__(config)
+        self.embeddings = ModernBertEmbeddings(config)
+        self.layers = nn.ModuleList(ModernBertEncoderLayer(config, i) for i in range(config.num_hidden_layers))
+        self.final_norm = nn.LayerNorm(config.hidden_size, eps=config.norm_eps, bias=config.norm_bias)
+        self.init_weights()
+
+    def forward(self, input_ids: Tensor, attention_mask: Tensor | None = None, token_type_ids: Tensor | None = None,
+                output_attentions: bool = False, output_hidden_states: bool = False) -> BertModelOutput:
+        """input_ids (B, T); attention_mask (B, T) 1 for tokens, 0 for padding. token_type_ids is taken and unused,
+        as callers of a BERT pass it: ModernBERT has no segments. hidden_states are the embeddings and each
+        layer's output (before the final LayerNorm), attentions each layer's (B, H, T, T)."""
+        cfg = self.config
+        check_ids("input_ids", input_ids, cfg.vocab_size, cfg.max_position_embeddings, self.checks_values(input_ids))
+        B, T = input_ids.shape
+        x = self.embeddings(input_ids)
+        masks = self._masks(attention_mask, B, T, x.dtype, x.device)
+        tables = {kind: rotary_tables(T, cfg.head_dim, cfg.rope_theta(kind), x.device) for kind in set(cfg.layer_types)}
+        hidden_states, attentions = [x] if output_hidden_states else None, [] if output_attentions else None
+        for layer in self.layers:
+            x, probs = layer(x, *tables[layer.attention_type], masks[layer.attention_type], output_attentions)
+            if output_hidden_states:
+                hidden_states.append(x)
+            if output_attentions:
+                attentions.append(probs)
+        return BertModelOutput(self.final_norm(x), None, tuple(hidden_states) if hidden_states else None,
+                               tuple(attentions) if attentions else None)
+
+    def _masks(self, attention_mask: Tensor | None, B: int, T: int, dtype: torch.dtype,
+               device: torch.device) -> dict[str, Tensor | None]:
+        """Each layer type's additive bias (B, 1, T, T) or None: padding keys hidden, and in a local layer the keys
+        beyond its window. One value stands for "not allowed" however many reasons there are, so a row that sees
+        no key (a pad far from any text) is uniform, never NaN."""
+        allowed = None if attention_mask is None else attention_mask[:, None, None, :].to(torch.bool)  # (B,1,1,T)
+        local = window_mask(T, self.config.sliding_window, device)                                    # (T, T)
+        out = {}
+        for kind in set(self.config.layer_types):
+            keep = allowed if kind != SLIDING else (local if allowed is None else allowed & local)
+            out[kind] = None if keep is None else torch.zeros(keep.shape, dtype=dtype, device=device).masked_fill(
+                ~keep, mask_value(dtype))
+        return out
+
+
+class ModernBertPredictionHead(nn.Module):
+    """LayerNorm(act(dense(x))): what the masked-LM decoder and the classifiers read."""
+
+    def __init__(self, config: ModernBertConfig) -> None:
+        super().__init__()
+        self.dense = nn.Linear(config.hidden_size, config.hidden_size, bias=config.classifier_bias)
+        self.act = ACT2FN[config.classifier_activation]
+        self.norm = nn.LayerNorm(config.hidden_size, eps=config.norm_eps, bias=config.norm_bias)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.norm(self.act(self.dense(x)))
+
+
+class ModernBertForMaskedLM(ModernBertPreTrainedModel):
+    """ModernBERT with its masked-LM head; the decoder is the token embedding matrix (tied), with a bias. ModernBERT
+    pretrains with this objective alone (no next-sentence prediction)."""
+
+    head_prefixes = ("head.", "decoder.")
+    other_head_prefixes = ("classifier.",)
+
+    def __init__(self, config: ModernBertConfig) -> None:
+        super().__init__(config)
+        self.model = ModernBertModel(config)
+        self.head = ModernBertPredictionHead(config)
+        self.decoder = nn.Linear(config.hidden_size, config.vocab_size, bias=config.decoder_bias)
+        self.init_weights()
+
+    def tied_weights(self) -> dict[str, str]:
+        return {"decoder.weight": "model.embeddings.tok_embeddings.weight"}
+
+    def forward(self, input_ids: Tensor, attention_mask: Tensor | None = None, token_type_ids: Tensor | None = None,
+                labels: Tensor | None = None, output_attentions: bool = False,
+                output_hidden_states: bool = False) -> MaskedLMOutput:
+        """labels (B, T): the token to predict at each masked position, IGNORE_INDEX elsewhere. With labels, only
+        the N masked positions go through the head and decoder (the rest would be thrown away): logits (N, V),
+        in the order the positions come; without, logits (B, T, V)."""
+        out = self.model(input_ids, attention_mask, None, output_attentions, output_hidden_states)
+        hidden = out.last_hidden_state
+        if labels is None:
+            return MaskedLMOutput(None, self.decoder(self.head(hidden)), out.hidden_states, out.attentions)
+        predicted = labels != IGNORE_INDEX                                                 # (B, T)
+        logits = self.decoder(self.head(hidden[predicted]))                                # (N, V)
+        total = F.cross_entropy(logits.float(), labels[predicted], reduction="sum")
+        loss = total / predicted.sum().clamp(min=1)
+        return MaskedLMOutput(loss, logits, out.hidden_states, out.attentions, {MLM: total})
+
+
+class ModernBertForSequenceClassification(ModernBertPreTrainedModel):
+    """ModernBERT with a classifier over the [CLS] vector or the mean of the real tokens' (`classifier_pooling`),
+    read through the prediction head: logits over `config.id2label`'s labels."""
+
+    head_prefixes = ("head.", "classifier.")
+    other_head_prefixes = ("decoder.",)
+
+    def __init__(self, config: ModernBertConfig) -> None:
+        super().__init__(config)
+        self.num_labels = config.num_labels
+        self.model = ModernBertModel(config)
+        self.head = ModernBertPredictionHead(config)
+        self.drop = Dropout(config.classifier_dropout)
+        self.classifier = nn.Linear(config.hidden_size, self.num_labels)
+        self.init_weights()
+
+    def forward(self, input_ids: Tensor, attention_mask: Tensor | None = None, token_type_ids: Tensor | None = None,
+                labels: Tensor | None = None, output_attentions: bool = False,
+                output_hidden_states: bool = False) -> ClassifierOutput:
+        """labels (B,): class ids (cross-entropy), or target values when num_labels == 1 (mean squared error)."""
+        out = self.model(input_ids, attention_mask, None, output_attentions, output_hidden_states)
+        hidden = out.last_hidden_state
+        if self.config.classifier_pooling == "cls":
+            pooled = hidden[:, 0]
+        else:  # the mean over the real tokens
+            weights = (torch.ones(hidden.shape[:2], device=hidden.device) if attention_mask is None
+                       else attention_mask).unsqueeze(-1).to(hidden.dtype)
+            pooled = (hidden * weights).sum(1) / weights.sum(1)
+        logits = self.classifier(self.drop(self.head(pooled)))                               # (B, num_labels)
+        loss = None
+        if labels is not None:
+            loss = classification_loss(logits, labels, self.num_labels, self.checks_values(labels))
+        return ClassifierOutput(loss, logits, out.hidden_states, out.attentions)
+
+
+MODEL_CLASSES = {cls.__name__: cls for cls in (ModernBertModel, ModernBertForMaskedLM,
+                                                ModernBertForSequenceClassification)}
+
+
+def modernbert_class_for(config: ModernBertConfig) -> type[ModernBertPreTrainedModel]:
+    """The class a ModernBERT directory was saved from (config.json's `architectures`), ModernBertModel when
+    unknown."""
+    return next((MODEL_CLASSES[name] for name in config.architectures if name in MODEL_CLASSES), ModernBertModel)

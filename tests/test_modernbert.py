@@ -1,0 +1,180 @@
+"""ModernBERT against transformers' implementation: random configs with local and global layers, sequences longer
+than the local window, padded batches; hidden states, masked-LM and classifier logits within 1e-5 (fp32), with
+checkpoints both ways. And the maths alone: rotary positions make a score depend on the offset only."""
+
+from __future__ import annotations
+
+import json
+import warnings
+
+import numpy as np
+import pytest
+import torch
+
+from bertkit.models.functional import rotary_tables, rotate, window_mask
+from bertkit.models.modernbert.configuration import FULL, SLIDING, ModernBertConfig
+from bertkit.models.modernbert.modeling import (
+    ModernBertForMaskedLM,
+    ModernBertForSequenceClassification,
+    ModernBertModel,
+)
+from bertkit.models.registry import family_of
+from tolerance import assert_close
+
+transformers = pytest.importorskip("transformers")
+
+CONFIGS = [  # (local_attention, a global layer every n, bases global / local, classifier pooling)
+    dict(local_attention=8, global_attn_every_n_layers=3, global_rope_theta=160_000.0, local_rope_theta=10_000.0,
+         classifier_pooling="cls"),
+    dict(local_attention=4, global_attn_every_n_layers=2, global_rope_theta=1_000.0, local_rope_theta=50.0,
+         classifier_pooling="mean"),
+]
+
+
+def hf_config(overrides: dict, **extra) -> transformers.ModernBertConfig:
+    config = transformers.ModernBertConfig(
+        vocab_size=99, hidden_size=32, intermediate_size=48, num_hidden_layers=4, num_attention_heads=4,
+        max_position_embeddings=64, pad_token_id=0, bos_token_id=1, eos_token_id=2, cls_token_id=1, sep_token_id=2,
+        **overrides, **extra)
+    config._attn_implementation = "eager"
+    return config
+
+
+def batch() -> tuple[torch.Tensor, torch.Tensor]:
+    """Three texts of 21, 15 and 5 tokens (the window holds 5 or 9): padded to 21."""
+    generator = torch.Generator().manual_seed(1)
+    ids = torch.randint(3, 99, (3, 21), generator=generator)
+    mask = torch.ones_like(ids)
+    mask[1, 15:], mask[2, 5:] = 0, 0
+    return ids.masked_fill(mask == 0, 0), mask
+
+
+def transformers_model(cls, config):
+    torch.manual_seed(0)
+    model = cls(config).eval()
+    with torch.no_grad():  # away from the initialisation's zeros and ones, so that every weight counts
+        for parameter in model.parameters():
+            parameter.add_(torch.randn_like(parameter) * 0.05)
+    return model
+
+
+def output_of(out) -> torch.Tensor:
+    return out.last_hidden_state if hasattr(out, "last_hidden_state") else out.logits
+
+
+@pytest.mark.parametrize("overrides", CONFIGS)
+@pytest.mark.parametrize("names", [("ModernBertModel", ModernBertModel),
+                                   ("ModernBertForMaskedLM", ModernBertForMaskedLM),
+                                   ("ModernBertForSequenceClassification", ModernBertForSequenceClassification)])
+def test_equals_transformers_both_ways(tmp_path, overrides, names):
+    hf_name, ours = names
+    hf_class = getattr(transformers, hf_name)
+    config = hf_config(overrides, **({"num_labels": 3} if "Classification" in hf_name else {}))
+    theirs = transformers_model(hf_class, config)
+    theirs.save_pretrained(tmp_path / "hf")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # transformers' config.json reads without a word
+        model = ours.from_pretrained(tmp_path / "hf").eval()
+    layer_types = model.config.layer_types
+    assert FULL in layer_types and SLIDING in layer_types
+    ids, mask = batch()
+    with torch.no_grad():
+        expected, got = output_of(theirs(input_ids=ids, attention_mask=mask)), output_of(model(ids, mask))
+    real = mask.bool() if expected.dim() == 3 else slice(None)  # padded positions hold nothing to compare
+    assert_close(got[real], expected[real], msg=hf_name)
+
+    model.save_pretrained(tmp_path / "ours")
+    back = hf_class.from_pretrained(tmp_path / "ours", attn_implementation="eager").eval()
+    with torch.no_grad():
+        assert_close(output_of(back(input_ids=ids, attention_mask=mask))[real], got[real],
+                     msg=f"{hf_name}, saved by bertkit")
+    assert json.loads((tmp_path / "ours" / "config.json").read_text())["architectures"] == [hf_name]
+
+
+def test_a_text_alone_equals_itself_in_a_padded_batch():
+    config = ModernBertConfig(vocab_size=99, hidden_size=32, intermediate_size=48, num_hidden_layers=3,
+                              num_attention_heads=4, local_attention=4, pad_token_id=0,
+                              layer_types=[FULL, SLIDING, SLIDING])
+    torch.manual_seed(0)
+    model = ModernBertModel(config).eval()
+    ids, mask = batch()
+    with torch.no_grad():
+        together = model(ids, mask).last_hidden_state
+        alone = model(ids[2:, :5]).last_hidden_state
+    assert torch.isfinite(together).all()  # a padded row far from any text sees no key: uniform, never NaN
+    assert_close(together[2, :5], alone[0])
+
+
+def test_masked_lm_loss_reads_the_masked_positions_only(tmp_path):
+    config = hf_config(CONFIGS[0])
+    theirs = transformers_model(transformers.ModernBertForMaskedLM, config)
+    theirs.save_pretrained(tmp_path)
+    model = ModernBertForMaskedLM.from_pretrained(tmp_path).eval()
+    ids, mask = batch()
+    labels = torch.full_like(ids, -100)
+    labels[0, [2, 7, 19]], labels[1, 4] = ids[0, [2, 7, 19]], ids[1, 4]
+    with torch.no_grad():
+        expected, out = theirs(input_ids=ids, attention_mask=mask, labels=labels), model(ids, mask, labels=labels)
+    assert out.logits.shape == (4, 99)  # only the four masked positions reach the decoder
+    assert_close(out.loss, expected.loss, rtol=1e-6)
+    assert out.loss_sums["mlm"].item() == pytest.approx(4 * out.loss.item(), rel=1e-6)
+    assert model.decoder.weight.data_ptr() == model.model.embeddings.tok_embeddings.weight.data_ptr()  # tied
+
+
+def test_older_config_files_read_as_the_new_fields():
+    config = ModernBertConfig.from_dict({"model_type": "modernbert", "num_hidden_layers": 5,
+                                         "global_attn_every_n_layers": 2, "global_rope_theta": 1000.0,
+                                         "local_rope_theta": 50.0, "vocab_size": 99, "pad_token_id": 0})
+    assert config.layer_types == [FULL, SLIDING, FULL, SLIDING, FULL]
+    assert config.rope_theta(FULL) == 1000.0 and config.rope_theta(SLIDING) == 50.0
+    assert ModernBertConfig(num_hidden_layers=4, layer_types=None or [FULL] * 4).sliding_window == 64
+
+
+def test_rotary_scores_depend_on_the_offset_only():
+    """⟨R_t q, R_s k⟩ = ⟨R_(t-s) q, k⟩: one query and one key, rotated to every pair of positions."""
+    torch.manual_seed(0)
+    q, k = torch.randn(16), torch.randn(16)
+    cos, sin = rotary_tables(40, 16, 10_000.0)
+    rq, rk = rotate(q.expand(40, 16), cos, sin), rotate(k.expand(40, 16), cos, sin)
+    scores = (rq @ rk.T).numpy()                                                   # scores[t, s]
+    for offset in (-7, 0, 3, 12):
+        diagonal = np.diagonal(scores, offset=-offset)                            # every t - s == offset
+        assert np.ptp(diagonal) < 1e-4 * np.abs(diagonal).max(), offset
+    assert abs(scores[5, 0] - scores[0, 5]) > 1e-3  # the sign of the offset matters: no symmetric distance
+    assert torch.equal(rq[0], q)                     # position 0 is not turned
+
+
+def test_window_mask_and_config_errors():
+    assert window_mask(5, 1).int().tolist() == [[1, 1, 0, 0, 0], [1, 1, 1, 0, 0], [0, 1, 1, 1, 0],
+                                                [0, 0, 1, 1, 1], [0, 0, 0, 1, 1]]
+    from bertkit.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="layer_types must give each of the 2 layers"):
+        ModernBertConfig(num_hidden_layers=2, layer_types=[FULL])
+    with pytest.raises(ConfigError, match="must be even"):
+        ModernBertConfig(hidden_size=30, num_attention_heads=2, layer_types=[FULL] * 22)
+
+
+def test_the_registry_knows_the_family_and_encode_reads_it(tmp_path):
+    """A ModernBERT directory with a WordPiece vocabulary: `bertkit encode` gives transformers' vectors."""
+    from bertkit.cli import main
+    from bertkit.tokenizer import BertTokenizer
+
+    words = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *"今天天气很好明天会下雨我们去公园"]
+    (tmp_path / "vocab.txt").write_text("\n".join(dict.fromkeys(words)) + "\n", encoding="utf-8")
+    tokenizer = BertTokenizer(str(tmp_path / "vocab.txt"))
+    config = hf_config(CONFIGS[0])
+    config.vocab_size = len(tokenizer)
+    theirs = transformers_model(transformers.ModernBertModel, config)
+    theirs.save_pretrained(tmp_path / "model")
+    tokenizer.save_pretrained(tmp_path / "model")
+    assert family_of(tmp_path / "model").name == "ModernBERT"
+    out = tmp_path / "vectors.npy"
+    texts = ["今天天气很好", "明天会下雨，我们去公园"]
+    assert main(["encode", "--model", str(tmp_path / "model"), *texts, "--pooling", "mean", "--out", str(out)]) == 0
+    encoded = tokenizer(texts, padding=True, return_tensors="pt")
+    with torch.no_grad():
+        hidden = theirs(input_ids=encoded["input_ids"], attention_mask=encoded["attention_mask"]).last_hidden_state
+    weights = encoded["attention_mask"].unsqueeze(-1).float()
+    expected = ((hidden * weights).sum(1) / weights.sum(1)).numpy()
+    np.testing.assert_allclose(np.load(out), expected, atol=1e-5, rtol=0)
