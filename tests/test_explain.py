@@ -21,7 +21,7 @@ pytestmark = pytest.mark.xdist_group("explain")  # module fixtures (a browser, t
 CHEAP_TOPICS = ("positional-encoding", "permutation", "layernorm", "scaling", "residual", "rnn-gradients")
 PICTURES = {
     "positional-encoding": ["pe_heatmap_50x128", "pe_heatmap_2048x512", "pe_similarity_100x16", "pe_dot_by_distance",
-                            "pe_columns_vs_binary"],
+                            "pe_columns_vs_binary", "rope_scores_16"],
     "permutation": ["permutation"],
     "layernorm": ["layernorm_vs_batchnorm"],
     "scaling": ["scaling_entropy"],
@@ -70,6 +70,9 @@ def test_positional_encoding_numbers(results):
     assert dots[0] == pytest.approx(64.0, abs=1e-4)
     assert dots[0] > dots[1] > dots[2] > dots[5] > dots[10] > dots[50] > dots[100]
     assert max(n["dot_spread_over_pos"].values()) < 1e-5                            # depends on k only
+    # rotary positions: a query and a key turned by t and s score the same at every pair with one offset s - t
+    assert max(n["rope_spread_by_offset"].values()) < 1e-10
+    assert min(n["added_spread_by_offset"].values()) > 1.0                        # added PE: position leaks in
 
 
 def test_positional_encoding_prints_the_table(capsys, tmp_path):

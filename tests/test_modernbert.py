@@ -178,3 +178,24 @@ def test_the_registry_knows_the_family_and_encode_reads_it(tmp_path):
     weights = encoded["attention_mask"].unsqueeze(-1).float()
     expected = ((hidden * weights).sum(1) / weights.sum(1)).numpy()
     np.testing.assert_allclose(np.load(out), expected, atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("overrides", CONFIGS)
+def test_unpadded_equals_padded(overrides, tmp_path):
+    """The batch's real tokens packed (every step but attention skips the padding) give the padded outputs, and
+    zeros at padding; through a task head too."""
+    theirs = transformers_model(transformers.ModernBertForMaskedLM, hf_config(overrides))
+    theirs.save_pretrained(tmp_path)
+    model = ModernBertForMaskedLM.from_pretrained(tmp_path).eval()
+    ids, mask = batch()
+    with torch.no_grad():
+        model.model.unpad = False
+        padded = model.model(ids, mask).last_hidden_state
+        padded_logits = model(ids, mask).logits
+        model.model.unpad = True
+        unpadded = model.model(ids, mask).last_hidden_state
+        unpadded_logits = model(ids, mask).logits
+    real = mask.bool()
+    assert_close(unpadded[real], padded[real])
+    assert_close(unpadded_logits[real], padded_logits[real])
+    assert (unpadded[~real] == 0).all()

@@ -208,21 +208,23 @@ def causal_mask_bias(length: int, dtype: torch.dtype = torch.float32, device=Non
     return torch.zeros(length, key_length, dtype=dtype, device=device).masked_fill(~allowed, mask_value(dtype))
 
 
-def rotary_tables(length: int, dim: int, base: float, device: torch.device | None = None) -> tuple[Tensor, Tensor]:
-    """(cos, sin), each (T, dim) float32, of rotary positions (Su et al., RoFormer): position t turns the pair of
-    dimensions (i, i + dim/2) by the angle t·θ_i, θ_i = base^(-2i/dim). Fast-turning pairs tell near positions
-    apart, slow ones far positions; a larger base slows every pair (ModernBERT: 160,000 for global layers)."""
-    inverse = 1.0 / (base ** (torch.arange(0, dim, 2, dtype=torch.float32, device=device) / dim))  # (dim/2,)
-    angles = torch.arange(length, dtype=torch.float32, device=device)[:, None] * inverse           # (T, dim/2)
+def rotary_tables(length: int, dim: int, base: float, device: torch.device | None = None,
+                  dtype: torch.dtype = torch.float32) -> tuple[Tensor, Tensor]:
+    """(cos, sin), each (T, dim), of rotary positions (Su et al., RoFormer): position t turns the pair of dimensions
+    (i, i + dim/2) by the angle t·θ_i, θ_i = base^(-2i/dim). Fast-turning pairs tell near positions apart, slow ones
+    far positions; a larger base slows every pair (ModernBERT: 160,000 for global layers). float32, as the models
+    compute them; float64 for an exact demonstration."""
+    inverse = 1.0 / (base ** (torch.arange(0, dim, 2, dtype=dtype, device=device) / dim))  # (dim/2,)
+    angles = torch.arange(length, dtype=dtype, device=device)[:, None] * inverse           # (T, dim/2)
     angles = torch.cat([angles, angles], dim=-1)                                                    # (T, dim)
     return angles.cos(), angles.sin()
 
 
 def rotate(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
     """x (..., T, dim) with each pair (x_i, x_{i+dim/2}) at position t turned by t·θ_i: x·cos + (-x₂, x₁)·sin, in
-    float32 (as the angle tables are), returned in x's dtype. Turning a query at t and a key at s makes their dot
-    product depend on t - s only: attention sees relative positions, exactly."""
-    turned = x.float()
+    float32 at least (bf16 is turned in float32, as the angle tables are), returned in x's dtype. Turning a query at
+    t and a key at s makes their dot product depend on t - s only: attention sees relative positions, exactly."""
+    turned = x if x.dtype == torch.float64 else x.float()
     first, second = turned.chunk(2, dim=-1)
     return (turned * cos + torch.cat([-second, first], dim=-1) * sin).to(x.dtype)
 

@@ -23,6 +23,7 @@ Dimension letters: B batch, T tokens, C hidden, H heads, D a head's dims, I the 
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import torch
@@ -30,7 +31,18 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from bertkit.models.dropout import Dropout
-from bertkit.models.functional import ACT2FN, mask_value, multi_head_attention, rotary_tables, rotate, window_mask
+from bertkit.models.functional import (
+    ACT2FN,
+    PACK_MIN_PADDING,
+    PackedSequences,
+    mask_value,
+    multi_head_attention,
+    pack_padded,
+    packed_attention,
+    rotary_tables,
+    rotate,
+    window_mask,
+)
 from bertkit.models.modernbert.configuration import SLIDING, ModernBertConfig
 from bertkit.models.outputs import BertModelOutput, ClassifierOutput, MaskedLMOutput
 from bertkit.models.pretrained import PreTrainedModel, check_ids, classification_loss
@@ -75,8 +87,16 @@ class ModernBertAttention(nn.Module):
         self.Wo = nn.Linear(config.hidden_size, config.hidden_size, bias=config.attention_bias)
         self.out_drop = Dropout(config.attention_dropout)
 
-    def forward(self, x: Tensor, cos: Tensor, sin: Tensor, mask: Tensor | None,
+    def forward(self, x: Tensor, cos: Tensor, sin: Tensor, mask: Tensor | PackedSequences | None,
                 output_attentions: bool = False) -> tuple[Tensor, Tensor | None]:
+        """x (B, T, C) with cos/sin (T, D), or packed: x (N, C), the batch's real tokens, with each token's own
+        cos/sin (N, 1, D) and `mask` the PackedSequences (attention alone runs padded)."""
+        if isinstance(mask, PackedSequences):
+            N, C = x.shape
+            q, k, v = self.Wqkv(x).view(N, 3, self.heads, self.head_dim).unbind(1)               # (N, H, D) each
+            q, k = rotate(q, cos, sin), rotate(k, cos, sin)
+            out = packed_attention(q, k, v, mask, self.dropout, self.training)
+            return self.out_drop(self.Wo(out.reshape(N, C))), None
         B, T, C = x.shape
         q, k, v = self.Wqkv(x).view(B, T, 3, self.heads, self.head_dim).permute(2, 0, 3, 1, 4)  # (B, H, T, D) each
         q, k = rotate(q, cos, sin), rotate(k, cos, sin)
@@ -97,7 +117,7 @@ class ModernBertEncoderLayer(nn.Module):
         self.mlp = ModernBertMLP(config)
         self.attention_type = config.layer_types[index]
 
-    def forward(self, x: Tensor, cos: Tensor, sin: Tensor, mask: Tensor | None,
+    def forward(self, x: Tensor, cos: Tensor, sin: Tensor, mask: Tensor | PackedSequences | None,
                 output_attentions: bool = False) -> tuple[Tensor, Tensor | None]:
         attended, probs = self.attn(self.attn_norm(x), cos, sin, mask, output_attentions)
         x = x + attended
@@ -151,6 +171,10 @@ class ModernBertModel(ModernBertPreTrainedModel):
         self.embeddings = ModernBertEmbeddings(config)
         self.layers = nn.ModuleList(ModernBertEncoderLayer(config, i) for i in range(config.num_hidden_layers))
         self.final_norm = nn.LayerNorm(config.hidden_size, eps=config.norm_eps, bias=config.norm_bias)
+        # Padded batches run unpadded (their real tokens packed, `pack_padded`): every step but attention spends
+        # nothing on padding, and the outputs at padded positions are zeros. None: on a GPU (a CPU's batches come
+        # sorted by length, with little padding); True: everywhere; False: never.
+        self.unpad: bool | None = None
         self.init_weights()
 
     def forward(self, input_ids: Tensor, attention_mask: Tensor | None = None, token_type_ids: Tensor | None = None,
@@ -164,6 +188,10 @@ class ModernBertModel(ModernBertPreTrainedModel):
         x = self.embeddings(input_ids)
         masks = self._masks(attention_mask, B, T, x.dtype, x.device)
         tables = {kind: rotary_tables(T, cfg.head_dim, cfg.rope_theta(kind), x.device) for kind in set(cfg.layer_types)}
+        if self._unpads(attention_mask, output_attentions or output_hidden_states):
+            packed = pack_padded(attention_mask, x.dtype)
+            if packed.padding >= PACK_MIN_PADDING:
+                return BertModelOutput(self._unpadded(x, packed, masks, tables))
         hidden_states, attentions = [x] if output_hidden_states else None, [] if output_attentions else None
         for layer in self.layers:
             x, probs = layer(x, *tables[layer.attention_type], masks[layer.attention_type], output_attentions)
@@ -173,6 +201,27 @@ class ModernBertModel(ModernBertPreTrainedModel):
                 attentions.append(probs)
         return BertModelOutput(self.final_norm(x), None, tuple(hidden_states) if hidden_states else None,
                                tuple(attentions) if attentions else None)
+
+    def _unpads(self, attention_mask: Tensor | None, per_layer_outputs: bool) -> bool:
+        unpad = self.unpad if self.unpad is not None else (attention_mask is not None
+                                                             and attention_mask.device.type == "cuda")
+        return bool(unpad) and attention_mask is not None and not per_layer_outputs and \
+            not torch.compiler.is_compiling()
+
+    def _unpadded(self, x: Tensor, packed: PackedSequences, masks: dict[str, Tensor | None],
+                  tables: dict[str, tuple[Tensor, Tensor]]) -> Tensor:
+        """The layers over the batch's real tokens alone, (N, C); back in (B, T, C), zeros at padding. Each token
+        takes its own position's rotation; each layer type's attention its own mask, padded."""
+        B, T, C = x.shape
+        positions = packed.indices % T                                                   # (N,)
+        turned = {kind: (cos[positions].unsqueeze(1), sin[positions].unsqueeze(1))     # (N, 1, D) each
+                  for kind, (cos, sin) in tables.items()}
+        kinds = {kind: dataclasses.replace(packed, bias=mask) for kind, mask in masks.items()}
+        h = x.flatten(0, 1).index_select(0, packed.indices)                              # (N, C)
+        for layer in self.layers:
+            h, _ = layer(h, *turned[layer.attention_type], kinds[layer.attention_type])
+        h = self.final_norm(h)
+        return h.new_zeros(B * T, C).index_copy(0, packed.indices, h).view(B, T, C)
 
     def _masks(self, attention_mask: Tensor | None, B: int, T: int, dtype: torch.dtype,
                device: torch.device) -> dict[str, Tensor | None]:

@@ -6,6 +6,11 @@ one block-diagonal M_k for every position: relative offsets are linear maps the 
 
 The columns are a smooth binary counter: in the bits of a position number the low bits flip every step and each
 higher bit half as often; in PE the first columns turn fastest and each later pair more slowly.
+
+Rotary positions (RoPE: RoFormer, ModernBERT) use the same frequencies the other way round: instead of adding
+PE(pos) to the input, each layer turns its query at t and its key at s by t·ω_i and s·ω_i. The score of two turned
+vectors is q·R_(s-t) k: it depends on the offset s - t alone, exactly, where with added positions (q + PE(t))·(k +
+PE(s)) the absolute positions leak into every score.
 """
 
 from __future__ import annotations
@@ -13,9 +18,10 @@ from __future__ import annotations
 import os
 
 import numpy as np
+import torch
 
 from bertkit.errors import InputError
-from bertkit.models.functional import sinusoidal_positions
+from bertkit.models.functional import rotary_tables, rotate, sinusoidal_positions
 from bertkit.pictures.explain.base import Explanation, PictureWriter, matrix_text, table
 
 CLAIM = "PE(pos, 2i) = sin(pos/10000^(2i/d)), PE(pos, 2i+1) = cos(...); PE(pos+k) is a fixed rotation of PE(pos)"
@@ -32,6 +38,25 @@ def shift_matrix(k: int, dim: int) -> np.ndarray:
         c, s = np.cos(k * w), np.sin(k * w)
         M[2 * i:2 * i + 2, 2 * i:2 * i + 2] = [[c, s], [-s, c]]   # (sin, cos)(θ + kω) from (sin, cos)(θ)
     return M
+
+
+def query_key_scores(query: np.ndarray, key: np.ndarray, positions: int, rotary: bool) -> np.ndarray:
+    """(P, P): the score of `query` at position t against `key` at position s, rotated (RoPE, base 10,000) or with
+    the sinusoidal encoding added to each."""
+    dim = len(query)
+    q, k = (torch.tensor(v, dtype=torch.float64).expand(positions, dim) for v in (query, key))
+    if rotary:
+        cos, sin = rotary_tables(positions, dim, 10_000.0, dtype=torch.float64)
+        q, k = rotate(q, cos, sin), rotate(k, cos, sin)
+    else:
+        pe = sinusoidal_positions(positions, dim).double()
+        q, k = q + pe, k + pe
+    return (q @ k.T).numpy()
+
+
+def spread_along_offsets(scores: np.ndarray, offsets: tuple[int, ...]) -> dict[int, float]:
+    """For each offset s - t, the spread (max - min) of the scores of every pair at that offset."""
+    return {k: float(np.ptp(np.diagonal(scores, offset=k))) for k in offsets}
 
 
 def binary_bits(positions: int, bits: int) -> np.ndarray:
@@ -82,6 +107,15 @@ def explain(out: str | os.PathLike | None = None, fmt: str = "png", dim: int = 1
     numbers["bit_flips"] = {b: int((np.diff(bits[:, b]) != 0).sum()) for b in range(len(columns))}
     numbers["bits_of"] = {pos: bits[pos].tolist() for pos in range(min(curve_positions, 16))}
 
+    # rotary against added: one query and one key (random, fixed), at every pair of 64 positions
+    rng = np.random.default_rng(0)
+    query, key = rng.standard_normal(dim), rng.standard_normal(dim)
+    rope, added = (query_key_scores(query, key, 64, rotary) for rotary in (True, False))
+    offsets = (-20, -3, 0, 1, 7, 30)
+    numbers["rope_spread_by_offset"] = spread_along_offsets(rope, offsets)
+    numbers["added_spread_by_offset"] = spread_along_offsets(added, offsets)
+    numbers["rope_score_by_offset"] = {k: float(np.diagonal(rope, offset=k)[0]) for k in offsets}
+
     words = "  ".join(f"{w}=pos {i}" for i, w in enumerate(SENTENCE))
     text = "\n".join([
         f"PE of \"{' '.join(SENTENCE)}\" with d_model = 4 ({words}); columns sin ω0, cos ω0, sin ω1, cos ω1:",
@@ -106,6 +140,13 @@ def explain(out: str | os.PathLike | None = None, fmt: str = "png", dim: int = 1
               [(b, numbers["bit_periods"][b], numbers["bit_flips"][b], "", c, numbers["column_wavelengths"][c],
                 numbers["column_sign_changes"][c]) for b, c in enumerate(columns)], 2),
         "Low bits and early columns change fast, high bits and later columns slowly: PE is a smooth counter.",
+        "",
+        f"Rotary positions: one query and one key (d = {dim}) at every pair of positions t, s in 0..63, turned by "
+        "their positions (RoPE), against PE added to each; the spread of the score over all pairs at one offset:",
+        table(["offset s - t", "score, rotated", "spread, rotated", "spread, PE added"],
+              [(k, numbers["rope_score_by_offset"][k], numbers["rope_spread_by_offset"][k],
+                numbers["added_spread_by_offset"][k]) for k in offsets], 4),
+        "Rotated, a score depends on the offset alone (spread ≈ 0); with PE added, on where the pair stands too.",
     ])
 
     pictures = PictureWriter(out, fmt)
@@ -122,6 +163,10 @@ def explain(out: str | os.PathLike | None = None, fmt: str = "png", dim: int = 1
             range(200), curves, xlabel="distance k", ylabel="PE(0)·PE(k)",
             title="Dot product of two positions against their distance"))
         pictures.save("pe_columns_vs_binary", lambda: _counter_figure(column_curves, columns, bits, dim))
+        labels = [str(p) for p in range(16)]
+        pictures.save("rope_scores_16", lambda: figures.matrix_plot(
+            rope[:16, :16], labels, labels, "key position s", "query position t",
+            title="RoPE: one query and one key at positions t, s (constant along each diagonal)"))
     return Explanation("positional-encoding", CLAIM, numbers, text, pictures.paths)
 
 
