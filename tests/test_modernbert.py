@@ -199,3 +199,41 @@ def test_unpadded_equals_padded(overrides, tmp_path):
     assert_close(unpadded[real], padded[real])
     assert_close(unpadded_logits[real], padded_logits[real])
     assert (unpadded[~real] == 0).all()
+
+
+def test_finetune_trains_a_modernbert_classifier(tmp_path, capsys):
+    """`bertkit finetune --task classify` on a ModernBERT directory: its own family's head, trained and scored; the
+    best model is a ModernBertForSequenceClassification transformers loads. A family without a head for a task is
+    refused by name."""
+    from bertkit.cli import main
+    from bertkit.tokenizer import BertTokenizer
+
+    words = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *"好坏的很太不是"]
+    (tmp_path / "vocab.txt").write_text("\n".join(words) + "\n", encoding="utf-8")
+    tokenizer = BertTokenizer(str(tmp_path / "vocab.txt"))
+    config = hf_config(CONFIGS[0])
+    config.vocab_size = len(tokenizer)
+    transformers_model(transformers.ModernBertForMaskedLM, config).save_pretrained(tmp_path / "model")
+    tokenizer.save_pretrained(tmp_path / "model")
+    rng = np.random.default_rng(0)
+    for split, count in (("train", 160), ("dev", 40), ("test", 40)):
+        rows = []
+        for i in range(count):
+            label = ["good", "bad"][i % 2]
+            filler = "".join(rng.choice(list("的很太不是"), size=rng.integers(1, 6)))
+            rows.append(f"{filler}{'好' if label == 'good' else '坏'}{filler}\t{label}")
+        (tmp_path / f"{split}.tsv").write_text("\n".join(rows) + "\n", encoding="utf-8")
+    common = ["finetune", "--model", str(tmp_path / "model"), "--train", str(tmp_path / "train.tsv"), "--dev",
+              str(tmp_path / "dev.tsv"), "--test", str(tmp_path / "test.tsv"), "--max-length", "16", "--no-progress"]
+    assert main([*common, "--task", "classify", "--max-steps", "40", "--batch-size", "16", "--learning-rate", "3e-3",
+                 "--out", str(tmp_path / "run")]) == 0
+    results = json.loads((tmp_path / "run" / "finetune_results.json").read_text())
+    assert results["test_accuracy"] >= 0.9
+    best = transformers.ModernBertForSequenceClassification.from_pretrained(tmp_path / "run" / "best")
+    assert best.config.id2label == {0: "bad", 1: "good"}
+    conll = tmp_path / "tags.conll"
+    conll.write_text("好 B-X\n坏 O\n\n的 O\n好 B-X\n\n" * 20, encoding="utf-8")
+    capsys.readouterr()
+    assert main(["finetune", "--task", "ner", "--model", str(tmp_path / "model"), "--train", str(conll), "--dev",
+                 str(conll), "--test", str(conll), "--max-steps", "2", "--out", str(tmp_path / "ner")]) == 2
+    assert "a ModernBERT model has no head for the 'ner' task" in capsys.readouterr().err

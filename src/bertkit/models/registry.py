@@ -86,6 +86,7 @@ FAMILIES: tuple[ModelFamily, ...] = (
     ModelFamily("ModernBERT", ("modernbert",), "bertkit.models.modernbert.configuration:ModernBertConfig",
                 "bertkit.models.modernbert.modeling:modernbert_class_for", serves=frozenset({"encode"}),
                 heads={"classify": "bertkit.models.modernbert.modeling:ModernBertForSequenceClassification",
+                       "pairs": "bertkit.models.modernbert.modeling:ModernBertForSequenceClassification",
                        "masked-lm": "bertkit.models.modernbert.modeling:ModernBertForMaskedLM",
                        "encoder": "bertkit.models.modernbert.modeling:ModernBertModel"}),
     ModelFamily("GPT-2", ("gpt2", "bertkit-gpt2", "bertkit-gpt"), "bertkit.models.gpt.configuration:GPT2Config",

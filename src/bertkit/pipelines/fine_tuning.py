@@ -27,7 +27,6 @@ import torch
 from bertkit.data.quality import DataReport, check_positions_fit, check_tokenizer_fits
 from bertkit.data.sources import resolve_model
 from bertkit.data.task_kinds import FINETUNE_RESULTS
-from bertkit.models.bert.configuration import BertConfig
 from bertkit.pipelines.options import FinetuneOptions
 from bertkit.training.arguments import TrainState
 from bertkit.training.budget import planned_steps, steps_per_epoch
@@ -121,7 +120,7 @@ def fine_tune(options: FinetuneOptions, task: TaskParts, model_dir: Path, tokeni
     # the pretrained encoder with a fresh head (all of it fresh with --random-init), from the run's seed
     torch.manual_seed(options.seed)
     if options.random_init:
-        model = task.model_class(BertConfig.from_pretrained(model_dir).replace(**task.head))
+        model = task.model_class(task.model_class.config_class.from_pretrained(model_dir).replace(**task.head))
     else:
         with warnings.catch_warnings():  # the fresh head is the point here, not news
             warnings.filterwarnings("ignore", message=".*initialised fresh.*")

@@ -24,7 +24,7 @@ from bertkit.data.tasks import DATASET_LABEL_WORDS, label_budget
 from bertkit.errors import InputError
 from bertkit.inference import EncodedText, run_sorted
 from bertkit.models.bert.heads import IGNORE_INDEX, BertForPromptClassification
-from bertkit.models.registry import family_for
+from bertkit.models.registry import family_of
 from bertkit.pipelines.fine_tuning import Scorer, TaskParts, fine_tune, warn_if_fewer_examples, write_results
 from bertkit.pipelines.options import FinetuneOptions
 from bertkit.pipelines.run_directory import holds_out
@@ -223,11 +223,13 @@ def finetune(options: FinetuneOptions) -> dict[str, Any]:
         if split in splits:
             check_labels(splits[split], label2id, task, split)
 
-    cls, head, template = family_for("bert").head(task.name), {"id2label": id2label}, None
+    family = family_of(model_dir)  # the head of the model's own family (a BERT's, a ModernBERT's)
+    cls, head, template = family.head(task.name), {"id2label": id2label}, None
     # what a classifier reads, so that predictions refuse the other form (None: a tagger, or both forms seen)
     forms = {example.text_pair is not None for example in train} if not task.token_level else set()
     head["text_pairs"] = forms.pop() if len(forms) == 1 else None
     if options.prompt is not None:
+        family.head("prompt")  # a family without a cloze head is refused by name
         cls, template = BertForPromptClassification, PromptTemplate(options.prompt)
         head["prompt"] = template.config(tokenizer, prompt_label_words(options, names))
 

@@ -65,6 +65,7 @@ class ModernBertConfig(PretrainedConfig, LabelsMixin):
     classifier_bias: bool = False
     classifier_activation: str = "gelu"
     id2label: dict[int, str] | None = None
+    text_pairs: bool | None = None               # bertkit's: what a classifier reads: pairs, single texts, both (None)
 
     def validate(self) -> None:
         self.check_positive(("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
@@ -86,6 +87,8 @@ class ModernBertConfig(PretrainedConfig, LabelsMixin):
                                   f"rope_theta above 0, got {rope!r}")
         self.check_token_ids(("pad_token_id",), self.vocab_size)
         self.check_labels()
+        if self.text_pairs is not None and not isinstance(self.text_pairs, bool):
+            raise ConfigError(f"text_pairs must be true, false or null, got {self.text_pairs!r}")
 
     @property
     def head_dim(self) -> int:
@@ -111,7 +114,10 @@ class ModernBertConfig(PretrainedConfig, LabelsMixin):
         return cls.read_labels(data)
 
     def to_dict(self) -> dict[str, Any]:
-        return self.write_labels(super().to_dict())
+        out = super().to_dict()
+        if out["text_pairs"] is None:  # bertkit's own key, written only where it says something
+            del out["text_pairs"]
+        return self.write_labels(out)
 
     def summary(self) -> list[tuple[str, str]]:
         local = sum(kind == SLIDING for kind in self.layer_types)
