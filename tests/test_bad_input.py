@@ -316,11 +316,13 @@ def test_a_model_of_another_family_is_not_read_as_bert(tmp_path, capsys):
         argv = ("--model", tmp_path / "gpt", "x") if command != "export" else ("--model", tmp_path / "gpt", "--onnx",
                                                                                  tmp_path / "onnx")
         err = refused(capsys, command, *argv)
-        assert err.endswith(f"{tmp_path / 'gpt'} holds a GPT-2 model (model_type 'gpt2'); {command} takes BERT"
-                            + (" and ViT models" if command == "predict" else " models")), err
+        takes = {"encode": "BERT and ModernBERT", "predict": "BERT and ViT", "export": "BERT"}[command]
+        assert err.endswith(f"{tmp_path / 'gpt'} holds a GPT-2 model (model_type 'gpt2'); {command} takes {takes} "
+                            "models"), err
     (tmp_path / "xl").mkdir()
     (tmp_path / "xl" / "config.json").write_text(json.dumps({"model_type": "xlnet"}))
-    assert "model_type 'xlnet' is not a family bertkit knows: bert (BERT), gpt2 (GPT-2), vit (ViT)" in refused(
+    assert ("model_type 'xlnet' is not a family bertkit knows: bert (BERT), modernbert (ModernBERT), gpt2 (GPT-2), "
+            "vit (ViT)") in refused(
         capsys, "info", tmp_path / "xl")
 
 

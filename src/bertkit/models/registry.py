@@ -84,7 +84,7 @@ FAMILIES: tuple[ModelFamily, ...] = (
                        "masked-lm": "bertkit.models.bert.heads:BertForMaskedLM",
                        "encoder": "bertkit.models.bert.modeling:BertModel"}),
     ModelFamily("ModernBERT", ("modernbert",), "bertkit.models.modernbert.configuration:ModernBertConfig",
-                "bertkit.models.modernbert.modeling:modernbert_class_for", serves=frozenset({"encode"}),
+                "bertkit.models.modernbert.modeling:modernbert_class_for", serves=frozenset({"encode", "pretrain"}),
                 heads={"classify": "bertkit.models.modernbert.modeling:ModernBertForSequenceClassification",
                        "pairs": "bertkit.models.modernbert.modeling:ModernBertForSequenceClassification",
                        "masked-lm": "bertkit.models.modernbert.modeling:ModernBertForMaskedLM",

@@ -13,6 +13,7 @@ from bertkit.data.pretraining.packing import MLM_NSP
 from bertkit.data.quality import check_positions_fit
 from bertkit.errors import InputError
 from bertkit.models.bert.configuration import BertConfig
+from bertkit.models.configuration import read_config_json
 
 # Named sizes for `bertkit pretrain --config NAME`; vocab_size is filled in from the vocabulary.
 PRESETS: dict[str, dict[str, int]] = {
@@ -21,20 +22,43 @@ PRESETS: dict[str, dict[str, int]] = {
     "small": dict(hidden_size=512, num_hidden_layers=4, num_attention_heads=8, intermediate_size=2048),
     "base": dict(hidden_size=768, num_hidden_layers=12, num_attention_heads=12, intermediate_size=3072),
 }
+# The modern encoder's sizes (ModernBERT's architecture: rotary positions, a gated feed-forward, pre-norm without
+# biases, a global layer among local ones): a tiny one at the tiny BERT's width, and ModernBERT-base's shape.
+MODERN_PRESETS: dict[str, dict[str, Any]] = {
+    "modern-tiny": dict(hidden_size=128, num_hidden_layers=3, num_attention_heads=2, intermediate_size=256,
+                        local_attention=64, global_every=3),
+    "modern-base": dict(hidden_size=768, num_hidden_layers=22, num_attention_heads=12, intermediate_size=1152,
+                        local_attention=128, global_every=3),
+}
 DEFAULT_PRESET = "mini"  # the size of a BERT pretrained from fresh weights when none is named
+ENCODER_PRESETS = (*PRESETS, *MODERN_PRESETS)  # what --config names
 
 
-def model_config(spec: str, vocab_size: int, albert: bool, max_seq_length: int, pad_token_id: int) -> BertConfig:
-    """A BertConfig from a preset name or a JSON file, sized to the vocabulary."""
+def model_config(spec: str, vocab_size: int, albert: bool, max_seq_length: int, pad_token_id: int):
+    """A BertConfig (or, for a modern preset or a ModernBERT JSON, a ModernBertConfig) from a preset name or a JSON
+    file, sized to the vocabulary."""
+    from bertkit.models.modernbert.configuration import FULL, SLIDING, ModernBertConfig
+
     if spec in PRESETS:
         config = BertConfig(vocab_size=vocab_size, pad_token_id=pad_token_id,
                             max_position_embeddings=max(512, max_seq_length), **PRESETS[spec])
+    elif spec in MODERN_PRESETS:
+        shape = dict(MODERN_PRESETS[spec])
+        every = shape.pop("global_every")
+        config = ModernBertConfig(vocab_size=vocab_size, pad_token_id=pad_token_id,
+                                  max_position_embeddings=max(512, max_seq_length), **shape,
+                                  layer_types=[FULL if i % every == 0 else SLIDING
+                                               for i in range(shape["num_hidden_layers"])])
     elif Path(spec).is_file():
-        config = BertConfig.from_json_file(spec)
+        is_modern = read_config_json(spec).get("model_type") == ModernBertConfig.model_type
+        config = (ModernBertConfig if is_modern else BertConfig).from_json_file(spec)
         if config.vocab_size != vocab_size:
             raise InputError(f"{spec} says vocab_size {config.vocab_size}, the tokenizer has {vocab_size} tokens")
     else:
-        raise FileNotFoundError(f"--config {spec!r} is neither a preset ({', '.join(PRESETS)}) nor a JSON file")
+        raise FileNotFoundError(f"--config {spec!r} is neither a preset ({', '.join(ENCODER_PRESETS)}) nor a JSON "
+                                "file")
+    if albert and not isinstance(config, BertConfig):
+        raise InputError(f"--albert shares one BERT layer across the stack; --config {spec} is a ModernBERT")
     if albert:
         config = config.replace(embedding_size=min(128, config.hidden_size), share_layers=True)
     check_positions_fit(max_seq_length, config.max_position_embeddings, "--max-seq-length", f"--config {spec}")

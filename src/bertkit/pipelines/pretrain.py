@@ -19,8 +19,10 @@ from bertkit.data.pretraining import CorpusMix, DataSettings, PretrainingData, b
 from bertkit.data.pretraining.packing import MLM
 from bertkit.data.quality import check_positions_fit
 from bertkit.errors import InputError
-from bertkit.models.bert.configuration import BertConfig
 from bertkit.models.bert.heads import BertForMaskedLM, BertForPreTraining
+from bertkit.models.modernbert.configuration import ModernBertConfig
+from bertkit.models.modernbert.modeling import ModernBertForMaskedLM
+from bertkit.models.registry import family_of
 from bertkit.pipelines.options import PretrainOptions
 from bertkit.pipelines.presets import model_config
 from bertkit.pipelines.run_directory import run_directory
@@ -99,6 +101,8 @@ def initial_model(options: PretrainOptions, tokenizer, directory: Path | None = 
     if options.init is None:
         config = model_config(options.config, len(tokenizer), options.albert, options.max_seq_length,
                               tokenizer.pad_token_id)
+        if isinstance(config, ModernBertConfig):
+            return ModernBertForMaskedLM(modern_config(config, options))
         if options.normalize_before:
             config = config.replace(normalize_before=True)
         if not options.use_bias:
@@ -110,16 +114,36 @@ def initial_model(options: PretrainOptions, tokenizer, directory: Path | None = 
 
 
 def init_model(head: type, directory: Path, options: PretrainOptions, vocab_size: int) -> torch.nn.Module:
-    """`head` (BertForPreTraining or BertForMaskedLM) loaded from the model `directory` for --init, in train mode."""
-    config = BertConfig.from_pretrained(directory)
+    """`head` (BertForPreTraining or BertForMaskedLM; a ModernBERT's masked-LM model for a ModernBERT directory)
+    loaded from the model `directory` for --init, in train mode."""
+    config = family_of(directory).load_config(directory)
+    if isinstance(config, ModernBertConfig):
+        head, config = ModernBertForMaskedLM, modern_config(config, options)
     if config.vocab_size != vocab_size:
         raise InputError(f"{directory} has {config.vocab_size} embedding rows but its tokenizer {vocab_size} tokens: "
                          "--init needs a model and vocabulary that belong together")
     check_positions_fit(options.max_seq_length, config.max_position_embeddings, "--max-seq-length",
                         f"--init {options.init}")
-    if options.dropout is not None:
+    if options.dropout is not None and not isinstance(config, ModernBertConfig):  # a ModernBERT's: modern_config
         config = config.replace(hidden_dropout_prob=options.dropout, attention_probs_dropout_prob=options.dropout)
     return head.from_pretrained(directory, config=config).train()
+
+
+def modern_config(config: ModernBertConfig, options: PretrainOptions) -> ModernBertConfig:
+    """A ModernBERT's config for a pretraining run: masked LM only (ModernBERT has no sentence head), the options
+    that remake a BERT's layers refused, --dropout for its three dropouts."""
+    if options.objective != MLM:
+        raise InputError(f"a ModernBERT pretrains with masked LM alone (it has no sentence head): give --objective "
+                         f"{MLM}, not {options.objective}")
+    refused = [flag for flag, given in (("--albert", options.albert), ("--normalize-before", options.normalize_before),
+                                        ("--no-bias", not options.use_bias)) if given]
+    if refused:
+        raise InputError(f"{', '.join(refused)} remake{'s' if len(refused) == 1 else ''} a BERT's layers; a ModernBERT "
+                         "is pre-norm and without biases already")
+    if options.dropout is not None:
+        config = config.replace(embedding_dropout=options.dropout, mlp_dropout=options.dropout,
+                                attention_dropout=options.dropout)
+    return config
 
 
 def step_seconds(run: PretrainingRun, hold: tuple[str, ...] = ()) -> float:
@@ -166,7 +190,8 @@ def pretrain(options: PretrainOptions, resume: bool = False, prepared: Pretraini
                 options.save(out / OPTIONS_NAME)
                 run.data.record(out)
         args = options.training_arguments(options.max_steps, save_total_limit=2,
-                                          freeze=("bert.",) if options.freeze_encoder_steps else (),
+                                          freeze=(f"{run.model.base_model_prefix}.",) if options.freeze_encoder_steps
+                                          else (),
                                           freeze_steps=options.freeze_encoder_steps)
         trainer = Trainer(run.model, args, run.data.train_dataset, run.data.collator, eval_fn=run.eval_fn(),
                           count_items=run.model.count_loss_items, tokenizer=run.tokenizer)

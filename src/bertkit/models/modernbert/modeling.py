@@ -268,6 +268,11 @@ class ModernBertForMaskedLM(ModernBertPreTrainedModel):
     def tied_weights(self) -> dict[str, str]:
         return {"decoder.weight": "model.embeddings.tok_embeddings.weight"}
 
+    @staticmethod
+    def count_loss_items(batch: dict[str, Tensor]) -> dict[str, int]:
+        """The masked positions of `batch`, which the loss averages over (the trainer's exact averaging)."""
+        return {MLM: int((batch["labels"] != IGNORE_INDEX).sum())} if "labels" in batch else {}
+
     def forward(self, input_ids: Tensor, attention_mask: Tensor | None = None, token_type_ids: Tensor | None = None,
                 labels: Tensor | None = None, output_attentions: bool = False,
                 output_hidden_states: bool = False) -> MaskedLMOutput:

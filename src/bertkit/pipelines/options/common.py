@@ -12,7 +12,7 @@ from bertkit.data.sources import model_names
 from bertkit.data.tasks import TRANSLATION_LANGUAGES
 from bertkit.errors import InputError
 from bertkit.pipelines.option_fields import Names, Options, option, overwrite_option, progress_option, warn_unused
-from bertkit.pipelines.presets import PRESETS
+from bertkit.pipelines.presets import ENCODER_PRESETS
 from bertkit.utils.devices import DEVICE_HELP, check_device
 
 MAX_SEQUENCE_LENGTH = 4096  # tokens per sequence at most: attention over T tokens keeps T x T scores per head
@@ -33,7 +33,7 @@ def _dataset_names() -> tuple[str, ...]:
 
 # What the name-or-path options take besides paths, and which the command reads where a value is both (a folder
 # `tiny` beside `--config tiny`): the readers decide, and a saved run records the one they read.
-PRESET_NAMES = Names("preset", lambda: PRESETS, first=True)              # pipelines.pretrain.model_config
+PRESET_NAMES = Names("preset", lambda: ENCODER_PRESETS, first=True)              # pipelines.pretrain.model_config
 CORPUS_NAMES = Names("corpus", _corpus_names, first=False)               # data.corpus_stream.corpus_inputs, lm
 MODEL_NAMES = Names("model", model_names, first=False, directory=True)   # data.sources.resolve_model
 DATASET_NAMES = Names("dataset", _dataset_names, first=True)             # data.task_kinds.TaskKind.read

@@ -18,7 +18,7 @@ from bertkit.pipelines.options.common import (
     check_sequence_length,
     native_bf16,
 )
-from bertkit.pipelines.presets import DEFAULT_PRESET, NATIVE, PRESETS, PRETRAIN_RECIPES
+from bertkit.pipelines.presets import DEFAULT_PRESET, ENCODER_PRESETS, NATIVE, PRETRAIN_RECIPES
 from bertkit.training.arguments import SCHEDULES
 
 MASKINGS = ("static", "dynamic")
@@ -42,7 +42,8 @@ class PretrainOptions(TrainingOptions):
                               metavar="DIR|NAME", shown="fresh weights", names=MODEL_NAMES)
     vocab: str | None = option(None, "tokenizer directory (vocab.txt or tokenizer.json)", metavar="DIR",
                                shown="--init's (required without --init)", path=True)
-    config: str | None = option(None, f"a preset ({' | '.join(PRESETS)}) or a BertConfig JSON file",
+    config: str | None = option(None, f"a preset ({' | '.join(ENCODER_PRESETS)}; modern-*: ModernBERT's architecture, "
+                                      "masked LM only) or a config JSON file (BERT or ModernBERT)",
                                 shown=f"{DEFAULT_PRESET}; --init's own with --init", names=PRESET_NAMES)
     freeze_encoder_steps: int = option(0, "with --init: the first N steps train only the heads (the encoder, and "
                                           "the word embeddings its masked-LM decoder shares, held fixed), so a "
