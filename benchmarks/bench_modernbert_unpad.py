@@ -13,7 +13,6 @@ gradients. Also the same texts sorted by length first (as `bertkit encode` batch
 from __future__ import annotations
 
 import argparse
-import platform
 import random
 import time
 
@@ -56,6 +55,7 @@ def main() -> None:
     args = parser.parse_args()
 
     from bertkit.data.sources import resolve_model
+    from bertkit.inference.machine import cpu_name
     from bertkit.models.modernbert.configuration import ModernBertConfig
     from bertkit.models.modernbert.modeling import ModernBertModel
     from bertkit.tokenizer import BertTokenizer
@@ -71,7 +71,7 @@ def main() -> None:
     model = ModernBertModel(config).eval()
     items = texts(args.headlines, args.bodies, seed=0)
     orders = {"mixed (input order)": items, "sorted by length": sorted(items, key=len)}
-    print(f"CPU: {platform.processor() or platform.machine()}, torch threads {torch.get_num_threads()}; "
+    print(f"CPU: {cpu_name()}, torch threads {torch.get_num_threads()}; "
           f"{args.layers} x {args.hidden} ModernBERT, {len(items)} texts ({args.headlines} headlines, {args.bodies} "
           f"bodies), batches of {args.batch_size}, at most {args.max_length} tokens")
     for name, order in orders.items():

@@ -263,6 +263,16 @@ def test_pretrain_a_modern_encoder_and_continue_it(tmp_path, capsys):
     assert records[-1]["eval_mlm_accuracy"] > 3 / vocab_size
     model = transformers.ModernBertForMaskedLM.from_pretrained(tmp_path / "pre")
     assert model.config.num_hidden_layers == 3 and model.config.layer_types[0] == "full_attention"
+    # encode reads the pretrained directory's encoder (inside its masked-LM model), as transformers' does
+    from bertkit.tokenizer import BertTokenizer
+
+    assert main(["encode", "--model", str(tmp_path / "pre"), "今天天气很好", "--pooling", "mean", "--out",
+                 str(tmp_path / "v.npy")]) == 0
+    encoded = BertTokenizer.from_pretrained(tmp_path / "pre")(["今天天气很好"], return_tensors="pt")
+    with torch.no_grad():
+        hidden = transformers.ModernBertModel.from_pretrained(tmp_path / "pre")(
+            input_ids=encoded["input_ids"], attention_mask=encoded["attention_mask"]).last_hidden_state
+    np.testing.assert_allclose(np.load(tmp_path / "v.npy"), hidden.mean(1).numpy(), atol=1e-5, rtol=0)
     assert main(["pretrain", "--init", str(tmp_path / "pre"), "--objective", "mlm", "--out", str(tmp_path / "more"),
                  "--max-steps", "3", *common]) == 0
     capsys.readouterr()

@@ -155,8 +155,9 @@ def check_text_pairs(pairs: Any, count: int) -> list[str | None] | None:
 
 
 def encoder_of(model: nn.Module) -> nn.Module:
-    """The BertModel that makes the hidden states: the model itself, or the `bert` inside a task model."""
-    return getattr(model, "bert", model)
+    """The encoder that makes the hidden states: the model itself, or the one inside a task model (under its family's
+    prefix: a BERT's `bert`, a ModernBERT's `model`)."""
+    return getattr(model, getattr(model, "base_model_prefix", "bert") or "bert", model)
 
 
 def input_limit(model: nn.Module, max_length: int | None) -> tuple[int, str]:
