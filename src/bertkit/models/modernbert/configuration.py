@@ -15,10 +15,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from bertkit.models.configuration import ACTIVATIONS, ConfigError, LabelsMixin, PretrainedConfig
+from bertkit.models.sentence_files import CLS, MEAN
 
 FULL, SLIDING = "full_attention", "sliding_attention"
 LAYER_TYPES = (FULL, SLIDING)
-CLASSIFIER_POOLINGS = ("cls", "mean")
+CLASSIFIER_POOLINGS = (CLS, MEAN)  # the vector a classifier reads: [CLS]'s, or the mean of the tokens'
 
 
 def _layer_types(layers: int, every: int) -> list[str]:
@@ -60,7 +61,7 @@ class ModernBertConfig(PretrainedConfig, LabelsMixin):
     mlp_bias: bool = False
     mlp_dropout: float = 0.0
     decoder_bias: bool = True
-    classifier_pooling: str = "cls"
+    classifier_pooling: str = CLS
     classifier_dropout: float = 0.0
     classifier_bias: bool = False
     classifier_activation: str = "gelu"

@@ -46,6 +46,7 @@ from bertkit.models.functional import (
 from bertkit.models.modernbert.configuration import SLIDING, ModernBertConfig
 from bertkit.models.outputs import BertModelOutput, ClassifierOutput, MaskedLMOutput
 from bertkit.models.pretrained import PreTrainedModel, check_ids, classification_loss
+from bertkit.models.sentence_files import CLS
 from bertkit.utils.constants import IGNORE_INDEX, MLM
 
 
@@ -312,7 +313,7 @@ class ModernBertForSequenceClassification(ModernBertPreTrainedModel):
         """labels (B,): class ids (cross-entropy), or target values when num_labels == 1 (mean squared error)."""
         out = self.model(input_ids, attention_mask, None, output_attentions, output_hidden_states)
         hidden = out.last_hidden_state
-        if self.config.classifier_pooling == "cls":
+        if self.config.classifier_pooling == CLS:
             pooled = hidden[:, 0]
         else:  # the mean over the real tokens
             weights = (torch.ones(hidden.shape[:2], device=hidden.device) if attention_mask is None
