@@ -231,6 +231,19 @@ def test_finetune_trains_a_modernbert_classifier(tmp_path, capsys):
     assert results["test_accuracy"] >= 0.9
     best = transformers.ModernBertForSequenceClassification.from_pretrained(tmp_path / "run" / "best")
     assert best.config.id2label == {0: "bad", 1: "good"}
+    # predict, evaluate and the server read it as the classifier it is
+    from bertkit.inference.serving import ServedModel
+
+    capsys.readouterr()
+    assert main(["predict", "--model", str(tmp_path / "run" / "best"), "很好", "太坏"]) == 0
+    printed = capsys.readouterr().out
+    assert "good" in printed.splitlines()[0] and "bad" in printed.splitlines()[1]
+    assert main(["evaluate", "--model", str(tmp_path / "run" / "best"), "--data", str(tmp_path / "test.tsv"),
+                 "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["accuracy"] == results["test_accuracy"]
+    served = ServedModel.load(tmp_path / "run" / "best")
+    assert served.task == "classifier" and served.labels == ["bad", "good"]
+    assert ServedModel.load(tmp_path / "model").task == "embedding"  # a masked-LM directory: its encoder's vectors
     conll = tmp_path / "tags.conll"
     conll.write_text("好 B-X\n坏 O\n\n的 O\n好 B-X\n\n" * 20, encoding="utf-8")
     capsys.readouterr()

@@ -76,7 +76,8 @@ def test_a_command_refuses_a_family_it_cannot_serve_naming_it(directories, capsy
     assert main([command, *map(str, argv)]) == 2
     err = capsys.readouterr().err
     family = family_of(path)
-    able = " and ".join(f.name for f in families_serving(command))
+    names = [f.name for f in families_serving(command)]
+    able = " and ".join(names) if len(names) < 3 else f"{', '.join(names[:-1])} and {names[-1]}"  # "A, B and C"
     assert err == f"bertkit {command}: error: {path} holds a {family.name} model (model_type " \
                   f"'{family.model_types[0] if name != 'lm' else 'bertkit-gpt'}'); {command} takes {able} models\n"
 

@@ -191,4 +191,4 @@ def test_text_commands_refuse_an_image_model(trained, capsys, argv):
     assert main([argv[0], "--model", str(out / "best"), *argv[1:]]) == 2
     assert capsys.readouterr().err == (f"bertkit {argv[0]}: error: {out / 'best'} holds a ViT model (model_type "
                                        f"'vit'); {argv[0]} takes "
-                                       f"{'BERT and ModernBERT' if argv[0] == 'encode' else 'BERT'} models\n")
+                                       "BERT and ModernBERT models\n")  # encode and evaluate both read a ModernBERT

@@ -55,11 +55,13 @@ def load_text_model(spec: str | os.PathLike, command: str = "predict", device: A
 
 def task_of_model(model: Any, purpose: str = "predict") -> TaskKind:
     """The task kind a fine-tuned model's head serves (classify for any sequence classifier): the kinds of
-    bertkit.data.task_kinds name their heads, the registry of families gives their classes."""
-    bert = family_for("bert")
+    bertkit.data.task_kinds name their heads, the registry gives their classes in the model's own family (a BERT's,
+    a ModernBERT's)."""
+    family = family_for(getattr(model.config, "model_type", "bert"))
     for kind in TASKS.values():
-        if isinstance(model, tuple(bert.head(name) for name in kind.heads)):
+        if isinstance(model, tuple(family.head(name) for name in kind.heads if name in family.heads)):
             return kind
-    heads = " or ".join(dict.fromkeys(bert.head(kind.name).__name__ for kind in TASKS.values()))
+    heads = " or ".join(dict.fromkeys(family.head(kind.name).__name__ for kind in TASKS.values()
+                                      if kind.name in family.heads))
     raise InputError(f"{purpose} needs a fine-tuned {heads}, not {type(model).__name__}; "
                      f"for sentence vectors, encode the texts instead (bertkit encode)")

@@ -84,7 +84,8 @@ FAMILIES: tuple[ModelFamily, ...] = (
                        "masked-lm": "bertkit.models.bert.heads:BertForMaskedLM",
                        "encoder": "bertkit.models.bert.modeling:BertModel"}),
     ModelFamily("ModernBERT", ("modernbert",), "bertkit.models.modernbert.configuration:ModernBertConfig",
-                "bertkit.models.modernbert.modeling:modernbert_class_for", serves=frozenset({"encode", "pretrain"}),
+                "bertkit.models.modernbert.modeling:modernbert_class_for",
+                serves=frozenset({"encode", "predict", "evaluate", "serve", "pretrain"}),
                 heads={"classify": "bertkit.models.modernbert.modeling:ModernBertForSequenceClassification",
                        "pairs": "bertkit.models.modernbert.modeling:ModernBertForSequenceClassification",
                        "masked-lm": "bertkit.models.modernbert.modeling:ModernBertForMaskedLM",
@@ -144,7 +145,8 @@ def require(path: str | os.PathLike, command: str) -> ModelFamily:
     model_type = model_type_of(path)
     family = family_for(model_type)
     if command not in family.serves:
-        able = " and ".join(f.name for f in families_serving(command))
+        names = [f.name for f in families_serving(command)]
+        able = " and ".join(names) if len(names) < 3 else f"{', '.join(names[:-1])} and {names[-1]}"
         raise ConfigError(f"{path} holds a {family.name} model (model_type {model_type!r}); {command} takes {able} "
                           "models")
     return family
