@@ -127,7 +127,7 @@ def test_older_config_files_read_as_the_new_fields():
                                          "local_rope_theta": 50.0, "vocab_size": 99, "pad_token_id": 0})
     assert config.layer_types == [FULL, SLIDING, FULL, SLIDING, FULL]
     assert config.rope_theta(FULL) == 1000.0 and config.rope_theta(SLIDING) == 50.0
-    assert ModernBertConfig(num_hidden_layers=4, layer_types=None or [FULL] * 4).sliding_window == 64
+    assert ModernBertConfig(num_hidden_layers=4, layer_types=[FULL] * 4).sliding_window == 64
 
 
 def test_rotary_scores_depend_on_the_offset_only():

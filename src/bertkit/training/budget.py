@@ -221,7 +221,7 @@ def plan_for_budget(seconds_per_step: float, *, minutes: float, device: Any, eva
     that evaluates after its clock, or has nothing held out) costs nothing. `spent`: seconds of the budget the run
     used before its first step (summarize-train's encoder pass); at least a second is left."""
     reserve = reserve_for(device)
-    budget = {"seconds": max(minutes * 60 - spent, 1.0)} if spent else {"minutes": minutes}
+    budget = {"seconds": wall_clock_budget(minutes, spent)["max_seconds"]} if spent else {"minutes": minutes}
     if evaluation and eval_every:
         return steps_for_budget(seconds_per_step + evaluation / eval_every, reserve=reserve, **budget)
     return steps_for_budget(seconds_per_step, overhead=EVALUATIONS * evaluation, reserve=reserve, **budget)

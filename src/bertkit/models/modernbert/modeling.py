@@ -152,7 +152,7 @@ class ModernBertPreTrainedModel(PreTrainedModel):
             normal(module.Wo, std_out)
         elif isinstance(module, ModernBertPredictionHead):
             normal(module.dense, std_out)
-        elif isinstance(module, (ModernBertForMaskedLM,)):
+        elif isinstance(module, ModernBertForMaskedLM):
             normal(module.decoder, std_out)
         elif isinstance(module, ModernBertForSequenceClassification):
             normal(module.classifier, cfg.hidden_size ** -0.5)
@@ -230,7 +230,7 @@ class ModernBertModel(ModernBertPreTrainedModel):
         beyond its window. One value stands for "not allowed" however many reasons there are, so a row that sees
         no key (a pad far from any text) is uniform, never NaN."""
         allowed = None if attention_mask is None else attention_mask[:, None, None, :].to(torch.bool)  # (B,1,1,T)
-        local = window_mask(T, self.config.sliding_window, device)                                    # (T, T)
+        local = window_mask(T, self.config.sliding_window, device) if SLIDING in self.config.layer_types else None
         out = {}
         for kind in set(self.config.layer_types):
             keep = allowed if kind != SLIDING else (local if allowed is None else allowed & local)
