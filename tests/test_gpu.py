@@ -249,10 +249,13 @@ COMMANDS = {
                                  "--size", "tiny", "--batch-size", 16, "--beams", 2, "--max-test", 5],
     "vision": lambda ws: ["vision-train", "--data", ws / "images", "--patch-size", 4, "--hidden-size", 16,
                           "--layers", 2, "--heads", 2, "--batch-size", 16],
-    "summarize": lambda ws: ["summarize-train", "--model", ws / "encoder", "--batch-size", 8,
-                             "--max-source-length", 24, "--max-target-length", 8, "--decoder-layers", 1,
-                             "--decoder-heads", 2, "--decoder-ffn", 32, "--lead-length", 4, "--max-test", 4,
-                             "--beams", 2],
+    "summarize": lambda ws: ["summarize-train", "--architecture", "pointer-generator", "--model", ws / "encoder",
+                             "--batch-size", 8, "--max-source-length", 24, "--max-target-length", 8,
+                             "--decoder-layers", 1, "--decoder-heads", 2, "--decoder-ffn", 32, "--lead-length", 4,
+                             "--max-test", 4, "--beams", 2],
+    "summarize-unilm": lambda ws: ["summarize-train", "--model", ws / "encoder", "--batch-size", 8,
+                                   "--max-source-length", 24, "--max-target-length", 8, "--lead-length", 4,
+                                   "--max-test", 4, "--beams", 2],
 }
 
 
@@ -269,7 +272,7 @@ def trained(ws, trainer_runs, tmp_path_factory):
         if name not in made:
             out = tmp_path_factory.mktemp(name) / "run"
             with pytest.MonkeyPatch.context() as patch:
-                if name == "summarize":  # the command reads inews; these articles stand in for it
+                if name.startswith("summarize"):  # the command reads inews; these articles stand in for it
                     splits = {"train": articles(48, 0), "dev": articles(10, 1), "test": articles(6, 2)}
                     patch.setattr("bertkit.data.summaries.load_articles", lambda: splits)
                 try:
@@ -418,7 +421,7 @@ def test_summarize_train_trains_on_the_device_and_its_model_loads_back(trained):
 
     out = trained("summarize")
     report = read_json(out / "report.json")
-    assert report["steps"] == STEPS and report["test_articles"] == 4 and report["train_articles"] == 48
+    assert report["steps"] == STEPS and report["test_articles"] == 4 and report["train_pairs"] == 48
     assert set(report["rouge"]) == {"rouge1", "rouge2", "rougeL"} and math.isfinite(report["dev_loss"])
     model, tokenizer = load_summarizer(out)
     bodies = [body for body, _ in articles(2, 7)]
@@ -427,6 +430,19 @@ def test_summarize_train_trains_on_the_device_and_its_model_loads_back(trained):
     inputs = {"input_ids": padded(sources, tokenizer.source.pad_token_id),
               "attention_mask": padded([[1] * len(s) for s in sources], 0), "labels": padded(targets, -100)}
     agrees_across_devices(model, inputs, lambda o: o.logits)
+
+
+def test_unilm_summarize_train_trains_on_the_device_and_its_model_loads_back(trained):
+    from bertkit.pipelines.summarization import load_summarizer
+    from bertkit.pipelines.unilm import UniLMCollator, encode_pairs
+
+    out = trained("summarize-unilm")
+    report = read_json(out / "report.json")
+    assert report["steps"] == STEPS and report["architecture"] == "unilm" and report["train_pairs"] == 48
+    assert math.isfinite(report["dev_loss"])
+    model, tokenizer = load_summarizer(out)
+    batch = UniLMCollator(tokenizer.pad_token_id)(encode_pairs(tokenizer, articles(2, 7), 24, 8)[0])
+    agrees_across_devices(model, batch, lambda o: o.logits)
 
 
 # ---- parity with transformers on the device, float32 with TF32 off; bf16 autocast ------------------------
@@ -688,7 +704,9 @@ def test_encode_on_the_device_writes_the_cpus_vectors_and_bf16_close_to_them(tra
     ("lm-gpt", ["generate", "--greedy", "--max-new-tokens", 8, "今天"]),
     ("lm-gru", ["generate", "--beams", 2, "--max-new-tokens", 8, "今天"]),
     ("summarize", ["summarize", "--beams", 2, "a b c . d e f g h", "x y . z"]),
-], ids=["translate-greedy", "translate-beams", "translate-gru", "generate-gpt", "generate-gru", "summarize"])
+    ("summarize-unilm", ["summarize", "--beams", 2, "a b c . d e f g h", "x y . z"]),
+], ids=["translate-greedy", "translate-beams", "translate-gru", "generate-gpt", "generate-gru", "summarize",
+        "summarize-unilm"])
 def test_decoding_on_the_device_writes_what_the_cpu_writes(trained, name, argv):
     got, want = on_both(argv[0], "--model", trained(name), *argv[1:])
     lines = want.splitlines()

@@ -162,16 +162,17 @@ def test_warm_start_takes_the_encoder_and_its_embeddings_and_a_saved_model_loads
 
 def test_training_on_given_articles_writes_the_model_and_scores_it_beside_lead(tmp_path, encoder_dir):
     splits = {"train": articles(48, 0), "dev": articles(10, 1), "test": articles(6, 2)}
-    options = SummarizationOptions(out=str(tmp_path / "run"), model=str(encoder_dir), max_steps=3, batch_size=8,
-                                   max_source_length=24, max_target_length=8, decoder_layers=1, decoder_heads=2,
-                                   decoder_ffn=32, num_beams=2, progress=False)
+    options = SummarizationOptions(out=str(tmp_path / "run"), architecture="pointer-generator",
+                                   model=str(encoder_dir), max_steps=3, batch_size=8, max_source_length=24,
+                                   max_target_length=8, decoder_layers=1, decoder_heads=2, decoder_ffn=32,
+                                   num_beams=2, progress=False)
     report = train_summarizer(options, splits)
     titles = [title for _, title in splits["test"]]
     # every title ends its body's first characters, so LEAD at the chosen N scores as it says
     assert report["lead"] == pytest.approx(corpus_rouge([lead(b, report["lead_length"]) for b, _ in splits["test"]],
                                                         titles))
     assert report["lead_length"] == 4 and report["lead_dev"][0]["length"] == 4
-    assert report["steps"] == 3 and report["test_articles"] == 6 and report["train_articles"] == 48
+    assert report["steps"] == 3 and report["test_articles"] == 6 and report["train_pairs"] == 48
     assert report["trained_parameters"] < report["parameters"]  # the encoder is held
     assert set(report["rouge"]) == {"rouge1", "rouge2", "rougeL"}
     model, tokenizer = load_summarizer(tmp_path / "run")
@@ -199,21 +200,88 @@ def inews_encoder_dir(tmp_path_factory):
 @pytest.mark.slow
 def test_summarize_train_and_summarize_on_inews_through_the_command_line(tmp_path, capsys, inews_encoder_dir):
     out = tmp_path / "run"
-    code, stdout, err = run(capsys, "summarize-train", "--out", out, "--model", inews_encoder_dir, "--max-steps", 2,
-                            "--batch-size", 8, "--max-source-length", 16, "--max-target-length", 8,
+    code, stdout, err = run(capsys, "summarize-train", "--out", out, "--architecture", "pointer-generator",
+                            "--model", inews_encoder_dir, "--max-steps", 2, "--batch-size", 8,
+                            "--max-source-length", 16, "--max-target-length", 8,
                             "--decoder-layers", 1, "--decoder-heads", 2, "--decoder-ffn", 32, "--lead-length", 24,
                             "--max-test", 4, "--beams", 1, "--no-progress", "--threads", 1)
     assert code == 0, err
     report = json.loads((out / "report.json").read_text())
     assert "LEAD  ROUGE-1" in stdout and f"ROUGE-L {report['rouge']['rougeL']:.2f}" in stdout
     assert report["lead_length"] == 24 and report["test_articles"] == 4 and report["steps"] == 2
-    assert report["train_articles"] + report["train_titles_too_long"] == 5298  # inews' train split
-    assert 0 < report["train_articles"] < 5298  # less its titles over 8 tokens
+    assert report["train_pairs"] + report["train_targets_too_long"] == 5298  # inews' train split
+    assert 0 < report["train_pairs"] < 5298  # less its titles over 8 tokens
     assert {"config.json", "model.safetensors", "source_tokenizer", "target_tokenizer", "generation_config.json",
             "metrics.jsonl", "report.json"} <= {p.name for p in out.iterdir()}
     code, stdout, err = run(capsys, "summarize", "--model", out, "北京今天天气很好，新闻说明天下雨。", "第二篇")
     assert code == 0, err
     assert len(stdout.splitlines()) == 2
+
+
+# ---- UniLM ---------------------------------------------------------------------------------------------
+
+def test_unilm_fine_tunes_every_weight_and_writes_what_it_saved(tmp_path, encoder_dir):
+    splits = {"train": articles(48, 0), "dev": articles(10, 1), "test": articles(6, 2)}
+    options = SummarizationOptions(out=str(tmp_path / "run"), model=str(encoder_dir), max_steps=3, batch_size=8,
+                                   max_source_length=24, max_target_length=8, num_beams=2, progress=False)
+    report = train_summarizer(options, splits)
+    assert report["architecture"] == "unilm" and report["steps"] == 3 and report["train_pairs"] == 48
+    assert report["trained_parameters"] == report["parameters"]          # nothing held: the BERT itself learns
+    assert report["head_started_from_embeddings"]                       # a bare encoder: the head starts from them
+    model, tokenizer = load_summarizer(tmp_path / "run")
+    assert type(model).__name__ == "BertForUniLM"
+    assert family_of(tmp_path / "run").name == "BERT"
+    again = summarize(model, tokenizer, [b for b, _ in splits["test"]], num_beams=2, max_new_tokens=8,
+                      max_source_length=24)
+    assert again == [s["summary"] for s in report["samples"]]
+    saved = json.loads((tmp_path / "run" / "generation_config.json").read_text())
+    assert saved == {"architecture": "unilm", "num_beams": 2, "length_penalty": 1.0, "max_source_length": 24,
+                     "max_new_tokens": 8, "no_repeat_ngram_size": 2}
+
+
+def test_unilm_learns_to_copy_the_start_of_the_source(tmp_path):
+    """Bodies that begin with their title: a few hundred steps of a small BERT write the title back (copying a
+    token from the source by its place takes two layers: one to find the token written last, one to read on)."""
+    encoder = tmp_path / "encoder"
+    torch.manual_seed(0)
+    BertModel(BertConfig(**{**ENCODER, "hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4,
+                            "intermediate_size": 64, "hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0,
+                            })).save_pretrained(encoder)
+    BertTokenizer({t: i for i, t in enumerate(VOCAB)}).save_pretrained(encoder)
+    splits = {"train": articles(512, 0), "dev": articles(8, 1), "test": articles(16, 2)}
+    options = SummarizationOptions(out=str(tmp_path / "run"), model=str(encoder), max_steps=500, batch_size=32,
+                                   learning_rate=3e-3, max_source_length=24, max_target_length=8, num_beams=1,
+                                   label_smoothing=0.0, bf16=False, progress=False)
+    report = train_summarizer(options, splits)
+    assert report["rouge"]["rougeL"] > 80, report["samples"]
+
+
+@pytest.mark.parametrize("suffix", [".tsv", ".jsonl"])
+def test_a_pairs_file_trains_and_writes_with_one_command_each(tmp_path, capsys, encoder_dir, suffix):
+    pairs = articles(10, 3)
+    data = tmp_path / f"pairs{suffix}"
+    data.write_text("".join(f"{body}\t{title}\n" if suffix == ".tsv" else
+                            json.dumps({"source": body, "target": title}, ensure_ascii=False) + "\n"
+                            for body, title in pairs), encoding="utf-8")
+    out = tmp_path / "run"
+    code, stdout, err = run(capsys, "summarize-train", "--out", out, "--data", data, "--model", encoder_dir,
+                            "--max-steps", 2, "--batch-size", 4, "--max-source-length", 24, "--max-target-length", 8,
+                            "--no-progress", "--threads", 1)
+    assert code == 0, err
+    report = json.loads((out / "report.json").read_text())
+    assert report["data"] == str(data) and report["train_pairs"] == 8 and report["test_articles"] == 1
+    assert "unilm, " in stdout and "LEAD  ROUGE-1" in stdout
+    code, stdout, err = run(capsys, "summarize", "--model", out, pairs[0][0], pairs[1][0])
+    assert code == 0, err
+    assert len(stdout.splitlines()) == 2
+
+
+def test_a_pairs_file_too_small_or_unreadable_is_refused(tmp_path, capsys, encoder_dir):
+    data = tmp_path / "pairs.jsonl"
+    data.write_text('{"source": "张三在北京", "target": "张三"}\n{"text": "no"}\n', encoding="utf-8")
+    message = refused(capsys, "summarize-train", "--out", tmp_path / "run", "--data", data, "--model", encoder_dir,
+                      "--max-steps", 1)
+    assert "has 1 usable source -> target pairs; at least 3 are needed" in message
 
 
 # ---- bad input ----------------------------------------------------------------------------------------
@@ -225,13 +293,20 @@ def test_bad_summarization_input_is_one_line(tmp_path, capsys, encoder_dir):
     assert "give max_steps or minutes" in refused(capsys, "summarize-train", "--out", out)
     assert "does not exist" in refused(capsys, "summarize-train", "--out", out, "--max-steps", 1,
                                        "--model", tmp_path / "nowhere")
+    pointer = ("--architecture", "pointer-generator")
     assert "--decoder-heads 3 does not divide the encoder's hidden size 16" in refused(
         capsys, "summarize-train", "--out", out, "--max-steps", 1, "--model", encoder_dir, "--decoder-heads", 3,
-        "--max-source-length", 32)
+        "--max-source-length", 32, *pointer)
     assert "more than the encoder's 40 positions" in refused(
         capsys, "summarize-train", "--out", out, "--max-steps", 1, "--model", encoder_dir,
-        "--max-source-length", 64)
-    assert "holds a BERT model" in refused(capsys, "summarize", "--model", encoder_dir, "text")
+        "--max-source-length", 64, *pointer)
+    assert "--max-source-length 32 + --max-target-length 16 is more than the model's 40 positions" in refused(
+        capsys, "summarize-train", "--out", out, "--max-steps", 1, "--model", encoder_dir,
+        "--max-source-length", 32, "--max-target-length", 16)
+    assert "--data nowhere.tsv: no such file" in refused(capsys, "summarize-train", "--out", out, "--max-steps", 1,
+                                                         "--data", "nowhere.tsv")
+    assert "holds a BERT that has not learnt to write" in refused(capsys, "summarize", "--model", encoder_dir,
+                                                                  "text")
     assert "does not exist" in refused(capsys, "summarize", "--model", tmp_path / "nowhere", "text")
 
 

@@ -15,10 +15,11 @@ def _add_attention(sub: argparse._SubParsersAction) -> None:
     p.add_argument("text", help="the sentence to look at (with a translation model: the source; with an image model: "
                                 "the image file)")
     p.add_argument("--pair", help="a second sentence, segment B, for a BERT model (default: none)")
-    p.add_argument("--target", help="with a translation model: the translation to teacher-force (default: the "
-                                    "model's own greedy translation)")
-    p.add_argument("--model", metavar="DIR|NAME", help=MODEL_HELP + "; a `bertkit lm-train` or `bertkit "
-                                                       "translate-train` run too (default: m3e-small)")
+    p.add_argument("--target", help="with a translation model or a UniLM writer: the translation or target to "
+                                    "teacher-force (default: the model's own greedy one)")
+    p.add_argument("--model", metavar="DIR|NAME", help=MODEL_HELP + "; a `bertkit lm-train`, `bertkit "
+                                                       "translate-train` or UniLM `bertkit summarize-train` run too "
+                                                       "(default: m3e-small)")
     p.add_argument("--out", default="attention.html", help="the HTML file to write; with an image model also a "
                                                            "PNG/SVG picture (default: attention.html)")
     p.add_argument("--picture", help="also draw one layer's heads as a PNG/SVG heatmap grid to this file; a "
@@ -74,8 +75,10 @@ def _cmd_attention(args: argparse.Namespace) -> int:
     family = require(model_dir, "attention")
     image = family.inputs == "images"
     config = family.load_config(model_dir) if family.name == "translation" else None
-    if args.target is not None and config is None:
-        raise InputError(f"--target is for translation models; {model_dir} holds a {family.name} model")
+    writer = family.name == "BERT" and family.holds_head(model_dir, "seq2seq")  # UniLM (`summarize-train`)
+    if args.target is not None and config is None and not writer:
+        raise InputError(f"--target is for translation models and UniLM writers; {model_dir} holds a {family.name} "
+                         "model")
     if args.pair is not None and family.name != "BERT" and not image:
         raise InputError(f"--pair is for a BERT's sentence pairs; {model_dir} holds a {family.name} model, which "
                         "reads one text" + (" (give the translation with --target)" if config is not None else ""))
@@ -106,6 +109,8 @@ def _cmd_attention(args: argparse.Namespace) -> int:
         write_attention_html,
     )
 
+    if writer:
+        return _unilm_attention(args, model_dir, text, device)
     gpt = family.name == "GPT-2"
     model, tokenizer = (load_gpt_and_tokenizer if gpt else load_model_and_tokenizer)(model_dir)
     model.to(device)
@@ -127,6 +132,41 @@ def _cmd_attention(args: argparse.Namespace) -> int:
         layer = args.layer % num_layers
         fig = figures.attention_grid(sentence.attentions, sentence.tokens, layers=[layer],
                                      title=f"{model_dir.name}, layer {layer}{' (masked)' if gpt else ''}: {text}")
+        print(f"wrote {figures.save_figure(fig, args.picture)}")
+    return 0
+
+
+def _unilm_attention(args: argparse.Namespace, model_dir, text: str, device) -> int:
+    """A UniLM writer's page: the title it writes for `text` (or --target), and every layer's attention under
+    UniLM's mask; --picture draws the mask beside each head of --layer."""
+    import numpy as np
+
+    from bertkit.models.functional import unilm_mask
+    from bertkit.pictures.attention_view import unilm_attentions, write_attention_html
+    from bertkit.pipelines.summarization import load_summarizer
+
+    model, tokenizer = load_summarizer(model_dir)
+    model.to(device)
+    _check_layer(args.layer, model.config.num_hidden_layers)
+    target = command_line_texts([args.target], args.encoding, "--target")[0] if args.target is not None else None
+    sentence = unilm_attentions(model, tokenizer, text, target, max_length=args.max_length)
+    path = write_attention_html(args.out, sentence, title=f"UniLM attention of {model_dir.name}: "
+                                f"{sentence.num_layers} layers × {sentence.num_heads} heads")
+    print(f"target: {sentence.text_pair}")
+    print(f"{len(sentence.tokens)} tokens: {' '.join(sentence.tokens)}")
+    print(f"wrote {path} ({path.stat().st_size / 1e3:.0f} kB); open it in a browser")
+    if args.picture:
+        import torch
+
+        from bertkit.pictures import figures
+
+        layer = args.layer % sentence.num_layers
+        mask = unilm_mask(torch.tensor([sentence.token_type_ids]))[0].float().numpy()
+        panels = np.concatenate([mask[None], sentence.attentions[layer]])[None]      # (1, 1 + H, T, T)
+        titles = ["UniLM mask (dark: may attend)"] + [f"layer {layer} · head {h}" for h in range(sentence.num_heads)]
+        fig = figures.attention_grid(panels, sentence.tokens, titles=titles,
+                                     title=f"{model_dir.name}, layer {layer}: source rows see the source, target "
+                                           "rows the source and their past")
         print(f"wrote {figures.save_figure(fig, args.picture)}")
     return 0
 

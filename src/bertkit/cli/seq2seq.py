@@ -186,29 +186,34 @@ def _rouge(scores: dict[str, float]) -> str:
 
 
 def _cmd_summarize_train(args: argparse.Namespace) -> int:
-    """train a title generator on inews (a BERT encoder, a Transformer decoder) and score ROUGE against LEAD
+    """train a BERT to write titles (or your own targets) and score ROUGE against LEAD
 
-    Generate each inews article's title from its body: a pretrained BERT (m3e-small by default) encodes the body
-    once, frozen, and a Transformer decoder that copies from it learns to write the title. Titles of the test split
-    are scored by character ROUGE-1/2/L (mean per-article F1), beside LEAD, the body's first N characters (N
-    chosen on the dev split); writes OUT/report.json.
+    UniLM (default): the pretrained BERT (m3e-small by default) is fine-tuned, every weight of it, to write the
+    target after its source under UniLM's mask. pointer-generator: the BERT encodes the source once, frozen, and a
+    Transformer decoder that copies from it learns to write. On inews' news articles (a title from its body) or a
+    file of source -> target pairs (--data). Held-out targets are scored by character ROUGE-1/2/L (mean per-pair
+    F1), beside LEAD, the source's first N characters (N chosen on the dev split); writes OUT/report.json.
     """
     from bertkit.pipelines.summarization import train_summarizer
 
     options = options_from_args(SummarizationOptions, args)
     report = train_summarizer(options)
-    print(f"{report['parameters']:,} parameters ({report['trained_parameters']:,} trained): encoder states of "
-          f"{report['train_articles']} articles in {report['encode_seconds']:.0f} s, then {report['steps']} steps in "
-          f"{report['train_seconds']:.0f} s, {report['epochs']:.1f} epochs; dev loss {report['dev_loss']:.3f}")
+    frozen = "" if report["trained_parameters"] == report["parameters"] else \
+        f" ({report['trained_parameters']:,} trained)"
+    before = (f"encoder states of {report['train_pairs']} pairs in {report['encode_seconds']:.0f} s, then "
+              if "encode_seconds" in report else f"{report['train_pairs']} pairs: ")
+    dev = f"; dev loss {report['dev_loss']:.3f}" if report["dev_loss"] is not None else ""
+    print(f"{report['architecture']}, {report['parameters']:,} parameters{frozen}: {before}{report['steps']} steps "
+          f"in {report['train_seconds']:.0f} s, {report['epochs']:.1f} epochs{dev}")
     if report["lead_dev"]:
         best = max(report["lead_dev"], key=lambda row: row["rougeL"])
         print(f"LEAD length chosen on dev: {report['lead_length']} characters (dev ROUGE-L {best['rougeL']:.2f})")
-    print(f"test, {report['test_articles']} articles (beam {report['num_beams']}):")
+    print(f"test, {report['test_articles']} pairs (beam {report['num_beams']}):")
     print(f"  model {_rouge(report['rouge'])}")
     print(f"  LEAD  {_rouge(report['lead'])}")
     for sample in report["samples"][:3]:
         print(f"  {sample['body'][:60]}…\n    -> {sample['summary']}\n    ref {sample['reference']}")
-    print(f"model, tokenizers and report.json in {options.out}")
+    print(f"model, tokenizer and report.json in {options.out}")
     return 0
 
 
@@ -216,7 +221,9 @@ def _add_summarize(sub: argparse._SubParsersAction) -> None:
     p = add_command(sub, "summarize", _cmd_summarize)
     p.add_argument("--model", required=True, metavar="DIR", help="a directory written by `bertkit summarize-train`")
     p.add_argument("text", nargs="*", help="texts to summarise (default: lines of standard input, one text each)")
-    _add_decoding_options(p, "tokens per summary at most (default: the model's title length)")
+    _add_decoding_options(p, "tokens per summary at most (default: the model's target length)")
+    p.add_argument("--no-repeat-ngram-size", type=integer(0), metavar="N",
+                   help="never write an n-gram of this size twice in one summary, 0 = off (default: the model's)")
 
 
 def _cmd_summarize(args: argparse.Namespace) -> int:
@@ -225,7 +232,9 @@ def _cmd_summarize(args: argparse.Namespace) -> int:
 
     texts, model, tokenizer, saved, num_beams, length_penalty = _generator(args, "summarize", load_summarizer,
                                                                             load_generation_config)
-    for line in summarize(model, tokenizer, texts, num_beams=num_beams, max_new_tokens=args.max_new_tokens,
-                          length_penalty=length_penalty, max_source_length=saved["max_source_length"]):
+    repeats = args.no_repeat_ngram_size if args.no_repeat_ngram_size is not None else saved["no_repeat_ngram_size"]
+    for line in summarize(model, tokenizer, texts, num_beams=num_beams,
+                          max_new_tokens=args.max_new_tokens or saved["max_new_tokens"], length_penalty=length_penalty,
+                          max_source_length=saved["max_source_length"], no_repeat_ngram_size=repeats):
         print(line)
     return 0

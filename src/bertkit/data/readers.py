@@ -316,6 +316,32 @@ def read_parallel(path: str | Path, *, encoding: str = "utf-8") -> list[tuple[st
     return pairs
 
 
+
+def read_pairs(path: str | Path, *, encoding: str = "utf-8") -> list[tuple[str, str]]:
+    """Read source -> target pairs to learn to write: JSON Lines (`.jsonl`/`.json`: {"source": ..., "target": ...}
+    per line) or, any other name, `source<TAB>target` per line (`read_parallel`); unusable lines are skipped and
+    counted."""
+    if Path(path).suffix.lower() not in (".jsonl", ".json"):
+        return read_parallel(path, encoding=encoding)
+    skips = Skips(path)
+    pairs: list[tuple[str, str]] = []
+    for number, line in _usable_lines(path, encoding, skips, "empty line"):
+        try:
+            obj = jsonfiles.loads(line)
+        except ValueError:
+            skips.add("invalid JSON", number)
+            continue
+        if not isinstance(obj, dict) or not {"source", "target"} <= set(obj):
+            skips.add('not a JSON object with "source" and "target"', number)
+        elif any(not isinstance(obj[k], str) or is_blank(obj[k]) for k in ("source", "target")):
+            skips.add("empty or non-text side", number)
+        else:
+            pairs.append((obj["source"].strip(), obj["target"].strip()))
+    if not pairs and not skips.lines:
+        warnings.warn(f"{path}: no pairs (empty file)", DataWarning, stacklevel=2)
+    skips.warn(len(pairs))
+    return pairs
+
 class _LabelTypes:
     """The labels of one file as the class names they become, and a check that JSON gave them one way.
 

@@ -191,12 +191,30 @@ def mask_value(dtype: torch.dtype) -> float:
 
 
 def padding_mask_bias(attention_mask: Tensor, dtype: torch.dtype = torch.float32) -> Tensor:
-    """(B, S) 1/0 mask of real tokens -> (B, 1, 1, S) additive bias: 0 on tokens, dtype-min on padding."""
-    if attention_mask.dim() != 2:
-        raise InputError(f"attention_mask must be (batch, seq), got shape {tuple(attention_mask.shape)}")
-    keep = attention_mask[:, None, None, :].to(torch.bool)
+    """A 1/0 mask -> its additive bias, 0 where attention is allowed and dtype-min where not: (B, S), the keys that
+    are real tokens -> (B, 1, 1, S); (B, T, S), the keys each query may see (`unilm_mask`) -> (B, 1, T, S)."""
+    if attention_mask.dim() not in (2, 3):
+        raise InputError(f"attention_mask must be (batch, seq) or (batch, queries, keys), got shape "
+                         f"{tuple(attention_mask.shape)}")
+    keep = (attention_mask[:, None, None, :] if attention_mask.dim() == 2 else attention_mask[:, None]).to(torch.bool)
     return torch.zeros(keep.shape, dtype=dtype, device=attention_mask.device).masked_fill(
         ~keep, mask_value(dtype))
+
+
+def unilm_mask(token_type_ids: Tensor, attention_mask: Tensor | None = None) -> Tensor:
+    """UniLM's sequence-to-sequence mask (Dong et al., 2019) for `[CLS] source [SEP] target [SEP]` with segment 0 on
+    the source and 1 on the target: (B, T) -> (B, T, T) bool, True where query i may see key j.
+
+    A source token sees the whole source (BERT reading it); a target token sees the whole source and the target up
+    to itself (a language model writing it). With n_i = the number of target tokens up to and including i
+    (the cumulative sum of the segment ids), that is one comparison: i may see j when n_j <= n_i, for n_j = 0 on
+    every source key and n_j = k on the k-th target key. Padding keys (attention_mask 0) are seen by no one.
+    """
+    written = token_type_ids.cumsum(dim=1)                                      # (B, T): n_i
+    allowed = written[:, None, :] <= written[:, :, None]                        # (B, T, T): n_j <= n_i
+    if attention_mask is not None:
+        allowed = allowed & attention_mask[:, None, :].to(torch.bool)
+    return allowed
 
 
 def causal_mask_bias(length: int, dtype: torch.dtype = torch.float32, device=None,

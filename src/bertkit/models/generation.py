@@ -11,6 +11,7 @@ Dimension letters: B batch, K beams, V vocabulary, T length.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor
@@ -83,12 +84,43 @@ def top_k_top_p_filter(logits: Tensor, top_k: int = 0, top_p: float = 1.0) -> Te
     return logits
 
 
-def _decode(state: DecodingState, max_new_tokens: int, pick, eos_token_id: int | None, pad_token_id: int) -> Tensor:
+@dataclass(frozen=True)
+class Constraints:
+    """What a decoder may not write, whatever its logits say.
+
+    suppress_tokens: ids never written (a writer's [CLS], [PAD], [MASK], [UNK]).
+    no_repeat_ngram_size n: no n-gram twice in what is written (from the first new token on; 0 = off), the usual
+    cure for a title that says a phrase twice (fairseq's and transformers' option of that name).
+    """
+
+    suppress_tokens: tuple[int, ...] = ()
+    no_repeat_ngram_size: int = 0
+
+    def apply(self, logits: Tensor, written: Tensor) -> Tensor:
+        """logits (B, V) of the next token after `written` (B, t) -> the same with forbidden tokens at -inf."""
+        n = self.no_repeat_ngram_size
+        if not self.suppress_tokens and not (n and written.size(1) >= n):
+            return logits
+        logits = logits.clone()
+        if self.suppress_tokens:
+            logits[:, list(self.suppress_tokens)] = -math.inf
+        if n and written.size(1) >= n:
+            for row, ids in enumerate(written.tolist()):
+                prefix = ids[len(ids) - n + 1:]                              # the n - 1 tokens just written
+                repeated = [ids[i + n - 1] for i in range(len(ids) - n + 1) if ids[i: i + n - 1] == prefix]
+                if repeated:
+                    logits[row, repeated] = -math.inf
+        return logits
+
+
+def _decode(state: DecodingState, max_new_tokens: int, pick, eos_token_id: int | None, pad_token_id: int,
+            constraints: Constraints = Constraints()) -> Tensor:
     """The loop greedy search and sampling share: pick a token per row until every row has said eos."""
     sequences = tokens = state.start
+    T0 = sequences.size(1)
     finished = torch.zeros(sequences.size(0), dtype=torch.bool, device=sequences.device)
     for _ in range(max_new_tokens):
-        next_tokens = pick(state.step(tokens).float())
+        next_tokens = pick(constraints.apply(state.step(tokens).float(), sequences[:, T0:]))
         next_tokens = next_tokens.masked_fill(finished, pad_token_id)  # rows already done get padding
         sequences = torch.cat([sequences, next_tokens[:, None]], dim=1)
         if eos_token_id is not None:
@@ -100,13 +132,15 @@ def _decode(state: DecodingState, max_new_tokens: int, pick, eos_token_id: int |
 
 
 def greedy_search(state: DecodingState, max_new_tokens: int, eos_token_id: int | None = None,
-                  pad_token_id: int = 0) -> Tensor:
+                  pad_token_id: int = 0, constraints: Constraints = Constraints()) -> Tensor:
     """Take the most likely next token each step. Returns (B, T0 + new) ids, padded after eos."""
-    return _decode(state, max_new_tokens, lambda logits: logits.argmax(dim=-1), eos_token_id, pad_token_id)
+    return _decode(state, max_new_tokens, lambda logits: logits.argmax(dim=-1), eos_token_id, pad_token_id,
+                   constraints)
 
 
 def sample(state: DecodingState, max_new_tokens: int, temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0,
-           eos_token_id: int | None = None, pad_token_id: int = 0, generator: torch.Generator | None = None) -> Tensor:
+           eos_token_id: int | None = None, pad_token_id: int = 0, generator: torch.Generator | None = None,
+           constraints: Constraints = Constraints()) -> Tensor:
     """Draw each next token from softmax(logits / temperature), restricted to the top-k / top-p set."""
     if temperature <= 0:
         raise InputError(f"temperature must be positive (use greedy search for 0), got {temperature}")
@@ -120,11 +154,12 @@ def sample(state: DecodingState, max_new_tokens: int, temperature: float = 1.0, 
             return torch.multinomial(probs.to(generator.device), 1, generator=generator).squeeze(1).to(probs.device)
         return torch.multinomial(probs, 1, generator=generator).squeeze(1)
 
-    return _decode(state, max_new_tokens, pick, eos_token_id, pad_token_id)
+    return _decode(state, max_new_tokens, pick, eos_token_id, pad_token_id, constraints)
 
 
 def beam_search(state: DecodingState, max_new_tokens: int, num_beams: int = 4, length_penalty: float = 1.0,
-                eos_token_id: int | None = None, pad_token_id: int = 0) -> Tensor:
+                eos_token_id: int | None = None, pad_token_id: int = 0,
+                constraints: Constraints = Constraints()) -> Tensor:
     """Keep the K best partial hypotheses by summed log-probability; finished ones score sum / length^α.
 
     A source is done when it has K finished hypotheses and its best running one, at its current length,
@@ -141,7 +176,8 @@ def beam_search(state: DecodingState, max_new_tokens: int, num_beams: int = 4, l
     finished: list[list[tuple[float, Tensor]]] = [[] for _ in range(B)]
     done = [False] * B
     for step in range(1, max_new_tokens + 1):
-        logprobs = state.step(tokens).float().log_softmax(dim=-1)               # (B·K, V)
+        logits = constraints.apply(state.step(tokens).float(), sequences[:, state.start.size(1):])
+        logprobs = logits.log_softmax(dim=-1)                                   # (B·K, V)
         V = logprobs.size(-1)
         candidates = (scores.reshape(-1, 1) + logprobs).view(B, K * V)
         # 2K candidates: even if K of them end in eos, K others continue
@@ -209,14 +245,16 @@ class GenerationMixin:
                  max_new_tokens: int | None = None, num_beams: int = 1, do_sample: bool = False,
                  temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0, length_penalty: float = 1.0,
                  eos_token_id: int | None = -1, pad_token_id: int | None = None, use_cache: bool = True,
-                 generator: torch.Generator | None = None) -> Tensor:
+                 generator: torch.Generator | None = None, suppress_tokens: tuple[int, ...] = (),
+                 no_repeat_ngram_size: int = 0) -> Tensor:
         """Decode a batch: greedy (default), beam search (`num_beams` > 1) or sampling (`do_sample`).
 
         Returns ids (B, T): for an encoder–decoder the decoder's tokens from its start token, for a language
         model the prompt and its continuation; padded after each row's eos. `eos_token_id=None` never stops early.
+        `suppress_tokens` and `no_repeat_ngram_size`: what may not be written (`Constraints`).
         """
         config = self.config
-        eos = config.eos_token_id if eos_token_id == -1 else eos_token_id
+        eos = getattr(config, "eos_token_id", None) if eos_token_id == -1 else eos_token_id
         pad = config.pad_token_id if pad_token_id is None else pad_token_id
         vocab_size = getattr(config, "target_vocab_size", None) or config.vocab_size
         if eos is not None and not 0 <= eos < vocab_size:  # a token the model cannot produce ends no row
@@ -237,8 +275,14 @@ class GenerationMixin:
                              f"({limit} left after the {state.start.size(1)} given)")
         if do_sample and num_beams > 1:
             raise InputError("choose sampling or beam search, not both")
+        if no_repeat_ngram_size < 0:
+            raise InputError(f"no_repeat_ngram_size must be 0 (off) or more, got {no_repeat_ngram_size}")
+        bad = [t for t in suppress_tokens if not 0 <= t < vocab_size]
+        if bad:
+            raise InputError(f"suppress_tokens {bad} are outside the vocabulary (size {vocab_size})")
+        constraints = Constraints(tuple(suppress_tokens), no_repeat_ngram_size)
         if do_sample:
-            return sample(state, max_new_tokens, temperature, top_k, top_p, eos, pad, generator)
+            return sample(state, max_new_tokens, temperature, top_k, top_p, eos, pad, generator, constraints)
         if num_beams > 1:
-            return beam_search(state, max_new_tokens, num_beams, length_penalty, eos, pad)
-        return greedy_search(state, max_new_tokens, eos, pad)
+            return beam_search(state, max_new_tokens, num_beams, length_penalty, eos, pad, constraints)
+        return greedy_search(state, max_new_tokens, eos, pad, constraints)

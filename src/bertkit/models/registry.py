@@ -74,7 +74,8 @@ class ModelFamily:
 FAMILIES: tuple[ModelFamily, ...] = (
     ModelFamily("BERT", ("bert", "bertkit-bert-pre-ln"), "bertkit.models.bert.configuration:BertConfig",
                 "bertkit.models.bert.heads:model_class_for",
-                serves=frozenset({"encode", "predict", "evaluate", "attention", "export", "serve", "pretrain"}),
+                serves=frozenset({"encode", "predict", "evaluate", "attention", "export", "serve", "pretrain",
+                                  "summarize"}),
                 heads={"classify": "bertkit.models.bert.heads:BertForSequenceClassification",
                        "pairs": "bertkit.models.bert.heads:BertForSequenceClassification",
                        "prompt": "bertkit.models.bert.heads:BertForPromptClassification",
@@ -82,6 +83,7 @@ FAMILIES: tuple[ModelFamily, ...] = (
                        "qa": "bertkit.models.bert.heads:BertForQuestionAnswering",
                        "pretraining": "bertkit.models.bert.heads:BertForPreTraining",
                        "masked-lm": "bertkit.models.bert.heads:BertForMaskedLM",
+                       "seq2seq": "bertkit.models.bert.unilm:BertForUniLM",
                        "encoder": "bertkit.models.bert.modeling:BertModel"}),
     ModelFamily("ModernBERT", ("modernbert",), "bertkit.models.modernbert.configuration:ModernBertConfig",
                 "bertkit.models.modernbert.modeling:modernbert_class_for",

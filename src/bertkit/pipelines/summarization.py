@@ -222,12 +222,30 @@ def build_model(options: SummarizationOptions, tokenizer: SummaryTokenizer, enco
     return model
 
 
+def summarize(model, tokenizer, texts: Sequence[str], num_beams: int = 4, batch_size: int = 32,
+              max_new_tokens: int | None = None, length_penalty: float = 1.0, max_source_length: int | None = None,
+              no_repeat_ngram_size: int = 0) -> list[str]:
+    """A title for each text, by either kind of summariser (a UniLM writer or the pointer-generator), on the
+    device the model is on; results in input order; a warning names the texts whose title came out empty."""
+    from bertkit.models.bert.unilm import BertForUniLM
+
+    if isinstance(model, BertForUniLM):
+        from bertkit.pipelines.unilm import encode_sources, write
+
+        out = write(model, tokenizer, texts, num_beams, batch_size, max_new_tokens or 48, length_penalty,
+                    max_source_length or model.config.max_position_embeddings // 2, no_repeat_ngram_size)
+        sources = encode_sources(tokenizer, texts, max_source_length or model.config.max_position_embeddings // 2)
+        _warn_empty(out, sources, tokenizer.unk_token_id)
+        return out
+    return _pointer_generator_summaries(model, tokenizer, texts, num_beams, batch_size, max_new_tokens,
+                                        length_penalty, max_source_length, no_repeat_ngram_size)
+
+
 @torch.no_grad()
-def summarize(model: BertSeq2Seq, tokenizer: SummaryTokenizer, texts: Sequence[str], num_beams: int = 4,
-              batch_size: int = 32, max_new_tokens: int | None = None, length_penalty: float = 1.0,
-              max_source_length: int | None = None) -> list[str]:
-    """A title for each text, batched by length (little padding), on the device the model is on; results in input
-    order."""
+def _pointer_generator_summaries(model: BertSeq2Seq, tokenizer: SummaryTokenizer, texts: Sequence[str],
+                                 num_beams: int, batch_size: int, max_new_tokens: int | None, length_penalty: float,
+                                 max_source_length: int | None, no_repeat_ngram_size: int) -> list[str]:
+    """The pointer-generator's titles, batched by length (little padding)."""
     model.eval()
     device = next(model.parameters()).device
     limit = model.encoder.config.max_position_embeddings
@@ -239,7 +257,8 @@ def summarize(model: BertSeq2Seq, tokenizer: SummaryTokenizer, texts: Sequence[s
         chunk = order[start: start + batch_size]
         batch = to_device(collate([{"input_ids": sources[i], "labels": [0]} for i in chunk]), device)
         generated = model.generate(batch["input_ids"], batch["attention_mask"], num_beams=num_beams,
-                                   max_new_tokens=max_new_tokens, length_penalty=length_penalty)
+                                   max_new_tokens=max_new_tokens, length_penalty=length_penalty,
+                                   no_repeat_ngram_size=no_repeat_ngram_size)
         for i, ids in zip(chunk, generated.tolist()):
             out[i] = tokenizer.decode(ids)
     _warn_empty(out, sources, tokenizer.source.unk_token_id)
@@ -265,10 +284,16 @@ def _warn_empty(titles: Sequence[str], sources: Sequence[Sequence[int]], unknown
                   EmptySummaryWarning, stacklevel=3)
 
 
+def decoding_settings(options: SummarizationOptions) -> dict[str, Any]:
+    """How a run's test titles are written, and what generation_config.json keeps for `bertkit summarize`."""
+    return {"num_beams": options.num_beams, "length_penalty": options.length_penalty,
+            "max_source_length": options.max_source_length, "max_new_tokens": options.max_target_length,
+            "no_repeat_ngram_size": options.no_repeat_ngram_size}
+
+
 def save_generation_config(path: str | Path, options: SummarizationOptions) -> None:
     atomic_write_text(Path(path) / GENERATION_NAME, jsonfiles.dumps(
-        {"num_beams": options.num_beams, "length_penalty": options.length_penalty,
-         "max_source_length": options.max_source_length}, indent=2) + "\n")
+        {"architecture": options.architecture, **decoding_settings(options)}, indent=2) + "\n")
 
 
 def load_generation_config(path: str | Path) -> dict[str, Any]:
@@ -276,11 +301,22 @@ def load_generation_config(path: str | Path) -> dict[str, Any]:
     file = Path(path) / GENERATION_NAME
     saved = json.loads(file.read_text()) if file.is_file() else {}
     return {"num_beams": saved.get("num_beams", 4), "length_penalty": saved.get("length_penalty", 1.0),
-            "max_source_length": saved.get("max_source_length")}
+            "max_source_length": saved.get("max_source_length"), "max_new_tokens": saved.get("max_new_tokens"),
+            "no_repeat_ngram_size": saved.get("no_repeat_ngram_size", 0)}
 
 
-def load_summarizer(path: str | Path) -> tuple[BertSeq2Seq, SummaryTokenizer]:
-    """A trained summarisation directory -> (model, tokenizer)."""
+def load_summarizer(path: str | Path):
+    """A trained summarisation directory -> (model, tokenizer): a UniLM writer (a BERT directory whose config
+    names BertForUniLM) or a pointer-generator (`bertkit-bert-seq2seq`)."""
+    from bertkit.models.configuration import ConfigError
+    from bertkit.models.registry import family_of
+
+    family = family_of(path)
+    if family.name == "BERT":
+        if not family.holds_head(path, "seq2seq"):
+            raise ConfigError(f"{path} holds a BERT that has not learnt to write (its config.json names no "
+                              "BertForUniLM); train one with `bertkit summarize-train --model` it")
+        return family.head("seq2seq").from_pretrained(path), BertTokenizer.from_pretrained(path)
     return BertSeq2Seq.from_pretrained(path), SummaryTokenizer.from_pretrained(path)
 
 
@@ -300,25 +336,16 @@ def _with_states(model: BertSeq2Seq, examples: list[dict[str, Any]]) -> list[dic
     return [{**x, "encoder_hidden_states": h} for x, h in zip(examples, states)]
 
 
-@holds_out("bertkit summarize-train")
-def train_summarizer(options: SummarizationOptions, splits: dict[str, list[tuple[str, str]]] | None = None,
-                     ) -> dict[str, Any]:
-    """LEAD on dev -> tokenizers -> encoder states -> decoder training -> test ROUGE of the model and of LEAD;
-    writes OUT/report.json and returns it. `splits` ({train, dev, test}: (body, title) pairs) replaces inews. The
-    run holds OUT (`bertkit.pipelines.run_directory`: an earlier run there is refused unless options.overwrite)."""
-    from bertkit.data.summaries import load_articles
+def _train_pointer_generator(options: SummarizationOptions, splits: dict[str, list[tuple[str, str]]], device: Any,
+                             started: float) -> tuple[BertSeq2Seq, SummaryTokenizer, dict[str, Any]]:
+    """Tokenizers -> the frozen encoder's states -> decoder training; returns the model (on `device`), its
+    tokenizer and what the report says of the training."""
     from bertkit.models.bert.modeling import BertModel
     from bertkit.training.trainer import Trainer
 
-    started = time.perf_counter()
-    device = options.start(OPTIONS_NAME)  # the device, the threads, OUT with these options in it
-    out = Path(options.out)
     model_dir = resolve_model(options.model)
     encoder = BertModel.from_pretrained(model_dir)
     check_encoder(options, encoder.config)
-    splits = splits or load_articles()
-    lead_length, lead_sweep = ((options.lead_length, None) if options.lead_length
-                               else choose_lead_length(splits["dev"]))
     tokenizer = SummaryTokenizer.from_titles(BertTokenizer.from_pretrained(model_dir),
                                              [title for _, title in splits["train"]])
     model = build_model(options, tokenizer, encoder)
@@ -341,30 +368,58 @@ def train_summarizer(options: SummarizationOptions, splits: dict[str, list[tuple
     probes = [collator([train[i] for i in batch]) for batch in probe_batches(len(train), B, lengths)]
     max_steps = options.max_steps or plan_for_budget(seconds_per_step(model, probes, options.bf16, device=device),
                                                      minutes=options.minutes, device=device, spent=encode_seconds)
-    args = options.training_arguments(max_steps, spent=encode_seconds, weight_decay=0.01, save_total_limit=1,
-                                      group_by_length=True, eval_every=None)  # the dev loss once, at the end
+    args = options.training_arguments(max_steps, spent=encode_seconds, learning_rate=options.lr, weight_decay=0.01,
+                                      save_total_limit=1, group_by_length=True, eval_every=None)  # dev loss at the end
     trainer = Trainer(model, args, train, collator, eval_fn=dev_loss_fn(dev, collator, B), tokenizer=tokenizer)
     state = trainer.train()
+    final = state.log_history[-1] if state.log_history else {}
+    return model, tokenizer, {
+        "copy": options.copy, "steps": state.step, "stop_reason": state.stop_reason,
+        "epochs": state.step * B / len(train), "train_seconds": state.seconds, "encode_seconds": encode_seconds,
+        "train_pairs": len(train), "train_targets_too_long": dropped, "dev_loss": final.get("eval_loss"),
+        "vocab_sizes": {"source": len(tokenizer.source), "target": len(tokenizer.target)}}
+
+
+def load_splits(options: SummarizationOptions) -> dict[str, list[tuple[str, str]]]:
+    """inews' splits, or the user's pairs file (`--data FILE`) cut into train / dev / test."""
+    from bertkit.data.summaries import load_articles, pairs_file_splits
+
+    return load_articles() if options.data == "inews" else pairs_file_splits(options.data, options.seed)
+
+
+@holds_out("bertkit summarize-train")
+def train_summarizer(options: SummarizationOptions, splits: dict[str, list[tuple[str, str]]] | None = None,
+                     ) -> dict[str, Any]:
+    """LEAD on dev -> the model trained (UniLM, or the pointer-generator) -> test ROUGE of the model and of LEAD;
+    writes OUT/report.json and returns it. `splits` ({train, dev, test}: (source, target) pairs) replaces
+    options.data. The run holds OUT (`bertkit.pipelines.run_directory`: an earlier run there is refused unless
+    options.overwrite)."""
+    started = time.perf_counter()
+    device = options.start(OPTIONS_NAME)  # the device, the threads, OUT with these options in it
+    out = Path(options.out)
+    splits = splits or load_splits(options)
+    lead_length, lead_sweep = ((options.lead_length, None) if options.lead_length
+                               else choose_lead_length(splits["dev"]))
+    if options.architecture == "unilm":
+        from bertkit.pipelines.unilm import train_unilm
+        model, tokenizer, training = train_unilm(options, splits, device, started)
+    else:
+        model, tokenizer, training = _train_pointer_generator(options, splits, device, started)
     save_generation_config(out, options)
 
     test = splits["test"][: options.max_test]
     bodies, titles = [body for body, _ in test], [title for _, title in test]
     decode_started = time.perf_counter()
-    summaries = summarize(model, tokenizer, bodies, options.num_beams, max_new_tokens=options.max_target_length,
-                          length_penalty=options.length_penalty, max_source_length=options.max_source_length)
+    summaries = summarize(model, tokenizer, bodies, **decoding_settings(options))
     leads = [lead(body, lead_length) for body in bodies]
-    final = state.log_history[-1] if state.log_history else {}
     report = {
+        "architecture": options.architecture, "data": options.data,
         "rouge": corpus_rouge(summaries, titles), "lead": corpus_rouge(leads, titles), "lead_length": lead_length,
-        "lead_dev": lead_sweep, "model": options.model, "copy": options.copy,
-        "parameters": model.num_parameters(),
-        "trained_parameters": sum(p.numel() for p in model.parameters() if p.requires_grad),
-        "steps": state.step, "stop_reason": state.stop_reason, "epochs": state.step * B / len(train),
-        "train_seconds": state.seconds, "encode_seconds": encode_seconds, "train_articles": len(train),
-        "train_titles_too_long": dropped, "dev_loss": final.get("eval_loss"), "test_articles": len(test),
-        "num_beams": options.num_beams, "length_penalty": options.length_penalty,
-        "decode_seconds": time.perf_counter() - decode_started,
-        "vocab_sizes": {"source": len(tokenizer.source), "target": len(tokenizer.target)},
+        "lead_dev": lead_sweep, "model": options.model, "parameters": model.num_parameters(),
+        "trained_parameters": sum(p.numel() for p in model.parameters() if p.requires_grad), **training,
+        "test_articles": len(test), "num_beams": options.num_beams, "length_penalty": options.length_penalty,
+        "no_repeat_ngram_size": options.no_repeat_ngram_size, "decode_seconds": time.perf_counter() - decode_started,
+        "minutes": options.minutes, "seconds": time.perf_counter() - started,
         "mean_title_characters": {"reference": _mean_length(titles), "model": _mean_length(summaries)},
         "samples": [{"body": body[:200], "reference": title, "summary": summary, "lead": first}
                     for body, title, summary, first in zip(bodies[:8], titles, summaries, leads)],

@@ -24,6 +24,7 @@ from bertkit.models.functional import (
     packed_attention,
     sinusoidal_positions,
 )
+from bertkit.models.generation import KVCache, extend_self_attention_cache
 from bertkit.models.outputs import BertModelOutput
 from bertkit.models.pretrained import PreTrainedModel, check_ids
 
@@ -70,8 +71,8 @@ class BertSelfAttention(nn.Module):
         self.value = nn.Linear(config.hidden_size, config.hidden_size, bias=config.use_bias)
         self.dropout_prob = config.attention_probs_dropout_prob
 
-    def forward(self, x: Tensor, bias: Tensor | PackedSequences | None,
-                output_attentions: bool) -> tuple[Tensor, Tensor | None]:
+    def forward(self, x: Tensor, bias: Tensor | PackedSequences | None, output_attentions: bool,
+                cache: dict | None = None) -> tuple[Tensor, Tensor | None]:
         if isinstance(bias, PackedSequences):  # x (N, C): the batch's real tokens, packed (`BertModel.unpad`)
             N, C = x.shape
             q, k, v = (linear(x).view(N, self.num_heads, self.head_dim)                     # 3 x (N, H, D)
@@ -80,6 +81,7 @@ class BertSelfAttention(nn.Module):
         B, T, C = x.shape
         q, k, v = (linear(x).view(B, T, self.num_heads, self.head_dim).transpose(1, 2)   # 3 x (B, H, T, D)
                    for linear in (self.query, self.key, self.value))
+        k, v = extend_self_attention_cache(cache, k, v)      # with a cache: the earlier positions' too, (B, H, S, D)
         context, probs = multi_head_attention(q, k, v, bias, self.dropout_prob, self.training, output_attentions)
         return context.transpose(1, 2).reshape(B, T, C), probs
 
@@ -110,8 +112,9 @@ class BertAttention(nn.Module):
         self.self = BertSelfAttention(config)
         self.output = BertSelfOutput(config)
 
-    def forward(self, x: Tensor, bias: Tensor | None, output_attentions: bool) -> tuple[Tensor, Tensor | None]:
-        context, probs = self.self(self.output.normalize_input(x), bias, output_attentions)
+    def forward(self, x: Tensor, bias: Tensor | None, output_attentions: bool,
+                cache: dict | None = None) -> tuple[Tensor, Tensor | None]:
+        context, probs = self.self(self.output.normalize_input(x), bias, output_attentions, cache)
         return self.output(context, x), probs
 
 
@@ -145,8 +148,9 @@ class BertLayer(nn.Module):
         self.intermediate = BertIntermediate(config)
         self.output = BertOutput(config)
 
-    def forward(self, x: Tensor, bias: Tensor | None, output_attentions: bool) -> tuple[Tensor, Tensor | None]:
-        x, probs = self.attention(x, bias, output_attentions)
+    def forward(self, x: Tensor, bias: Tensor | None, output_attentions: bool,
+                cache: dict | None = None) -> tuple[Tensor, Tensor | None]:
+        x, probs = self.attention(x, bias, output_attentions, cache)
         return self.output(self.intermediate(self.output.normalize_input(x)), x), probs
 
 
@@ -165,12 +169,14 @@ class BertEncoder(nn.Module):
                                  if config.normalize_before else None)
 
     def forward(self, x: Tensor, bias: Tensor | None, output_attentions: bool = False,
-                output_hidden_states: bool = False) -> tuple[Tensor, tuple | None, tuple | None]:
+                output_hidden_states: bool = False, cache: KVCache | None = None,
+                ) -> tuple[Tensor, tuple | None, tuple | None]:
         if self.embedding_hidden_mapping_in is not None:
             x = self.embedding_hidden_mapping_in(x)
         hidden_states, attentions = ((x,) if output_hidden_states else None), (() if output_attentions else None)
         for i in range(self.num_layers):
-            x, probs = self.layer[0 if len(self.layer) == 1 else i](x, bias, output_attentions)
+            x, probs = self.layer[0 if len(self.layer) == 1 else i](x, bias, output_attentions,
+                                                                    None if cache is None else cache.layers[i])
             if output_hidden_states:
                 hidden_states += (x,)
             if output_attentions:
@@ -220,13 +226,20 @@ class BertModel(BertPreTrainedModel):
 
     def forward(self, input_ids: Tensor, attention_mask: Tensor | None = None, token_type_ids: Tensor | None = None,
                 position_ids: Tensor | None = None, output_attentions: bool = False,
-                output_hidden_states: bool = False) -> BertModelOutput:
-        """input_ids (B, T); attention_mask (B, T), 1 = token, 0 = padding; token_type_ids (B, T) segment A/B."""
-        self._check_inputs(input_ids, attention_mask, token_type_ids)
+                output_hidden_states: bool = False, past_key_values: KVCache | None = None) -> BertModelOutput:
+        """input_ids (B, T); token_type_ids (B, T) segment A/B; attention_mask 1 = may be attended, 0 = not: (B, S)
+        over the keys (1 = token, 0 = padding), or (B, T, S), which keys each query may see (UniLM's mask).
+        `past_key_values`: a KVCache whose keys and values of S - T earlier positions these T follow (positions
+        continue after them unless `position_ids` say otherwise); the new positions' are added to it."""
+        past = len(past_key_values) if past_key_values is not None else 0
+        self._check_inputs(input_ids, attention_mask, token_type_ids, past)
         if token_type_ids is None:
             token_type_ids = torch.zeros_like(input_ids)
+        if position_ids is None and past:
+            position_ids = torch.arange(past, past + input_ids.size(1), device=input_ids.device)[None]
         x = self.embeddings(input_ids, token_type_ids, position_ids)
-        if self.packs(attention_mask, output_attentions or output_hidden_states):
+        if past_key_values is None and attention_mask is not None and attention_mask.dim() == 2 and \
+                self.packs(attention_mask, output_attentions or output_hidden_states):
             packed = pack_padded(attention_mask, x.dtype)
             if packed.padding >= PACK_MIN_PADDING:
                 B, T, _ = x.shape
@@ -236,7 +249,8 @@ class BertModel(BertPreTrainedModel):
             if packed.padding == 0:
                 attention_mask = None  # nothing padded: the fused attention's fastest kernel (flash) takes no mask
         bias = self.padding_bias(attention_mask, x.dtype)
-        x, hidden_states, attentions = self.encoder(x, bias, output_attentions, output_hidden_states)
+        x, hidden_states, attentions = self.encoder(x, bias, output_attentions, output_hidden_states,
+                                                    past_key_values)
         pooled = self.pooler(x) if self.pooler is not None else None
         return BertModelOutput(x, pooled, hidden_states, attentions)
 
@@ -249,14 +263,19 @@ class BertModel(BertPreTrainedModel):
         return bool(unpad) and attention_mask is not None and not per_layer_outputs and \
             not torch.compiler.is_compiling()
 
-    def _check_inputs(self, input_ids: Tensor, attention_mask: Tensor | None, token_type_ids: Tensor | None) -> None:
+    def _check_inputs(self, input_ids: Tensor, attention_mask: Tensor | None, token_type_ids: Tensor | None,
+                      past: int = 0) -> None:
         """Clear errors for inputs that would otherwise fail deep inside an embedding lookup, or silently."""
         cfg = self.config
         values = isinstance(input_ids, Tensor) and self.checks_values(input_ids)
-        check_ids("input_ids", input_ids, cfg.vocab_size, cfg.max_position_embeddings, values)
-        for name, t in (("attention_mask", attention_mask), ("token_type_ids", token_type_ids)):
-            if t is not None and tuple(t.shape) != tuple(input_ids.shape):
-                raise InputError(f"{name} has shape {tuple(t.shape)}, input_ids {tuple(input_ids.shape)}")
+        check_ids("input_ids", input_ids, cfg.vocab_size, cfg.max_position_embeddings - past, values)
+        B, T = input_ids.shape
+        if attention_mask is not None and tuple(attention_mask.shape) not in ((B, past + T), (B, T, past + T)):
+            raise InputError(f"attention_mask has shape {tuple(attention_mask.shape)}; for input_ids {(B, T)}"
+                             f"{f' after {past} cached positions' if past else ''} it is (batch, keys) = "
+                             f"{(B, past + T)} or (batch, queries, keys) = {(B, T, past + T)}")
+        if token_type_ids is not None and tuple(token_type_ids.shape) != (B, T):
+            raise InputError(f"token_type_ids has shape {tuple(token_type_ids.shape)}, input_ids {(B, T)}")
         if values and token_type_ids is not None and (int(token_type_ids.min()) < 0
                                                       or int(token_type_ids.max()) >= cfg.type_vocab_size):
             raise InputError(f"token_type_ids must be in [0, {cfg.type_vocab_size})")

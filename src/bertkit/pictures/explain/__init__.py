@@ -30,6 +30,7 @@ TOPICS: dict[str, tuple[str, str]] = {
     "toy-task": ("toy_task", "abc -> xyz: a tiny Transformer learns it with positional encodings, not without"),
     "positions": ("positions", "learned vs sinusoidal positions, at trained lengths and longer ones"),
     "receptive-field": ("receptive_field", "convolution layers needed to connect two tokens vs one attention layer"),
+    "unilm": ("unilm", "one BERT, three masks: fill blanks, write left to right, or read a source and write"),
 }
 # the topics that read a real model, and the model each reads unless told otherwise
 REAL_MODEL_TOPICS = {"attention": "m3e-small", "multihead": "m3e-small", "contextual": "m3e-small",

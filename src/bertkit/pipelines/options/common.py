@@ -39,6 +39,7 @@ MODEL_NAMES = Names("model", model_names, first=False, directory=True)   # data.
 DATASET_NAMES = Names("dataset", _dataset_names, first=True)             # data.task_kinds.TaskKind.read
 TRANSLATION_DATA_NAMES = Names("dataset", lambda: TRANSLATION_LANGUAGES, first=True)  # pipelines.translation
 IMAGE_DATA_NAMES = Names("dataset", lambda: ("mnist",), first=True)      # pipelines.vision.load_image_data
+SUMMARY_DATA_NAMES = Names("dataset", lambda: ("inews",), first=True)    # pipelines.summarization.load_splits
 
 
 def check_sequence_length(flag: str, tokens: int) -> None:

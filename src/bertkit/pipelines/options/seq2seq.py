@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 from bertkit.data.sources import model_names
 from bertkit.data.tasks import TRANSLATION_LANGUAGES
@@ -12,9 +13,11 @@ from bertkit.pipelines.option_fields import option, warn_unused
 from bertkit.pipelines.options.common import (
     CORPUS_NAMES,
     MODEL_NAMES,
+    SUMMARY_DATA_NAMES,
     TRANSLATION_DATA_NAMES,
     TrainingOptions,
     check_sequence_length,
+    native_bf16,
 )
 from bertkit.pipelines.presets import (
     GPT_PRESETS,
@@ -98,43 +101,86 @@ class TranslationOptions(TrainingOptions):
         return self.learning_rate or (5e-4 if architecture == "transformer" else 1e-3)
 
 
+SUMMARIZERS = ("unilm", "pointer-generator")
+# each architecture's defaults for the options it is measured with (docs/summarization.md): UniLM fine-tunes the
+# whole BERT, so smaller batches at a lower rate; it reads fewer source tokens, since every one costs a step of
+# the whole BERT; without n-gram blocking an early writer says a character or a phrase again and again
+SUMMARIZER_DEFAULTS = {
+    "unilm": {"batch_size": 16, "learning_rate": 3e-4, "max_source_length": 64, "no_repeat_ngram_size": 2},
+    "pointer-generator": {"batch_size": 32, "learning_rate": 5e-4, "max_source_length": 128,
+                          "no_repeat_ngram_size": 0},
+}
+POINTER_GENERATOR_ONLY = ("decoder_layers", "decoder_heads", "decoder_ffn", "dropout", "copy")
+
+
 @dataclass(kw_only=True)
 class SummarizationOptions(TrainingOptions):
-    """A summarisation training run: inews titles from their bodies, a pretrained BERT encoder under a Transformer
-    decoder, held-out character ROUGE beside the LEAD baseline's."""
+    """A summarisation training run: a pretrained BERT learns to write a target (inews' titles, or a pairs file's
+    targets) from its source, as UniLM (the whole BERT fine-tuned under UniLM's mask) or as a pointer-generator (a
+    frozen BERT encoder under a Transformer decoder that copies); held-out character ROUGE beside LEAD's."""
 
-    model: str = option("m3e-small", f"the encoder: a BERT model directory or name ({', '.join(model_names())})",
+    architecture: str = option("unilm", "unilm: the BERT itself writes, fine-tuned under UniLM's sequence-to-sequence "
+                                        "mask; pointer-generator: a frozen BERT encoder and a Transformer decoder "
+                                        "trained from scratch that copies from the source", choices=SUMMARIZERS)
+    model: str = option("m3e-small", f"the BERT: a model directory or name ({', '.join(model_names())})",
                         metavar="DIR|NAME", names=MODEL_NAMES)
-    batch_size: int = option(32, "articles per step", minimum=1)
-    learning_rate: float = option(5e-4, "peak learning rate", above=0)
+    data: str = option("inews", "inews (news bodies -> their titles), or a file of source -> target pairs: TSV "
+                                "(source<TAB>target) or JSON Lines ({\"source\": ..., \"target\": ...}); a tenth "
+                                "each is held out for the loss and the scores", metavar="inews|FILE",
+                       names=SUMMARY_DATA_NAMES)
+    bf16: bool | None = option(None, "bfloat16 autocast", shown="where the device computes it natively")
+    batch_size: int | None = option(None, "pairs per step", shown="16 UniLM, 32 pointer-generator", minimum=1)
+    learning_rate: float | None = option(None, "peak learning rate", shown="3e-4 UniLM, 5e-4 pointer-generator",
+                                         above=0)
     warmup_ratio: float = option(0.05, "share of the steps spent warming up", minimum=0, below=1)
-    max_source_length: int = option(128, "tokens of each body the encoder reads ([CLS] and [SEP] included); the "
-                                         "rest is cut", minimum=3)
-    max_target_length: int = option(48, "tokens of a title at most (its end token included); longer training titles "
-                                         "are left out, and generated titles stop there", minimum=2)
-    decoder_layers: int = option(2, "decoder blocks", minimum=1)
-    decoder_heads: int = option(8, "decoder attention heads (they divide the encoder's hidden size)", minimum=1)
-    decoder_ffn: int = option(2048, "the decoder's feed-forward width", minimum=1)
-    dropout: float = option(0.1, "the decoder's dropout", minimum=0, below=1)
+    max_source_length: int | None = option(None, "tokens of each source read ([CLS] and [SEP] included); the rest "
+                                                 "is cut", shown="64 UniLM, 128 pointer-generator", minimum=3)
+    max_target_length: int = option(48, "tokens of a target at most (its end token included); longer training "
+                                         "targets are left out, and written ones stop there", minimum=2)
+    decoder_layers: int = option(2, "pointer-generator: decoder blocks", minimum=1)
+    decoder_heads: int = option(8, "pointer-generator: decoder attention heads (they divide the encoder's hidden "
+                                   "size)", minimum=1)
+    decoder_ffn: int = option(2048, "pointer-generator: the decoder's feed-forward width", minimum=1)
+    dropout: float = option(0.1, "pointer-generator: the decoder's dropout", minimum=0, below=1)
     label_smoothing: float = option(0.1, "label smoothing of the training loss", minimum=0, below=1)
-    copy: bool = option(True, "generate only, no copying of body tokens (the pointer-generator's mixture)",
-                        flag="--no-copy", shown="copying on")
-    num_beams: int = option(4, "beam size for the test titles", flag="--beams", aliases=("--num-beams",), minimum=1)
-    length_penalty: float = option(1.0, "beam search ranks finished titles by log p / length^α; larger α, longer "
-                                        "titles")
-    lead_length: int | None = option(None, "LEAD baseline: the body's first N characters", shown="the N with the "
+    copy: bool = option(True, "pointer-generator: generate only, no copying of source tokens", flag="--no-copy",
+                        shown="copying on")
+    num_beams: int = option(4, "beam size for the test targets", flag="--beams", aliases=("--num-beams",), minimum=1)
+    length_penalty: float = option(1.0, "beam search ranks finished targets by log p / length^α; larger α, longer "
+                                        "targets")
+    no_repeat_ngram_size: int | None = option(None, "never write an n-gram of this size twice in one target "
+                                                    "(0 = off)", shown="2 UniLM, off pointer-generator", minimum=0)
+    lead_length: int | None = option(None, "LEAD baseline: the source's first N characters", shown="the N with the "
                                      "best ROUGE-L on the dev split", minimum=1)
-    max_test: int | None = option(None, "score the first N test articles only", shown="all", minimum=1)
-    seed: int = option(0, "random seed (order, initialisation)", minimum=0, maximum=2**32 - 1)
+    max_test: int | None = option(None, "score the first N test pairs only", shown="all", minimum=1)
+    seed: int = option(0, "random seed (order, initialisation, a pairs file's split)", minimum=0,
+                       maximum=2**32 - 1)
 
     def __post_init__(self) -> None:
         super().__post_init__()
         self.require_budget()
+        if self.bf16 is None:  # resolved here, so the saved options say what the run did
+            self.bf16 = native_bf16(self.device)
+        for name, value in SUMMARIZER_DEFAULTS[self.architecture].items():
+            if getattr(self, name) is None:
+                setattr(self, name, value)
         check_sequence_length("--max-source-length", self.max_source_length)
         check_sequence_length("--max-target-length", self.max_target_length)
         if self.num_beams == 1 and self.differs("length_penalty"):
             warn_unused(self.given("length_penalty"), "--beams 1 decodes greedily, and a length penalty ranks the "
                         "finished titles of a beam search")
+        if self.architecture == "unilm":
+            for name in POINTER_GENERATOR_ONLY:
+                if self.differs(name):
+                    warn_unused(self.given(name) if name != "copy" else "--no-copy",
+                                "--architecture unilm has no decoder of its own: the BERT writes")
+        if self.data != "inews" and not Path(self.data).is_file():
+            raise InputError(f"--data {self.data}: no such file (give inews, or a TSV or JSON Lines file of "
+                             "source -> target pairs)")
+
+    @property
+    def lr(self) -> float:
+        return self.learning_rate
 
 
 def parse_pair(pair: str) -> tuple[str, str]:
