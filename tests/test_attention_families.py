@@ -238,7 +238,8 @@ def test_cli_gpt_writes_its_causal_attention(runs, tmp_path, capsys):
 @pytest.mark.parametrize("run, argv, message", [
     ("lstm", [], "this LSTM encoder–decoder has no attention: its decoder reads one fixed summary of the source, so "
                  "there are no attention weights to show; train one with --model gru-attention or lstm-attention"),
-    ("gpt", ["--target", "x"], "--target is for translation models; {run} holds a GPT-2 model"),
+    ("gpt", ["--target", "x"], "--target is for translation models and UniLM writers; {run} holds a GPT-2 "
+     "model"),
     ("transformer", ["--pair", "x"], "--pair is for a BERT's sentence pairs; {run} holds a translation model, which "
                                      "reads one text (give the translation with --target)"),
     ("transformer", ["--layer", "2"], "--layer 2: the model has 2 encoder and 3 decoder layers"),

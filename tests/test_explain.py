@@ -39,7 +39,7 @@ def results(tmp_path_factory):
 
 def test_topic_list():
     assert set(TOPICS) == {*CHEAP_TOPICS, "attention", "multihead", "patches", "contextual", "it-animal", "toy-task",
-                           "positions", "receptive-field"}
+                           "positions", "receptive-field", "unilm"}
     with pytest.raises(ValueError, match="unknown topic 'rope'"):
         explain("rope")
 

@@ -104,7 +104,9 @@ def test_padding_bias_is_dtype_safe():
         scores = torch.zeros(1, 1, 1, 2, dtype=dtype) + bias
         assert torch.isfinite(scores.softmax(-1)).all()  # no -inf + inf = nan
     with pytest.raises(ValueError, match="batch, seq"):
-        padding_mask_bias(torch.ones(2, 2, 2))
+        padding_mask_bias(torch.ones(2, 2, 2, 2))
+    per_query = padding_mask_bias(torch.tensor([[[1, 0], [1, 1]]]))          # (B, T, S): which keys each query sees
+    assert per_query.shape == (1, 1, 2, 2) and (per_query[0, 0] == 0).tolist() == [[True, False], [True, True]]
 
 
 def test_causal_mask_lets_t_see_only_up_to_t():

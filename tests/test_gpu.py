@@ -434,7 +434,7 @@ def test_summarize_train_trains_on_the_device_and_its_model_loads_back(trained):
 
 def test_unilm_summarize_train_trains_on_the_device_and_its_model_loads_back(trained):
     from bertkit.pipelines.summarization import load_summarizer
-    from bertkit.pipelines.unilm import UniLMCollator, encode_pairs
+    from bertkit.pipelines.summarization.unilm import UniLMCollator, encode_pairs
 
     out = trained("summarize-unilm")
     report = read_json(out / "report.json")

@@ -14,13 +14,13 @@ from bertkit.models.registry import family_of, require
 from bertkit.models.seq2seq.bert_encoder import BertSeq2Seq, BertSeq2SeqConfig
 from bertkit.pipelines.options import SummarizationOptions
 from bertkit.pipelines.summarization import (
-    SummaryTokenizer,
     choose_lead_length,
     lead,
     load_summarizer,
     summarize,
     train_summarizer,
 )
+from bertkit.pipelines.summarization.pointer_generator import SummaryTokenizer
 from bertkit.tokenizer import BertTokenizer
 from bertkit.training.rouge import corpus_rouge
 from conftest import fetch_or_skip, model_dir_or_skip

@@ -21,6 +21,7 @@ _EXPORTS = {
     "BertForTokenClassification": "bertkit.models.bert.heads",
     "BertForPromptClassification": "bertkit.models.bert.heads",
     "BertForQuestionAnswering": "bertkit.models.bert.heads",
+    "BertForUniLM": "bertkit.models.bert.unilm",
     "BertTokenizer": "bertkit.tokenizer",
     "SentenceEncoder": "bertkit.inference.sentence_encoder",
     "GPT2Config": "bertkit.models.gpt.configuration",

@@ -143,12 +143,16 @@ def _unilm_attention(args: argparse.Namespace, model_dir, text: str, device) -> 
 
     from bertkit.models.functional import unilm_mask
     from bertkit.pictures.attention_view import unilm_attentions, write_attention_html
-    from bertkit.pipelines.summarization import load_summarizer
+    from bertkit.pipelines.summarization import load_summarizer, summarize
 
     model, tokenizer = load_summarizer(model_dir)
     model.to(device)
     _check_layer(args.layer, model.config.num_hidden_layers)
-    target = command_line_texts([args.target], args.encoding, "--target")[0] if args.target is not None else None
+    if args.target is not None:
+        target = command_line_texts([args.target], args.encoding, "--target")[0]
+    else:  # the model's own title, written greedily
+        target = summarize(model, tokenizer, [text], num_beams=1, max_source_length=args.max_length,
+                           no_repeat_ngram_size=2)[0]
     sentence = unilm_attentions(model, tokenizer, text, target, max_length=args.max_length)
     path = write_attention_html(args.out, sentence, title=f"UniLM attention of {model_dir.name}: "
                                 f"{sentence.num_layers} layers × {sentence.num_heads} heads")

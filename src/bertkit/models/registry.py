@@ -73,7 +73,7 @@ class ModelFamily:
 
 FAMILIES: tuple[ModelFamily, ...] = (
     ModelFamily("BERT", ("bert", "bertkit-bert-pre-ln"), "bertkit.models.bert.configuration:BertConfig",
-                "bertkit.models.bert.heads:model_class_for",
+                "bertkit.models.bert.unilm:bert_class_for",
                 serves=frozenset({"encode", "predict", "evaluate", "attention", "export", "serve", "pretrain",
                                   "summarize"}),
                 heads={"classify": "bertkit.models.bert.heads:BertForSequenceClassification",

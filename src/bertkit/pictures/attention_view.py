@@ -153,25 +153,21 @@ def causal_attentions(model, tokenizer, text: str, max_length: int | None = None
                              attentions=stack_layers(out.attentions), text=text, kind="causal")
 
 
-def unilm_attentions(model, tokenizer, text: str, target: str | None = None,
-                     max_length: int | None = None) -> SentenceAttention:
-    """Run a UniLM writer (`bertkit summarize-train`) on `text`: the target it writes (greedy, unless `target` is
-    given), then the attention of every layer and head over `[CLS] text [SEP] target [SEP]` under UniLM's mask: a
-    source token attends to the source only, a target token to the source and the target up to itself."""
+def unilm_attentions(model, tokenizer, text: str, target: str, max_length: int | None = None) -> SentenceAttention:
+    """Run `[CLS] text [SEP] target [SEP]` through a UniLM writer (`bertkit summarize-train`) and collect the
+    attention of every layer and head under UniLM's mask: a source token attends to the source only, a target
+    token to the source and the target up to itself. The source is cut to `max_length` tokens, the target to the
+    positions left."""
     import torch
 
     from bertkit.models.functional import unilm_mask
-    from bertkit.pipelines.unilm import encode_sources, write
 
     if is_blank(text):
         raise InputError("text is empty (it has no visible character): there is nothing to attend to")
-    max_length = min(max_length or 128, model.config.max_position_embeddings - 2)
-    source = encode_sources(tokenizer, [text], max_length)[0]
-    if target is None:
-        target = write(model, tokenizer, [text], num_beams=1, max_source_length=max_length,
-                       no_repeat_ngram_size=2)[0]
-    room = model.config.max_position_embeddings - len(source)
-    written = tokenizer(target, add_special_tokens=False)["input_ids"][: room - 1] + [tokenizer.sep_token_id]
+    positions = model.config.max_position_embeddings
+    source = tokenizer(text, truncation=True, max_length=min(max_length or positions // 2, positions - 2))["input_ids"]
+    written = tokenizer(target, add_special_tokens=False)["input_ids"][: positions - len(source) - 1]
+    written.append(tokenizer.sep_token_id)
     ids = torch.tensor([source + written], device=next(model.parameters()).device)
     segments = torch.tensor([[0] * len(source) + [1] * len(written)], device=ids.device)
     with torch.no_grad():

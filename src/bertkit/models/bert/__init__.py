@@ -5,4 +5,4 @@ Its public names import from the package itself (`from bertkit.models.bert impor
 
 from bertkit.utils.lazy import lazy_modules
 
-__getattr__, __dir__ = lazy_modules(__name__, ("configuration", "modeling", "heads"))
+__getattr__, __dir__ = lazy_modules(__name__, ("configuration", "modeling", "heads", "unilm"))

@@ -316,7 +316,4 @@ def model_class_for(config: BertConfig) -> type[BertPreTrainedModel]:
     for name in config.architectures:
         if name in MODEL_CLASSES:
             return MODEL_CLASSES[name]
-        if name == "BertForUniLM":  # the writer builds on BertForMaskedLM, so it lives in a module of its own
-            from bertkit.models.bert.unilm import BertForUniLM
-            return BertForUniLM
     return BertModel

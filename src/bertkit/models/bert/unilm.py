@@ -25,7 +25,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from bertkit.errors import InputError
-from bertkit.models.bert.heads import BertForMaskedLM
+from bertkit.models.bert.heads import BertForMaskedLM, model_class_for
 from bertkit.models.functional import unilm_mask
 from bertkit.models.generation import DecodingState, GenerationMixin, KVCache
 from bertkit.models.losses import IGNORE_INDEX
@@ -145,3 +145,9 @@ class UniLMDecoding(DecodingState):
         if self.cache is not None:
             self.cache.reorder(index)
 
+
+
+def bert_class_for(config) -> type:
+    """The class a BERT directory was saved from (the registry's chooser for the family): a writer when config.json
+    names BertForUniLM, else the encoder or the task head it names (`heads.model_class_for`)."""
+    return BertForUniLM if "BertForUniLM" in config.architectures else model_class_for(config)

@@ -1,26 +1,20 @@
-"""Summarisation, end to end: inews bodies -> titles with a pretrained BERT encoder and a Transformer decoder,
-scored by character ROUGE beside the LEAD baseline.
+"""The pointer-generator: a frozen pretrained BERT encodes the source once, and a Transformer decoder trained from
+nothing writes the target, copying source tokens through the pointer-generator's mixture
+(`models.seq2seq.bert_encoder`).
 
-The encoder (m3e-small by default; its vocabulary has one token per Chinese character) is frozen: its states of
-every training body are computed once, before training, so a step trains the decoder alone and many epochs fit
-in minutes on a CPU. The decoder writes titles in a vocabulary of the tokens the training titles use (a few
-thousand, against BERT's 21,128: the output layer is a large share of a step), its embeddings starting from the
-encoder's, and copies body tokens through the pointer-generator's mixture (`models.seq2seq.bert_encoder`).
+The encoder's states of every training source are computed once, before training, so a step trains the decoder
+alone and many epochs fit in minutes on a CPU. The decoder writes in a vocabulary of the tokens the training
+targets use (a few thousand, against BERT's 21,128: the output layer is a large share of a step), its embeddings
+starting from the encoder's.
 
-LEAD, the first N characters of the body, is the baseline a summariser must beat (news puts its gist first);
-N is chosen by ROUGE-L on the dev split, and both are scored on the same test articles (`training.rouge`).
-
-A trained directory holds config.json + model.safetensors, `source_tokenizer/` (the encoder's), `target_tokenizer/`,
-generation_config.json (beams, length penalty and title length `bertkit summarize` uses), the trainer's
-metrics.jsonl and report.json.
+A trained directory holds config.json + model.safetensors (a `bertkit-bert-seq2seq` model), `source_tokenizer/`
+(the encoder's) and `target_tokenizer/`.
 """
 
 from __future__ import annotations
 
-import json
 import math
 import time
-import warnings
 from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
@@ -33,38 +27,13 @@ from bertkit.errors import InputError
 from bertkit.models.losses import IGNORE_INDEX
 from bertkit.models.seq2seq.bert_encoder import BertSeq2Seq, BertSeq2SeqConfig
 from bertkit.pipelines.options import SummarizationOptions
-from bertkit.pipelines.run_directory import holds_out
 from bertkit.tokenizer import BertTokenizer, detokenize
 from bertkit.training.budget import plan_for_budget, probe_batches, seconds_per_step
-from bertkit.training.rouge import characters, corpus_rouge
-from bertkit.utils import jsonfiles
-from bertkit.utils.atomic import atomic_write_text
 from bertkit.utils.devices import to_device
 
-REPORT_NAME = "report.json"
-OPTIONS_NAME = "summarization_options.json"
-GENERATION_NAME = "generation_config.json"
-LEAD_LENGTHS = tuple(range(4, 65, 4))   # the N tried for LEAD on dev
 DEV_LOSS_ARTICLES = 256                  # dev articles the end-of-run loss is measured on
 ENCODE_BATCH = 32
 SOURCE_CHARACTERS_PER_TOKEN = 10        # more than any WordPiece token spans, its white space included
-
-
-# ---- LEAD ---------------------------------------------------------------------------------------
-
-def lead(body: str, length: int) -> str:
-    """The LEAD summary: the body's first `length` characters, white space not counted (as ROUGE counts)."""
-    return "".join(characters(body)[:length])
-
-
-def choose_lead_length(articles: Sequence[tuple[str, str]], lengths: Sequence[int] = LEAD_LENGTHS,
-                       ) -> tuple[int, list[dict[str, float]]]:
-    """The N whose LEAD scores the best ROUGE-L on `articles` (body, title), and each N's scores."""
-    if not articles:
-        raise InputError("no articles to choose the LEAD length on")
-    titles = [title for _, title in articles]
-    sweep = [{"length": n, **corpus_rouge([lead(body, n) for body, _ in articles], titles)} for n in lengths]
-    return max(sweep, key=lambda row: row["rougeL"])["length"], sweep   # ties go to the shorter
 
 
 # ---- tokenizers ---------------------------------------------------------------------------------
@@ -193,7 +162,7 @@ def dev_loss_fn(examples: list[dict[str, Any]], collator: SummaryCollator, batch
     return evaluate
 
 
-# ---- model, decoding ----------------------------------------------------------------------------
+# ---- model, writing -----------------------------------------------------------------------------
 
 def check_encoder(options: SummarizationOptions, config) -> None:
     """Refuse options the encoder (its BertConfig) cannot take."""
@@ -222,30 +191,13 @@ def build_model(options: SummarizationOptions, tokenizer: SummaryTokenizer, enco
     return model
 
 
-def summarize(model, tokenizer, texts: Sequence[str], num_beams: int = 4, batch_size: int = 32,
-              max_new_tokens: int | None = None, length_penalty: float = 1.0, max_source_length: int | None = None,
-              no_repeat_ngram_size: int = 0) -> list[str]:
-    """A title for each text, by either kind of summariser (a UniLM writer or the pointer-generator), on the
-    device the model is on; results in input order; a warning names the texts whose title came out empty."""
-    from bertkit.models.bert.unilm import BertForUniLM
-
-    if isinstance(model, BertForUniLM):
-        from bertkit.pipelines.unilm import encode_sources, write
-
-        out = write(model, tokenizer, texts, num_beams, batch_size, max_new_tokens or 48, length_penalty,
-                    max_source_length or model.config.max_position_embeddings // 2, no_repeat_ngram_size)
-        sources = encode_sources(tokenizer, texts, max_source_length or model.config.max_position_embeddings // 2)
-        _warn_empty(out, sources, tokenizer.unk_token_id)
-        return out
-    return _pointer_generator_summaries(model, tokenizer, texts, num_beams, batch_size, max_new_tokens,
-                                        length_penalty, max_source_length, no_repeat_ngram_size)
-
-
 @torch.no_grad()
-def _pointer_generator_summaries(model: BertSeq2Seq, tokenizer: SummaryTokenizer, texts: Sequence[str],
-                                 num_beams: int, batch_size: int, max_new_tokens: int | None, length_penalty: float,
-                                 max_source_length: int | None, no_repeat_ngram_size: int) -> list[str]:
-    """The pointer-generator's titles, batched by length (little padding)."""
+def write(model: BertSeq2Seq, tokenizer: SummaryTokenizer, texts: Sequence[str], num_beams: int = 4,
+          batch_size: int = 32, max_new_tokens: int | None = None, length_penalty: float = 1.0,
+          max_source_length: int | None = None, no_repeat_ngram_size: int = 0,
+          ) -> tuple[list[str], list[list[int]], int]:
+    """A title for each text, batched by length (little padding), on the device the model is on; returns the
+    titles in input order, the source ids read and the id of [UNK] (what an empty title is explained by)."""
     model.eval()
     device = next(model.parameters()).device
     limit = model.encoder.config.max_position_embeddings
@@ -261,63 +213,7 @@ def _pointer_generator_summaries(model: BertSeq2Seq, tokenizer: SummaryTokenizer
                                    no_repeat_ngram_size=no_repeat_ngram_size)
         for i, ids in zip(chunk, generated.tolist()):
             out[i] = tokenizer.decode(ids)
-    _warn_empty(out, sources, tokenizer.source.unk_token_id)
-    return out
-
-
-class EmptySummaryWarning(UserWarning):
-    """A text got an empty title: said with where and why, not left as a blank line."""
-
-
-def _warn_empty(titles: Sequence[str], sources: Sequence[Sequence[int]], unknown: int) -> None:
-    """One warning naming the texts whose title came out empty, and how much of each the model could not read
-    ([UNK]: emoji, a script its vocabulary lacks), the usual reason."""
-    empty = [i for i, title in enumerate(titles) if not title.strip()]
-    if not empty:
-        return
-    first = empty[0]
-    words = list(sources[first][1:-1]) or list(sources[first])  # its tokens, less [CLS] and [SEP]
-    unread = sum(t == unknown for t in words)
-    why = (f"{unread} of its {len(words)} tokens are [UNK], characters not in the model's vocabulary (emoji, a "
-           "script it was not trained on)" if unread else "the model wrote no token it could turn into text")
-    warnings.warn(f"{len(empty)} of {len(titles)} texts got an empty title (the first is text {first + 1}): {why}",
-                  EmptySummaryWarning, stacklevel=3)
-
-
-def decoding_settings(options: SummarizationOptions) -> dict[str, Any]:
-    """How a run's test titles are written, and what generation_config.json keeps for `bertkit summarize`."""
-    return {"num_beams": options.num_beams, "length_penalty": options.length_penalty,
-            "max_source_length": options.max_source_length, "max_new_tokens": options.max_target_length,
-            "no_repeat_ngram_size": options.no_repeat_ngram_size}
-
-
-def save_generation_config(path: str | Path, options: SummarizationOptions) -> None:
-    atomic_write_text(Path(path) / GENERATION_NAME, jsonfiles.dumps(
-        {"architecture": options.architecture, **decoding_settings(options)}, indent=2) + "\n")
-
-
-def load_generation_config(path: str | Path) -> dict[str, Any]:
-    """The decoding settings saved with a trained model (defaults where none were saved)."""
-    file = Path(path) / GENERATION_NAME
-    saved = json.loads(file.read_text()) if file.is_file() else {}
-    return {"num_beams": saved.get("num_beams", 4), "length_penalty": saved.get("length_penalty", 1.0),
-            "max_source_length": saved.get("max_source_length"), "max_new_tokens": saved.get("max_new_tokens"),
-            "no_repeat_ngram_size": saved.get("no_repeat_ngram_size", 0)}
-
-
-def load_summarizer(path: str | Path):
-    """A trained summarisation directory -> (model, tokenizer): a UniLM writer (a BERT directory whose config
-    names BertForUniLM) or a pointer-generator (`bertkit-bert-seq2seq`)."""
-    from bertkit.models.configuration import ConfigError
-    from bertkit.models.registry import family_of
-
-    family = family_of(path)
-    if family.name == "BERT":
-        if not family.holds_head(path, "seq2seq"):
-            raise ConfigError(f"{path} holds a BERT that has not learnt to write (its config.json names no "
-                              "BertForUniLM); train one with `bertkit summarize-train --model` it")
-        return family.head("seq2seq").from_pretrained(path), BertTokenizer.from_pretrained(path)
-    return BertSeq2Seq.from_pretrained(path), SummaryTokenizer.from_pretrained(path)
+    return out, sources, tokenizer.source.unk_token_id
 
 
 # ---- training -----------------------------------------------------------------------------------
@@ -336,7 +232,7 @@ def _with_states(model: BertSeq2Seq, examples: list[dict[str, Any]]) -> list[dic
     return [{**x, "encoder_hidden_states": h} for x, h in zip(examples, states)]
 
 
-def _train_pointer_generator(options: SummarizationOptions, splits: dict[str, list[tuple[str, str]]], device: Any,
+def train_pointer_generator(options: SummarizationOptions, splits: dict[str, list[tuple[str, str]]], device: Any,
                              started: float) -> tuple[BertSeq2Seq, SummaryTokenizer, dict[str, Any]]:
     """Tokenizers -> the frozen encoder's states -> decoder training; returns the model (on `device`), its
     tokenizer and what the report says of the training."""
@@ -380,53 +276,3 @@ def _train_pointer_generator(options: SummarizationOptions, splits: dict[str, li
         "vocab_sizes": {"source": len(tokenizer.source), "target": len(tokenizer.target)}}
 
 
-def load_splits(options: SummarizationOptions) -> dict[str, list[tuple[str, str]]]:
-    """inews' splits, or the user's pairs file (`--data FILE`) cut into train / dev / test."""
-    from bertkit.data.summaries import load_articles, pairs_file_splits
-
-    return load_articles() if options.data == "inews" else pairs_file_splits(options.data, options.seed)
-
-
-@holds_out("bertkit summarize-train")
-def train_summarizer(options: SummarizationOptions, splits: dict[str, list[tuple[str, str]]] | None = None,
-                     ) -> dict[str, Any]:
-    """LEAD on dev -> the model trained (UniLM, or the pointer-generator) -> test ROUGE of the model and of LEAD;
-    writes OUT/report.json and returns it. `splits` ({train, dev, test}: (source, target) pairs) replaces
-    options.data. The run holds OUT (`bertkit.pipelines.run_directory`: an earlier run there is refused unless
-    options.overwrite)."""
-    started = time.perf_counter()
-    device = options.start(OPTIONS_NAME)  # the device, the threads, OUT with these options in it
-    out = Path(options.out)
-    splits = splits or load_splits(options)
-    lead_length, lead_sweep = ((options.lead_length, None) if options.lead_length
-                               else choose_lead_length(splits["dev"]))
-    if options.architecture == "unilm":
-        from bertkit.pipelines.unilm import train_unilm
-        model, tokenizer, training = train_unilm(options, splits, device, started)
-    else:
-        model, tokenizer, training = _train_pointer_generator(options, splits, device, started)
-    save_generation_config(out, options)
-
-    test = splits["test"][: options.max_test]
-    bodies, titles = [body for body, _ in test], [title for _, title in test]
-    decode_started = time.perf_counter()
-    summaries = summarize(model, tokenizer, bodies, **decoding_settings(options))
-    leads = [lead(body, lead_length) for body in bodies]
-    report = {
-        "architecture": options.architecture, "data": options.data,
-        "rouge": corpus_rouge(summaries, titles), "lead": corpus_rouge(leads, titles), "lead_length": lead_length,
-        "lead_dev": lead_sweep, "model": options.model, "parameters": model.num_parameters(),
-        "trained_parameters": sum(p.numel() for p in model.parameters() if p.requires_grad), **training,
-        "test_articles": len(test), "num_beams": options.num_beams, "length_penalty": options.length_penalty,
-        "no_repeat_ngram_size": options.no_repeat_ngram_size, "decode_seconds": time.perf_counter() - decode_started,
-        "minutes": options.minutes, "seconds": time.perf_counter() - started,
-        "mean_title_characters": {"reference": _mean_length(titles), "model": _mean_length(summaries)},
-        "samples": [{"body": body[:200], "reference": title, "summary": summary, "lead": first}
-                    for body, title, summary, first in zip(bodies[:8], titles, summaries, leads)],
-    }
-    atomic_write_text(out / REPORT_NAME, jsonfiles.dumps(report, indent=2, ensure_ascii=False) + "\n")
-    return report
-
-
-def _mean_length(texts: Sequence[str]) -> float:
-    return sum(len(characters(text)) for text in texts) / max(1, len(texts))

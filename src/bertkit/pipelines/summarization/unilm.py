@@ -120,13 +120,16 @@ def special_ids(tokenizer: BertTokenizer) -> tuple[int, ...]:
 
 @torch.no_grad()
 def write(model: BertForUniLM, tokenizer: BertTokenizer, texts: Sequence[str], num_beams: int = 4,
-          batch_size: int = 32, max_new_tokens: int = 48, length_penalty: float = 1.0, max_source_length: int = 256,
-          no_repeat_ngram_size: int = 0) -> list[str]:
-    """A target for each text, batched by source length, on the device the model is on; results in input order."""
+          batch_size: int = 32, max_new_tokens: int | None = None, length_penalty: float = 1.0,
+          max_source_length: int | None = None, no_repeat_ngram_size: int = 0,
+          ) -> tuple[list[str], list[list[int]], int]:
+    """A target for each text, batched by source length, on the device the model is on; returns the targets in
+    input order, the source ids read and the id of [UNK]. Sources are cut to `max_source_length` tokens (default:
+    half the model's positions), targets to `max_new_tokens` (default: the rest of the positions)."""
     model.eval()
     device = next(model.parameters()).device
     limit = model.config.max_position_embeddings
-    sources = encode_sources(tokenizer, texts, min(max_source_length, limit - 1))
+    sources = encode_sources(tokenizer, texts, min(max_source_length or limit // 2, limit - 1))
     order = sorted(range(len(sources)), key=lambda i: len(sources[i]))
     out = [""] * len(sources)
     for start in range(0, len(order), batch_size):
@@ -134,16 +137,14 @@ def write(model: BertForUniLM, tokenizer: BertTokenizer, texts: Sequence[str], n
         S = max(len(sources[i]) for i in chunk)
         ids = torch.tensor([sources[i] + [tokenizer.pad_token_id] * (S - len(sources[i])) for i in chunk])
         keep = (ids != tokenizer.pad_token_id).long()
-        room = limit - S
-        if room < 1:
-            raise InputError(f"a source of {S} tokens leaves no room to write in the model's {limit} positions")
         generated = model.generate(to_device(ids, device), to_device(keep, device), num_beams=num_beams,
-                                   max_new_tokens=min(max_new_tokens, room), length_penalty=length_penalty,
-                                   eos_token_id=tokenizer.sep_token_id, pad_token_id=tokenizer.pad_token_id,
-                                   suppress_tokens=special_ids(tokenizer), no_repeat_ngram_size=no_repeat_ngram_size)
+                                   max_new_tokens=min(max_new_tokens or limit, limit - S),
+                                   length_penalty=length_penalty, eos_token_id=tokenizer.sep_token_id,
+                                   pad_token_id=tokenizer.pad_token_id, suppress_tokens=special_ids(tokenizer),
+                                   no_repeat_ngram_size=no_repeat_ngram_size)
         for i, row in zip(chunk, generated.tolist()):
             out[i] = detokenize(tokenizer.decode(row, skip_special_tokens=True), "zh")
-    return out
+    return out, sources, tokenizer.unk_token_id
 
 
 def train_unilm(options, splits: dict[str, list[tuple[str, str]]], device: Any,
