@@ -227,7 +227,7 @@ def test_unilm_fine_tunes_every_weight_and_writes_what_it_saved(tmp_path, encode
     report = train_summarizer(options, splits)
     assert report["architecture"] == "unilm" and report["steps"] == 3 and report["train_pairs"] == 48
     assert report["trained_parameters"] == report["parameters"]          # nothing held: the BERT itself learns
-    assert report["head_started_from_embeddings"]                       # a bare encoder: the head starts from them
+    assert report["fresh_head"]                                          # a bare encoder: no masked-LM head to keep
     model, tokenizer = load_summarizer(tmp_path / "run")
     assert type(model).__name__ == "BertForUniLM"
     assert family_of(tmp_path / "run").name == "BERT"

@@ -95,20 +95,19 @@ def dev_loss_fn(examples: list[dict[str, Any]], collator: UniLMCollator, batch_s
     return evaluate
 
 
-def build_writer(model_dir: str | Path, label_smoothing: float) -> BertForUniLM:
+def build_writer(model_dir: str | Path, label_smoothing: float) -> tuple[BertForUniLM, bool]:
     """A BertForUniLM from any BERT directory: its encoder, and its masked-LM head where it has one (a `pretrain`
-    run's, a masked-LM checkpoint's). Where it has none (a sentence encoder's, m3e's), the head's vocabulary
-    projection is the word embeddings all the same (tied), and its transform starts as a fresh head's does: started
-    as the identity instead, scoring each token by its embedding's likeness to the hidden state, the writer learnt
-    slower and wrote each character twice (docs/summarization.md)."""
+    run's, a masked-LM checkpoint's); and whether the head is fresh. Where it has none (a sentence encoder's, m3e's),
+    the head's vocabulary projection is the word embeddings all the same (tied), and its transform starts as a fresh
+    head's does: started as the identity instead, scoring each token by its embedding's likeness to the hidden
+    state, the writer learnt slower and wrote each character twice (docs/summarization.md)."""
     from bertkit.models.bert.configuration import BertConfig
 
     config = BertConfig.from_pretrained(model_dir)
     model = BertForUniLM(config)
     fresh = model.load_weights(model_dir)
     model.label_smoothing = label_smoothing
-    model.head_started_from_embeddings = bool(fresh)
-    return model
+    return model, bool(fresh)
 
 
 def special_ids(tokenizer: BertTokenizer) -> tuple[int, ...]:
@@ -156,7 +155,7 @@ def train_unilm(options, splits: dict[str, list[tuple[str, str]]], device: Any,
 
     model_dir = resolve_model(options.model)
     tokenizer = BertTokenizer.from_pretrained(model_dir)
-    model = build_writer(model_dir, options.label_smoothing)
+    model, fresh_head = build_writer(model_dir, options.label_smoothing)
     positions = model.config.max_position_embeddings
     if options.max_source_length + options.max_target_length > positions:
         raise InputError(f"--max-source-length {options.max_source_length} + --max-target-length "
@@ -186,4 +185,4 @@ def train_unilm(options, splits: dict[str, list[tuple[str, str]]], device: Any,
         "steps": state.step, "stop_reason": state.stop_reason, "epochs": state.step * B / len(train),
         "train_seconds": state.seconds, "prepare_seconds": spent, "train_pairs": len(train),
         "train_targets_too_long": dropped, "dev_loss": final.get("eval_loss"),
-        "head_started_from_embeddings": model.head_started_from_embeddings}
+        "fresh_head": fresh_head}
