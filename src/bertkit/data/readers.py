@@ -127,6 +127,21 @@ def _usable_lines(path: str | Path, encoding: str, skips: Skips, blank: str) -> 
             yield number, text
 
 
+def _json_objects(path: str | Path, encoding: str, skips: Skips, blank: str) -> Iterator[tuple[int, dict]]:
+    """(line number, object) of the JSON Lines that hold a JSON object; the others go to `skips` (`_usable_lines`'
+    reasons, invalid JSON, JSON that is not an object)."""
+    for number, line in _usable_lines(path, encoding, skips, blank):
+        try:
+            obj = jsonfiles.loads(line)
+        except ValueError:
+            skips.add("invalid JSON", number)
+            continue
+        if isinstance(obj, dict):
+            yield number, obj
+        else:
+            skips.add("not a JSON object", number)
+
+
 def _rows(path: Path, fmt: str, encoding: str, skips: Skips) -> list[tuple[int, list[str]]]:
     """Split a TSV/CSV file into (line number, cells); blank and undecodable lines go to `skips`."""
     good = list(_usable_lines(path, encoding, skips, "empty row"))
@@ -205,15 +220,7 @@ def read_classification_file(path: str | Path, *, format: str | None = None, hea
             examples.append(TextExample(text=text, label=label, text_pair=pair))
 
     if fmt == "jsonl":
-        for number, line in _usable_lines(path, encoding, skips, "empty row"):
-            try:
-                obj = jsonfiles.loads(line)
-            except ValueError:
-                skips.add("invalid JSON", number)
-                continue
-            if not isinstance(obj, dict):
-                skips.add("not a JSON object", number)
-                continue
+        for number, obj in _json_objects(path, encoding, skips, "empty row"):
             add(number, obj.get(text_field), obj.get(text_pair_field), obj.get(label_field))
     else:
         rows = _rows(path, fmt, encoding, skips)
@@ -325,14 +332,9 @@ def read_pairs(path: str | Path, *, encoding: str = "utf-8") -> list[tuple[str, 
         return read_parallel(path, encoding=encoding)
     skips = Skips(path)
     pairs: list[tuple[str, str]] = []
-    for number, line in _usable_lines(path, encoding, skips, "empty line"):
-        try:
-            obj = jsonfiles.loads(line)
-        except ValueError:
-            skips.add("invalid JSON", number)
-            continue
-        if not isinstance(obj, dict) or not {"source", "target"} <= set(obj):
-            skips.add('not a JSON object with "source" and "target"', number)
+    for number, obj in _json_objects(path, encoding, skips, "empty line"):
+        if not {"source", "target"} <= set(obj):
+            skips.add('a JSON object without "source" and "target"', number)
         elif any(not isinstance(obj[k], str) or is_blank(obj[k]) for k in ("source", "target")):
             skips.add("empty or non-text side", number)
         else:
@@ -341,6 +343,7 @@ def read_pairs(path: str | Path, *, encoding: str = "utf-8") -> list[tuple[str, 
         warnings.warn(f"{path}: no pairs (empty file)", DataWarning, stacklevel=2)
     skips.warn(len(pairs))
     return pairs
+
 
 class _LabelTypes:
     """The labels of one file as the class names they become, and a check that JSON gave them one way.
