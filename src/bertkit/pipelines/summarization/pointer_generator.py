@@ -27,13 +27,13 @@ from bertkit.errors import InputError
 from bertkit.models.losses import IGNORE_INDEX
 from bertkit.models.seq2seq.bert_encoder import BertSeq2Seq, BertSeq2SeqConfig
 from bertkit.pipelines.options import SummarizationOptions
+from bertkit.pipelines.summarization.unilm import encode_sources
 from bertkit.tokenizer import BertTokenizer, detokenize
 from bertkit.training.budget import plan_for_budget, probe_batches, seconds_per_step
 from bertkit.utils.devices import to_device
 
 DEV_LOSS_ARTICLES = 256                  # dev articles the end-of-run loss is measured on
 ENCODE_BATCH = 32
-SOURCE_CHARACTERS_PER_TOKEN = 10        # more than any WordPiece token spans, its white space included
 
 
 # ---- tokenizers ---------------------------------------------------------------------------------
@@ -62,10 +62,8 @@ class SummaryTokenizer:
         return cls(source, target)
 
     def encode_source(self, texts: Sequence[str], max_length: int) -> list[list[int]]:
-        """[CLS] text [SEP], cut to max_length tokens. Only the text's first SOURCE_CHARACTERS_PER_TOKEN x max_length
-        characters are tokenized: a body runs to thousands, and the tokens past max_length would be cut anyway."""
-        keep = SOURCE_CHARACTERS_PER_TOKEN * max_length
-        return self.source([text[:keep] for text in texts], truncation=True, max_length=max_length)["input_ids"]
+        """[CLS] text [SEP], cut to max_length tokens, as UniLM reads a source (`unilm.encode_sources`)."""
+        return encode_sources(self.source, texts, max_length)
 
     def encode_target(self, texts: Sequence[str]) -> list[list[int]]:
         """Title ids with eos; the decoder's start token (bos) is added by the model when it shifts them."""
