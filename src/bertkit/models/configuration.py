@@ -23,7 +23,7 @@ from bertkit.errors import ConfigError
 from bertkit.utils import jsonfiles
 from bertkit.utils.atomic import atomic_write_text
 
-ACTIVATIONS = ("gelu", "gelu_new", "gelu_pytorch_tanh", "relu")
+ACTIVATIONS = ("gelu", "gelu_new", "gelu_pytorch_tanh", "relu", "silu")
 POSITION_EMBEDDING_TYPES = ("absolute", "sinusoidal")
 CONFIG_NAME = "config.json"
 

@@ -268,7 +268,12 @@ def gelu_pytorch_tanh(x: Tensor) -> Tensor:
     return F.gelu(x, approximate="tanh")
 
 
-ACT2FN = {"gelu": gelu, "gelu_new": gelu_new, "gelu_pytorch_tanh": gelu_pytorch_tanh, "relu": F.relu}
+def silu(x: Tensor) -> Tensor:
+    """x·σ(x) (Swish, Ramachandran et al.): the gate of SwiGLU, the gated feed-forward NeoBERT and LLaMA use."""
+    return F.silu(x)
+
+
+ACT2FN = {"gelu": gelu, "gelu_new": gelu_new, "gelu_pytorch_tanh": gelu_pytorch_tanh, "relu": F.relu, "silu": silu}
 
 
 def pool_tokens(hidden: Tensor, attention_mask: Tensor, pooling: str) -> Tensor:

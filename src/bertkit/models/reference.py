@@ -43,6 +43,7 @@ ACTIVATIONS = {
     "gelu": lambda x: 0.5 * x * (1.0 + _erf(x / np.sqrt(2.0).astype(x.dtype))),
     "gelu_new": lambda x: 0.5 * x * (1.0 + np.tanh(np.sqrt(2.0 / np.pi) * (x + 0.044715 * x**3))),
     "relu": lambda x: np.maximum(x, 0),
+    "silu": lambda x: x / (1.0 + np.exp(-x)),
 }
 ACTIVATIONS["gelu_pytorch_tanh"] = ACTIVATIONS["gelu_new"]
 

@@ -50,7 +50,8 @@ def model_config(spec: str, vocab_size: int, albert: bool, max_seq_length: int, 
                                   layer_types=[FULL if i % every == 0 else SLIDING
                                                for i in range(shape["num_hidden_layers"])])
     elif Path(spec).is_file():
-        is_modern = read_config_json(spec).get("model_type") == ModernBertConfig.model_type
+        model_type = read_config_json(spec).get("model_type")
+        is_modern = model_type == ModernBertConfig.model_type or model_type in ModernBertConfig.other_model_types
         config = (ModernBertConfig if is_modern else BertConfig).from_json_file(spec)
         if config.vocab_size != vocab_size:
             raise InputError(f"{spec} says vocab_size {config.vocab_size}, the tokenizer has {vocab_size} tokens")

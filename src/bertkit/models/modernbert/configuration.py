@@ -7,6 +7,12 @@ or to the `local_attention` tokens around it, "sliding_attention"), a gated feed
 the width of each half of its input projection), pre-norm without biases (`norm_bias`, `attention_bias`,
 `mlp_bias`). Older config.json files (transformers before 5) say `global_attn_every_n_layers`, `global_rope_theta`
 and `local_rope_theta` instead; they are read into the new fields.
+
+bertkit adds four switches of its own, each turning one change back to BERT's (or, for the norm, to NeoBERT's
+RMSNorm), so that what each change buys can be measured (docs/modern-encoder.md): `position_embedding_type`,
+`gated_mlp`, `normalize_before`, `norm_type`. Their defaults are ModernBERT's and are not written; a config that
+changes one is written with model_type "bertkit-modernbert", which transformers refuses by name instead of
+building ModernBERT's layers from it and computing another function.
 """
 
 from __future__ import annotations
@@ -19,6 +25,14 @@ from bertkit.models.sentence_files import CLS, MEAN
 
 FULL, SLIDING = "full_attention", "sliding_attention"
 LAYER_TYPES = (FULL, SLIDING)
+VARIANT_MODEL_TYPE = "bertkit-modernbert"  # a config with one of bertkit's switches changed
+ROTARY, ABSOLUTE = "rotary", "absolute"
+POSITION_TYPES = (ROTARY, ABSOLUTE)
+LAYER_NORM, RMS_NORM = "layer_norm", "rms_norm"
+NORM_TYPES = (LAYER_NORM, RMS_NORM)
+# bertkit's switches and ModernBERT's setting of each (what transformers' ModernBERT computes)
+MODERN_SETTINGS = {"position_embedding_type": ROTARY, "gated_mlp": True, "normalize_before": True,
+                   "norm_type": LAYER_NORM}
 CLASSIFIER_POOLINGS = (CLS, MEAN)  # the vector a classifier reads: [CLS]'s, or the mean of the tokens'
 
 
@@ -38,6 +52,7 @@ class ModernBertConfig(PretrainedConfig, LabelsMixin):
 
     model_type = "modernbert"
     family = "ModernBERT"
+    other_model_types = (VARIANT_MODEL_TYPE,)
     ignored_keys = frozenset({"reference_compile", "deterministic_flash_attn", "repad_logits_with_grad",
                               "initializer_cutoff_factor", "sparse_prediction", "sparse_pred_ignore_index"})
 
@@ -67,6 +82,11 @@ class ModernBertConfig(PretrainedConfig, LabelsMixin):
     classifier_activation: str = "gelu"
     id2label: dict[int, str] | None = None
     text_pairs: bool | None = None               # bertkit's: what a classifier reads: pairs, single texts, both (None)
+    # bertkit's switches (MODERN_SETTINGS): each of ModernBERT's changes can be turned back to BERT's
+    position_embedding_type: str = ROTARY        # or "absolute": a learned table added to the token embeddings
+    gated_mlp: bool = True                       # False: Wo(act(Wi(x))), Wi C -> intermediate_size
+    normalize_before: bool = True                # False: post-LN, x = LN(x + f(x)), no final LayerNorm
+    norm_type: str = LAYER_NORM                  # or "rms_norm": x / rms(x) · weight (NeoBERT's), no mean, no bias
 
     def validate(self) -> None:
         self.check_positive(("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
@@ -77,6 +97,8 @@ class ModernBertConfig(PretrainedConfig, LabelsMixin):
         self.check_choice("hidden_activation", ACTIVATIONS)
         self.check_choice("classifier_activation", ACTIVATIONS)
         self.check_choice("classifier_pooling", CLASSIFIER_POOLINGS)
+        self.check_choice("position_embedding_type", POSITION_TYPES)
+        self.check_choice("norm_type", NORM_TYPES)
         self.check_probabilities(("attention_dropout", "embedding_dropout", "mlp_dropout", "classifier_dropout"))
         if len(self.layer_types) != self.num_hidden_layers or not set(self.layer_types) <= set(LAYER_TYPES):
             raise ConfigError(f"layer_types must give each of the {self.num_hidden_layers} layers one of "
@@ -94,6 +116,15 @@ class ModernBertConfig(PretrainedConfig, LabelsMixin):
     @property
     def head_dim(self) -> int:
         return self.hidden_size // self.num_attention_heads
+
+    @property
+    def rotary(self) -> bool:
+        return self.position_embedding_type == ROTARY
+
+    @property
+    def changed_settings(self) -> dict[str, Any]:
+        """bertkit's switches this config turns away from ModernBERT's settings."""
+        return {name: getattr(self, name) for name, modern in MODERN_SETTINGS.items() if getattr(self, name) != modern}
 
     @property
     def sliding_window(self) -> int:
@@ -118,12 +149,21 @@ class ModernBertConfig(PretrainedConfig, LabelsMixin):
         out = super().to_dict()
         if out["text_pairs"] is None:  # bertkit's own key, written only where it says something
             del out["text_pairs"]
+        for name in MODERN_SETTINGS.keys() - self.changed_settings.keys():
+            del out[name]
+        if self.changed_settings:
+            out["model_type"] = VARIANT_MODEL_TYPE
         return self.write_labels(out)
 
     def summary(self) -> list[tuple[str, str]]:
         local = sum(kind == SLIDING for kind in self.layer_types)
+        positions = (f"rotary positions, bases {self.rope_theta(FULL):g} global"
+                     + (f", {self.rope_theta(SLIDING):g} local" if local else "")) if self.rotary else \
+            "learned absolute positions"
+        norm = ("pre-norm" if self.normalize_before else "post-norm") + (", RMSNorm" if self.norm_type == RMS_NORM
+                                                                            else "")
         return [("layers", f"{self.num_hidden_layers}  hidden {self.hidden_size}  heads {self.num_attention_heads}  "
-                           f"GLU {self.intermediate_size} ({self.hidden_activation}), pre-norm"),
+                           f"{'GLU' if self.gated_mlp else 'ffn'} {self.intermediate_size} ({self.hidden_activation}), "
+                           f"{norm}"),
                 ("attention", f"{self.num_hidden_layers - local} global, {local} local ({self.local_attention} "
-                              f"tokens); rotary positions, bases {self.rope_theta(FULL):g} global"
-                              + (f", {self.rope_theta(SLIDING):g} local" if local else ""))]
+                              f"tokens); {positions}")]

@@ -10,6 +10,9 @@
 - **Local and global attention**: in a "sliding_attention" layer a token sees the `local_attention` / 2 tokens
   on each side (`functional.window_mask`); in a "full_attention" layer, every token. ModernBERT alternates two
   local layers and one global.
+- **bertkit's switches** (`position_embedding_type`, `gated_mlp`, `normalize_before`, `norm_type`) turn each change
+  back to BERT's: a learned position table, the plain feed-forward, post-LN; or the LayerNorm into an RMSNorm.
+  They exist to measure what each change buys (docs/modern-encoder.md); transformers' ModernBERT has none of them.
 - **No segment embeddings, no pooler**: a pair of texts is one sequence with [SEP] between; heads pool the [CLS]
   vector or the mean (`classifier_pooling`) through a dense + activation + LayerNorm head.
 
@@ -43,37 +46,64 @@ from bertkit.models.functional import (
     rotate,
     window_mask,
 )
-from bertkit.models.modernbert.configuration import SLIDING, ModernBertConfig
+from bertkit.models.modernbert.configuration import RMS_NORM, SLIDING, ModernBertConfig
 from bertkit.models.outputs import BertModelOutput, ClassifierOutput, MaskedLMOutput
 from bertkit.models.pretrained import PreTrainedModel, check_ids, classification_loss
 from bertkit.models.sentence_files import CLS
 from bertkit.utils.constants import IGNORE_INDEX, MLM
 
 
+class RMSNorm(nn.RMSNorm):
+    """x / √(mean(x²) + eps) · w: no centring, no bias (NeoBERT's, LLaMA's). The weight is cast to the input's
+    dtype, so that a bfloat16 input under autocast runs torch's fused kernel (with a float32 weight it falls back
+    to the unfused one)."""
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.rms_norm(x, self.normalized_shape, self.weight.to(x.dtype), self.eps)
+
+
+def norm_layer(config: ModernBertConfig) -> nn.Module:
+    """The model's normalisation: LayerNorm, (x - mean) / std · w (+ b where `norm_bias`), or bertkit's switch to
+    RMSNorm."""
+    if config.norm_type == RMS_NORM:
+        return RMSNorm(config.hidden_size, eps=config.norm_eps)
+    return nn.LayerNorm(config.hidden_size, eps=config.norm_eps, bias=config.norm_bias)
+
+
 class ModernBertEmbeddings(nn.Module):
-    """Token embeddings, normalised (no positions: the layers rotate them in; no segments)."""
+    """Token embeddings, normalised (no positions: the layers rotate them in; no segments). With bertkit's
+    `position_embedding_type="absolute"`, BERT's learned position table is added before the norm instead."""
 
     def __init__(self, config: ModernBertConfig) -> None:
         super().__init__()
         self.tok_embeddings = nn.Embedding(config.vocab_size, config.hidden_size, padding_idx=config.pad_token_id)
-        self.norm = nn.LayerNorm(config.hidden_size, eps=config.norm_eps, bias=config.norm_bias)
+        if not config.rotary:
+            self.position_embeddings = nn.Embedding(config.max_position_embeddings, config.hidden_size)
+        self.norm = norm_layer(config)
         self.drop = Dropout(config.embedding_dropout)
 
     def forward(self, input_ids: Tensor) -> Tensor:
-        return self.drop(self.norm(self.tok_embeddings(input_ids)))                      # (B, T, C)
+        x = self.tok_embeddings(input_ids)                                               # (B, T, C)
+        if hasattr(self, "position_embeddings"):
+            x = x + self.position_embeddings.weight[:input_ids.shape[1]]
+        return self.drop(self.norm(x))
 
 
 class ModernBertMLP(nn.Module):
-    """The gated feed-forward: Wi(x) = [a; g] (each I wide), then Wo(act(a) · g)."""
+    """The gated feed-forward: Wi(x) = [a; g] (each I wide), then Wo(act(a) · g) (GeGLU with GELU, SwiGLU with
+    SiLU). With bertkit's `gated_mlp=False`, BERT's: Wo(act(Wi(x))), Wi I wide."""
 
     def __init__(self, config: ModernBertConfig) -> None:
         super().__init__()
-        self.Wi = nn.Linear(config.hidden_size, 2 * config.intermediate_size, bias=config.mlp_bias)
+        self.gated = config.gated_mlp
+        self.Wi = nn.Linear(config.hidden_size, (1 + self.gated) * config.intermediate_size, bias=config.mlp_bias)
         self.act = ACT2FN[config.hidden_activation]
         self.drop = Dropout(config.mlp_dropout)
         self.Wo = nn.Linear(config.intermediate_size, config.hidden_size, bias=config.mlp_bias)
 
     def forward(self, x: Tensor) -> Tensor:
+        if not self.gated:
+            return self.Wo(self.drop(self.act(self.Wi(x))))
         a, gate = self.Wi(x).chunk(2, dim=-1)                                            # (B, T, I) each
         return self.Wo(self.drop(self.act(a) * gate))
 
@@ -91,35 +121,44 @@ class ModernBertAttention(nn.Module):
     def forward(self, x: Tensor, cos: Tensor, sin: Tensor, mask: Tensor | PackedSequences | None,
                 output_attentions: bool = False) -> tuple[Tensor, Tensor | None]:
         """x (B, T, C) with cos/sin (T, D), or packed: x (N, C), the batch's real tokens, with each token's own
-        cos/sin (N, 1, D) and `mask` the PackedSequences (attention alone runs padded)."""
+        cos/sin (N, 1, D) and `mask` the PackedSequences (attention alone runs padded). cos and sin are None where
+        the positions are a learned table (added to the embeddings) instead."""
         if isinstance(mask, PackedSequences):
             N, C = x.shape
             q, k, v = self.Wqkv(x).view(N, 3, self.heads, self.head_dim).unbind(1)               # (N, H, D) each
-            q, k = rotate(q, cos, sin), rotate(k, cos, sin)
+            if cos is not None:
+                q, k = rotate(q, cos, sin), rotate(k, cos, sin)
             out = packed_attention(q, k, v, mask, self.dropout, self.training)
             return self.out_drop(self.Wo(out.reshape(N, C))), None
         B, T, C = x.shape
         q, k, v = self.Wqkv(x).view(B, T, 3, self.heads, self.head_dim).permute(2, 0, 3, 1, 4)  # (B, H, T, D) each
-        q, k = rotate(q, cos, sin), rotate(k, cos, sin)
+        if cos is not None:
+            q, k = rotate(q, cos, sin), rotate(k, cos, sin)
         out, probs = multi_head_attention(q, k, v, mask, dropout=self.dropout, training=self.training,
                                           need_weights=output_attentions)
         return self.out_drop(self.Wo(out.transpose(1, 2).reshape(B, T, C))), probs
 
 
 class ModernBertEncoderLayer(nn.Module):
-    """x + Attn(LN(x)), then x + MLP(LN(x)); layer 0 has no LayerNorm before its attention."""
+    """x + Attn(LN(x)), then x + MLP(LN(x)); layer 0 has no LayerNorm before its attention (its input, the
+    embeddings, is normalised already). With bertkit's `normalize_before=False`, BERT's post-LN order instead:
+    LN(x + Attn(x)), then LN(x + MLP(x))."""
 
     def __init__(self, config: ModernBertConfig, index: int) -> None:
         super().__init__()
-        norm = lambda: nn.LayerNorm(config.hidden_size, eps=config.norm_eps, bias=config.norm_bias)  # noqa: E731
-        self.attn_norm = nn.Identity() if index == 0 else norm()
+        self.normalize_before = config.normalize_before
+        self.attn_norm = nn.Identity() if index == 0 and self.normalize_before else norm_layer(config)
         self.attn = ModernBertAttention(config)
-        self.mlp_norm = norm()
+        self.mlp_norm = norm_layer(config)
         self.mlp = ModernBertMLP(config)
         self.attention_type = config.layer_types[index]
 
-    def forward(self, x: Tensor, cos: Tensor, sin: Tensor, mask: Tensor | PackedSequences | None,
+    def forward(self, x: Tensor, cos: Tensor | None, sin: Tensor | None, mask: Tensor | PackedSequences | None,
                 output_attentions: bool = False) -> tuple[Tensor, Tensor | None]:
+        if not self.normalize_before:
+            attended, probs = self.attn(x, cos, sin, mask, output_attentions)
+            x = self.attn_norm(x + attended)
+            return self.mlp_norm(x + self.mlp(x)), probs
         attended, probs = self.attn(self.attn_norm(x), cos, sin, mask, output_attentions)
         x = x + attended
         return x + self.mlp(self.mlp_norm(x)), probs
@@ -144,6 +183,8 @@ class ModernBertPreTrainedModel(PreTrainedModel):
 
         if isinstance(module, ModernBertEmbeddings):
             normal(module.tok_embeddings, std_in)
+            if hasattr(module, "position_embeddings"):
+                normal(module.position_embeddings, std_in)
         elif isinstance(module, ModernBertMLP):
             normal(module.Wi, std_in)
             normal(module.Wo, std_out)
@@ -156,9 +197,9 @@ class ModernBertPreTrainedModel(PreTrainedModel):
             normal(module.decoder, std_out)
         elif isinstance(module, ModernBertForSequenceClassification):
             normal(module.classifier, cfg.hidden_size ** -0.5)
-        elif isinstance(module, nn.LayerNorm):
+        elif isinstance(module, (nn.LayerNorm, nn.RMSNorm)):
             nn.init.ones_(module.weight)
-            if module.bias is not None:
+            if getattr(module, "bias", None) is not None:
                 nn.init.zeros_(module.bias)
 
 
@@ -171,7 +212,8 @@ class ModernBertModel(ModernBertPreTrainedModel):
         super().__init__(config)
         self.embeddings = ModernBertEmbeddings(config)
         self.layers = nn.ModuleList(ModernBertEncoderLayer(config, i) for i in range(config.num_hidden_layers))
-        self.final_norm = nn.LayerNorm(config.hidden_size, eps=config.norm_eps, bias=config.norm_bias)
+        # post-LN layers end normalised already: no final norm
+        self.final_norm = norm_layer(config) if config.normalize_before else nn.Identity()
         # Padded batches run unpadded (their real tokens packed, `pack_padded`): every step but attention spends
         # nothing on padding, and the outputs at padded positions are zeros. None: on a GPU (a CPU's batches come
         # sorted by length, with little padding); True: everywhere; False: never.
@@ -188,7 +230,8 @@ class ModernBertModel(ModernBertPreTrainedModel):
         B, T = input_ids.shape
         x = self.embeddings(input_ids)
         masks = self._masks(attention_mask, B, T, x.dtype, x.device)
-        tables = {kind: rotary_tables(T, cfg.head_dim, cfg.rope_theta(kind), x.device) for kind in set(cfg.layer_types)}
+        tables = {kind: rotary_tables(T, cfg.head_dim, cfg.rope_theta(kind), x.device) if cfg.rotary
+                  else (None, None) for kind in set(cfg.layer_types)}
         if self._unpads(attention_mask, output_attentions or output_hidden_states):
             packed = pack_padded(attention_mask, x.dtype)
             if packed.padding >= PACK_MIN_PADDING:
@@ -216,7 +259,7 @@ class ModernBertModel(ModernBertPreTrainedModel):
         B, T, C = x.shape
         positions = packed.indices % T                                                   # (N,)
         turned = {kind: (cos[positions].unsqueeze(1), sin[positions].unsqueeze(1))     # (N, 1, D) each
-                  for kind, (cos, sin) in tables.items()}
+                  if cos is not None else (None, None) for kind, (cos, sin) in tables.items()}
         kinds = {kind: dataclasses.replace(packed, bias=mask) for kind, mask in masks.items()}
         h = x.flatten(0, 1).index_select(0, packed.indices)                              # (N, C)
         for layer in self.layers:
@@ -246,7 +289,7 @@ class ModernBertPredictionHead(nn.Module):
         super().__init__()
         self.dense = nn.Linear(config.hidden_size, config.hidden_size, bias=config.classifier_bias)
         self.act = ACT2FN[config.classifier_activation]
-        self.norm = nn.LayerNorm(config.hidden_size, eps=config.norm_eps, bias=config.norm_bias)
+        self.norm = norm_layer(config)
 
     def forward(self, x: Tensor) -> Tensor:
         return self.norm(self.act(self.dense(x)))

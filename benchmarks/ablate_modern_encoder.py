@@ -1,0 +1,162 @@
+"""What each of ModernBERT's changes buys at bertkit's scale: the tiny BERT against the tiny modern encoder, and the
+modern encoder with each change turned back to BERT's alone.
+
+Every run pretrains by masked LM alone, with the main job's recipe (`--recipe crammed`: fresh masks each pass at
+30%, lr 1e-3, dropout off, bf16 where native) on the main job's corpus (THUCNews' unlabelled training headlines),
+for the same wall clock, measured so that a busy machine cannot tilt it: each run's training step is timed first on
+the whole machine (`pipelines.pretrain.plan_steps`, as `bertkit pretrain --minutes` plans), which gives the steps
+it can take in M minutes; it then trains exactly those steps (two runs side by side on one thread each with
+`--jobs 2`: the steps, and so the result, do not depend on the speed). A change that makes a step dearer gets
+fewer steps. Each run is scored by the same code as bench_time_to_quality.py: held-out masked-LM accuracy (single
+128-token segments, 15% masked), and fine-tuned on 200 labelled THUCNews headlines with three seeds.
+
+The rows (the modern encoder is `pretrain --config modern-tiny`: 3 layers x 128, a GeGLU of 256, pre-norm without
+biases, rotary positions, one global layer and two local over 64 tokens):
+  bert-tiny             the main job's tiny BERT (2 layers x 128, ffn 512, post-LN, learned positions)
+  modern-tiny           the modern encoder
+  learned-positions     its rotary positions turned into BERT's learned table
+  plain-ffn             its GeGLU turned into BERT's GELU feed-forward, 384 wide (the same weights: 3 x 128 x 256)
+  post-ln               its pre-norm turned into BERT's post-LN
+  all-global            every layer global (no local window)
+  swiglu, rms-norm      NeoBERT's choices swapped in: SiLU for the gate's GELU, RMSNorm for LayerNorm
+
+    python benchmarks/ablate_modern_encoder.py --minutes 5 --jobs 2 --out runs/modern-ablation
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from bench_time_to_quality import EVAL_FRACTION, PROBE_SIZE, SEED, SEQ, bert_data, probe_finetune, score  # noqa: E402
+from bertkit.models.modernbert.configuration import FULL  # noqa: E402
+from bertkit.pipelines.demo import build_demo_vocab, pretraining_corpus  # noqa: E402
+from bertkit.pipelines.options import recipe_options  # noqa: E402
+from bertkit.pipelines.presets import model_config  # noqa: E402
+from bertkit.pipelines.pretrain import plan_steps, prepare, pretrain  # noqa: E402
+from bertkit.tokenizer import BertTokenizer  # noqa: E402
+
+# (name, what it is, the preset it starts from, the changes to it)
+ROWS: list[tuple[str, str, str, dict]] = [
+    ("bert-tiny", "the main job's tiny BERT", "tiny", {}),
+    ("modern-tiny", "the tiny modern encoder", "modern-tiny", {}),
+    ("learned-positions", "- rotary positions (a learned table)", "modern-tiny",
+     dict(position_embedding_type="absolute")),
+    ("plain-ffn", "- gated feed-forward (GELU, 384 wide)", "modern-tiny", dict(gated_mlp=False, intermediate_size=384)),
+    ("post-ln", "- pre-norm (post-LN)", "modern-tiny", dict(normalize_before=False)),
+    ("all-global", "- local attention (every layer global)", "modern-tiny", dict(layer_types=[FULL] * 3)),
+    ("swiglu", "+ SwiGLU for GeGLU", "modern-tiny", dict(hidden_activation="silu")),
+    ("rms-norm", "+ RMSNorm for LayerNorm", "modern-tiny", dict(norm_type="rms_norm")),
+]
+
+
+def config_file(preset: str, changes: dict, vocab: Path, path: Path) -> Path:
+    """The row's config.json: the preset sized to the vocabulary, with its changes."""
+    tokenizer = BertTokenizer.from_pretrained(vocab)
+    config = model_config(preset, len(tokenizer), False, SEQ, tokenizer.pad_token_id).replace(**changes)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(config.to_json_string(), encoding="utf-8")
+    return path
+
+
+def options_for(config: Path, out: Path, vocab: Path, minutes: float):
+    return recipe_options("crammed", config=str(config), objective="mlm", corpus=pretraining_corpus(),
+                          vocab=str(vocab), out=str(out), max_seq_length=SEQ, eval_fraction=EVAL_FRACTION,
+                          seed=SEED, max_eval_instances=PROBE_SIZE, progress=False, minutes=minutes)
+
+
+def train_one(spec: dict) -> dict:
+    """Train one row for its planned steps and score it (run in a subprocess by `main`)."""
+    import dataclasses
+
+    from bertkit.models.registry import family_of
+
+    out, vocab = Path(spec["out"]), Path(spec["vocab"])
+    options = dataclasses.replace(options_for(Path(spec["config"]), out, vocab, spec["minutes"]),
+                                  max_steps=spec["steps"], minutes=None)
+    started = time.perf_counter()
+    state = pretrain(options)
+    train_seconds = time.perf_counter() - started
+    probe = bert_data(vocab, out.parent / ".probe")  # the stores and the plan are cached: nothing is tokenized again
+    model = family_of(out).load(out)
+    parameters = sum(p.numel() for p in model.parameters())
+    result = {"name": spec["name"], "steps": state.step, "train_seconds": train_seconds, "parameters": parameters,
+              **score(model, probe.data.eval_singles, probe.data.eval_pairs, probe.tokenizer.pad_token_id)}
+    result.update(probe_finetune(out, out.parent / f"{out.name}-probe", 200, 3))
+    return result
+
+
+def run_all(specs: list[dict], jobs: int, on_result) -> None:
+    """Train the specs, `jobs` at a time, each in its own process (one thread each when side by side)."""
+    env = dict(os.environ, **({"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"} if jobs > 1 else {}))
+    pending, running = list(specs), []
+    while pending or running:
+        while pending and len(running) < jobs:
+            spec = pending.pop(0)
+            result_file = Path(spec["out"] + ".result.json")
+            command = [sys.executable, __file__, "--train-one", json.dumps(spec), "--result", str(result_file)]
+            running.append((subprocess.Popen(command, env=env), result_file))
+        process, result_file = running.pop(0)
+        if process.wait() != 0:
+            raise SystemExit(f"a run failed: {result_file}")
+        on_result(json.loads(result_file.read_text()))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--minutes", type=float, default=5.0, help="each row's pretraining wall clock")
+    parser.add_argument("--out", default="runs/modern-ablation")
+    parser.add_argument("--jobs", type=int, default=1, help="runs side by side (one thread each when > 1)")
+    parser.add_argument("--train-one", help=argparse.SUPPRESS)
+    parser.add_argument("--result", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.train_one:
+        Path(args.result).write_text(json.dumps(train_one(json.loads(args.train_one)), indent=2))
+        return
+
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    vocab = build_demo_vocab(out / "vocab")
+    log = out / "ablation.jsonl"
+    done = {json.loads(line)["name"]: json.loads(line) for line in log.read_text().splitlines()} if log.exists() else {}
+    specs = []
+    for name, _, preset, changes in ROWS:  # every step timed first, on the whole machine, before any run starts
+        if name in done:
+            continue
+        config = config_file(preset, changes, vocab, out / "configs" / f"{name}.json")
+        options = options_for(config, out / name, vocab, args.minutes)
+        steps = plan_steps(prepare(options), options)
+        print(f"  planned {name}: {steps} steps in {args.minutes:g} minutes", flush=True)
+        specs.append({"name": name, "config": str(config), "steps": steps, "out": str(out / name),
+                      "vocab": str(vocab), "minutes": args.minutes})
+
+    def record(result: dict) -> None:
+        done[result["name"]] = result
+        with open(log, "a", encoding="utf-8") as f:
+            f.write(json.dumps(result) + "\n")
+        print(f"  {result['name']}: MLM {result['mlm_accuracy']:.4f}, probe {result['probe_accuracy']:.3f}",
+              flush=True)
+
+    run_all(specs, args.jobs, record)
+    modern = done["modern-tiny"]
+    lines = [f"| row | parameters | steps in {args.minutes:g} min | held-out MLM accuracy | 200 labels, test accuracy "
+             "(3 seeds) | against modern-tiny |", "|---|---|---|---|---|---|"]
+    for name, label, _, _ in ROWS:
+        r = done[name]
+        mlm, probe = r["mlm_accuracy"] - modern["mlm_accuracy"], r["probe_accuracy"] - modern["probe_accuracy"]
+        against = "" if name == "modern-tiny" else f"MLM {mlm:+.4f}, probe {probe:+.3f}"
+        lines.append(f"| {name}: {label} | {r['parameters']:,} | {r['steps']:,} | {r['mlm_accuracy']:.4f} | "
+                     f"{r['probe_accuracy']:.3f} ± {r['probe_accuracy_std']:.3f} | {against} |")
+    (out / "ablation.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()
