@@ -1,0 +1,62 @@
+"""`bertkit serve` on a ModernBERT directory that transformers wrote, over HTTP: /embed answers with transformers'
+vectors (mean pooling, as the directory's sentence-transformers file declares it, and [CLS] when asked)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from serve_helpers import ServerProcess
+
+transformers = pytest.importorskip("transformers")
+pytest.importorskip("starlette")
+
+TEXTS = ["今天天气很好", "明天会下雨，我们去公园", "好"]
+
+
+@pytest.fixture(scope="module")
+def modern_dir(tmp_path_factory):
+    """A random transformers ModernBertModel (a global layer and two local ones over 4 tokens, texts longer than
+    that), with a WordPiece vocabulary and sentence-transformers' pooling file saying mean."""
+    from bertkit.tokenizer import BertTokenizer
+
+    path = tmp_path_factory.mktemp("modern")
+    words = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *"今天天气很好明天会下雨我们去公园，"]
+    (path / "vocab.txt").write_text("\n".join(dict.fromkeys(words)) + "\n", encoding="utf-8")
+    tokenizer = BertTokenizer(str(path / "vocab.txt"))
+    config = transformers.ModernBertConfig(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=48,
+                                           num_hidden_layers=3, num_attention_heads=4, max_position_embeddings=64,
+                                           pad_token_id=0, local_attention=4, global_attn_every_n_layers=3)
+    torch.manual_seed(0)
+    model = transformers.ModernBertModel(config).eval()
+    with torch.no_grad():
+        for parameter in model.parameters():
+            parameter.add_(torch.randn_like(parameter) * 0.05)
+    model.save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    (path / "1_Pooling").mkdir()
+    (path / "1_Pooling" / "config.json").write_text(json.dumps(
+        {"word_embedding_dimension": 32, "pooling_mode_cls_token": False, "pooling_mode_mean_tokens": True}))
+    encoded = tokenizer(TEXTS, padding=True, return_tensors="pt")
+    with torch.no_grad():
+        hidden = model(input_ids=encoded["input_ids"], attention_mask=encoded["attention_mask"]).last_hidden_state
+    weights = encoded["attention_mask"].unsqueeze(-1).float()
+    return path, ((hidden * weights).sum(1) / weights.sum(1)).numpy(), hidden[:, 0].numpy()
+
+
+def test_serve_answers_with_transformers_vectors(modern_dir):
+    path, mean, cls = modern_dir
+    with ServerProcess(path) as server:
+        status, vectors = server.post("/embed", {"inputs": TEXTS, "normalize": False})
+        assert status == 200
+        np.testing.assert_allclose(vectors, mean, atol=1e-5, rtol=0)
+        status, unit = server.post("/embed", {"inputs": TEXTS})  # normalised by default, as TEI's
+        assert status == 200
+        np.testing.assert_allclose(unit, mean / np.linalg.norm(mean, axis=1, keepdims=True), atol=1e-5, rtol=0)
+    with ServerProcess(path, "--pooling", "cls") as server:
+        status, vectors = server.post("/embed", {"inputs": TEXTS, "normalize": False})
+        assert status == 200
+        np.testing.assert_allclose(vectors, cls, atol=1e-5, rtol=0)
