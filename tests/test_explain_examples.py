@@ -75,9 +75,9 @@ def test_toy_task_needs_positions(toy_task):
 def test_toy_task_refuses_bad_options():
     with pytest.raises(ValueError, match="length must be 2..12"):
         explain("toy-task", out=None, length=1)
-    with pytest.raises(ValueError, match="positions must be one of none, sinusoidal, learned"):
+    with pytest.raises(ValueError, match="positions must be one of none, sinusoidal, learned, rotary"):
         from bertkit.pictures.explain.toy_task import ToyTransformer
-        ToyTransformer("rotary")
+        ToyTransformer("alibi")
 
 
 # ---- positions -----------------------------------------------------------------------------------
@@ -87,16 +87,24 @@ def positions(tmp_path_factory):
     return explain("positions", out=tmp_path_factory.mktemp("positions"))
 
 
-def test_positions_learned_and_sinusoidal(positions):
+def test_positions_learned_sinusoidal_and_rotary(positions):
     n = positions.numbers
     assert n["train_lengths"] == [3, 8]
+    reverse, previous = n["reverse"], n["previous"]
     for kind in ("sinusoidal", "learned"):
         for length in (4, 6, 8):
-            assert n[kind][length]["letters"] > 0.97, (kind, length)
+            assert reverse[kind][length]["letters"] > 0.97, (kind, length)
         for length in (10, 12, 16):                 # reversal past the trained lengths: neither generalises
-            assert n[kind][length]["letters"] < 0.5 and n[kind][length]["words"] < 0.05, (kind, length)
+            assert reverse[kind][length]["letters"] < 0.5 and reverse[kind][length]["words"] < 0.05, (kind, length)
+            # an offset task, at places never trained: absolute positions lose letters there
+            assert previous[kind][length]["words"] < 0.5, (kind, length)
+    # rotary positions see offsets only: the reversal (a place in the word) does not fit, the previous letter (an
+    # offset) holds at every length
+    assert max(reverse["rotary"][length]["letters"] for length in (4, 6, 8)) < 0.8
+    for length in (4, 6, 8, 10, 12, 16):
+        assert previous["rotary"][length]["words"] > 0.99, length
     assert len(n["by_position_longest"]["learned"]) == 16
-    assert "reuses vector 7" in positions.text
+    assert "reuses vector 7" in positions.text and "offset 1 is offset 1 at any place" in positions.text
     _pictures_are_real(positions, ["positions_by_length", "positions_by_position"])
 
 

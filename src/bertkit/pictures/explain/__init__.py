@@ -28,7 +28,7 @@ TOPICS: dict[str, tuple[str, str]] = {
     "contextual": ("contextual", "one character in several sentences: static input vector, contextual output"),
     "it-animal": ("it_animal", "where 'it' looks in 'The animal didn't cross the street because it was too tired'"),
     "toy-task": ("toy_task", "abc -> xyz: a tiny Transformer learns it with positional encodings, not without"),
-    "positions": ("positions", "learned vs sinusoidal positions, at trained lengths and longer ones"),
+    "positions": ("positions", "learned, sinusoidal and rotary positions, at trained lengths and longer ones"),
     "receptive-field": ("receptive_field", "convolution layers needed to connect two tokens vs one attention layer"),
     "unilm": ("unilm", "one BERT, three masks: fill blanks, write left to right, or read a source and write"),
 }

@@ -15,13 +15,13 @@ import torch
 from torch import nn
 
 from bertkit.errors import InputError
-from bertkit.models.functional import sinusoidal_positions
+from bertkit.models.functional import rotary_tables, rotate, sinusoidal_positions
 from bertkit.pictures.explain.base import Explanation, PictureWriter, one_thread, table
 
 CLAIM = "without positional encodings a Transformer cannot learn an order-dependent mapping; with them it can"
 LETTERS = "abcdefgh"
 PAD = 0                                     # input and target id 0: padding, never predicted
-POSITIONS = ("none", "sinusoidal", "learned")
+POSITIONS = ("none", "sinusoidal", "learned", "rotary")
 
 
 def translate(word: str) -> str:
@@ -50,6 +50,16 @@ def targets_of(inputs: torch.Tensor) -> torch.Tensor:
     return torch.where(position < lengths, inputs.gather(1, source), PAD)
 
 
+def previous_letters(inputs: torch.Tensor) -> torch.Tensor:
+    """A task of offsets alone: output i is the mirror of letter i - 1 (the first letter's, of itself). Nothing in it
+    depends on where a letter stands in its word, only on its neighbour, unlike the reversal."""
+    previous = torch.cat([inputs[:, :1], inputs[:, :-1]], dim=1)
+    return torch.where(inputs != PAD, previous, PAD)
+
+
+TASKS = {"reverse": targets_of, "previous": previous_letters}  # the task's name -> its targets
+
+
 def random_words(n: int, lengths: tuple[int, int], generator: torch.Generator) -> torch.Tensor:
     """`n` words of random letters as ids (N, lengths[1]), their lengths uniform in lengths[0]..lengths[1]."""
     ids = torch.randint(1, len(LETTERS) + 1, (n, lengths[1]), generator=generator)
@@ -57,11 +67,35 @@ def random_words(n: int, lengths: tuple[int, int], generator: torch.Generator) -
     return torch.where(torch.arange(lengths[1]) < sizes, ids, PAD)
 
 
+class RotaryEncoderLayer(nn.Module):
+    """torch's TransformerEncoderLayer (post-LN, ReLU, no dropout), its queries and keys turned by their positions
+    (RoPE, base 10,000): nothing is added to the letters, and a score depends on the offset between two letters
+    alone. torch's layer has no place to turn them, hence this one."""
+
+    def __init__(self, d_model: int, heads: int, d_ff: int) -> None:
+        super().__init__()
+        self.heads = heads
+        self.qkv, self.out = nn.Linear(d_model, 3 * d_model), nn.Linear(d_model, d_model)
+        self.ff = nn.Sequential(nn.Linear(d_model, d_ff), nn.ReLU(), nn.Linear(d_ff, d_model))
+        self.norm1, self.norm2 = nn.LayerNorm(d_model), nn.LayerNorm(d_model)
+
+    def forward(self, x: torch.Tensor, padding: torch.Tensor) -> torch.Tensor:
+        """x (N, T, C); padding (N, T) True at padding."""
+        N, T, C = x.shape
+        q, k, v = self.qkv(x).view(N, T, 3, self.heads, C // self.heads).permute(2, 0, 3, 1, 4)  # (N, H, T, D)
+        cos, sin = rotary_tables(T, C // self.heads, 10_000.0, x.device)
+        attended = nn.functional.scaled_dot_product_attention(
+            rotate(q, cos, sin), rotate(k, cos, sin), v, attn_mask=~padding[:, None, None, :])
+        x = self.norm1(x + self.out(attended.transpose(1, 2).reshape(N, T, C)))
+        return self.norm2(x + self.ff(x))
+
+
 class ToyTransformer(nn.Module):
     """A two-layer Transformer encoder that labels every letter with its output letter.
 
-    `positions` is "none" (the letters alone), "sinusoidal" (the fixed table, any length) or "learned" (one
-    trained vector per position up to `max_len`; a longer input reuses the last one, as there is nothing else).
+    `positions` is "none" (the letters alone), "sinusoidal" (the fixed table, any length), "learned" (one
+    trained vector per position up to `max_len`; a longer input reuses the last one, as there is nothing else) or
+    "rotary" (nothing added: each layer turns its queries and keys by their positions, any length).
     """
 
     def __init__(self, positions: str = "sinusoidal", max_len: int = 8, d_model: int = 32, heads: int = 4,
@@ -72,8 +106,11 @@ class ToyTransformer(nn.Module):
         self.positions, self.max_len = positions, max_len
         self.embed = nn.Embedding(len(LETTERS) + 1, d_model, padding_idx=PAD)
         self.learned = nn.Embedding(max_len, d_model) if positions == "learned" else None
-        layer = nn.TransformerEncoderLayer(d_model, heads, 2 * d_model, dropout=0.0, batch_first=True)
-        self.encoder = nn.TransformerEncoder(layer, layers, enable_nested_tensor=False)
+        if positions == "rotary":
+            self.rotary_layers = nn.ModuleList(RotaryEncoderLayer(d_model, heads, 2 * d_model) for _ in range(layers))
+        else:
+            layer = nn.TransformerEncoderLayer(d_model, heads, 2 * d_model, dropout=0.0, batch_first=True)
+            self.encoder = nn.TransformerEncoder(layer, layers, enable_nested_tensor=False)
         self.head = nn.Linear(d_model, len(LETTERS) + 1)
 
     def position_vectors(self, T: int) -> torch.Tensor:
@@ -84,14 +121,20 @@ class ToyTransformer(nn.Module):
 
     def forward(self, inputs: torch.Tensor) -> torch.Tensor:
         x = self.embed(inputs)
+        if self.positions == "rotary":
+            for layer in self.rotary_layers:
+                x = layer(x, inputs == PAD)
+            return self.head(x)
         if self.positions != "none":
             x = x + self.position_vectors(inputs.size(1))
         return self.head(self.encoder(x, src_key_padding_mask=inputs == PAD))
 
 
 def train(positions: str, lengths: tuple[int, int], steps: int, seed: int, batch_size: int = 64,
-          lr: float = 3e-3) -> ToyTransformer:
-    """Train a ToyTransformer on fresh random words of `lengths` (cross-entropy on every real letter)."""
+          lr: float = 3e-3, task: str = "reverse") -> ToyTransformer:
+    """Train a ToyTransformer on fresh random words of `lengths` (cross-entropy on every real letter), for the
+    task `task` of TASKS."""
+    targets = TASKS[task]
     torch.manual_seed(seed)
     model = ToyTransformer(positions, max_len=lengths[1])
     data = torch.Generator().manual_seed(seed + 1)
@@ -100,7 +143,7 @@ def train(positions: str, lengths: tuple[int, int], steps: int, seed: int, batch
     with one_thread():
         for _ in range(steps):
             inputs = random_words(batch_size, lengths, data)
-            loss = nn.functional.cross_entropy(model(inputs).flatten(0, 1), targets_of(inputs).flatten(),
+            loss = nn.functional.cross_entropy(model(inputs).flatten(0, 1), targets(inputs).flatten(),
                                                ignore_index=PAD)
             optimizer.zero_grad()
             loss.backward()
@@ -116,10 +159,10 @@ class Score:
 
 
 @torch.no_grad()
-def score(model: ToyTransformer, length: int, n: int = 500, seed: int = 1234) -> Score:
+def score(model: ToyTransformer, length: int, n: int = 500, seed: int = 1234, task: str = "reverse") -> Score:
     """Accuracy on `n` fresh words of exactly `length` letters."""
     inputs = random_words(n, (length, length), torch.Generator().manual_seed(seed))
-    right = model(inputs).argmax(-1) == targets_of(inputs)
+    right = model(inputs).argmax(-1) == TASKS[task](inputs)
     return Score(float(right.float().mean()), float(right.all(-1).float().mean()),
                  right.float().mean(0).tolist())
 
