@@ -42,6 +42,7 @@ from bertkit.pipelines.options import recipe_options  # noqa: E402
 from bertkit.pipelines.presets import model_config  # noqa: E402
 from bertkit.pipelines.pretrain import plan_steps, prepare, pretrain  # noqa: E402
 from bertkit.tokenizer import BertTokenizer  # noqa: E402
+from bertkit.utils.constants import MLM  # noqa: E402
 
 # (name, what it is, the preset it starts from, the changes to it)
 ROWS: list[tuple[str, str, str, dict]] = [
@@ -67,7 +68,7 @@ def config_file(preset: str, changes: dict, vocab: Path, path: Path) -> Path:
 
 
 def options_for(config: Path, out: Path, vocab: Path, minutes: float):
-    return recipe_options("crammed", config=str(config), objective="mlm", corpus=pretraining_corpus(),
+    return recipe_options("crammed", config=str(config), objective=MLM, corpus=pretraining_corpus(),
                           vocab=str(vocab), out=str(out), max_seq_length=SEQ, eval_fraction=EVAL_FRACTION,
                           seed=SEED, max_eval_instances=PROBE_SIZE, progress=False, minutes=minutes)
 
