@@ -8,8 +8,9 @@ import torch
 import transformers
 
 from bertkit.models.bert.configuration import BertConfig
-from bertkit.models.bert.heads import BertForQuestionAnswering, model_class_for, span_loss
+from bertkit.models.bert.heads import BertForQuestionAnswering, model_class_for
 from bertkit.models.configuration import ConfigError
+from bertkit.models.pretrained import span_loss
 from bertkit.models.registry import family_for
 from tolerance import assert_close
 from weights import randomise

@@ -26,6 +26,8 @@ from bertkit.utils.atomic import atomic_write_text
 ACTIVATIONS = ("gelu", "gelu_new", "gelu_pytorch_tanh", "relu", "silu")
 POSITION_EMBEDDING_TYPES = ("absolute", "sinusoidal")
 CONFIG_NAME = "config.json"
+# What an extractive reader's config saves of how it was fine-tuned to read questions (`qa`, bertkit.inference.qa)
+QA_KEYS = ("max_length", "doc_stride", "max_answer_length", "impossible")
 
 # Keys Hugging Face writes into every config.json that carry no model maths; read silently.
 HF_BOOKKEEPING = frozenset({
@@ -159,6 +161,12 @@ class PretrainedConfig:
         value = getattr(self, name)
         if value not in choices:
             raise ConfigError(f"{name} {value!r} is not one of {', '.join(choices)}")
+
+    def check_qa(self) -> None:
+        """A reader's `qa` settings, where a config has them: None, or a dict of some of QA_KEYS."""
+        qa = getattr(self, "qa", None)
+        if qa is not None and (not isinstance(qa, dict) or not set(qa) <= set(QA_KEYS)):
+            raise ConfigError(f"qa must be a dict with some of the keys {', '.join(QA_KEYS)}, got {qa!r}")
 
     def check_token_ids(self, names: tuple[str, ...], vocab_size: int, harmless: bool = False) -> None:
         """A token id outside [0, vocab_size) is an error, or with `harmless` (ids only generation reads, never a

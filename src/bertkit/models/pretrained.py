@@ -36,6 +36,7 @@ from torch import Tensor, nn
 from bertkit.errors import InputError
 from bertkit.models import checkpoint
 from bertkit.models.functional import padding_mask_bias
+from bertkit.utils.constants import IGNORE_INDEX
 
 
 class PreTrainedModel(nn.Module):
@@ -206,6 +207,26 @@ def classification_loss(logits: Tensor, labels: Tensor, num_labels: int, check: 
     if check:
         check_labels(labels, num_labels)
     return F.cross_entropy(logits.float(), labels.view(-1))
+
+
+def token_classification_loss(logits: Tensor, labels: Tensor, num_labels: int, check: bool = True) -> Tensor:
+    """A token classifier's loss (NER): logits (B, T, num_labels), labels (B, T) tag ids with IGNORE_INDEX on the
+    positions not scored (sub-tokens after a word's first, [CLS], [SEP], padding); cross-entropy over the rest."""
+    if check:
+        check_labels(labels[labels != IGNORE_INDEX], num_labels)
+    return F.cross_entropy(logits.float().view(-1, num_labels), labels.view(-1), ignore_index=IGNORE_INDEX)
+
+
+def span_loss(start_logits: Tensor, end_logits: Tensor, start_positions: Tensor, end_positions: Tensor) -> Tensor:
+    """An extractive reader's loss: the mean of the start and end cross-entropies, as transformers computes it:
+    positions are clamped to [0, T], and a position of T or more (an answer cut off beyond the input) is left out of
+    its term."""
+    T = start_logits.size(1)
+    start_positions = start_positions.view(-1).clamp(0, T)
+    end_positions = end_positions.view(-1).clamp(0, T)
+    start = F.cross_entropy(start_logits.float(), start_positions, ignore_index=T)
+    end = F.cross_entropy(end_logits.float(), end_positions, ignore_index=T)
+    return (start + end) / 2
 
 
 def check_labels(labels: Tensor, num_labels: int) -> None:

@@ -9,7 +9,6 @@ from bertkit.models.configuration import ConfigError, EncoderConfig, LabelsMixin
 
 # A pre-LN BERT's config.json says this, not "bert", so that transformers' AutoModel refuses it.
 PRE_LN_MODEL_TYPE = "bertkit-bert-pre-ln"
-QA_KEYS = ("max_length", "doc_stride", "max_answer_length", "impossible")
 
 
 @dataclass
@@ -60,8 +59,7 @@ class BertConfig(EncoderConfig, LabelsMixin):
         self.check_labels()
         if self.prompt is not None:
             self._validate_prompt()
-        if self.qa is not None and (not isinstance(self.qa, dict) or not set(self.qa) <= set(QA_KEYS)):
-            raise ConfigError(f"qa must be a dict with some of the keys {', '.join(QA_KEYS)}, got {self.qa!r}")
+        self.check_qa()
         if self.text_pairs is not None and not isinstance(self.text_pairs, bool):
             raise ConfigError(f"text_pairs must be true, false or null, got {self.text_pairs!r}")
 

@@ -31,7 +31,7 @@ from bertkit.models.outputs import (
     MaskedLMOutput,
     QuestionAnsweringOutput,
 )
-from bertkit.models.pretrained import check_labels, classification_loss
+from bertkit.models.pretrained import check_labels, classification_loss, span_loss, token_classification_loss
 from bertkit.utils.constants import MLM, NSP
 
 # The MLM decoder is the word-embedding matrix, and its bias the head's `bias` (Hugging Face's layout).
@@ -217,9 +217,7 @@ class BertForTokenClassification(_BertWithClassifier):
 
     def loss(self, logits: Tensor, labels: Tensor) -> Tensor:
         """labels (B, T): tag ids, -100 on positions not scored."""
-        if self.checks_values(labels):
-            check_labels(labels[labels != IGNORE_INDEX], self.num_labels)
-        return F.cross_entropy(logits.float().view(-1, self.num_labels), labels.view(-1), ignore_index=IGNORE_INDEX)
+        return token_classification_loss(logits, labels, self.num_labels, self.checks_values(labels))
 
 
 class BertForPromptClassification(BertForMaskedLM):
@@ -290,17 +288,6 @@ class BertForQuestionAnswering(BertPreTrainedModel):
         if start_positions is not None and end_positions is not None:
             loss = span_loss(start_logits, end_logits, start_positions, end_positions)
         return QuestionAnsweringOutput(loss, start_logits, end_logits, out.hidden_states, out.attentions)
-
-
-def span_loss(start_logits: Tensor, end_logits: Tensor, start_positions: Tensor, end_positions: Tensor) -> Tensor:
-    """The mean of the start and end cross-entropies, as transformers computes it: positions are clamped to
-    [0, T], and a position of T or more (an answer cut off beyond the input) is left out of its term."""
-    T = start_logits.size(1)
-    start_positions = start_positions.view(-1).clamp(0, T)
-    end_positions = end_positions.view(-1).clamp(0, T)
-    start = F.cross_entropy(start_logits.float(), start_positions, ignore_index=T)
-    end = F.cross_entropy(end_logits.float(), end_positions, ignore_index=T)
-    return (start + end) / 2
 
 
 MODEL_CLASSES = {cls.__name__: cls for cls in (BertModel, BertForPreTraining, BertForMaskedLM,
