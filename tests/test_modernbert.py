@@ -1,6 +1,7 @@
 """ModernBERT against transformers' implementation: random configs with local and global layers, sequences longer
-than the local window, padded batches; hidden states, masked-LM and classifier logits within 1e-5 (fp32), with
-checkpoints both ways. And the maths alone: rotary positions make a score depend on the offset only."""
+than the local window, padded batches; hidden states, masked-LM, classifier, tagger and reader logits and losses
+within 1e-5 (fp32), with checkpoints both ways. And the maths alone: rotary positions make a score depend on the
+offset only."""
 
 from __future__ import annotations
 
@@ -15,7 +16,9 @@ from bertkit.models.functional import rotary_tables, rotate, window_mask
 from bertkit.models.modernbert.configuration import FULL, SLIDING, ModernBertConfig
 from bertkit.models.modernbert.modeling import (
     ModernBertForMaskedLM,
+    ModernBertForQuestionAnswering,
     ModernBertForSequenceClassification,
+    ModernBertForTokenClassification,
     ModernBertModel,
 )
 from bertkit.models.registry import family_of
@@ -89,6 +92,80 @@ def test_equals_transformers_both_ways(tmp_path, overrides, names):
         assert_close(output_of(back(input_ids=ids, attention_mask=mask))[real], got[real],
                      msg=f"{hf_name}, saved by bertkit")
     assert json.loads((tmp_path / "ours" / "config.json").read_text())["architectures"] == [hf_name]
+
+
+def head_outputs(model, ids, mask, targets, ours: bool) -> dict[str, torch.Tensor]:
+    """A tagger's logits or a reader's start and end logits, and the loss on `targets`, of either library's model."""
+    with torch.no_grad():
+        out = model(ids, mask, **targets) if ours else model(input_ids=ids, attention_mask=mask, **targets)
+    if hasattr(out, "start_logits"):
+        return {"start_logits": out.start_logits, "end_logits": out.end_logits, "loss": out.loss}
+    return {"logits": out.logits, "loss": out.loss}
+
+
+@pytest.mark.parametrize("overrides", CONFIGS)
+@pytest.mark.parametrize("names", [("ModernBertForTokenClassification", ModernBertForTokenClassification),
+                                   ("ModernBertForQuestionAnswering", ModernBertForQuestionAnswering)])
+def test_tagger_and_reader_equal_transformers_both_ways(tmp_path, overrides, names):
+    """The NER and QA heads, in both libraries' directories: logits at every real token of the padded batch, and the
+    losses (tags ignored at [CLS] and padding; one answer at [CLS], one cut off beyond the input, as windows make
+    them). A reader's loss is a softmax over every position, padding too, and a pad with no text inside its local
+    window holds another vector in each library (neither is read: `padded positions hold nothing`), so its loss is
+    compared on the three rows unpadded, and on the padded batch against transformers' loss of bertkit's logits."""
+    hf_name, ours = names
+    hf_class = getattr(transformers, hf_name)
+    tagger = ours is ModernBertForTokenClassification
+    theirs = transformers_model(hf_class, hf_config(overrides, **({"num_labels": 5} if tagger else {})))
+    theirs.save_pretrained(tmp_path / "hf")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        model = ours.from_pretrained(tmp_path / "hf").eval()
+    ids, mask = batch()
+    real = mask.bool()
+    if tagger:
+        tags = torch.randint(0, 5, ids.shape, generator=torch.Generator().manual_seed(2))
+        tags[:, 0] = -100
+        targets = {"labels": tags.masked_fill(mask == 0, -100)}
+    else:  # an answer inside the text, one at [CLS] (none in this window), one beyond the input's 21 tokens
+        targets = {"start_positions": torch.tensor([3, 0, 4]), "end_positions": torch.tensor([6, 0, 30])}
+    unpadded = torch.randint(3, 99, ids.shape, generator=torch.Generator().manual_seed(3)), torch.ones_like(mask)
+
+    def compare(one, other, what: str) -> None:
+        for name in other:
+            if name == "loss" and tagger:
+                assert_close(one[name], other[name], msg=f"{what} loss")
+            elif name != "loss":
+                assert_close(one[name][real], other[name][real], msg=f"{what} {name}")
+
+    expected, got = (head_outputs(m, ids, mask, targets, ours=m is model) for m in (theirs, model))
+    compare(got, expected, hf_name)
+    if not tagger:
+        assert_close(got["loss"], theirs.loss_function(got["start_logits"], got["end_logits"], **targets))
+        assert_close(head_outputs(model, *unpadded, targets, ours=True)["loss"],
+                     head_outputs(theirs, *unpadded, targets, ours=False)["loss"], msg=f"{hf_name} loss")
+
+    model.save_pretrained(tmp_path / "ours")
+    assert json.loads((tmp_path / "ours" / "config.json").read_text())["architectures"] == [hf_name]
+    back = hf_class.from_pretrained(tmp_path / "ours", attn_implementation="eager").eval()
+    compare(head_outputs(back, ids, mask, targets, ours=False), got, f"{hf_name}, saved by bertkit")
+    assert_close(head_outputs(back, *unpadded, targets, ours=False)["loss"],
+                 head_outputs(model, *unpadded, targets, ours=True)["loss"], msg=f"{hf_name} loss, saved by bertkit")
+
+
+def test_a_reader_has_two_outputs_and_keeps_its_settings(tmp_path):
+    from bertkit.errors import ConfigError
+
+    config = ModernBertConfig(vocab_size=99, hidden_size=32, intermediate_size=48, num_hidden_layers=3,
+                              num_attention_heads=4, local_attention=4, pad_token_id=0,
+                              layer_types=[FULL, SLIDING, SLIDING])
+    with pytest.raises(ConfigError, match="a question-answering head has 2 outputs"):
+        ModernBertForQuestionAnswering(config.replace(id2label={0: "a", 1: "b", 2: "c"}))
+    settings = {"max_length": 24, "doc_stride": 6, "max_answer_length": 4, "impossible": False}
+    ModernBertForQuestionAnswering(config.replace(qa=settings)).save_pretrained(tmp_path)
+    assert ModernBertConfig.from_pretrained(tmp_path).qa == settings
+    assert "qa" not in json.loads(config.to_json_string())  # written only where a reader has it
+    with pytest.raises(ConfigError, match="qa must be a dict"):
+        config.replace(qa={"stride": 3})
 
 
 def test_a_text_alone_equals_itself_in_a_padded_batch():
@@ -203,8 +280,8 @@ def test_unpadded_equals_padded(overrides, tmp_path):
 
 def test_finetune_trains_a_modernbert_classifier(tmp_path, capsys):
     """`bertkit finetune --task classify` on a ModernBERT directory: its own family's head, trained and scored; the
-    best model is a ModernBertForSequenceClassification transformers loads. A family without a head for a task is
-    refused by name."""
+    best model is a ModernBertForSequenceClassification transformers loads. A family without a head for a task (a
+    ModernBERT's cloze prompt) is refused by name."""
     from bertkit.cli import main
     from bertkit.tokenizer import BertTokenizer
 
@@ -244,12 +321,10 @@ def test_finetune_trains_a_modernbert_classifier(tmp_path, capsys):
     served = ServedModel.load(tmp_path / "run" / "best")
     assert served.task == "classifier" and served.labels == ["bad", "good"]
     assert ServedModel.load(tmp_path / "model").task == "embedding"  # a masked-LM directory: its encoder's vectors
-    conll = tmp_path / "tags.conll"
-    conll.write_text("好 B-X\n坏 O\n\n的 O\n好 B-X\n\n" * 20, encoding="utf-8")
     capsys.readouterr()
-    assert main(["finetune", "--task", "ner", "--model", str(tmp_path / "model"), "--train", str(conll), "--dev",
-                 str(conll), "--test", str(conll), "--max-steps", "2", "--out", str(tmp_path / "ner")]) == 2
-    assert "a ModernBERT model has no head for the 'ner' task" in capsys.readouterr().err
+    assert main([*common, "--task", "classify", "--prompt", "[MASK]{text}", "--label-words", "good=好", "bad=坏",
+                 "--max-steps", "2", "--out", str(tmp_path / "prompt")]) == 2
+    assert "a ModernBERT model has no head for the 'prompt' task" in capsys.readouterr().err
 
 
 def test_pretrain_a_modern_encoder_and_continue_it(tmp_path, capsys):

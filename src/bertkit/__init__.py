@@ -47,6 +47,8 @@ _EXPORTS = {
     "ModernBertModel": "bertkit.models.modernbert.modeling",
     "ModernBertForMaskedLM": "bertkit.models.modernbert.modeling",
     "ModernBertForSequenceClassification": "bertkit.models.modernbert.modeling",
+    "ModernBertForTokenClassification": "bertkit.models.modernbert.modeling",
+    "ModernBertForQuestionAnswering": "bertkit.models.modernbert.modeling",
 }
 
 __all__ = sorted(_EXPORTS) + ["__version__"]

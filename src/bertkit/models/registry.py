@@ -91,6 +91,8 @@ FAMILIES: tuple[ModelFamily, ...] = (
                 serves=frozenset({"encode", "predict", "evaluate", "serve", "pretrain"}),
                 heads={"classify": "bertkit.models.modernbert.modeling:ModernBertForSequenceClassification",
                        "pairs": "bertkit.models.modernbert.modeling:ModernBertForSequenceClassification",
+                       "ner": "bertkit.models.modernbert.modeling:ModernBertForTokenClassification",
+                       "qa": "bertkit.models.modernbert.modeling:ModernBertForQuestionAnswering",
                        "masked-lm": "bertkit.models.modernbert.modeling:ModernBertForMaskedLM",
                        "encoder": "bertkit.models.modernbert.modeling:ModernBertModel"}),
     ModelFamily("GPT-2", ("gpt2", "bertkit-gpt2", "bertkit-gpt"), "bertkit.models.gpt.configuration:GPT2Config",

@@ -82,6 +82,9 @@ class ModernBertConfig(PretrainedConfig, LabelsMixin):
     classifier_activation: str = "gelu"
     id2label: dict[int, str] | None = None
     text_pairs: bool | None = None               # bertkit's: what a classifier reads: pairs, single texts, both (None)
+    # bertkit's, for a reader (ModernBertForQuestionAnswering): how it was fine-tuned to read questions, so that
+    # predictions read them the same way: {"max_length", "doc_stride", "max_answer_length", "impossible"}
+    qa: dict[str, Any] | None = None
     # bertkit's switches (MODERN_SETTINGS): each of ModernBERT's changes can be turned back to BERT's
     position_embedding_type: str = ROTARY        # or "absolute": a learned table added to the token embeddings
     gated_mlp: bool = True                       # False: Wo(act(Wi(x))), Wi C -> intermediate_size
@@ -112,6 +115,7 @@ class ModernBertConfig(PretrainedConfig, LabelsMixin):
         self.check_labels()
         if self.text_pairs is not None and not isinstance(self.text_pairs, bool):
             raise ConfigError(f"text_pairs must be true, false or null, got {self.text_pairs!r}")
+        self.check_qa()
 
     @property
     def head_dim(self) -> int:
@@ -147,8 +151,9 @@ class ModernBertConfig(PretrainedConfig, LabelsMixin):
 
     def to_dict(self) -> dict[str, Any]:
         out = super().to_dict()
-        if out["text_pairs"] is None:  # bertkit's own key, written only where it says something
-            del out["text_pairs"]
+        for optional in ("text_pairs", "qa"):  # bertkit's own keys, written only where they say something
+            if out[optional] is None:
+                del out[optional]
         for name in MODERN_SETTINGS.keys() - self.changed_settings.keys():
             del out[name]
         if self.changed_settings:
@@ -162,8 +167,11 @@ class ModernBertConfig(PretrainedConfig, LabelsMixin):
             "learned absolute positions"
         norm = ("pre-norm" if self.normalize_before else "post-norm") + (", RMSNorm" if self.norm_type == RMS_NORM
                                                                             else "")
-        return [("layers", f"{self.num_hidden_layers}  hidden {self.hidden_size}  heads {self.num_attention_heads}  "
+        rows = [("layers", f"{self.num_hidden_layers}  hidden {self.hidden_size}  heads {self.num_attention_heads}  "
                            f"{'GLU' if self.gated_mlp else 'ffn'} {self.intermediate_size} ({self.hidden_activation}), "
                            f"{norm}"),
                 ("attention", f"{self.num_hidden_layers - local} global, {local} local ({self.local_attention} "
                               f"tokens); {positions}")]
+        if self.qa:
+            rows.append(("qa", "  ".join(f"{key} {value}" for key, value in self.qa.items())))
+        return rows

@@ -33,6 +33,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from bertkit.models.configuration import ConfigError
 from bertkit.models.dropout import Dropout
 from bertkit.models.functional import (
     ACT2FN,
@@ -47,8 +48,14 @@ from bertkit.models.functional import (
     window_mask,
 )
 from bertkit.models.modernbert.configuration import RMS_NORM, SLIDING, ModernBertConfig
-from bertkit.models.outputs import BertModelOutput, ClassifierOutput, MaskedLMOutput
-from bertkit.models.pretrained import PreTrainedModel, check_ids, classification_loss
+from bertkit.models.outputs import BertModelOutput, ClassifierOutput, MaskedLMOutput, QuestionAnsweringOutput
+from bertkit.models.pretrained import (
+    PreTrainedModel,
+    check_ids,
+    classification_loss,
+    span_loss,
+    token_classification_loss,
+)
 from bertkit.models.sentence_files import CLS
 from bertkit.utils.constants import IGNORE_INDEX, MLM
 
@@ -196,6 +203,8 @@ class ModernBertPreTrainedModel(PreTrainedModel):
         elif isinstance(module, ModernBertForMaskedLM):
             normal(module.decoder, std_out)
         elif isinstance(module, ModernBertForSequenceClassification):
+            normal(module.classifier, cfg.hidden_size ** -0.5)
+        elif isinstance(module, (ModernBertForTokenClassification, ModernBertForQuestionAnswering)):
             normal(module.classifier, cfg.hidden_size ** -0.5)
         elif isinstance(module, (nn.LayerNorm, nn.RMSNorm)):
             nn.init.ones_(module.weight)
@@ -369,8 +378,69 @@ class ModernBertForSequenceClassification(ModernBertPreTrainedModel):
         return ClassifierOutput(loss, logits, out.hidden_states, out.attentions)
 
 
+class ModernBertForTokenClassification(ModernBertPreTrainedModel):
+    """ModernBERT with a classifier on every token's vector, read through the prediction head (NER): logits
+    (B, T, num_labels) over `config.id2label`'s tags."""
+
+    head_prefixes = ("head.", "classifier.")
+    other_head_prefixes = ("decoder.",)
+
+    def __init__(self, config: ModernBertConfig) -> None:
+        super().__init__(config)
+        self.num_labels = config.num_labels
+        self.model = ModernBertModel(config)
+        self.head = ModernBertPredictionHead(config)
+        self.drop = Dropout(config.classifier_dropout)
+        self.classifier = nn.Linear(config.hidden_size, self.num_labels)
+        self.init_weights()
+
+    def forward(self, input_ids: Tensor, attention_mask: Tensor | None = None, token_type_ids: Tensor | None = None,
+                labels: Tensor | None = None, output_attentions: bool = False,
+                output_hidden_states: bool = False) -> ClassifierOutput:
+        """labels (B, T): tag ids, IGNORE_INDEX on the positions not scored."""
+        out = self.model(input_ids, attention_mask, None, output_attentions, output_hidden_states)
+        logits = self.classifier(self.drop(self.head(out.last_hidden_state)))              # (B, T, num_labels)
+        loss = None
+        if labels is not None:
+            loss = token_classification_loss(logits, labels, self.num_labels, self.checks_values(labels))
+        return ClassifierOutput(loss, logits, out.hidden_states, out.attentions)
+
+
+class ModernBertForQuestionAnswering(ModernBertPreTrainedModel):
+    """Extractive QA: every token's vector, read through the prediction head, scored by `classifier`, a Linear
+    (hidden -> 2), as the answer's start and its end. transformers names this Linear `classifier` in ModernBERT
+    (`qa_outputs` in BERT), and so does bertkit, so that directories load both ways."""
+
+    head_prefixes = ("head.", "classifier.")
+    other_head_prefixes = ("decoder.",)
+
+    def __init__(self, config: ModernBertConfig) -> None:
+        if config.num_labels != 2:
+            raise ConfigError(f"a question-answering head has 2 outputs (answer start and end), but the config has "
+                              f"{config.num_labels} labels")
+        super().__init__(config)
+        self.model = ModernBertModel(config)
+        self.head = ModernBertPredictionHead(config)
+        self.drop = Dropout(config.classifier_dropout)
+        self.classifier = nn.Linear(config.hidden_size, 2)
+        self.init_weights()
+
+    def forward(self, input_ids: Tensor, attention_mask: Tensor | None = None, token_type_ids: Tensor | None = None,
+                start_positions: Tensor | None = None, end_positions: Tensor | None = None,
+                output_attentions: bool = False, output_hidden_states: bool = False) -> QuestionAnsweringOutput:
+        """start_positions, end_positions (B,): the answer's first and last token; 0 ([CLS]) for no answer here."""
+        out = self.model(input_ids, attention_mask, None, output_attentions, output_hidden_states)
+        logits = self.classifier(self.drop(self.head(out.last_hidden_state)))              # (B, T, 2)
+        start_logits, end_logits = logits.unbind(-1)                                         # (B, T) each
+        loss = None
+        if start_positions is not None and end_positions is not None:
+            loss = span_loss(start_logits, end_logits, start_positions, end_positions)
+        return QuestionAnsweringOutput(loss, start_logits, end_logits, out.hidden_states, out.attentions)
+
+
 MODEL_CLASSES = {cls.__name__: cls for cls in (ModernBertModel, ModernBertForMaskedLM,
-                                                ModernBertForSequenceClassification)}
+                                                ModernBertForSequenceClassification, ModernBertForTokenClassification,
+                                                ModernBertForQuestionAnswering)}
 
 
 def modernbert_class_for(config: ModernBertConfig) -> type[ModernBertPreTrainedModel]:
