@@ -6,6 +6,7 @@ offset only."""
 from __future__ import annotations
 
 import json
+import random
 import warnings
 
 import numpy as np
@@ -325,6 +326,130 @@ def test_finetune_trains_a_modernbert_classifier(tmp_path, capsys):
     assert main([*common, "--task", "classify", "--prompt", "[MASK]{text}", "--label-words", "good=好", "bad=坏",
                  "--max-steps", "2", "--out", str(tmp_path / "prompt")]) == 2
     assert "a ModernBERT model has no head for the 'prompt' task" in capsys.readouterr().err
+
+
+def modern_directory(path, tokens) -> tuple:
+    """A tiny ModernBERT directory (transformers' masked-LM model, random weights) with a WordPiece vocabulary of
+    `tokens` beside the special ones; (its path, its tokenizer)."""
+    from bertkit.tokenizer import BertTokenizer
+
+    words = dict.fromkeys(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *tokens])
+    tokenizer = BertTokenizer({token: i for i, token in enumerate(words)})
+    config = hf_config(CONFIGS[0])
+    config.vocab_size = len(tokenizer)
+    transformers_model(transformers.ModernBertForMaskedLM, config).save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return path, tokenizer
+
+
+def conll_sentences(count: int, seed: int) -> str:
+    """"[今天] PERSON 在 PLACE VERB": 张三 or 李四 (PER), 北京 or 上海 (LOC), a tag per character."""
+    rng = random.Random(seed)
+    sentences = []
+    for _ in range(count):
+        start = rng.choice(["", "今天"])
+        person, place, verb = rng.choice(["张三", "李四"]), rng.choice(["北京", "上海"]), rng.choice(["工作", "学习"])
+        tags = ["O"] * len(start) + ["B-PER", "I-PER", "O", "B-LOC", "I-LOC", "O", "O"]
+        sentences.append("\n".join(f"{c} {t}" for c, t in zip(start + person + "在" + place + verb, tags)))
+    return "\n\n".join(sentences) + "\n"
+
+
+def encoder_moved(before, after) -> bool:
+    """Whether fine-tuning changed the encoder's weights, not only the fresh head's."""
+    return not torch.equal(before.model.layers[1].attn.Wqkv.weight, after.model.layers[1].attn.Wqkv.weight)
+
+
+def test_finetune_trains_a_modernbert_tagger_that_predict_and_serve_read(tmp_path, capsys):
+    """`bertkit finetune --task ner` on a ModernBERT directory trains its own family's tagger: the encoder's weights
+    move, transformers' ModernBertForTokenClassification loads the best model with bertkit's logits, `predict`
+    finds the entities, and `bertkit serve` answers /predict with predict's spans."""
+    from bertkit.cli import main
+    from bertkit.inference.loading import load_text_model
+    from serve_helpers import ServerProcess
+
+    model_dir, tokenizer = modern_directory(tmp_path / "model", "今天张三李四在北京上海工作学习")
+    for split, count, seed in (("train", 64, 0), ("dev", 16, 1), ("test", 16, 2)):
+        (tmp_path / f"{split}.conll").write_text(conll_sentences(count, seed), encoding="utf-8")
+    assert main(["finetune", "--task", "ner", "--model", str(model_dir), "--train", str(tmp_path / "train.conll"),
+                 "--dev", str(tmp_path / "dev.conll"), "--test", str(tmp_path / "test.conll"), "--max-length", "16",
+                 "--max-steps", "30", "--batch-size", "16", "--learning-rate", "3e-3", "--no-progress", "--out",
+                 str(tmp_path / "run")]) == 0
+    results = json.loads((tmp_path / "run" / "finetune_results.json").read_text())
+    assert results["labels"] == ["O", "B-LOC", "B-PER", "I-LOC", "I-PER"] and results["test_f1"] >= 0.9
+    best = tmp_path / "run" / "best"
+    theirs = transformers.ModernBertForTokenClassification.from_pretrained(best, attn_implementation="eager").eval()
+    assert encoder_moved(transformers.ModernBertForMaskedLM.from_pretrained(model_dir), theirs)
+    ours, _ = load_text_model(best, "predict")
+    assert type(ours).__name__ == "ModernBertForTokenClassification"
+    texts = ["张三在北京工作", "今天李四在上海学习"]
+    encoded = tokenizer(texts, padding=True, return_tensors="pt")
+    real = encoded["attention_mask"].bool()
+    with torch.no_grad():
+        expected = theirs(input_ids=encoded["input_ids"], attention_mask=encoded["attention_mask"]).logits
+        assert_close(ours(encoded["input_ids"], encoded["attention_mask"]).logits[real], expected[real])
+
+    capsys.readouterr()
+    assert main(["predict", "--model", str(best), *texts, "--json"]) == 0
+    predicted = [json.loads(line)["entities"] for line in capsys.readouterr().out.splitlines()]
+    assert [[(e["entity"], e["text"]) for e in found] for found in predicted] == [[("PER", "张三"), ("LOC", "北京")],
+                                                                                  [("PER", "李四"), ("LOC", "上海")]]
+    with ServerProcess(best) as server:
+        status, served = server.post("/predict", {"inputs": [[text] for text in texts]})
+    assert status == 200
+    for got, want in zip(served, predicted):
+        assert [(e["entity"], e["start"], e["end"], e["text"]) for e in got] == \
+               [(e["entity"], e["start"], e["end"], e["text"]) for e in want]
+        assert [e["score"] for e in got] == pytest.approx([e["score"] for e in want], abs=1e-5)
+
+
+def test_finetune_trains_a_modernbert_reader_that_predict_and_serve_read(tmp_path, capsys):
+    """`bertkit finetune --task qa` on a ModernBERT directory trains its own family's reader (its window settings
+    saved in config.json): the encoder's weights move, transformers' ModernBertForQuestionAnswering loads the best
+    model with bertkit's start and end logits, `predict` answers with a span of the context, and `bertkit serve`
+    answers /predict as predict does."""
+    from bertkit.cli import main
+    from bertkit.inference.loading import load_text_model
+    from serve_helpers import ServerProcess
+    from test_qa_cli import VOCAB, WORDS, toy_squad
+
+    model_dir, tokenizer = modern_directory(tmp_path / "model", VOCAB)
+    for split, count, seed in (("train", 48, 0), ("dev", 12, 1)):
+        (tmp_path / f"{split}.json").write_text(json.dumps(toy_squad(count, seed)), encoding="utf-8")
+    assert main(["finetune", "--task", "qa", "--model", str(model_dir), "--train", str(tmp_path / "train.json"),
+                 "--dev", str(tmp_path / "dev.json"), "--max-length", "24", "--doc-stride", "6",
+                 "--max-answer-length", "4", "--max-steps", "6", "--batch-size", "8", "--learning-rate", "1e-3",
+                 "--eval-every", "3", "--no-progress", "--out", str(tmp_path / "run")]) == 0
+    best = tmp_path / "run" / "best"
+    config = json.loads((best / "config.json").read_text())
+    assert config["architectures"] == ["ModernBertForQuestionAnswering"]
+    assert config["qa"] == {"max_length": 24, "doc_stride": 6, "max_answer_length": 4, "impossible": False}
+    theirs = transformers.ModernBertForQuestionAnswering.from_pretrained(best, attn_implementation="eager").eval()
+    assert encoder_moved(transformers.ModernBertForMaskedLM.from_pretrained(model_dir), theirs)
+    ours, _ = load_text_model(best, "predict")
+    assert type(ours).__name__ == "ModernBertForQuestionAnswering"
+    context = " ".join(WORDS[:30]) + " ."
+    questions = ["where is w3 ?", "where is w20 ?"]
+    encoded = tokenizer(questions, [context] * 2, padding=True, return_tensors="pt")
+    real = encoded["attention_mask"].bool()
+    with torch.no_grad():
+        expected = theirs(input_ids=encoded["input_ids"], attention_mask=encoded["attention_mask"])
+        got = ours(encoded["input_ids"], encoded["attention_mask"])
+    assert_close(got.start_logits[real], expected.start_logits[real])
+    assert_close(got.end_logits[real], expected.end_logits[real])
+
+    capsys.readouterr()
+    argv = ["predict", "--model", str(best), "--json", "--context", context]
+    assert main([*argv, *(arg for question in questions for arg in ("--question", question))]) == 0
+    answers = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert len(answers) == 2
+    for answer in answers:
+        assert context[answer["start"]:answer["end"]] == answer["answer"] != "" and 0 < answer["score"] <= 1
+    with ServerProcess(best) as server:
+        status, served = server.post("/predict", {"inputs": [{"question": q, "context": context} for q in questions]})
+    assert status == 200
+    for got, want in zip(served, answers):
+        assert (got["answer"], got["start"], got["end"]) == (want["answer"], want["start"], want["end"])
+        assert got["score"] == pytest.approx(want["score"], abs=1e-5)
 
 
 def test_pretrain_a_modern_encoder_and_continue_it(tmp_path, capsys):

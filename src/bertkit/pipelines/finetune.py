@@ -1,4 +1,4 @@
-"""Fine-tuning, end to end: examples -> features -> a task head on BERT -> Trainer -> best model -> test scores.
+"""Fine-tuning, end to end: examples -> features -> the family's task head -> Trainer -> best model -> test scores.
 
 Tasks: "classify" (one text, a label), "pairs" (two texts, a label), "ner" (a tag per token; tokens are
 characters for Chinese); extractive QA has its own pipeline (pipelines/qa.py). The best checkpoint on the dev

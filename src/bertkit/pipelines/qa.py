@@ -1,5 +1,6 @@
-"""Fine-tuning for extractive question answering, end to end: SQuAD-format questions -> windows -> a
-BertForQuestionAnswering -> Trainer -> the best model on dev (F1) -> test scores and predictions.
+"""Fine-tuning for extractive question answering, end to end: SQuAD-format questions -> windows -> the model
+family's reader (a BERT's BertForQuestionAnswering, a ModernBERT's ModernBertForQuestionAnswering: the registry's
+"qa" head) -> Trainer -> the best model on dev (F1) -> test scores and predictions.
 
     finetune_qa(FinetuneOptions(task="qa", model="all-MiniLM-L6-v2", train="squad-excerpt", out="runs/qa",
                                 minutes=30))
@@ -27,7 +28,7 @@ from bertkit.data.task_kinds import get_task
 from bertkit.errors import InputError
 from bertkit.inference.batching import collate
 from bertkit.inference.qa import answer_windows
-from bertkit.models.bert.heads import BertForQuestionAnswering
+from bertkit.models.registry import family_of
 from bertkit.pipelines.fine_tuning import (
     Scorer,
     TaskParts,
@@ -90,9 +91,10 @@ def load_qa_splits(options: FinetuneOptions) -> dict[str, list[QAExample]]:
 
 @holds_out("bertkit finetune")
 def finetune_qa(options: FinetuneOptions) -> dict[str, Any]:
-    """Train a BertForQuestionAnswering, keep the best dev checkpoint (F1), score it on test; returns (and writes)
-    the results. The run holds options.out, as `bertkit finetune` does."""
+    """Train the model family's reader (its registry's "qa" head), keep the best dev checkpoint (F1), score it on
+    test; returns (and writes) the results. The run holds options.out, as `bertkit finetune` does."""
     started, model_dir, tokenizer = start_run(options, "qa", "finetune_qa")
+    reader = family_of(model_dir).head("qa")  # a family without a reader is refused by name, before any work
     splits = load_qa_splits(options)
     warn_if_fewer_examples(options, len(splits["train"]), "training questions")
     train = sample_examples(splits["train"], options)
@@ -108,7 +110,7 @@ def finetune_qa(options: FinetuneOptions) -> dict[str, Any]:
         return Scorer(len(windows), lambda model: score_answers(
             answer_windows(model, examples, windows, tokenizer.pad_token_id, **decoding), examples))
 
-    parts = TaskParts(model_class=BertForQuestionAnswering, head={"qa": settings}, train=train, dev=splits["dev"],
+    parts = TaskParts(model_class=reader, head={"qa": settings}, train=train, dev=splits["dev"],
                       featurize=featurize, collator=WindowCollator(tokenizer.pad_token_id), scorer=scorer,
                       metric="f1", report=DataReport("the training data"), unit="windows", finetuning_task="qa")
     run = fine_tune(options, parts, model_dir, tokenizer, started)
