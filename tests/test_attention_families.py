@@ -240,8 +240,8 @@ def test_cli_gpt_writes_its_causal_attention(runs, tmp_path, capsys):
                  "there are no attention weights to show; train one with --model gru-attention or lstm-attention"),
     ("gpt", ["--target", "x"], "--target is for translation models and UniLM writers; {run} holds a GPT-2 "
      "model"),
-    ("transformer", ["--pair", "x"], "--pair is for a BERT's sentence pairs; {run} holds a translation model, which "
-                                     "reads one text (give the translation with --target)"),
+    ("transformer", ["--pair", "x"], "--pair is for a BERT's or a ModernBERT's sentence pairs; {run} holds a "
+                                     "translation model, which reads one text (give the translation with --target)"),
     ("transformer", ["--layer", "2"], "--layer 2: the model has 2 encoder and 3 decoder layers"),
     ("gru-attention", ["--layer", "1"], "--layer 1: an RNN's alignment is one matrix (layer 0); leave --layer out"),
     ("transformer", ["--target", " "], "the --target is only white space: it has no tokens, so nothing made for it "

@@ -452,6 +452,44 @@ def test_finetune_trains_a_modernbert_reader_that_predict_and_serve_read(tmp_pat
         assert got["score"] == pytest.approx(want["score"], abs=1e-5)
 
 
+def test_attention_shows_every_layer_and_the_local_layers_band(tmp_path, capsys):
+    """`bertkit attention` on a ModernBERT directory (a masked-LM model: its encoder's attention) and a text longer
+    than the window: the page holds each layer's heads, transformers' attention probabilities to the page's 4
+    decimals; a local layer's weights are zero beyond its window of 4 tokens each side (a band around the
+    diagonal), a global layer's are not; --picture draws a layer's heads; --pair reads a pair, as the classifier
+    of pairs does."""
+    from bertkit.cli import main
+    from test_attention_viewer import page_data
+    from test_figures import assert_real_picture
+
+    model_dir, tokenizer = modern_directory(tmp_path / "model", "今天天气很好明天会下雨我们去公园")
+    text = "今天天气很好明天会下雨我们去公园"                                     # 16 characters: 18 tokens
+    page, picture = tmp_path / "attention.html", tmp_path / "layer.png"
+    capsys.readouterr()
+    assert main(["attention", text, "--model", str(model_dir), "--out", str(page), "--picture", str(picture),
+                 "--layer", "1"]) == 0
+    assert "18 tokens: [CLS] 今 天" in capsys.readouterr().out
+    assert_real_picture(picture)
+    [kind] = page_data(page.read_text(encoding="utf-8"))["kinds"]
+    weights = np.array(kind["attentions"])
+    assert kind["name"] == "self" and weights.shape == (4, 4, 18, 18)
+    encoded = tokenizer([text], return_tensors="pt")
+    with torch.no_grad():
+        theirs = transformers.ModernBertModel.from_pretrained(model_dir, attn_implementation="eager")(
+            **{k: encoded[k] for k in ("input_ids", "attention_mask")}, output_attentions=True).attentions
+    np.testing.assert_allclose(weights, torch.cat(theirs).numpy(), atol=6e-5, rtol=0)
+    offset = np.abs(np.arange(18)[:, None] - np.arange(18)[None, :])
+    layer_types = json.loads((model_dir / "config.json").read_text())["layer_types"]
+    for layer, kind_of_layer in enumerate(layer_types):
+        beyond = weights[layer][:, offset > 4]                                        # (H, pairs beyond the window)
+        assert (beyond == 0).all() if kind_of_layer == SLIDING else (beyond > 0).all(), (layer, kind_of_layer)
+    assert SLIDING in layer_types and FULL in layer_types
+    assert main(["attention", "今天天气很好", "--pair", "明天会下雨", "--model", str(model_dir), "--out",
+                 str(tmp_path / "pair.html")]) == 0
+    [kind] = page_data((tmp_path / "pair.html").read_text(encoding="utf-8"))["kinds"]
+    assert kind["query_types"] == [0] * 8 + [1] * 6  # [CLS] 6 [SEP] | 5 [SEP]
+
+
 def test_pretrain_a_modern_encoder_and_continue_it(tmp_path, capsys):
     """`bertkit pretrain --config modern-tiny --objective mlm`: a ModernBERT pretrained by masked LM alone, which
     transformers loads; `--init` continues it; a sentence objective is refused by name."""

@@ -14,7 +14,7 @@ def _add_attention(sub: argparse._SubParsersAction) -> None:
     p = add_command(sub, "attention", _cmd_attention)
     p.add_argument("text", help="the sentence to look at (with a translation model: the source; with an image model: "
                                 "the image file)")
-    p.add_argument("--pair", help="a second sentence, segment B, for a BERT model (default: none)")
+    p.add_argument("--pair", help="a second sentence, segment B, for a BERT or ModernBERT model (default: none)")
     p.add_argument("--target", help="with a translation model or a UniLM writer: the translation or target to "
                                     "teacher-force (default: the model's own greedy one)")
     p.add_argument("--model", metavar="DIR|NAME", help=MODEL_HELP + "; a `bertkit lm-train`, `bertkit "
@@ -55,8 +55,9 @@ def _picture_files(picture: str | None, config) -> dict[str, str]:
 def _cmd_attention(args: argparse.Namespace) -> int:
     """write an HTML attention viewer (layer/head pickers, head view, matrix)
 
-    Run a sentence (or pair) through a BERT model and write ONE self-contained HTML page: pick a layer and
-    head, hover a token to see its attention lines. A GPT (`bertkit lm-train`) shows its masked (causal)
+    Run a sentence (or pair) through a BERT or a ModernBERT and write ONE self-contained HTML page: pick a layer
+    and head, hover a token to see its attention lines (a ModernBERT's local layers attend within a band around
+    the diagonal, their window). A GPT (`bertkit lm-train`) shows its masked (causal)
     self-attention the same way. A translation run (`bertkit translate-train`) takes the source sentence and
     translates it greedily (or teacher-forces --target): a Transformer's page holds its three kinds of attention
     (encoder self-attention, decoder masked self-attention, cross-attention; pick the kind too), and --picture
@@ -66,7 +67,7 @@ def _cmd_attention(args: argparse.Namespace) -> int:
     (Abnar & Zuidema 2020); --out .html writes the viewer with one token per patch.
     """
 
-    from bertkit.models.registry import require
+    from bertkit.models.registry import FAMILIES, require
     from bertkit.pictures.explain.real_model import resolve_model_dir
     from bertkit.pipelines.run_directory import check_output_file
 
@@ -79,8 +80,9 @@ def _cmd_attention(args: argparse.Namespace) -> int:
     if args.target is not None and config is None and not writer:
         raise InputError(f"--target is for translation models and UniLM writers; {model_dir} holds a {family.name} "
                          "model")
-    if args.pair is not None and family.name != "BERT" and not image:
-        raise InputError(f"--pair is for a BERT's sentence pairs; {model_dir} holds a {family.name} model, which "
+    if args.pair is not None and "pairs" not in family.heads and not image:  # the families whose heads read pairs
+        readers = " or ".join(f"a {one.name}'s" for one in FAMILIES if "pairs" in one.heads)
+        raise InputError(f"--pair is for {readers} sentence pairs; {model_dir} holds a {family.name} model, which "
                         "reads one text" + (" (give the translation with --target)" if config is not None else ""))
     if config is not None:
         from bertkit.pictures.translation_attention import check_has_attention

@@ -86,12 +86,14 @@ class SentenceAttention(_Layered):
 
 
 def load_model_and_tokenizer(model_dir: str | os.PathLike):
-    """A BertModel (eval mode) and its BertTokenizer from one Hugging Face model directory."""
+    """The encoder of a text model directory (eval mode), as its family's registry entry names it (a BERT's
+    BertModel, a ModernBERT's ModernBertModel), and its BertTokenizer."""
     from bertkit.data.quality import check_tokenizer_fits
-    from bertkit.models.bert.modeling import BertModel
+    from bertkit.models.registry import family_of
     from bertkit.tokenizer import BertTokenizer
 
-    model, tokenizer = BertModel.from_pretrained(model_dir), BertTokenizer.from_pretrained(model_dir)
+    encoder = family_of(model_dir).head("encoder")
+    model, tokenizer = encoder.from_pretrained(model_dir), BertTokenizer.from_pretrained(model_dir)
     check_tokenizer_fits(len(tokenizer), model.config.vocab_size, str(model_dir))
     return model, tokenizer
 
