@@ -1,6 +1,7 @@
 """ONNX export: the graph onnxruntime runs gives bertkit's outputs within 1e-4 at batch sizes and lengths other
-than the traced ones, with and without padding; classifiers export their logits; `bertkit export` writes a
-directory that loads again, refuses to overwrite, and refuses models it cannot export."""
+than the traced ones, with and without padding; classifiers export their logits; a ModernBERT's graph takes no
+token_type_ids; `bertkit export` writes a directory that loads again, refuses to overwrite, and refuses models it
+cannot export."""
 
 from __future__ import annotations
 
@@ -19,9 +20,17 @@ from bertkit.inference.loading import load_text_model as load_model  # noqa: E40
 from bertkit.models.bert.configuration import BertConfig  # noqa: E402
 from bertkit.models.bert.heads import BertForMaskedLM, BertForSequenceClassification, BertForTokenClassification  # noqa: E402
 from bertkit.models.bert.modeling import BertModel  # noqa: E402
+from bertkit.models.modernbert.configuration import ModernBertConfig  # noqa: E402
+from bertkit.models.modernbert.modeling import (  # noqa: E402
+    ModernBertForMaskedLM,
+    ModernBertForSequenceClassification,
+    ModernBertForTokenClassification,
+    ModernBertModel,
+)
 from bertkit.tokenizer import BertTokenizer  # noqa: E402
 from conftest import model_dir_or_skip  # noqa: E402
 from tolerance import assert_close  # noqa: E402
+from weights import randomise  # noqa: E402
 
 VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *"abcdefghijklmnop"]
 TINY = dict(vocab_size=len(VOCAB), hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=48,
@@ -57,11 +66,14 @@ def expected(model, feed: dict[str, np.ndarray]) -> list[np.ndarray]:
 
 
 def check_parity(model, path, rtol: float = 1e-4) -> None:
+    """The graph's outputs against the model's, the graph fed the inputs it declares (a ModernBERT's has no
+    token_type_ids; the model is given them and reads none)."""
     session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    declared = [i.name for i in session.get_inputs()]
     for n, (batch, length) in enumerate(SHAPES):
         for padded in (False, True):
             feed = inputs(batch, length, seed=n, padded=padded)
-            got = session.run(None, feed)
+            got = session.run(None, {name: feed[name] for name in declared})
             want = expected(model, feed)
             assert len(got) == len(want)
             for g, w in zip(got, want):
@@ -135,6 +147,45 @@ def test_export_command_writes_refuses_overwrite_and_other_models(tmp_path, toke
     with pytest.raises(ExportError, match="export the float32 model"):
         export_onnx(model.bert.to(torch.bfloat16), tokenizer, tmp_path / "y")
     assert not (tmp_path / "y").exists()
+
+
+MODERN = dict(vocab_size=len(VOCAB), hidden_size=32, intermediate_size=48, num_hidden_layers=3, num_attention_heads=4,
+              max_position_embeddings=40, pad_token_id=0, local_attention=8,
+              layer_types=["full_attention", "sliding_attention", "sliding_attention"])
+
+
+@pytest.mark.parametrize("cls, labels", [(ModernBertModel, None), (ModernBertForSequenceClassification, 3),
+                                         (ModernBertForTokenClassification, 3)])
+def test_modernbert_graphs_take_no_segments_and_give_bertkit_outputs(cls, labels, tmp_path, tokenizer):
+    """A ModernBERT (local and global layers, inputs up to 40 tokens against a window of 9) exports with
+    input_ids and attention_mask alone: it has no segments. Its graph gives bertkit's outputs within 1e-4 at
+    other batches and lengths than the traced ones, padded or not."""
+    torch.manual_seed(3)
+    config = ModernBertConfig(**MODERN, id2label={i: f"L{i}" for i in range(labels)} if labels else None)
+    model = randomise(cls(config))
+    info = export_onnx(model, tokenizer, tmp_path / "out")
+    assert info["inputs"] == ["input_ids", "attention_mask"]
+    assert info["kind"] == ("encoder" if labels is None else "classifier")
+    assert info["outputs"] == (["last_hidden_state"] if labels is None else ["logits"])
+    session = ort.InferenceSession(str(tmp_path / "out" / ONNX_NAME), providers=["CPUExecutionProvider"])
+    assert [(i.name, i.shape) for i in session.get_inputs()] == [("input_ids", ["batch", "sequence"]),
+                                                                  ("attention_mask", ["batch", "sequence"])]
+    check_parity(model, tmp_path / "out" / ONNX_NAME)
+    assert json.loads((tmp_path / "out" / "config.json").read_text())["architectures"] == [cls.__name__]
+
+
+def test_export_command_takes_a_modernbert_directory(tmp_path, tokenizer, capsys):
+    """`bertkit export` on a ModernBERT masked-LM directory writes its encoder's graph, without token_type_ids."""
+    torch.manual_seed(4)
+    model = randomise(ModernBertForMaskedLM(ModernBertConfig(**MODERN)))
+    model.save_pretrained(tmp_path / "m")
+    tokenizer.save_pretrained(tmp_path / "m")
+    capsys.readouterr()
+    assert main(["export", "--model", str(tmp_path / "m"), "--onnx", str(tmp_path / "x")]) == 0
+    assert "encoder: inputs input_ids, attention_mask (int64, batch x sequence); outputs last_hidden_state" in \
+        capsys.readouterr().out
+    check_parity(model.model, tmp_path / "x" / ONNX_NAME)
+    assert json.loads((tmp_path / "x" / "config.json").read_text())["architectures"] == ["ModernBertModel"]
 
 
 @pytest.mark.network

@@ -101,6 +101,7 @@ def test_the_families_and_what_serves_them():
     assert [f.name for f in families_serving("encode")] == ["BERT", "ModernBERT"]
     assert [f.name for f in families_serving("generate")] == ["GPT-2", "recurrent"]
     assert [f.name for f in families_serving("attention")] == ["BERT", "ModernBERT", "GPT-2", "ViT", "translation"]
+    assert [f.name for f in families_serving("export")] == ["BERT", "ModernBERT"]
     assert {f.inputs for f in FAMILIES} == {"text", "images"}
     with pytest.raises(ValueError, match="unknown command"):
         require(FIXTURES / "BertModel", "fly")

@@ -78,9 +78,10 @@ def _add_export(sub: argparse._SubParsersAction) -> None:
 def _cmd_export(args: argparse.Namespace) -> int:
     """export an encoder or a classifier to ONNX (dynamic batch and sequence axes)
 
-    Export a model to ONNX for onnxruntime: inputs input_ids, attention_mask and token_type_ids (int64, batch x
-    sequence, both dynamic); outputs last_hidden_state and pooler_output (an encoder) or logits (a classifier).
-    Needs the onnx extra: pip install 'bertkit[onnx]'.
+    Export a BERT or a ModernBERT to ONNX for onnxruntime: inputs input_ids, attention_mask and, for a BERT,
+    token_type_ids (int64, batch x sequence, both dynamic; a ModernBERT has no segments, so its graph takes no
+    token_type_ids); outputs last_hidden_state and pooler_output (an encoder) or logits (a classifier). Needs the
+    onnx extra: pip install 'bertkit[onnx]'.
     """
     from pathlib import Path
 

@@ -1,13 +1,18 @@
-"""Export a BERT encoder or classifier to ONNX, for onnxruntime and the other runtimes that read it.
+"""Export an encoder or classifier (a BERT's, a ModernBERT's) to ONNX, for onnxruntime and the other runtimes that
+read it.
 
     export_onnx(model, tokenizer, "out/onnx")      # out/onnx/model.onnx + config.json + the tokenizer's files
 
-The graph takes `input_ids`, `attention_mask` and `token_type_ids`, each int64 (batch, sequence), with both
-axes dynamic (the sequence up to the model's positions), and gives float32 outputs named as in bertkit:
+The graph takes `input_ids`, `attention_mask` and, for a family with segment embeddings (BERT), `token_type_ids`,
+each int64 (batch, sequence), with both axes dynamic (the sequence up to the model's positions). A ModernBERT has
+no segments: its graph takes the first two alone, as transformers' ONNX exports of it do, rather than an input
+that nothing reads. The outputs are float32, named as in bertkit:
 
-- an encoder (BertModel; the encoder of a pretraining model): `last_hidden_state` (B, T, C) and, with a
-  pooler, `pooler_output` (B, C);
+- an encoder (BertModel, ModernBertModel; the encoder of a pretraining model): `last_hidden_state` (B, T, C) and,
+  with a pooler, `pooler_output` (B, C);
 - a sequence classifier: `logits` (B, L); a token classifier (NER): `logits` (B, T, L).
+
+Which classes are which is the registry's: each family's "encoder", "classify" and "ner" heads.
 
 torch 2.13 has two exporters. The TorchScript one traces a single run, so every Python decision becomes a
 constant: the model's "is anything padded?" check would then drop the padding mask for every later input.
@@ -32,6 +37,7 @@ import torch
 from torch import Tensor, nn
 
 from bertkit.errors import InputError
+from bertkit.inference.batching import encoder_of
 from bertkit.inference.precision import model_dtype
 from bertkit.utils.atomic import atomic_directory, fsync_directory
 from bertkit.utils.dtypes import FLOAT32
@@ -47,13 +53,15 @@ class ExportError(InputError):
 
 
 class _Graph(nn.Module):
-    """The exported function: the three id tensors in, the model's outputs as a plain tuple out."""
+    """The exported function: the id tensors in (token_type_ids only where the model has segments), the model's
+    outputs as a plain tuple out."""
 
     def __init__(self, model: nn.Module, kind: str) -> None:
         super().__init__()
         self.model, self.kind = model, kind
 
-    def forward(self, input_ids: Tensor, attention_mask: Tensor, token_type_ids: Tensor) -> tuple[Tensor, ...]:
+    def forward(self, input_ids: Tensor, attention_mask: Tensor,
+                token_type_ids: Tensor | None = None) -> tuple[Tensor, ...]:
         out = self.model(input_ids, attention_mask, token_type_ids)
         if self.kind == "classifier":
             return (out.logits.float(),)
@@ -63,17 +71,29 @@ class _Graph(nn.Module):
 
 
 def exported_part(model: nn.Module) -> tuple[nn.Module, str, tuple[str, ...]]:
-    """(the module to export, "encoder" or "classifier", its output names); a clear error for other models."""
-    from bertkit.models.bert.heads import BertForSequenceClassification, BertForTokenClassification
-    from bertkit.models.bert.modeling import BertModel
+    """(the module to export, "encoder" or "classifier", its output names): the model itself when it is its family's
+    sequence or token classifier, else its family's encoder (the model, or the one inside a pretraining model or a
+    reader); a clear error for a cloze classifier and for the families export does not take."""
+    from bertkit.models.registry import FAMILIES, family_for
 
-    if isinstance(model, (BertForSequenceClassification, BertForTokenClassification)):
+    family = family_for(getattr(model.config, "model_type", ""))
+    heads = {name: family.head(name) for name in ("classify", "ner", "encoder", "prompt") if name in family.heads}
+    if "export" not in family.serves or "encoder" not in heads:
+        raise ExportError(f"ONNX export takes an encoder or a sequence/token classifier of "
+                          f"{' or '.join(f.name for f in FAMILIES if 'export' in f.serves)}, not a {family.name} model")
+    if isinstance(model, tuple(heads[name] for name in ("classify", "ner") if name in heads)):
         return model, "classifier", ("logits",)
-    encoder = model if isinstance(model, BertModel) else getattr(model, "bert", None)
-    if isinstance(encoder, BertModel) and type(model).__name__ != "BertForPromptClassification":
-        names = ("last_hidden_state", "pooler_output") if encoder.pooler is not None else ("last_hidden_state",)
-        return encoder, "encoder", names
-    raise ExportError(f"ONNX export takes a BERT encoder or a sequence/token classifier, not {type(model).__name__}")
+    encoder = model if isinstance(model, heads["encoder"]) else encoder_of(model)
+    if isinstance(encoder, heads["encoder"]) and not isinstance(model, heads.get("prompt", ())):
+        has_pooler = getattr(encoder, "pooler", None) is not None
+        return encoder, "encoder", ("last_hidden_state", "pooler_output") if has_pooler else ("last_hidden_state",)
+    raise ExportError(f"ONNX export takes an encoder or a sequence/token classifier, not {type(model).__name__}")
+
+
+def input_names(config: Any) -> tuple[str, ...]:
+    """The graph's inputs: token_type_ids only for a model with segment embeddings (a BERT's type_vocab_size); a
+    family without segments (ModernBERT) takes input_ids and attention_mask alone."""
+    return INPUT_NAMES if getattr(config, "type_vocab_size", 0) else INPUT_NAMES[:2]
 
 
 def _check_exporter() -> None:
@@ -108,15 +128,16 @@ def export_onnx(model: nn.Module, tokenizer: Any, directory: str | os.PathLike, 
     example = example.clamp(max=config.vocab_size - 1)
     mask = torch.ones_like(example)
     mask[1, 6:] = 0  # one padded row: the graph must keep the mask
+    names = input_names(config)
     batch = torch.export.Dim("batch", min=1)
     sequence = torch.export.Dim("sequence", min=1, max=config.max_position_embeddings)
-    dynamic = {name: {0: batch, 1: sequence} for name in INPUT_NAMES}
+    dynamic = {name: {0: batch, 1: sequence} for name in names}
     weight_bytes = sum(p.numel() * p.element_size() for p in part.parameters())
     directory = Path(directory)
     staging = directory / ".export"
     with _quiet_exporter(), atomic_directory(staging) as tmp:
-        program = torch.onnx.export(graph, (example, mask, torch.zeros_like(example)), dynamo=True, verbose=False,
-                                    input_names=list(INPUT_NAMES), output_names=list(output_names),
+        program = torch.onnx.export(graph, (example, mask, torch.zeros_like(example))[:len(names)], dynamo=True,
+                                    verbose=False, input_names=list(names), output_names=list(output_names),
                                     dynamic_shapes=dynamic, opset_version=opset)
         program.save(str(tmp / ONNX_NAME), external_data=weight_bytes > PROTOBUF_LIMIT * 0.9)
         if int8:
@@ -130,7 +151,7 @@ def export_onnx(model: nn.Module, tokenizer: Any, directory: str | os.PathLike, 
         os.replace(staging / name, directory / name)
     fsync_directory(directory)
     shutil.rmtree(staging, ignore_errors=True)
-    return {"path": directory, "kind": kind, "inputs": list(INPUT_NAMES), "outputs": list(output_names),
+    return {"path": directory, "kind": kind, "inputs": list(names), "outputs": list(output_names),
             "files": files}
 
 

@@ -88,7 +88,7 @@ FAMILIES: tuple[ModelFamily, ...] = (
     ModelFamily("ModernBERT", ("modernbert", "bertkit-modernbert"),
                 "bertkit.models.modernbert.configuration:ModernBertConfig",
                 "bertkit.models.modernbert.modeling:modernbert_class_for",
-                serves=frozenset({"encode", "predict", "evaluate", "attention", "serve", "pretrain"}),
+                serves=frozenset({"encode", "predict", "evaluate", "attention", "export", "serve", "pretrain"}),
                 heads={"classify": "bertkit.models.modernbert.modeling:ModernBertForSequenceClassification",
                        "pairs": "bertkit.models.modernbert.modeling:ModernBertForSequenceClassification",
                        "ner": "bertkit.models.modernbert.modeling:ModernBertForTokenClassification",
