@@ -316,7 +316,8 @@ def test_a_model_of_another_family_is_not_read_as_bert(tmp_path, capsys):
         argv = ("--model", tmp_path / "gpt", "x") if command != "export" else ("--model", tmp_path / "gpt", "--onnx",
                                                                                  tmp_path / "onnx")
         err = refused(capsys, command, *argv)
-        takes = {"encode": "BERT and ModernBERT", "predict": "BERT, ModernBERT and ViT", "export": "BERT"}[command]
+        takes = {"encode": "BERT and ModernBERT", "predict": "BERT, ModernBERT and ViT",
+                 "export": "BERT and ModernBERT"}[command]
         assert err.endswith(f"{tmp_path / 'gpt'} holds a GPT-2 model (model_type 'gpt2'); {command} takes {takes} "
                             "models"), err
     (tmp_path / "xl").mkdir()
