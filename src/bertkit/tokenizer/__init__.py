@@ -1,6 +1,7 @@
 """BERT's WordPiece tokenizer, identical in output to Hugging Face's; `BertTokenizer` is the entry point.
 
-- bert.py            BertTokenizer: files, the transformers-style call, decode
+- bert.py            BertTokenizer: files, vocabulary, decode
+- base.py            what tokenizers share: the transformers-style call, padding/truncation rules, look-ups
 - basic.py           the pure-Python backend: clean, split (CJK, punctuation, accents), WordPiece
 - fast.py            the backend on Hugging Face `tokenizers`, used by backend="auto" when installed
 - encoding.py        special tokens, truncation strategies, overflow windows, padding
