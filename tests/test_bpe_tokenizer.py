@@ -1,5 +1,6 @@
 """BPETokenizer against transformers' PreTrainedTokenizerFast on a ModernBERT-style tokenizer.json: same ids, token
-types and masks, decoding, files both ways; what is not implemented is refused; load_tokenizer picks the class.
+types and masks, decoding, files both ways; what is not implemented is refused; load_tokenizer picks the class; and a
+ModernBERT directory with its BPE tokenizer read end to end by `bertkit encode`, `finetune` and `pretrain --init`.
 
 Model hubs are out of reach, so the tokenizer is made here in ModernBERT's shape: a byte-level BPE trained by
 `tokenizers` (on English, Chinese, emoji, digits and runs of whitespace), NFC, GPT-2's split without a prefix space,
@@ -15,6 +16,7 @@ import random
 import warnings
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from bertkit.errors import DataError
@@ -357,3 +359,95 @@ def test_load_tokenizer_picks_the_class(modern_dir, tmp_path):
         tokenizer = load_tokenizer(path, backend="python")
         assert type(tokenizer) is BPETokenizer and tokenizer.backend == "python"
         assert tokenizer(TEXTS[0])["input_ids"] == expected
+
+
+# ---- a ModernBERT directory with its BPE tokenizer, end to end --------------------------------------------------
+
+def modernbert_dir(tokenizer_dir: Path, directory: Path, head: str = "ModernBertModel"):
+    """A tiny random transformers ModernBERT saved with the BPE tokenizer's files; (its model, the directory)."""
+    import torch
+
+    ours = BPETokenizer.from_pretrained(tokenizer_dir)
+    config = transformers.ModernBertConfig(
+        vocab_size=len(ours), hidden_size=32, intermediate_size=48, num_hidden_layers=3, num_attention_heads=4,
+        max_position_embeddings=256, local_attention=8, global_attn_every_n_layers=2,
+        pad_token_id=ours.pad_token_id, cls_token_id=ours.cls_token_id, sep_token_id=ours.sep_token_id,
+        bos_token_id=ours.cls_token_id, eos_token_id=ours.sep_token_id)
+    config._attn_implementation = "eager"
+    torch.manual_seed(0)
+    model = getattr(transformers, head)(config).eval()
+    with torch.no_grad():  # away from the initialisation's zeros and ones, so that every weight counts
+        for parameter in model.parameters():
+            parameter.add_(torch.randn_like(parameter) * 0.05)
+    model.save_pretrained(directory)
+    for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
+        (directory / name).write_bytes((tokenizer_dir / name).read_bytes())
+    return model, directory
+
+
+def test_encode_reads_a_modernbert_directory_with_its_bpe_tokenizer(modern_dir, tmp_path):
+    """`bertkit encode --pooling mean` on the directory: transformers' vectors (its own tokenizer, AutoTokenizer on
+    the same directory, makes the ids) within 1e-5."""
+    import torch
+
+    from bertkit.cli import main
+
+    theirs, directory = modernbert_dir(modern_dir, tmp_path / "model")
+    texts = ["The capital of France is [MASK].", "今天天气很好，我们去公园散步。", "emoji 😀🎉 and  two   spaces",
+             "Café naïve e\u0301"]
+    out = tmp_path / "vectors.npy"
+    assert main(["encode", "--model", str(directory), *texts, "--pooling", "mean", "--out", str(out)]) == 0
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        encoded = transformers.AutoTokenizer.from_pretrained(directory)(texts, padding=True, return_tensors="pt")
+    with torch.no_grad():
+        hidden = theirs(input_ids=encoded["input_ids"], attention_mask=encoded["attention_mask"]).last_hidden_state
+    weights = encoded["attention_mask"].unsqueeze(-1).float()
+    expected = ((hidden * weights).sum(1) / weights.sum(1)).numpy()
+    np.testing.assert_allclose(np.load(out), expected, atol=1e-5, rtol=0)
+
+
+def test_finetune_and_pretrain_init_read_a_modernbert_with_its_bpe_tokenizer(modern_dir, tmp_path, capsys):
+    """`finetune --task classify` trains the directory's classifier on its BPE ids and saves the tokenizer with the
+    best model (transformers loads both, the same ids); `predict` reads it; `pretrain --init` continues the masked LM
+    on a corpus read through the same tokenizer, and refuses whole-word masking with it."""
+    from bertkit.cli import main
+
+    _, directory = modernbert_dir(modern_dir, tmp_path / "model", head="ModernBertForMaskedLM")
+    rng = np.random.default_rng(0)
+    for split, count in (("train", 160), ("dev", 40), ("test", 40)):
+        rows = []
+        for i in range(count):
+            label = ["good", "bad"][i % 2]
+            filler = " ".join(rng.choice(["the", "fox", "dog", "今天", "😀"], size=rng.integers(1, 4)))
+            rows.append(f"{filler} {'good' if label == 'good' else 'bad'} {filler}\t{label}")
+        (tmp_path / f"{split}.tsv").write_text("\n".join(rows) + "\n", encoding="utf-8")
+    assert main(["finetune", "--task", "classify", "--model", str(directory), "--train", str(tmp_path / "train.tsv"),
+                 "--dev", str(tmp_path / "dev.tsv"), "--test", str(tmp_path / "test.tsv"), "--max-length", "32",
+                 "--no-progress", "--max-steps", "40", "--batch-size", "16", "--learning-rate", "3e-3", "--out",
+                 str(tmp_path / "run")]) == 0
+    results = json.loads((tmp_path / "run" / "finetune_results.json").read_text())
+    assert results["test_accuracy"] >= 0.9
+    best = tmp_path / "run" / "best"
+    assert type(load_tokenizer(best)) is BPETokenizer
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        saved = transformers.AutoTokenizer.from_pretrained(best)
+    assert saved(TEXTS, PAIRS)["input_ids"] == reference(modern_dir)(TEXTS, PAIRS)["input_ids"]
+    capsys.readouterr()
+    assert main(["predict", "--model", str(best), "the good dog", "a bad fox"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert "good" in lines[0] and "bad" in lines[1]
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("".join(" ".join(CORPUS[k % len(CORPUS)] for k in range(i, i + 3)) + "\n\n"
+                              for i in range(60)), encoding="utf-8")
+    assert main(["pretrain", "--init", str(directory), "--objective", "mlm", "--corpus", str(corpus), "--out",
+                 str(tmp_path / "more"), "--max-steps", "3", "--batch-size", "8", "--max-seq-length", "64",
+                 "--no-progress"]) == 0
+    assert type(load_tokenizer(tmp_path / "more")) is BPETokenizer
+    capsys.readouterr()
+    assert main(["pretrain", "--init", str(directory), "--objective", "mlm", "--wwm", "--corpus", str(corpus), "--out",
+                 str(tmp_path / "wwm"), "--max-steps", "1", "--no-progress"]) == 2
+    assert "whole-word masking (--wwm) is not implemented for the byte-level BPE" in capsys.readouterr().err
+    assert transformers.ModernBertForMaskedLM.from_pretrained(tmp_path / "more").config.vocab_size == len(
+        load_tokenizer(directory))
