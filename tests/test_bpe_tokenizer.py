@@ -410,7 +410,8 @@ def test_encode_reads_a_modernbert_directory_with_its_bpe_tokenizer(modern_dir, 
 def test_finetune_and_pretrain_init_read_a_modernbert_with_its_bpe_tokenizer(modern_dir, tmp_path, capsys):
     """`finetune --task classify` trains the directory's classifier on its BPE ids and saves the tokenizer with the
     best model (transformers loads both, the same ids); `predict` reads it; `pretrain --init` continues the masked LM
-    on a corpus read through the same tokenizer, and refuses whole-word masking with it."""
+    on a corpus read through the same tokenizer, and refuses whole-word masking with it; ner and qa, which need
+    each word's or each token's place in the text, are refused for it by name."""
     from bertkit.cli import main
 
     _, directory = modernbert_dir(modern_dir, tmp_path / "model", head="ModernBertForMaskedLM")
@@ -446,8 +447,43 @@ def test_finetune_and_pretrain_init_read_a_modernbert_with_its_bpe_tokenizer(mod
                  "--no-progress"]) == 0
     assert type(load_tokenizer(tmp_path / "more")) is BPETokenizer
     capsys.readouterr()
+    (tmp_path / "tags.conll").write_text("good B-X\ndog O\n\n" * 20, encoding="utf-8")
+    squad = {"version": "v2.0", "data": [{"title": "t", "paragraphs": [{"context": "the good dog", "qas": [
+        {"id": "1", "question": "which dog?", "answers": [{"text": "good", "answer_start": 4}]}]}]}]}
+    (tmp_path / "squad.json").write_text(json.dumps(squad), encoding="utf-8")
+    for task, data, why in (("ner", "tags.conll", "it tokenizes each word on its own"),
+                            ("qa", "squad.json", "answers are found by each token's character offsets")):
+        path = str(tmp_path / data)
+        assert main(["finetune", "--task", task, "--model", str(directory), "--train", path, "--dev", path, "--test",
+                     path, "--max-steps", "1", "--out", str(tmp_path / task)]) == 2
+        err = capsys.readouterr().err
+        assert f"--task {task} is not implemented for the byte-level BPE tokenizer" in err and why in err
     assert main(["pretrain", "--init", str(directory), "--objective", "mlm", "--wwm", "--corpus", str(corpus), "--out",
                  str(tmp_path / "wwm"), "--max-steps", "1", "--no-progress"]) == 2
     assert "whole-word masking (--wwm) is not implemented for the byte-level BPE" in capsys.readouterr().err
     assert transformers.ModernBertForMaskedLM.from_pretrained(tmp_path / "more").config.vocab_size == len(
         load_tokenizer(directory))
+
+
+def test_attention_reads_a_modernbert_with_its_bpe_tokenizer(modern_dir, tmp_path, capsys):
+    """`bertkit attention` on the directory: the page's tokens are transformers' (byte characters, [MASK] with the
+    space it took), its weights transformers' attention probabilities."""
+    import torch
+
+    from bertkit.cli import main
+    from test_attention_viewer import page_data
+
+    theirs, directory = modernbert_dir(modern_dir, tmp_path / "model")
+    text = "The capital of France is [MASK]. 今天 😀"
+    assert main(["attention", text, "--model", str(directory), "--out", str(tmp_path / "page.html")]) == 0
+    [kind] = page_data((tmp_path / "page.html").read_text(encoding="utf-8"))["kinds"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        auto = transformers.AutoTokenizer.from_pretrained(directory)
+    encoded = auto([text], return_tensors="pt")
+    assert kind["query_tokens"] == auto.convert_ids_to_tokens(encoded["input_ids"][0].tolist())
+    theirs.config._attn_implementation = "eager"
+    with torch.no_grad():
+        attentions = theirs(input_ids=encoded["input_ids"], attention_mask=encoded["attention_mask"],
+                            output_attentions=True).attentions
+    np.testing.assert_allclose(np.array(kind["attentions"]), torch.cat(attentions).numpy(), atol=6e-5, rtol=0)
