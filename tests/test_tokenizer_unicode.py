@@ -1,10 +1,12 @@
-"""Every Unicode code point through the pure-Python tokenizer against Hugging Face `tokenizers`.
+"""Every Unicode code point through the pure-Python tokenizers against Hugging Face `tokenizers`.
 
 `bertkit.tokenizer.unicode_tables` holds character tables derived from `tokenizers` (which classifies with
-Unicode 8.0 tables, decomposes with a slightly newer NFD and lowercases with Rust's current Unicode).
-The first test derives them again, code point by code point, and on a mismatch prints the ranges to
-paste in; the second runs the code points (all of planes 0 and 1, a sample above) through both
-tokenizers, in context, and compares words and offsets for three normaliser settings.
+Unicode 8.0 tables, decomposes with a slightly newer NFD, lowercases with Rust's current Unicode, and
+splits byte-level BPE's words with Oniguruma's Unicode 16.0 letters and numbers). The first test derives
+them again, code point by code point, and on a mismatch prints the ranges to paste in; the second runs
+the code points (all of planes 0 and 1, a sample above) through both WordPiece tokenizers, in context,
+and compares words and offsets for three normaliser settings; the third does the same for byte-level
+BPE's NFC and split.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import pytest
 
 from bertkit.tokenizer import unicode_tables as uni
 from bertkit.tokenizer.basic import PythonBackend
+from bertkit.tokenizer.bytelevel import pre_tokenize
 
 tokenizers = pytest.importorskip("tokenizers")
 from tokenizers import normalizers, pre_tokenizers  # noqa: E402
@@ -53,9 +56,10 @@ def derive_tables() -> dict[str, object]:
     lower = normalizers.BertNormalizer(clean_text=False, handle_chinese_chars=False, strip_accents=False,
                                        lowercase=True)
     nfd, split = normalizers.NFD(), pre_tokenizers.BertPreTokenizer()
+    byte_level = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tables: dict[str, object] = {name: set() for name in
                                  ("CONTROL", "WHITESPACE", "PUNCTUATION", "NONSPACING_MARK", "COMBINING_MARKS",
-                                  "NO_DECOMPOSITION")}
+                                  "NO_DECOMPOSITION", "LETTER", "NUMBER", "BPE_WHITESPACE")}
     tables["LOWERCASE"] = {}
     for code in CODE_POINTS:
         char = chr(code)
@@ -85,6 +89,16 @@ def derive_tables() -> dict[str, object]:
         lowered = lower.normalize_str(char)
         if lowered != char.lower():
             tables["LOWERCASE"][code] = lowered
+        # GPT-2's split keeps a letter between letters, a number between numbers, any other non-space between
+        # symbols in one word; what is none of the three is its whitespace
+        one_word = {kind: len(byte_level.pre_tokenize_str(f"{edge}{char}{edge}")) == 1
+                    for kind, edge in (("letter", "a"), ("number", "1"), ("symbol", "!"))}
+        if one_word["letter"]:
+            tables["LETTER"].add(code)
+        if one_word["number"]:
+            tables["NUMBER"].add(code)
+        if not any(one_word.values()):
+            tables["BPE_WHITESPACE"].add(code)
     return tables
 
 
@@ -92,9 +106,12 @@ def derive_tables() -> dict[str, object]:
 def test_tables_are_what_tokenizers_does():
     derived = derive_tables()
     problems = []
-    for name in ("CONTROL", "WHITESPACE", "PUNCTUATION", "NONSPACING_MARK", "COMBINING_MARKS", "NO_DECOMPOSITION"):
+    for name in ("CONTROL", "WHITESPACE", "PUNCTUATION", "NONSPACING_MARK", "COMBINING_MARKS", "NO_DECOMPOSITION",
+                 "LETTER", "NUMBER"):
         if derived[name] != _codes(getattr(uni, name)):
             problems.append(f'{name} = _ranges("""\n{_spec(derived[name])}\n""")')
+    if derived["BPE_WHITESPACE"] != _codes(uni.WHITESPACE):  # byte-level BPE's split reads \s as WHITESPACE
+        problems.append(f"byte-level BPE's whitespace is no longer WHITESPACE: {_spec(derived['BPE_WHITESPACE'])}")
     lowercase = {code: text for code, text in uni.LOWERCASE.items() if text != chr(code).lower()}
     if derived["LOWERCASE"] != lowercase:
         problems.append("LOWERCASE: " + " ".join(f"{code:04X}>{ord(text):04X}"
@@ -124,3 +141,22 @@ def test_every_code_point_in_context(lowercase, strip_accents):
             words = [word for word, _ in pre_tokenizers.BertPreTokenizer().pre_tokenize_str(
                 reference.normalizer.normalize_str(text))]
             assert basic.split(text) == words, f"U+{ord(chars[0]):04X}.."
+
+
+@pytest.mark.slow
+def test_every_code_point_through_byte_level_bpe_in_context():
+    """NFC and GPT-2's split, as tokenizers' NFC normaliser and ByteLevel pre-tokenizer: each code point between
+    letters, numbers and symbols, decomposed before a mark, after one and among marks (where only Python's tables
+    know a mark, nothing may be reordered or composed across it), and against another code point."""
+    nfc, byte_level = normalizers.NFC(), pre_tokenizers.ByteLevel(add_prefix_space=False)
+    chunk = 2048
+    for start in range(0, len(IN_CONTEXT), chunk):
+        chars = [chr(code) for code in IN_CONTEXT[start:start + chunk]]
+        texts = [" ".join(f"x{c}y 1{c}2 !{c}? {c}" for c in chars),
+                 "".join(f"{unicodedata.normalize('NFD', c)}\u0301e{c}\u0334\u0301o\u0301{c}\u0323 " for c in chars),
+                 "".join(chars)]
+        for text in texts:
+            normalized = nfc.normalize_str(text)
+            assert uni.nfc(text) == normalized, f"U+{ord(chars[0]):04X}.."
+            words = [word for word, _ in byte_level.pre_tokenize_str(normalized)]
+            assert pre_tokenize(normalized) == words, f"U+{ord(chars[0]):04X}.."

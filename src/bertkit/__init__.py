@@ -23,6 +23,7 @@ _EXPORTS = {
     "BertForQuestionAnswering": "bertkit.models.bert.heads",
     "BertForUniLM": "bertkit.models.bert.unilm",
     "BertTokenizer": "bertkit.tokenizer",
+    "BPETokenizer": "bertkit.tokenizer",
     "SentenceEncoder": "bertkit.inference.sentence_encoder",
     "GPT2Config": "bertkit.models.gpt.configuration",
     "GPT2PreTrainedModel": "bertkit.models.gpt.modeling",

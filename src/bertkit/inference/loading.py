@@ -39,16 +39,17 @@ def on_device(model: Any, device: Any = None) -> Any:
 
 
 def load_text_model(spec: str | os.PathLike, command: str = "predict", device: Any = None, **config_changes: Any):
-    """(model in eval mode, its BertTokenizer) of a text model's directory or name, for `command`; on `device`
-    (`on_device`: None leaves it on the CPU)."""
-    from bertkit.tokenizer import BertTokenizer
+    """(model in eval mode, its tokenizer) of a text model's directory or name, for `command`; on `device`
+    (`on_device`: None leaves it on the CPU). The tokenizer is the kind its files hold: a BertTokenizer for
+    WordPiece, a BPETokenizer for byte-level BPE (ModernBERT's own checkpoints)."""
+    from bertkit.tokenizer import load_tokenizer
 
     path, family = model_family(spec, command)
     if family.inputs != "text":
         raise InputError(f"{path} holds a {family.name} model, which reads {family.inputs}, not text")
     config = family.load_config(path)
     model = family.load(path, config, **config_changes)
-    tokenizer = BertTokenizer.from_pretrained(path)
+    tokenizer = load_tokenizer(path)
     check_tokenizer_fits(len(tokenizer), config.vocab_size, str(path))
     return on_device(model, device), tokenizer
 

@@ -87,13 +87,13 @@ class SentenceAttention(_Layered):
 
 def load_model_and_tokenizer(model_dir: str | os.PathLike):
     """The encoder of a text model directory (eval mode), as its family's registry entry names it (a BERT's
-    BertModel, a ModernBERT's ModernBertModel), and its BertTokenizer."""
+    BertModel, a ModernBERT's ModernBertModel), and its tokenizer (WordPiece or byte-level BPE, as its files hold)."""
     from bertkit.data.quality import check_tokenizer_fits
     from bertkit.models.registry import family_of
-    from bertkit.tokenizer import BertTokenizer
+    from bertkit.tokenizer import load_tokenizer
 
     encoder = family_of(model_dir).head("encoder")
-    model, tokenizer = encoder.from_pretrained(model_dir), BertTokenizer.from_pretrained(model_dir)
+    model, tokenizer = encoder.from_pretrained(model_dir), load_tokenizer(model_dir)
     check_tokenizer_fits(len(tokenizer), model.config.vocab_size, str(model_dir))
     return model, tokenizer
 

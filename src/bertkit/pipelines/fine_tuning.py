@@ -88,14 +88,14 @@ def start_run(options: FinetuneOptions, task: str, pipeline: str) -> tuple[float
     """What a task's pipeline does first: (the time it started, the pretrained model's directory, its tokenizer). A
     run of another task is refused, and so is a GPU the machine lacks, before any work; the threads are set."""
     from bertkit.errors import InputError
-    from bertkit.tokenizer import BertTokenizer
+    from bertkit.tokenizer import load_tokenizer
 
     if options.task != task:
         raise InputError(f"{pipeline} trains the {task} task, not {options.task!r}")
     started = time.perf_counter()
     options.start()
     model_dir = resolve_model(options.model)
-    return started, model_dir, BertTokenizer.from_pretrained(model_dir)
+    return started, model_dir, load_tokenizer(model_dir)
 
 
 def sample_examples(examples: list, options: FinetuneOptions) -> list:

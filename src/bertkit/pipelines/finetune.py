@@ -185,7 +185,7 @@ def evaluate_features(model, task: TaskKind, features, pad_token_id: int, id2lab
 def finetune(options: FinetuneOptions) -> dict[str, Any]:
     """Train, keep the best dev checkpoint, score it on test; returns (and writes) the results. The run holds
     options.out (`run_directory`: an earlier run or model there is refused unless options.overwrite)."""
-    from bertkit.tokenizer import BertTokenizer
+    from bertkit.tokenizer import BPETokenizer, load_tokenizer
 
     started = time.perf_counter()
     options.start()  # before any work: the device (a GPU the machine lacks is refused) and the threads
@@ -194,7 +194,10 @@ def finetune(options: FinetuneOptions) -> dict[str, Any]:
         raise InputError("extractive question answering has its own pipeline: bertkit.pipelines.qa.finetune_qa "
                          "(`bertkit finetune --task qa` runs it)")
     model_dir = resolve_model(options.model)
-    tokenizer = BertTokenizer.from_pretrained(model_dir)
+    tokenizer = load_tokenizer(model_dir)
+    if task.token_level and isinstance(tokenizer, BPETokenizer):
+        raise InputError(f"--task {task.name} is not implemented for the byte-level BPE tokenizer of {model_dir}: "
+                         "it tokenizes each word on its own, and BPE's ids depend on the space before a word")
     splits = load_task_data(task, options.train, options.dev, options.test, options.encoding)
     train = splits["train"]
     warn_if_fewer_examples(options, len(train))

@@ -65,10 +65,10 @@ def prepare(options: PretrainOptions, resumed: Path | None = None) -> Pretrainin
     it yet, and the plan built only where none of these settings is cached beside the store: runs of one corpus that
     differ in other options (an ablation), later runs and resumed ones read both back. `resumed`: the directory of
     the run this one continues (its corpus is checked first)."""
-    from bertkit.tokenizer import BertTokenizer
+    from bertkit.tokenizer import load_tokenizer
 
     directory = tokenizer_directory(options)
-    tokenizer = BertTokenizer.from_pretrained(directory)
+    tokenizer = load_tokenizer(directory)
     data = build(tokenizer, directory, data_settings(options), progress=options.progress and process_rank() == 0,
                  resumed=resumed)
     return PretrainingRun(tokenizer, data, initial_model(options, tokenizer, directory), options)
@@ -79,14 +79,14 @@ def tokenizer_directory(options: PretrainOptions) -> Path:
     the same vocabulary: the model's embedding rows are indexed by it)."""
     from bertkit.data.sources import resolve_model
     from bertkit.models.registry import require
-    from bertkit.tokenizer import BertTokenizer
+    from bertkit.tokenizer import load_tokenizer
 
     if options.init is None:
         return Path(options.vocab)
     model = resolve_model(options.init)
     require(model, "pretrain")  # a BERT: another family's weights mean nothing here
     if options.vocab is not None and Path(options.vocab).resolve() != model.resolve():
-        if BertTokenizer.from_pretrained(options.vocab).get_vocab() != BertTokenizer.from_pretrained(model).get_vocab():
+        if load_tokenizer(options.vocab).get_vocab() != load_tokenizer(model).get_vocab():
             raise InputError(f"--vocab {options.vocab} is not the vocabulary of --init {options.init}: the model's "
                              "embeddings are indexed by its own; leave --vocab out")
     return model

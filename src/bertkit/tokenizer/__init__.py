@@ -1,15 +1,24 @@
-"""BERT's WordPiece tokenizer, identical in output to Hugging Face's; `BertTokenizer` is the entry point.
+"""BERT's WordPiece tokenizer and byte-level BPE (ModernBERT's), identical in output to Hugging Face's;
+`load_tokenizer(path)` gives whichever a directory holds, `BertTokenizer` and `BPETokenizer` are the two.
 
-- bert.py            BertTokenizer: files, the transformers-style call, decode
-- basic.py           the pure-Python backend: clean, split (CJK, punctuation, accents), WordPiece
-- fast.py            the backend on Hugging Face `tokenizers`, used by backend="auto" when installed
+- auto.py            load_tokenizer: the tokenizer class a directory's files call for
+- base.py            what both share: the transformers-style call, padding/truncation rules, look-ups
+- bert.py            BertTokenizer: WordPiece files, vocabulary, decode
+- basic.py           its pure-Python backend: clean, split (CJK, punctuation, accents), WordPiece
+- bpe.py             BPETokenizer: byte-level BPE's vocabulary, special tokens, decode
+- bytelevel.py       its pure-Python backend: NFC, GPT-2's split, the byte-to-character table, merges by rank
+- added_tokens.py    tokens found in the text before anything else ([MASK], ...), with lstrip / rstrip
+- bpe_files.py       tokenizer.json (BPE) / tokenizer_config.json reading, refusal of what is not implemented, writing
+- fast.py            the backends on Hugging Face `tokenizers`, used by backend="auto" when installed
 - encoding.py        special tokens, truncation strategies, overflow windows, padding
 - detokenize.py      decoded WordPiece text back to running text (for people and for BLEU)
-- files.py           vocab.txt / tokenizer.json / tokenizer_config.json reading and writing
-- unicode_tables.py  character classes as `tokenizers` sees them (its Unicode version, not Python's)
+- files.py           vocab.txt / tokenizer.json (WordPiece) / tokenizer_config.json reading and writing
+- unicode_tables.py  character classes as `tokenizers` sees them (its Unicode version, not Python's), its NFC
 """
 
+from bertkit.tokenizer.auto import load_tokenizer
 from bertkit.tokenizer.bert import BatchEncoding, BertTokenizer, clean_up_tokenization
+from bertkit.tokenizer.bpe import BPETokenizer
 from bertkit.tokenizer.detokenize import detokenize
 
-__all__ = ["BatchEncoding", "BertTokenizer", "clean_up_tokenization", "detokenize"]
+__all__ = ["BPETokenizer", "BatchEncoding", "BertTokenizer", "clean_up_tokenization", "detokenize", "load_tokenizer"]

@@ -1,9 +1,9 @@
-"""The "fast" backend: the same text -> ids and offsets step, done by Hugging Face's Rust `tokenizers`.
+"""The "fast" backends: the same text -> ids (and offsets) step, done by Hugging Face's Rust `tokenizers`.
 
-Only normalisation, word splitting and WordPiece run in Rust (batched, in parallel); truncation, the
-special tokens and padding stay in `encoding`, shared with the pure-Python backend, so the
-two backends can only differ where their tokenisation differs, and the tests check it does not.
-`tokenizers` is an optional dependency (`pip install 'bertkit[fast]'`) imported only here.
+Only normalisation, word splitting and WordPiece or BPE run in Rust (batched, in parallel); truncation,
+the special tokens and padding stay in `encoding`, shared with the pure-Python backends, so a fast
+backend can only differ from its Python one where their tokenisation differs, and the tests check it
+does not. `tokenizers` is an optional dependency (`pip install 'bertkit[fast]'`) imported only here.
 """
 
 from __future__ import annotations
@@ -53,3 +53,26 @@ class FastBackend:
         if offsets:
             return [(encoding.ids, encoding.offsets) for encoding in encodings]
         return [(encoding.ids, None) for encoding in encodings]
+
+
+class FastBPEBackend:
+    """Text -> ids (no special tokens added) with a `tokenizers.Tokenizer` read from a byte-level BPE tokenizer.json,
+    the one `bpe_files.tokenizer_json` writes for the tokenizer, so both backends read the same pipeline."""
+
+    name = "fast"
+
+    def __init__(self, tokenizer_json: str):
+        try:
+            from tokenizers import Tokenizer
+        except ImportError as err:
+            raise ImportError("backend='fast' needs the tokenizers package: pip install 'bertkit[fast]' "
+                              "(or use backend='python')") from err
+        self._tokenizer = Tokenizer.from_str(tokenizer_json)
+
+    def encode(self, texts: list[str], offsets: bool = False) -> list[tuple[list[int], list | None]]:
+        """For each text, its ids (offsets are refused by `BPETokenizer` before it asks)."""
+        return [(encoding.ids, None) for encoding in self._tokenizer.encode_batch(texts, add_special_tokens=False)]
+
+    def tokens(self, text: str) -> list[str]:
+        """The tokens of `text` as strings, as `tokenizers` spells them."""
+        return self._tokenizer.encode(text, add_special_tokens=False).tokens

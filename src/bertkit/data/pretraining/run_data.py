@@ -36,6 +36,7 @@ from bertkit.data.pretraining.store_cache import cached_store
 from bertkit.data.quality import DataReport
 from bertkit.data.readers import DataWarning
 from bertkit.errors import InputError
+from bertkit.tokenizer.bpe import BPETokenizer
 
 # The held-out probe is the same whatever the run's recipe: BERT's masking (15%, 80/10/10) of single
 # segments at the run's sequence length, so accuracies of runs with other masking rates compare.
@@ -92,6 +93,9 @@ def build(tokenizer, vocab: str | Path, settings: DataSettings, *, progress: boo
     while a corpus is tokenized (the main process of a multi-process run, only); `resumed`: the directory of the run
     this one resumes, whose corpus must be the text it started with (checked before anything is read)."""
     mix = settings.corpus
+    if settings.wwm and isinstance(tokenizer, BPETokenizer):
+        raise InputError(f"whole-word masking (--wwm) is not implemented for the byte-level BPE tokenizer of {vocab}: "
+                         "it tokenizes jieba's words one by one, and BPE's ids depend on the space before a word")
     if resumed is not None:
         check_corpus_unchanged(mix, resumed, tokenizer, settings.wwm, settings.encoding)
     stores = corpus_stores(mix, tokenizer, vocab, settings.wwm, settings.encoding, progress)

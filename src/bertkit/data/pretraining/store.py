@@ -30,6 +30,8 @@ import numpy as np
 
 from bertkit.data.sources import home
 from bertkit.errors import DataError, InputError
+from bertkit.tokenizer.bpe import BPETokenizer
+from bertkit.tokenizer.bpe_files import tokenizer_json
 from bertkit.utils import jsonfiles
 
 FORMAT, VERSION = "bertkit-token-store", 1
@@ -51,9 +53,14 @@ class StoreError(DataError):
 
 
 def tokenizer_identity(tokenizer) -> dict:
-    """What decides a tokenizer's ids: its vocabulary (hashed, in id order) and its settings."""
+    """What decides a tokenizer's ids: its vocabulary (hashed, in id order) and its settings (WordPiece's
+    normalisation; byte-level BPE's merges, added tokens and steps, all of its tokenizer.json, hashed)."""
     vocab = tokenizer.get_vocab()
     digest = hashlib.sha256("\n".join(sorted(vocab, key=vocab.__getitem__)).encode("utf-8")).hexdigest()
+    if isinstance(tokenizer, BPETokenizer):
+        pipeline = json.dumps(tokenizer_json(tokenizer), sort_keys=True, ensure_ascii=False).encode("utf-8")
+        return {"vocab_sha256": digest, "tokens": len(tokenizer), "special_tokens": tokenizer.all_special_tokens,
+                "tokenizer_json_sha256": hashlib.sha256(pipeline).hexdigest()}
     return {"vocab_sha256": digest, "tokens": len(tokenizer), "lowercase": tokenizer.do_lower_case,
             "strip_accents": tokenizer.strip_accents, "tokenize_chinese_chars": tokenizer.tokenize_chinese_chars,
             "clean_text": tokenizer.clean_text, "special_tokens": tokenizer.all_special_tokens,
