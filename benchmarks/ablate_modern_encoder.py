@@ -27,14 +27,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from ablate_pretraining import run_group  # noqa: E402
 from bench_time_to_quality import EVAL_FRACTION, PROBE_SIZE, SEED, SEQ, bert_data, probe_finetune, score  # noqa: E402
 from bertkit.models.modernbert.configuration import FULL  # noqa: E402
 from bertkit.pipelines.demo import build_demo_vocab, pretraining_corpus  # noqa: E402
@@ -94,22 +93,6 @@ def train_one(spec: dict) -> dict:
     return result
 
 
-def run_all(specs: list[dict], jobs: int, on_result) -> None:
-    """Train the specs, `jobs` at a time, each in its own process (one thread each when side by side)."""
-    env = dict(os.environ, **({"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"} if jobs > 1 else {}))
-    pending, running = list(specs), []
-    while pending or running:
-        while pending and len(running) < jobs:
-            spec = pending.pop(0)
-            result_file = Path(spec["out"] + ".result.json")
-            command = [sys.executable, __file__, "--train-one", json.dumps(spec), "--result", str(result_file)]
-            running.append((subprocess.Popen(command, env=env), result_file))
-        process, result_file = running.pop(0)
-        if process.wait() != 0:
-            raise SystemExit(f"a run failed: {result_file}")
-        on_result(json.loads(result_file.read_text()))
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--minutes", type=float, default=5.0, help="each row's pretraining wall clock")
@@ -145,7 +128,7 @@ def main() -> None:
         print(f"  {result['name']}: MLM {result['mlm_accuracy']:.4f}, probe {result['probe_accuracy']:.3f}",
               flush=True)
 
-    run_all(specs, args.jobs, record)
+    run_group(specs, args.jobs, record, script=__file__)
     modern = done["modern-tiny"]
     lines = [f"| row | parameters | steps in {args.minutes:g} min | held-out MLM accuracy | 200 labels, test accuracy "
              "(3 seeds) | against modern-tiny |", "|---|---|---|---|---|---|"]

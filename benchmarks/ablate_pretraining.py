@@ -92,9 +92,10 @@ def train_one(spec: dict) -> dict:
     return result
 
 
-def run_group(specs: list[dict], jobs: int, on_result=lambda result: None) -> list[dict]:
-    """Train the specs, `jobs` at a time, each in its own process (one thread each when side by side);
-    `on_result` sees each result as it comes (the log, so an interrupted ablation resumes where it was)."""
+def run_group(specs: list[dict], jobs: int, on_result=lambda result: None, script: str = __file__) -> list[dict]:
+    """Train the specs, `jobs` at a time, each in its own process (`script --train-one SPEC`, one thread each when
+    side by side); `on_result` sees each result as it comes (the log, so an interrupted ablation resumes where it
+    was)."""
     env = dict(os.environ, **({"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"} if jobs > 1 else {}))
     results, pending = [], list(specs)
     running: list[tuple[subprocess.Popen, Path]] = []
@@ -102,7 +103,7 @@ def run_group(specs: list[dict], jobs: int, on_result=lambda result: None) -> li
         while pending and len(running) < jobs:
             spec = pending.pop(0)
             result_file = Path(spec["out"] + ".result.json")  # not with_suffix: "lr=0.002" has one
-            command = [sys.executable, __file__, "--train-one", json.dumps(spec), "--result", str(result_file)]
+            command = [sys.executable, script, "--train-one", json.dumps(spec), "--result", str(result_file)]
             running.append((subprocess.Popen(command, env=env), result_file))
         process, result_file = running.pop(0)
         if process.wait() != 0:

@@ -20,6 +20,8 @@ from bertkit.models.modernbert.configuration import (
 )
 from bertkit.models.modernbert.modeling import ModernBertForMaskedLM, ModernBertModel
 from bertkit.models.registry import family_of
+from test_modernbert import batch
+from test_modernbert import transformers_model as model_of
 from tolerance import assert_close
 
 transformers = pytest.importorskip("transformers")
@@ -33,24 +35,6 @@ def config(**changes) -> ModernBertConfig:
     return ModernBertConfig(vocab_size=99, hidden_size=32, intermediate_size=48, num_hidden_layers=3,
                             num_attention_heads=4, local_attention=4, pad_token_id=0, max_position_embeddings=64,
                             layer_types=[FULL, SLIDING, SLIDING], **changes)
-
-
-def model_of(cls, cfg: ModernBertConfig):
-    torch.manual_seed(0)
-    model = cls(cfg).eval()
-    with torch.no_grad():  # away from the initialisation's zeros and ones, so that every weight counts
-        for parameter in model.parameters():
-            parameter.add_(torch.randn_like(parameter) * 0.05)
-    return model
-
-
-def batch() -> tuple[torch.Tensor, torch.Tensor]:
-    """Three texts of 21, 15 and 5 tokens, padded to 21 (a local layer's window holds 5)."""
-    generator = torch.Generator().manual_seed(1)
-    ids = torch.randint(3, 99, (3, 21), generator=generator)
-    mask = torch.ones_like(ids)
-    mask[1, 15:], mask[2, 5:] = 0, 0
-    return ids.masked_fill(mask == 0, 0), mask
 
 
 def test_absolute_positions_are_a_learned_table_added_before_the_norm():

@@ -36,12 +36,24 @@ class BatchEncoding(dict):
         return BatchEncoding({k: v.to(device) if hasattr(v, "to") else v for k, v in self.items()})
 
 
+def choose_backend(backend: str) -> str:
+    """"auto", "python" or "fast" -> the backend to build: "auto" is "fast" where `tokenizers` is installed."""
+    from bertkit.tokenizer import fast as tokenizer_fast
+
+    if backend not in ("auto", "python", "fast"):
+        raise InputError(f"backend must be 'auto', 'python' or 'fast', not {backend!r}")
+    if backend == "auto":
+        return "fast" if tokenizer_fast.available() else "python"
+    return backend
+
+
 class BaseTokenizer:
     """transformers' tokenizer call and look-ups over a subclass's backend and vocabulary.
 
     A subclass sets `_backend` (its `encode(texts, offsets)` gives each text's ids and offsets, no special tokens),
-    `ids_to_tokens`, the special tokens (`unk_token`, ..., `additional_special_tokens`), `model_max_length`,
-    `padding_side`, `truncation_side` and `_warned_long`, and defines `_id(token)`, `__len__` and `decode`."""
+    `vocab` (the model's tokens -> ids), `added_vocab` (tokens added beside them -> ids), `ids_to_tokens`, the
+    special tokens (`unk_token`, ..., `additional_special_tokens`), `model_max_length`, `padding_side`,
+    `truncation_side` and `_warned_long`, and defines `__len__` and `decode`."""
 
     @property
     def backend(self) -> str:
@@ -49,6 +61,15 @@ class BaseTokenizer:
         return self._backend.name
 
     # ---- special tokens and vocabulary -----------------------------------------------------------
+
+    def _id(self, token: str | None) -> int | None:
+        # an added token wins over a vocabulary entry of the same spelling, as in `tokenizers`
+        return None if token is None else self.added_vocab.get(token, self.vocab.get(token))
+
+    @property
+    def vocab_size(self) -> int:
+        """Size of the model's vocabulary (without added tokens), like transformers'."""
+        return len(self.vocab)
 
     @property
     def all_special_tokens(self) -> list[str]:

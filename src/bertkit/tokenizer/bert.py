@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from bertkit.errors import InputError
-from bertkit.tokenizer.base import VERY_LARGE_INTEGER, BaseTokenizer, BatchEncoding, _to_list
+from bertkit.tokenizer.base import VERY_LARGE_INTEGER, BaseTokenizer, BatchEncoding, _to_list, choose_backend
 from bertkit.tokenizer.basic import PythonBackend
 from bertkit.tokenizer.files import (
     check_vocab_ids,
@@ -72,10 +72,7 @@ class BertTokenizer(BaseTokenizer):
     def _make_backend(self, backend: str):
         from bertkit.tokenizer import fast as tokenizer_fast
 
-        if backend not in ("auto", "python", "fast"):
-            raise InputError(f"backend must be 'auto', 'python' or 'fast', not {backend!r}")
-        if backend == "auto":
-            backend = "fast" if tokenizer_fast.available() else "python"
+        backend = choose_backend(backend)
         kind = tokenizer_fast.FastBackend if backend == "fast" else PythonBackend
         vocab = {**self.vocab, **self.added_vocab}
         return kind(vocab, unk_token=self.unk_token, never_split=list(self.added_vocab),
@@ -96,14 +93,6 @@ class BertTokenizer(BaseTokenizer):
         return write_tokenizer_files(self, path)
 
     # ---- vocabulary ------------------------------------------------------------------------------
-
-    def _id(self, token: str | None) -> int | None:
-        return None if token is None else self.added_vocab.get(token, self.vocab.get(token))
-
-    @property
-    def vocab_size(self) -> int:
-        """Size of the WordPiece vocabulary (without added tokens), like transformers'."""
-        return len(self.vocab)
 
     def __len__(self) -> int:
         """Size of the vocabulary with added tokens."""

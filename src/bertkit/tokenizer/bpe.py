@@ -22,7 +22,7 @@ from typing import Any
 
 from bertkit.errors import InputError
 from bertkit.tokenizer.added_tokens import AddedToken
-from bertkit.tokenizer.base import VERY_LARGE_INTEGER, BaseTokenizer, _to_list
+from bertkit.tokenizer.base import VERY_LARGE_INTEGER, BaseTokenizer, _to_list, choose_backend
 from bertkit.tokenizer.bert import clean_up_tokenization
 from bertkit.tokenizer.bpe_files import read_bpe_files, tokenizer_json, write_bpe_files
 from bertkit.tokenizer.bytelevel import CHAR_TO_BYTE, PythonBPEBackend
@@ -72,10 +72,7 @@ class BPETokenizer(BaseTokenizer):
     def _make_backend(self, backend: str):
         from bertkit.tokenizer import fast as tokenizer_fast
 
-        if backend not in ("auto", "python", "fast"):
-            raise InputError(f"backend must be 'auto', 'python' or 'fast', not {backend!r}")
-        if backend == "auto":
-            backend = "fast" if tokenizer_fast.available() else "python"
+        backend = choose_backend(backend)
         if backend == "fast":
             return tokenizer_fast.FastBPEBackend(json.dumps(tokenizer_json(self), ensure_ascii=False))
         return PythonBPEBackend(self.vocab, self.merges, self.added_tokens, nfc=self.nfc,
@@ -95,15 +92,6 @@ class BPETokenizer(BaseTokenizer):
         return write_bpe_files(self, path)
 
     # ---- vocabulary ------------------------------------------------------------------------------
-
-    def _id(self, token: str | None) -> int | None:
-        # an added token wins over a vocabulary entry of the same spelling, as in `tokenizers`
-        return None if token is None else self.added_vocab.get(token, self.vocab.get(token))
-
-    @property
-    def vocab_size(self) -> int:
-        """Size of the BPE model's vocabulary (without added tokens), like transformers'."""
-        return len(self.vocab)
 
     def __len__(self) -> int:
         """Size of the vocabulary with added tokens."""

@@ -22,8 +22,14 @@ from typing import TYPE_CHECKING, Any
 
 from bertkit.errors import DataError, InputError
 from bertkit.tokenizer.added_tokens import AddedToken
-from bertkit.tokenizer.files import SPECIAL_TOKEN_NAMES, _content, _read_json, check_vocab_ids
-from bertkit.utils.atomic import atomic_write_text
+from bertkit.tokenizer.files import (
+    SPECIAL_TOKEN_NAMES,
+    _content,
+    _read_json,
+    check_vocab_ids,
+    special_tokens_map,
+    write_directory,
+)
 
 if TYPE_CHECKING:
     from bertkit.tokenizer.bpe import BPETokenizer
@@ -250,9 +256,7 @@ def write_bpe_files(tokenizer: BPETokenizer, path: str | Path) -> list[Path]:
     """tokenizer.json + tokenizer_config.json + special_tokens_map.json in `path` (created if needed)."""
     directory = Path(path)
     directory.mkdir(parents=True, exist_ok=True)
-    specials = {name: getattr(tokenizer, name) for name in SPECIAL_TOKEN_NAMES if getattr(tokenizer, name)}
-    if tokenizer.additional_special_tokens:
-        specials["additional_special_tokens"] = tokenizer.additional_special_tokens
+    specials = special_tokens_map(tokenizer)
     config = {
         "tokenizer_class": "PreTrainedTokenizerFast",
         "clean_up_tokenization_spaces": False,
@@ -261,11 +265,5 @@ def write_bpe_files(tokenizer: BPETokenizer, path: str | Path) -> list[Path]:
         "truncation_side": tokenizer.truncation_side,
         **specials,
     }
-    files = {"tokenizer.json": json.dumps(tokenizer_json(tokenizer), ensure_ascii=False) + "\n",
-             "tokenizer_config.json": json.dumps(config, indent=2, ensure_ascii=False) + "\n",
-             "special_tokens_map.json": json.dumps(specials, indent=2, ensure_ascii=False) + "\n"}
-    written = []
-    for name, text in files.items():
-        atomic_write_text(directory / name, text)
-        written.append(directory / name)
-    return written
+    return write_directory(directory, {"tokenizer.json": json.dumps(tokenizer_json(tokenizer), ensure_ascii=False)
+                                       + "\n"}, config, specials)

@@ -160,9 +160,7 @@ def write_tokenizer_files(tokenizer: BertTokenizer, path: str | Path) -> list[Pa
         raise InputError("cannot write vocab.txt: the vocabulary ids are not 0..n-1 without gaps")
     if any("\n" in token or "\r" in token for token, _ in by_id):
         raise InputError("cannot write vocab.txt: a token contains a line break")
-    specials = {name: getattr(tokenizer, name) for name in SPECIAL_TOKEN_NAMES if getattr(tokenizer, name)}
-    if tokenizer.additional_special_tokens:
-        specials["additional_special_tokens"] = tokenizer.additional_special_tokens
+    specials = special_tokens_map(tokenizer)
     config = {
         "tokenizer_class": "BertTokenizer",
         "do_lower_case": tokenizer.do_lower_case,
@@ -174,11 +172,23 @@ def write_tokenizer_files(tokenizer: BertTokenizer, path: str | Path) -> list[Pa
         "truncation_side": tokenizer.truncation_side,
         **specials,
     }
-    files = {"vocab.txt": "".join(token + "\n" for token, _ in by_id),
-             "tokenizer_config.json": json.dumps(config, indent=2, ensure_ascii=False) + "\n",
+    return write_directory(directory, {"vocab.txt": "".join(token + "\n" for token, _ in by_id)}, config, specials)
+
+
+def special_tokens_map(tokenizer: Any) -> dict[str, Any]:
+    """special_tokens_map.json's content: the special tokens a tokenizer names, and its additional ones."""
+    specials = {name: getattr(tokenizer, name) for name in SPECIAL_TOKEN_NAMES if getattr(tokenizer, name)}
+    if tokenizer.additional_special_tokens:
+        specials["additional_special_tokens"] = tokenizer.additional_special_tokens
+    return specials
+
+
+def write_directory(directory: Path, vocabulary: dict[str, str], config: dict[str, Any],
+                    specials: dict[str, Any]) -> list[Path]:
+    """A tokenizer directory: its vocabulary file(s) (name -> text), tokenizer_config.json and
+    special_tokens_map.json, each written atomically; the paths written."""
+    files = {**vocabulary, "tokenizer_config.json": json.dumps(config, indent=2, ensure_ascii=False) + "\n",
              "special_tokens_map.json": json.dumps(specials, indent=2, ensure_ascii=False) + "\n"}
-    written = []
     for name, text in files.items():
         atomic_write_text(directory / name, text)
-        written.append(directory / name)
-    return written
+    return [directory / name for name in files]

@@ -202,9 +202,7 @@ class ModernBertPreTrainedModel(PreTrainedModel):
             normal(module.dense, std_out)
         elif isinstance(module, ModernBertForMaskedLM):
             normal(module.decoder, std_out)
-        elif isinstance(module, ModernBertForSequenceClassification):
-            normal(module.classifier, cfg.hidden_size ** -0.5)
-        elif isinstance(module, (ModernBertForTokenClassification, ModernBertForQuestionAnswering)):
+        elif isinstance(module, ModernBertWithClassifier):
             normal(module.classifier, cfg.hidden_size ** -0.5)
         elif isinstance(module, (nn.LayerNorm, nn.RMSNorm)):
             nn.init.ones_(module.weight)
@@ -343,21 +341,33 @@ class ModernBertForMaskedLM(ModernBertPreTrainedModel):
         return MaskedLMOutput(loss, logits, out.hidden_states, out.attentions, {MLM: total})
 
 
-class ModernBertForSequenceClassification(ModernBertPreTrainedModel):
-    """ModernBERT with a classifier over the [CLS] vector or the mean of the real tokens' (`classifier_pooling`),
-    read through the prediction head: logits over `config.id2label`'s labels."""
+class ModernBertWithClassifier(ModernBertPreTrainedModel):
+    """The encoder, then the prediction head, dropout and a Linear `classifier` of `outputs` outputs: what the
+    sequence classifier, the tagger and the reader each put on ModernBERT (transformers' names, all three)."""
 
     head_prefixes = ("head.", "classifier.")
     other_head_prefixes = ("decoder.",)
 
-    def __init__(self, config: ModernBertConfig) -> None:
+    def __init__(self, config: ModernBertConfig, outputs: int) -> None:
         super().__init__(config)
-        self.num_labels = config.num_labels
         self.model = ModernBertModel(config)
         self.head = ModernBertPredictionHead(config)
         self.drop = Dropout(config.classifier_dropout)
-        self.classifier = nn.Linear(config.hidden_size, self.num_labels)
+        self.classifier = nn.Linear(config.hidden_size, outputs)
         self.init_weights()
+
+    def classify(self, hidden: Tensor) -> Tensor:
+        """(..., C) vectors -> (..., outputs) scores."""
+        return self.classifier(self.drop(self.head(hidden)))
+
+
+class ModernBertForSequenceClassification(ModernBertWithClassifier):
+    """ModernBERT with a classifier over the [CLS] vector or the mean of the real tokens' (`classifier_pooling`),
+    read through the prediction head: logits over `config.id2label`'s labels."""
+
+    def __init__(self, config: ModernBertConfig) -> None:
+        super().__init__(config, config.num_labels)
+        self.num_labels = config.num_labels
 
     def forward(self, input_ids: Tensor, attention_mask: Tensor | None = None, token_type_ids: Tensor | None = None,
                 labels: Tensor | None = None, output_attentions: bool = False,
@@ -371,66 +381,50 @@ class ModernBertForSequenceClassification(ModernBertPreTrainedModel):
             weights = (torch.ones(hidden.shape[:2], device=hidden.device) if attention_mask is None
                        else attention_mask).unsqueeze(-1).to(hidden.dtype)
             pooled = (hidden * weights).sum(1) / weights.sum(1)
-        logits = self.classifier(self.drop(self.head(pooled)))                               # (B, num_labels)
+        logits = self.classify(pooled)                                                      # (B, num_labels)
         loss = None
         if labels is not None:
             loss = classification_loss(logits, labels, self.num_labels, self.checks_values(labels))
         return ClassifierOutput(loss, logits, out.hidden_states, out.attentions)
 
 
-class ModernBertForTokenClassification(ModernBertPreTrainedModel):
+class ModernBertForTokenClassification(ModernBertWithClassifier):
     """ModernBERT with a classifier on every token's vector, read through the prediction head (NER): logits
     (B, T, num_labels) over `config.id2label`'s tags."""
 
-    head_prefixes = ("head.", "classifier.")
-    other_head_prefixes = ("decoder.",)
-
     def __init__(self, config: ModernBertConfig) -> None:
-        super().__init__(config)
+        super().__init__(config, config.num_labels)
         self.num_labels = config.num_labels
-        self.model = ModernBertModel(config)
-        self.head = ModernBertPredictionHead(config)
-        self.drop = Dropout(config.classifier_dropout)
-        self.classifier = nn.Linear(config.hidden_size, self.num_labels)
-        self.init_weights()
 
     def forward(self, input_ids: Tensor, attention_mask: Tensor | None = None, token_type_ids: Tensor | None = None,
                 labels: Tensor | None = None, output_attentions: bool = False,
                 output_hidden_states: bool = False) -> ClassifierOutput:
         """labels (B, T): tag ids, IGNORE_INDEX on the positions not scored."""
         out = self.model(input_ids, attention_mask, None, output_attentions, output_hidden_states)
-        logits = self.classifier(self.drop(self.head(out.last_hidden_state)))              # (B, T, num_labels)
+        logits = self.classify(out.last_hidden_state)                                       # (B, T, num_labels)
         loss = None
         if labels is not None:
             loss = token_classification_loss(logits, labels, self.num_labels, self.checks_values(labels))
         return ClassifierOutput(loss, logits, out.hidden_states, out.attentions)
 
 
-class ModernBertForQuestionAnswering(ModernBertPreTrainedModel):
+class ModernBertForQuestionAnswering(ModernBertWithClassifier):
     """Extractive QA: every token's vector, read through the prediction head, scored by `classifier`, a Linear
     (hidden -> 2), as the answer's start and its end. transformers names this Linear `classifier` in ModernBERT
     (`qa_outputs` in BERT), and so does bertkit, so that directories load both ways."""
-
-    head_prefixes = ("head.", "classifier.")
-    other_head_prefixes = ("decoder.",)
 
     def __init__(self, config: ModernBertConfig) -> None:
         if config.num_labels != 2:
             raise ConfigError(f"a question-answering head has 2 outputs (answer start and end), but the config has "
                               f"{config.num_labels} labels")
-        super().__init__(config)
-        self.model = ModernBertModel(config)
-        self.head = ModernBertPredictionHead(config)
-        self.drop = Dropout(config.classifier_dropout)
-        self.classifier = nn.Linear(config.hidden_size, 2)
-        self.init_weights()
+        super().__init__(config, 2)
 
     def forward(self, input_ids: Tensor, attention_mask: Tensor | None = None, token_type_ids: Tensor | None = None,
                 start_positions: Tensor | None = None, end_positions: Tensor | None = None,
                 output_attentions: bool = False, output_hidden_states: bool = False) -> QuestionAnsweringOutput:
         """start_positions, end_positions (B,): the answer's first and last token; 0 ([CLS]) for no answer here."""
         out = self.model(input_ids, attention_mask, None, output_attentions, output_hidden_states)
-        logits = self.classifier(self.drop(self.head(out.last_hidden_state)))              # (B, T, 2)
+        logits = self.classify(out.last_hidden_state)                                       # (B, T, 2)
         start_logits, end_logits = logits.unbind(-1)                                         # (B, T) each
         loss = None
         if start_positions is not None and end_positions is not None:
