@@ -342,14 +342,17 @@ class ModernBertForMaskedLM(ModernBertPreTrainedModel):
 
 
 class ModernBertWithClassifier(ModernBertPreTrainedModel):
-    """The encoder, then the prediction head, dropout and a Linear `classifier` of `outputs` outputs: what the
-    sequence classifier, the tagger and the reader each put on ModernBERT (transformers' names, all three)."""
+    """The encoder, then the prediction head, dropout and a Linear `classifier` of `outputs` outputs (one per label
+    unless given): what the sequence classifier, the tagger and the reader each put on ModernBERT (transformers'
+    names, all three)."""
 
     head_prefixes = ("head.", "classifier.")
     other_head_prefixes = ("decoder.",)
 
-    def __init__(self, config: ModernBertConfig, outputs: int) -> None:
+    def __init__(self, config: ModernBertConfig, outputs: int | None = None) -> None:
         super().__init__(config)
+        outputs = config.num_labels if outputs is None else outputs
+        self.num_labels = outputs
         self.model = ModernBertModel(config)
         self.head = ModernBertPredictionHead(config)
         self.drop = Dropout(config.classifier_dropout)
@@ -364,10 +367,6 @@ class ModernBertWithClassifier(ModernBertPreTrainedModel):
 class ModernBertForSequenceClassification(ModernBertWithClassifier):
     """ModernBERT with a classifier over the [CLS] vector or the mean of the real tokens' (`classifier_pooling`),
     read through the prediction head: logits over `config.id2label`'s labels."""
-
-    def __init__(self, config: ModernBertConfig) -> None:
-        super().__init__(config, config.num_labels)
-        self.num_labels = config.num_labels
 
     def forward(self, input_ids: Tensor, attention_mask: Tensor | None = None, token_type_ids: Tensor | None = None,
                 labels: Tensor | None = None, output_attentions: bool = False,
@@ -391,10 +390,6 @@ class ModernBertForSequenceClassification(ModernBertWithClassifier):
 class ModernBertForTokenClassification(ModernBertWithClassifier):
     """ModernBERT with a classifier on every token's vector, read through the prediction head (NER): logits
     (B, T, num_labels) over `config.id2label`'s tags."""
-
-    def __init__(self, config: ModernBertConfig) -> None:
-        super().__init__(config, config.num_labels)
-        self.num_labels = config.num_labels
 
     def forward(self, input_ids: Tensor, attention_mask: Tensor | None = None, token_type_ids: Tensor | None = None,
                 labels: Tensor | None = None, output_attentions: bool = False,
