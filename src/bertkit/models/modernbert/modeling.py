@@ -202,7 +202,7 @@ class ModernBertPreTrainedModel(PreTrainedModel):
             normal(module.dense, std_out)
         elif isinstance(module, ModernBertForMaskedLM):
             normal(module.decoder, std_out)
-        elif isinstance(module, ModernBertWithClassifier):
+        elif isinstance(module, _ModernBertWithClassifier):
             normal(module.classifier, cfg.hidden_size ** -0.5)
         elif isinstance(module, (nn.LayerNorm, nn.RMSNorm)):
             nn.init.ones_(module.weight)
@@ -341,7 +341,7 @@ class ModernBertForMaskedLM(ModernBertPreTrainedModel):
         return MaskedLMOutput(loss, logits, out.hidden_states, out.attentions, {MLM: total})
 
 
-class ModernBertWithClassifier(ModernBertPreTrainedModel):
+class _ModernBertWithClassifier(ModernBertPreTrainedModel):
     """The encoder, then the prediction head, dropout and a Linear `classifier` of `outputs` outputs (one per label
     unless given): what the sequence classifier, the tagger and the reader each put on ModernBERT (transformers'
     names, all three)."""
@@ -364,7 +364,7 @@ class ModernBertWithClassifier(ModernBertPreTrainedModel):
         return self.classifier(self.drop(self.head(hidden)))
 
 
-class ModernBertForSequenceClassification(ModernBertWithClassifier):
+class ModernBertForSequenceClassification(_ModernBertWithClassifier):
     """ModernBERT with a classifier over the [CLS] vector or the mean of the real tokens' (`classifier_pooling`),
     read through the prediction head: logits over `config.id2label`'s labels."""
 
@@ -387,7 +387,7 @@ class ModernBertForSequenceClassification(ModernBertWithClassifier):
         return ClassifierOutput(loss, logits, out.hidden_states, out.attentions)
 
 
-class ModernBertForTokenClassification(ModernBertWithClassifier):
+class ModernBertForTokenClassification(_ModernBertWithClassifier):
     """ModernBERT with a classifier on every token's vector, read through the prediction head (NER): logits
     (B, T, num_labels) over `config.id2label`'s tags."""
 
@@ -403,7 +403,7 @@ class ModernBertForTokenClassification(ModernBertWithClassifier):
         return ClassifierOutput(loss, logits, out.hidden_states, out.attentions)
 
 
-class ModernBertForQuestionAnswering(ModernBertWithClassifier):
+class ModernBertForQuestionAnswering(_ModernBertWithClassifier):
     """Extractive QA: every token's vector, read through the prediction head, scored by `classifier`, a Linear
     (hidden -> 2), as the answer's start and its end. transformers names this Linear `classifier` in ModernBERT
     (`qa_outputs` in BERT), and so does bertkit, so that directories load both ways."""
