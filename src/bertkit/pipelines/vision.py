@@ -131,7 +131,7 @@ def vision_train(options: VisionTrainOptions, say: Callable[[str], None] = lambd
     scores = accuracy(best, processor, test)
     report = {"data": options.data, "parameters": model.num_parameters(), "config": config.to_dict(),
               "steps": state.step, "planned_steps": max_steps, "epochs": state.step / steps_per_epoch,
-              "stop_reason": state.stop_reason, "train_seconds": state.seconds, "bf16": options.bf16,
+              "stop_reason": state.stop_reason, "train_seconds": state.seconds,
               "best_step": state.best_step, "validation_accuracy": state.best_metric,
               "test_accuracy": scores["accuracy"], "test_loss": scores["loss"], "test_images": len(test),
               "best_model": str(best_dir), "options": dataclasses.asdict(options),

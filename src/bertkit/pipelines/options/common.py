@@ -4,6 +4,7 @@ name-or-path options take besides paths, and the checks several commands make. N
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -116,7 +117,8 @@ class TrainingOptions(Options):
         from bertkit.training.arguments import TrainingArguments
         from bertkit.training.budget import wall_clock_budget
 
-        carried = {name: getattr(self, name) for name in _CARRIED if getattr(self, name, None) is not None}
+        carried = {field.name: getattr(self, field.name) for field in dataclasses.fields(TrainingArguments)
+                   if field.name not in _DERIVED and getattr(self, field.name, None) is not None}
         defaults = {"log_every": getattr(self, "log_every", None) or max(1, min(50, max_steps // 20)),
                     "eval_every": getattr(self, "eval_every", None) or max(1, max_steps // 10)}
         clock = wall_clock_budget(self.minutes, spent)
@@ -124,10 +126,9 @@ class TrainingOptions(Options):
                                  **{**carried, **defaults, **settings})
 
 
-# Options whose names and meaning are TrainingArguments' own: carried over as they are.
-_CARRIED = ("batch_size", "learning_rate", "warmup_ratio", "weight_decay", "lr_schedule", "gradient_accumulation_steps",
-            "bf16", "compile", "save_every", "seed", "group_by_length", "progress", "dataloader_workers", "device",
-            "threads")
+# An option named as a TrainingArguments field means what that field means and is carried over as it is, but for
+# these, which the run derives: the planned steps, and the bookkeeping's defaults when a command gives none.
+_DERIVED = frozenset({"max_steps", "log_every", "eval_every"})
 
 
 def stored_threads(value: str | int | None) -> str | None:
