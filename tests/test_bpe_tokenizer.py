@@ -141,7 +141,8 @@ def reference(directory: Path):
 def outcome(tokenizer, *args, **kwargs):
     """The encoding as plain lists, or the fact that it failed (transformers raises bare Exceptions, and Rust panics,
     which derive from BaseException)."""
-    keys = ("input_ids", "token_type_ids", "attention_mask", "special_tokens_mask", "overflow_to_sample_mapping")
+    keys = ("input_ids", "token_type_ids", "attention_mask", "special_tokens_mask", "overflow_to_sample_mapping",
+            "offset_mapping")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         try:
@@ -333,9 +334,75 @@ def test_a_configuration_that_disagrees_with_tokenizer_json_is_refused(modern_di
         BPETokenizer.from_pretrained(directory)
 
 
-def test_offsets_are_refused(modern_dir):
-    with pytest.raises(ValueError, match="offsets .* are not implemented for byte-level BPE"):
-        BPETokenizer.from_pretrained(modern_dir)("text", return_offsets_mapping=True)
+# more places where offsets are easy to get wrong: composition that NFC reorders or lengthens, Hangul jamo, emoji
+# whose bytes fall into several tokens, [MASK] taking spaces on either side
+OFFSET_TEXTS = [*TEXTS, "  two leading", "a\t\tb\n\n  c ",
+                "e\u0301\u0323 \u1100\u1161\u11a8 \u0958 \uac00\u0323\u0f73 x",
+                "an owl 🦉 and 👩‍👩‍👧 here", "x [MASK] y", " [MASK] ", "  [MASK]", "1234567 89", "naïve cafe\u0301 ok"]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_offsets_equal_transformers(variant_dir, backend):
+    """return_offsets_mapping: each token's span in the original text equal to transformers', for single texts and
+    pairs, through truncation, overflow windows and padding, with the ids beside them."""
+    ours, theirs = BPETokenizer.from_pretrained(variant_dir, backend=backend), reference(variant_dir)
+    pairs = [*PAIRS, *OFFSET_TEXTS[len(PAIRS):]][::-1]
+    for kwargs in CALLS:
+        for second in (None, pairs):
+            expected = outcome(theirs, OFFSET_TEXTS, second, return_token_type_ids=True, return_offsets_mapping=True,
+                               **kwargs)
+            got = outcome(ours, OFFSET_TEXTS, second, return_offsets_mapping=True, **kwargs)
+            assert got == expected, (kwargs, second is not None)
+            if expected != "error":
+                assert "offset_mapping" in got
+    for text, pair in zip(OFFSET_TEXTS, pairs):
+        for args in ((text,), (text, pair)):
+            got = ours(*args, return_offsets_mapping=True)["offset_mapping"]
+            assert got == theirs(*args, return_offsets_mapping=True)["offset_mapping"], args
+    windows = ours(OFFSET_TEXTS[2], truncation=True, max_length=8, stride=3, return_overflowing_tokens=True,
+                   return_offsets_mapping=True)["offset_mapping"]
+    assert len(windows) > 2 and windows[1][1:4] == windows[0][-4:-1]  # the windows overlap by the stride
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_offsets_are_spans_of_the_original_text(modern_dir, backend):
+    """The spans themselves: a token keeps the space it starts with, [MASK] spans the space it took, every token of
+    an emoji's bytes spans the whole emoji, a composed é spans the e it was aligned with, special tokens (0, 0)."""
+    ours = BPETokenizer.from_pretrained(modern_dir, backend=backend)
+    text = "is [MASK] 🦉 e\u0301x"
+    encoding = ours(text, return_offsets_mapping=True)
+    tokens = ours.convert_ids_to_tokens(encoding["input_ids"])
+    spans = [text[start:stop] for start, stop in encoding["offset_mapping"]]
+    assert encoding["offset_mapping"][0] == encoding["offset_mapping"][-1] == (0, 0)
+    assert tokens[1:4] == ["i", "s", "[MASK]"] and spans[1:4] == ["i", "s", " [MASK]"]
+    owl = [span for token, span in zip(tokens, spans) if token not in ("Ġ", "[CLS]", "[SEP]") and span.strip() in
+           ("🦉", "")]
+    assert len(owl) >= 2 and set(owl) <= {"🦉", " 🦉"}  # the owl's four bytes in several tokens, all the owl
+    assert spans[-3:-1] == ["e", "x"] and tokens[-3] == "Ã©"  # é (from e + U+0301) is the e; the mark has no token
+
+
+def test_nfc_alignment_is_tokenizers(tmp_path):
+    """The character alignment NFC leaves, which offsets are read through, equal to `tokenizers`' on random texts
+    of starters, marks that reorder and compose, characters that decompose, and Hangul jamo."""
+    from tokenizers import Regex, Tokenizer, models, normalizers, pre_tokenizers
+
+    from bertkit.tokenizer import unicode_tables as uni
+
+    per_char = Tokenizer(models.WordLevel({"[UNK]": 0}, unk_token="[UNK]"))
+    per_char.normalizer = normalizers.NFC()
+    per_char.pre_tokenizer = pre_tokenizers.Split(Regex("[\\s\\S]"), "isolated")  # one piece per character
+    alphabet = [*"aeoK \u00e9\u212b\u1e9b\u0301\u0323\u0334\u0308\u0344\u0958\u0f73\u093c\u0915",
+                *"\u1100\u1161\u11a8\uac00",
+                "\u0898", "\U00011935", "\U00011930", "😀", "今"]
+    rng = random.Random(1)
+    changed = 0
+    for _ in range(2000):
+        text = "".join(rng.choice(alphabet) for _ in range(rng.randint(1, 12)))
+        normal, origin = uni.nfc_aligned(text)
+        assert normal == per_char.normalizer.normalize_str(text)
+        assert [(index, index + 1) for index in origin] == per_char.encode(text).offsets, text
+        changed += normal != text
+    assert changed > 1000
 
 
 def test_load_tokenizer_picks_the_class(modern_dir, tmp_path):

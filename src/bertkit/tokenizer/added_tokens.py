@@ -47,11 +47,15 @@ class AddedToken:
 class AddedTokens:
     """Cuts a text into pieces to tokenize and added tokens, in `tokenizers`' two passes."""
 
-    def __init__(self, tokens: Sequence[AddedToken], normalize: Callable[[str], str] | None = None):
+    def __init__(self, tokens: Sequence[AddedToken], normalize: Callable[[str], str] | None = None,
+                 normalize_aligned: Callable[[str], tuple[str, Sequence[int]]] | None = None):
+        """`normalize` is the normaliser (None: none); `normalize_aligned` the same with, for each character it
+        writes, the index of the character of its input it is aligned with (needed for offsets only)."""
         words = [token.content for token in tokens if token.single_word]
         if words:  # where a "word" ends is Unicode's \w in Rust's regex crate, which bertkit does not hold
             raise InputError(f"added tokens with single_word are not implemented: {', '.join(map(repr, words))}")
         self.normalize = normalize or (lambda text: text)
+        self.normalize_aligned = normalize_aligned or (lambda text: (text, range(len(text))))
         raw = [token for token in tokens if not token.normalized]
         # a normalised token is looked for as the normaliser writes it
         normalized = [token for token in tokens if token.normalized]
@@ -62,12 +66,27 @@ class AddedTokens:
         """(piece, None) for normalised text to tokenize, (match, id) for an added token, in text order; the match
         is the token with the whitespace it took (`tokenizers` spells the token so)."""
         pieces: list[tuple[str, int | None]] = []
-        for piece, token_id in self._raw.split(text):
+        for start, stop, token_id in self._raw.spans(text):
             if token_id is not None:
-                pieces.append((piece, token_id))
+                pieces.append((text[start:stop], token_id))
             else:
-                pieces += self._normalized.split(self.normalize(piece))
+                normalized = self.normalize(text[start:stop])
+                pieces += ((normalized[a:b], found) for a, b, found in self._normalized.spans(normalized))
         return [(piece, token_id) for piece, token_id in pieces if piece or token_id is not None]
+
+    def split_aligned(self, text: str) -> list[tuple[str, int | None, Sequence[int]]]:
+        """`split` with, for each piece, the index in `text` of each of its characters: an added token's span in the
+        original text runs from its first character's index to its last one's, and so does a token's."""
+        pieces: list[tuple[str, int | None, Sequence[int]]] = []
+        for start, stop, token_id in self._raw.spans(text):
+            if token_id is not None:
+                pieces.append((text[start:stop], token_id, range(start, stop)))
+                continue
+            normalized, origin = self.normalize_aligned(text[start:stop])
+            for a, b, found in self._normalized.spans(normalized):
+                if a < b:
+                    pieces.append((normalized[a:b], found, [start + index for index in origin[a:b]]))
+        return pieces
 
 
 class _Matcher:
@@ -79,10 +98,11 @@ class _Matcher:
         alternatives = sorted(tokens, key=len, reverse=True)
         self.pattern = re.compile("|".join(map(re.escape, alternatives))) if alternatives else None
 
-    def split(self, text: str) -> list[tuple[str, int | None]]:
+    def spans(self, text: str) -> list[tuple[int, int, int | None]]:
+        """(start, stop, None) for the text between tokens, (start, stop, id) for a token with what it stripped."""
         if self.pattern is None:
-            return [(text, None)]
-        pieces: list[tuple[str, int | None]] = []
+            return [(0, len(text), None)]
+        pieces: list[tuple[int, int, int | None]] = []
         done = 0  # where the text not yet handed out begins
         for match in self.pattern.finditer(text):
             token = self.tokens[match.group()]
@@ -94,9 +114,9 @@ class _Matcher:
                 while stop < len(text) and text[stop] in _SPACES:
                     stop += 1
             if done < start:
-                pieces.append((text[done:start], None))
-            pieces.append((text[start:stop], token.id))
+                pieces.append((done, start, None))
+            pieces.append((start, stop, token.id))
             done = stop
         if done < len(text):
-            pieces.append((text[done:], None))
+            pieces.append((done, len(text), None))
         return pieces

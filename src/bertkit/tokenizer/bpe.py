@@ -5,12 +5,12 @@
               max_length=16, return_tensors="pt")
     tok.decode(enc["input_ids"][0], skip_special_tokens=True)
 
-The ids, token types and attention masks are those of transformers' PreTrainedTokenizerFast for the same
+The ids, token types, attention masks and offsets are those of transformers' PreTrainedTokenizerFast for the same
 tokenizer.json and arguments, rows [CLS] A [SEP] B [SEP] as ModernBERT's post-processor builds them. Text becomes
-ids in a backend, `bytelevel` (pure Python) or `fast` (Hugging Face `tokenizers`, used by "auto" when installed);
+ids in a backend, `bytelevel` (pure Python) or `fast` (Hugging Face `tokenizers`, used by "auto" when installed),
+with each token's character span in the original text where return_offsets_mapping asks (transformers' offsets);
 the call, truncation and padding are `base`'s and `encoding`'s, shared with `BertTokenizer`; this module holds the
-vocabulary, the special tokens and the decoding. Offsets (return_offsets_mapping) are not implemented for BPE and
-are refused.
+vocabulary, the special tokens and the decoding.
 """
 
 from __future__ import annotations
@@ -26,7 +26,6 @@ from bertkit.tokenizer.base import VERY_LARGE_INTEGER, BaseTokenizer, _to_list, 
 from bertkit.tokenizer.bert import clean_up_tokenization
 from bertkit.tokenizer.bpe_files import read_bpe_files, tokenizer_json, write_bpe_files
 from bertkit.tokenizer.bytelevel import CHAR_TO_BYTE, PythonBPEBackend
-from bertkit.tokenizer.encoding import Row
 from bertkit.tokenizer.files import check_vocab_ids
 
 
@@ -106,16 +105,6 @@ class BPETokenizer(BaseTokenizer):
                 f"backend={self.backend!r}, model_max_length={self.model_max_length})")
 
     # ---- encoding --------------------------------------------------------------------------------
-
-    def encode_rows(self, texts: list[str], pairs: list[str] | None = None, *, add_special_tokens: bool = True,
-                    truncation: str | None = None, max_length: int | None = None, stride: int = 0,
-                    offsets: bool = False) -> list[Row]:
-        """The rows of texts and optional pairs, unpadded (see `BaseTokenizer.encode_rows`); no offsets."""
-        if offsets:
-            raise InputError("offsets (return_offsets_mapping) are not implemented for byte-level BPE: a token may "
-                             "hold part of a character's bytes")
-        return super().encode_rows(texts, pairs, add_special_tokens=add_special_tokens, truncation=truncation,
-                                   max_length=max_length, stride=stride)
 
     def tokenize(self, text: str, pair: str | None = None, add_special_tokens: bool = False) -> list[str]:
         """The tokens of a text or pair as strings (BPE's in byte characters, "Ġ" for a space), an added token as it

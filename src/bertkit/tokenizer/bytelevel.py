@@ -94,6 +94,26 @@ class BytePairEncoding:
                 unknown = True
         return symbols
 
+    def spans(self, word: str, ids: Sequence[int]) -> list[tuple[int, int]]:
+        """The [start, stop) in `word` of each of its tokens `ids` (`self.ids[word]`): each token covers as many
+        characters as it is long, an unknown token one character (all of a run, where fuse_unk), and a character
+        dropped for want of an unknown token none."""
+        spans: list[tuple[int, int]] = []
+        at = 0
+        for index in ids:
+            if self.unk_id is None:
+                while word[at] not in self.vocab:  # dropped, so no token's
+                    at += 1
+            if index == self.unk_id and word[at] not in self.vocab:
+                stop = at + 1
+                while self.fuse_unk and stop < len(word) and word[stop] not in self.vocab:
+                    stop += 1
+            else:
+                stop = at + len(self.tokens[index])
+            spans.append((at, stop))
+            at = stop
+        return spans
+
     def _ids(self, word: str) -> tuple[int, ...]:
         """Merge the lowest-ranked adjacent pair first, the leftmost of equal ranks, until none applies.
 
@@ -135,7 +155,7 @@ class PythonBPEBackend:
     def __init__(self, vocab: dict[str, int], merges: Sequence[tuple[str, str]], added_tokens: Sequence[AddedToken],
                  *, nfc: bool, add_prefix_space: bool, unk_token: str | None = None, fuse_unk: bool = False,
                  ignore_merges: bool = False):
-        self.added = AddedTokens(added_tokens, uni.nfc if nfc else None)
+        self.added = AddedTokens(added_tokens, uni.nfc if nfc else None, uni.nfc_aligned if nfc else None)
         self.bpe = BytePairEncoding(vocab, merges, unk_token, fuse_unk, ignore_merges)
         self.add_prefix_space = add_prefix_space
 
@@ -161,6 +181,44 @@ class PythonBPEBackend:
                 tokens.append(piece)
         return tokens
 
+    def encode_offsets(self, text: str) -> tuple[list[int], list[tuple[int, int]]]:
+        """The token ids of `text` and each token's (start, end) in it, as `tokenizers` computes them.
+
+        A character stands at the place of the character of the text it is aligned with (NFC may have merged or
+        split characters: `uni.nfc_aligned`), and a token spans the characters its bytes come from, so a token
+        holding part of a character's bytes spans that whole character, as do the other tokens of that character
+        (🦉 in three tokens gives each the emoji's span). A token keeps the space it starts with ("Ġis" spans
+        " is"): the ByteLevel pre-tokenizer's trim_offsets does not move offsets in `tokenizers`, only a ByteLevel
+        post-processor would, and tokenizer.json files with one are not read. An added token spans what it matched
+        with the whitespace it took (lstrip, rstrip)."""
+        ids: list[int] = []
+        offsets: list[tuple[int, int]] = []
+        for piece, added, origin in self.added.split_aligned(text):
+            if added is not None:
+                ids.append(added)
+                offsets.append((origin[0], origin[-1] + 1))
+                continue
+            if self.add_prefix_space and not piece.startswith(" "):
+                # the space put in front stands where the piece's first character does
+                piece, origin = " " + piece, [origin[0], *origin]
+            for match in SPLIT.finditer(piece):
+                word = match.group()
+                data = word.encode("utf-8")
+                # the piece's character each byte comes from
+                if len(data) == len(word):
+                    char_of_byte: Sequence[int] = range(match.start(), match.end())
+                else:
+                    char_of_byte = [match.start() + i for i, char in enumerate(word)
+                                    for _ in range(len(char.encode("utf-8")))]
+                spelled = data.decode("latin-1").translate(_LATIN1_TO_BYTE_CHAR)
+                word_ids = self.bpe.ids[spelled]
+                for token_id, (first, last) in zip(word_ids, self.bpe.spans(spelled, word_ids)):
+                    ids.append(token_id)
+                    offsets.append((origin[char_of_byte[first]], origin[char_of_byte[last - 1]] + 1))
+        return ids, offsets
+
     def encode(self, texts: list[str], offsets: bool = False) -> list[tuple[list[int], list | None]]:
-        """For each text, its ids (offsets are not computed here: `BPETokenizer` refuses to be asked for them)."""
+        """For each text, its ids and (when asked) its offsets."""
+        if offsets:
+            return [self.encode_offsets(text) for text in texts]
         return [(self.encode_ids(text), None) for text in texts]

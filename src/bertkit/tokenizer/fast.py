@@ -56,8 +56,9 @@ class FastBackend:
 
 
 class FastBPEBackend:
-    """Text -> ids (no special tokens added) with a `tokenizers.Tokenizer` read from a byte-level BPE tokenizer.json,
-    the one `bpe_files.tokenizer_json` writes for the tokenizer, so both backends read the same pipeline."""
+    """Text -> ids and offsets (no special tokens added) with a `tokenizers.Tokenizer` read from a byte-level BPE
+    tokenizer.json, the one `bpe_files.tokenizer_json` writes for the tokenizer, so both backends read the same
+    pipeline."""
 
     name = "fast"
 
@@ -70,8 +71,11 @@ class FastBPEBackend:
         self._tokenizer = Tokenizer.from_str(tokenizer_json)
 
     def encode(self, texts: list[str], offsets: bool = False) -> list[tuple[list[int], list | None]]:
-        """For each text, its ids (offsets are refused by `BPETokenizer` before it asks)."""
-        return [(encoding.ids, None) for encoding in self._tokenizer.encode_batch(texts, add_special_tokens=False)]
+        """For each text, its ids and (when asked) its offsets."""
+        encodings = self._tokenizer.encode_batch(texts, add_special_tokens=False)
+        if offsets:
+            return [(encoding.ids, encoding.offsets) for encoding in encodings]
+        return [(encoding.ids, None) for encoding in encodings]
 
     def tokens(self, text: str) -> list[str]:
         """The tokens of `text` as strings, as `tokenizers` spells them."""

@@ -19,6 +19,7 @@ import bisect
 import functools
 import re
 import unicodedata
+from collections.abc import Sequence
 
 
 def _ranges(spec: str) -> tuple[tuple[int, int], ...]:
@@ -275,3 +276,68 @@ def _nfc_barriers() -> re.Pattern:
     codes = {code for first, last in NO_DECOMPOSITION for code in range(first, last + 1)}
     codes |= {ord(part) for code in list(codes) for part in unicodedata.normalize("NFD", chr(code))}
     return re.compile(f"([{char_class(starters() + tuple((code, code) for code in sorted(codes)))}])")
+
+
+def nfc_aligned(text: str) -> tuple[str, Sequence[int]]:
+    """`nfc(text)` and, for each of its characters, the index in `text` of the character it is aligned with, as
+    `tokenizers` aligns them: what offsets into the original text are computed from.
+
+    `tokenizers` does not track where each character came from, only how many characters each output character
+    adds or removes, and reads the alignment off those counts in order. NFC is NFD, canonical reordering, then
+    composition, and the counts go through them: a character decomposed into n gives 0, +1, ..., +1 (the extra
+    characters are inserted), reordering moves each count with its character, and composition adds the absorbed
+    character's count, less one, to the starter's. Then, in order, a character with count c <= 0 is aligned with the
+    next character of the text and skips -c more; one with c > 0 shares the place of the character before it. So
+    e + U+0301 + U+0323 -> ẹ + U+0301 aligns ẹ with the e and the U+0301 with the U+0323, as `tokenizers` does."""
+    normal = nfc(text)
+    if normal == text:
+        return text, range(len(text))
+    chars: list[list] = []  # [character, count], NFD first
+    for char in text:
+        parts = decompose(char)
+        chars += [[part, 0 if i == 0 else 1] for i, part in enumerate(parts)]
+    # canonical reordering: each run of marks sorted (stably) by combining class
+    i = 0
+    while i < len(chars):
+        j = i
+        while j < len(chars) and combining_class(chars[j][0]):
+            j += 1
+        if j - i > 1:
+            chars[i:j] = sorted(chars[i:j], key=lambda item: combining_class(item[0]))
+        i = j + 1
+    composed: list[list] = []
+    starter = None  # index in `composed` of the last starter
+    for char, count in chars:
+        ccc = combining_class(char)
+        if starter is not None:
+            last = combining_class(composed[-1][0]) if len(composed) - 1 > starter else None
+            # not blocked: right after the starter, or after marks of a lower class
+            if last is None or (last and last < ccc):
+                pair = _compose(composed[starter][0], char)
+                if pair is not None:
+                    composed[starter] = [pair, composed[starter][1] + count - 1]
+                    continue
+        if not ccc:
+            starter = len(composed)
+        composed.append([char, count])
+    if "".join(char for char, _ in composed) != normal:  # not expected: then align by position, as near as that is
+        return normal, [min(i, len(text) - 1) for i in range(len(normal))]
+    origin: list[int] = []
+    at = -1  # the character of the text last aligned with
+    for _, count in composed:
+        if count <= 0:
+            at += 1
+            origin.append(at)
+            at -= count
+        else:
+            origin.append(max(at, 0))
+    return normal, origin
+
+
+def _compose(starter: str, mark: str) -> str | None:
+    """The primary composite of two characters, or None; the characters only Python's tables know compose with
+    nothing, as in `nfc`."""
+    if _nfc_barriers().search(starter + mark):
+        return None
+    pair = unicodedata.normalize("NFC", starter + mark)
+    return pair if len(pair) == 1 else None
