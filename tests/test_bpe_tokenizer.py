@@ -477,8 +477,8 @@ def test_encode_reads_a_modernbert_directory_with_its_bpe_tokenizer(modern_dir, 
 def test_finetune_and_pretrain_init_read_a_modernbert_with_its_bpe_tokenizer(modern_dir, tmp_path, capsys):
     """`finetune --task classify` trains the directory's classifier on its BPE ids and saves the tokenizer with the
     best model (transformers loads both, the same ids); `predict` reads it; `pretrain --init` continues the masked LM
-    on a corpus read through the same tokenizer, and refuses whole-word masking with it; ner and qa, which need
-    each word's or each token's place in the text, are refused for it by name."""
+    on a corpus read through the same tokenizer, and refuses whole-word masking with it; ner, which tokenizes each
+    word on its own, is refused for it by name."""
     from bertkit.cli import main
 
     _, directory = modernbert_dir(modern_dir, tmp_path / "model", head="ModernBertForMaskedLM")
@@ -515,21 +515,58 @@ def test_finetune_and_pretrain_init_read_a_modernbert_with_its_bpe_tokenizer(mod
     assert type(load_tokenizer(tmp_path / "more")) is BPETokenizer
     capsys.readouterr()
     (tmp_path / "tags.conll").write_text("good B-X\ndog O\n\n" * 20, encoding="utf-8")
-    squad = {"version": "v2.0", "data": [{"title": "t", "paragraphs": [{"context": "the good dog", "qas": [
-        {"id": "1", "question": "which dog?", "answers": [{"text": "good", "answer_start": 4}]}]}]}]}
-    (tmp_path / "squad.json").write_text(json.dumps(squad), encoding="utf-8")
-    for task, data, why in (("ner", "tags.conll", "it tokenizes each word on its own"),
-                            ("qa", "squad.json", "answers are found by each token's character offsets")):
-        path = str(tmp_path / data)
-        assert main(["finetune", "--task", task, "--model", str(directory), "--train", path, "--dev", path, "--test",
-                     path, "--max-steps", "1", "--out", str(tmp_path / task)]) == 2
-        err = capsys.readouterr().err
-        assert f"--task {task} is not implemented for the byte-level BPE tokenizer" in err and why in err
+    path = str(tmp_path / "tags.conll")
+    assert main(["finetune", "--task", "ner", "--model", str(directory), "--train", path, "--dev", path, "--test",
+                 path, "--max-steps", "1", "--out", str(tmp_path / "ner")]) == 2
+    err = capsys.readouterr().err
+    assert "--task ner is not implemented for the byte-level BPE tokenizer" in err
+    assert "it tokenizes each word on its own" in err
     assert main(["pretrain", "--init", str(directory), "--objective", "mlm", "--wwm", "--corpus", str(corpus), "--out",
                  str(tmp_path / "wwm"), "--max-steps", "1", "--no-progress"]) == 2
     assert "whole-word masking (--wwm) is not implemented for the byte-level BPE" in capsys.readouterr().err
     assert transformers.ModernBertForMaskedLM.from_pretrained(tmp_path / "more").config.vocab_size == len(
         load_tokenizer(directory))
+
+
+def test_finetune_qa_trains_a_modernbert_reader_with_its_bpe_tokenizer(modern_dir, tmp_path, capsys):
+    """`finetune --task qa` finds each answer's tokens by their offsets, so it trains a ModernBERT reader on BPE ids:
+    the labelled tokens are the answer's, and `predict` answers with a span of the context, words without the
+    space their first token starts with; a tagger with the BPE tokenizer is refused by name."""
+    from bertkit.cli import main
+    from bertkit.data.qa import qa_windows, read_squad
+    from test_qa_cli import toy_squad
+
+    _, directory = modernbert_dir(modern_dir, tmp_path / "model", head="ModernBertForMaskedLM")
+    for split, count, seed in (("train", 48, 0), ("dev", 12, 1)):
+        (tmp_path / f"{split}.json").write_text(json.dumps(toy_squad(count, seed)), encoding="utf-8")
+    tokenizer = BPETokenizer.from_pretrained(directory)
+    examples = read_squad(tmp_path / "train.json")
+    windows = qa_windows(examples, tokenizer, 64, 16)
+    labelled = [w for w in windows if w.start_position]
+    assert len(labelled) >= len(examples)  # every answer whole in at least one window
+    for window in labelled:
+        example = examples[window.example]
+        first, last = window.start_position - window.context_start, window.end_position - window.context_start
+        covered = example.context[window.offsets[first][0]:window.offsets[last][1]]
+        assert covered.strip() == example.answers[0].text, (covered, example.answers[0].text)
+    assert main(["finetune", "--task", "qa", "--model", str(directory), "--train", str(tmp_path / "train.json"),
+                 "--dev", str(tmp_path / "dev.json"), "--max-length", "64", "--doc-stride", "16",
+                 "--max-answer-length", "4", "--max-steps", "6", "--batch-size", "8", "--learning-rate", "1e-3",
+                 "--eval-every", "3", "--no-progress", "--out", str(tmp_path / "run")]) == 0
+    results = json.loads((tmp_path / "run" / "finetune_results.json").read_text())
+    assert results["train_examples"] == 48 and results["dev_f1"] is not None
+    best = tmp_path / "run" / "best"
+    assert type(load_tokenizer(best)) is BPETokenizer
+    context = examples[0].context
+    capsys.readouterr()
+    assert main(["predict", "--model", str(best), "--json", "--context", context, "--question",
+                 examples[0].question]) == 0
+    [answer] = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert context[answer["start"]:answer["end"]] == answer["answer"] != ""
+    assert answer["answer"] == answer["answer"].strip() and 0 < answer["score"] <= 1
+    _, tagger = modernbert_dir(modern_dir, tmp_path / "tagger", head="ModernBertForTokenClassification")
+    assert main(["predict", "--model", str(tagger), "the good dog"]) == 2
+    assert "tagging (entity spans) is not implemented for the byte-level BPE tokenizer" in capsys.readouterr().err
 
 
 def test_attention_reads_a_modernbert_with_its_bpe_tokenizer(modern_dir, tmp_path, capsys):

@@ -179,6 +179,11 @@ def _tag_tokens(run: ChunkedRun, model: nn.Module, tokenizer: Any, texts: list[s
 def tagger_rows(model: nn.Module, tokenizer: Any, texts: list[str], max_length: int | None, truncation: bool,
                 run: ChunkedRun | None = None) -> list[EncodedText]:
     """A tagger's inputs, tokenized unpadded with each token's character offsets (for the entity spans)."""
+    from bertkit.tokenizer import BPETokenizer
+
+    if isinstance(tokenizer, BPETokenizer):  # its offsets would do, but not its tokens' word boundaries
+        raise InputError("tagging (entity spans) is not implemented for the byte-level BPE tokenizer: a word's "
+                         "pieces are joined by WordPiece's \"##\" prefix, which BPE tokens lack")
     limit, limit_name = input_limit(model, max_length)
     options = dict(max_length=limit, truncation=truncation, offsets=True, limit_name=limit_name)
     return run.tokenize(tokenizer, texts, **options) if run is not None else tokenize(tokenizer, texts, **options)

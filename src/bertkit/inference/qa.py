@@ -130,8 +130,13 @@ def decode(example: QAExample, windows: Sequence[QAWindow], logits: Sequence[tup
     p_start, p_end = span_probabilities(window, *logits[best.window], with_null=impossible)
     shift = window.context_start - int(impossible)  # position -> index into the probabilities
     score = float(p_start[best.start_position - shift] * p_end[best.end_position - shift])
-    return {"answer": example.context[best.start:best.end], "score": score, "start": best.start, "end": best.end,
-            "window": best.window}
+    # a byte-level BPE token spans the space it starts with ("Ġdog" is " dog"): the answer is the words, not it
+    start, end = best.start, best.end
+    while start < end and example.context[start].isspace():
+        start += 1
+    while end > start and example.context[end - 1].isspace():
+        end -= 1
+    return {"answer": example.context[start:end], "score": score, "start": start, "end": end, "window": best.window}
 
 
 def answer_windows(model: nn.Module, examples: Sequence[QAExample], windows: Sequence[QAWindow], pad_token_id: int,

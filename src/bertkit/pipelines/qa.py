@@ -93,12 +93,7 @@ def load_qa_splits(options: FinetuneOptions) -> dict[str, list[QAExample]]:
 def finetune_qa(options: FinetuneOptions) -> dict[str, Any]:
     """Train the model family's reader (its registry's "qa" head), keep the best dev checkpoint (F1), score it on
     test; returns (and writes) the results. The run holds options.out, as `bertkit finetune` does."""
-    from bertkit.tokenizer import BPETokenizer
-
     started, model_dir, tokenizer = start_run(options, "qa", "finetune_qa")
-    if isinstance(tokenizer, BPETokenizer):
-        raise InputError(f"--task qa is not implemented for the byte-level BPE tokenizer of {model_dir}: answers are "
-                         "found by each token's character offsets, which BPETokenizer does not compute")
     reader = family_of(model_dir).head("qa")  # a family without a reader is refused by name, before any work
     splits = load_qa_splits(options)
     warn_if_fewer_examples(options, len(splits["train"]), "training questions")
