@@ -6,14 +6,14 @@
 - bert.py            BertTokenizer: WordPiece files, vocabulary, decode
 - basic.py           its pure-Python backend: clean, split (CJK, punctuation, accents), WordPiece
 - bpe.py             BPETokenizer: byte-level BPE's vocabulary, special tokens, decode
-- bytelevel.py       its pure-Python backend: NFC, GPT-2's split, the byte-to-character table, merges by rank
+- bytelevel.py       its pure-Python backend: NFC, GPT-2's split, the byte-to-character table, merges by rank, offsets
 - added_tokens.py    tokens found in the text before anything else ([MASK], ...), with lstrip / rstrip
 - bpe_files.py       tokenizer.json (BPE) / tokenizer_config.json reading, refusal of what is not implemented, writing
 - fast.py            the backends on Hugging Face `tokenizers`, used by backend="auto" when installed
 - encoding.py        special tokens, truncation strategies, overflow windows, padding
 - detokenize.py      decoded WordPiece text back to running text (for people and for BLEU)
 - files.py           vocab.txt / tokenizer.json (WordPiece) / tokenizer_config.json reading and writing
-- unicode_tables.py  character classes as `tokenizers` sees them (its Unicode version, not Python's), its NFC
+- unicode_tables.py  character classes as `tokenizers` sees them (its Unicode version, not Python's), NFC, its alignment
 """
 
 from bertkit.tokenizer.auto import load_tokenizer

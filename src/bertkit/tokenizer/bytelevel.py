@@ -11,6 +11,7 @@
                    until no learned merge applies; the tokens left are the word's ids
 
 A word is merged once and its ids are cached, so frequent words cost one dict look-up.
+Offsets (`PythonBPEBackend.encode_offsets`) follow each token back through these steps to the original text.
 """
 
 from __future__ import annotations
