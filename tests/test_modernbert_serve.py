@@ -60,3 +60,34 @@ def test_serve_answers_with_transformers_vectors(modern_dir):
         status, vectors = server.post("/embed", {"inputs": TEXTS, "normalize": False})
         assert status == 200
         np.testing.assert_allclose(vectors, cls, atol=1e-5, rtol=0)
+
+
+def test_serve_reads_a_modernbert_with_its_bpe_tokenizer(tmp_path):
+    """A ModernBERT directory with its byte-level BPE tokenizer.json: /embed gives transformers' vectors (its own
+    tokenizer making the ids), and /tokenize each token's id, text and span in the original text as transformers'
+    offsets give them."""
+    import warnings
+
+    from test_bpe_tokenizer import modernbert_dir, train_tokenizer
+
+    train_tokenizer(tmp_path / "tokenizer")
+    theirs, directory = modernbert_dir(tmp_path / "tokenizer", tmp_path / "model")
+    texts = ["The capital of France is [MASK].", "今天天气很好，我们去公园散步。", "emoji 😀 and  two   spaces"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        reference = transformers.AutoTokenizer.from_pretrained(directory)
+    encoded = reference(texts, padding=True, return_tensors="pt")
+    with torch.no_grad():
+        hidden = theirs(input_ids=encoded["input_ids"], attention_mask=encoded["attention_mask"]).last_hidden_state
+    cls = hidden[:, 0].numpy()
+    with ServerProcess(directory) as server:
+        status, vectors = server.post("/embed", {"inputs": texts, "normalize": False})
+        assert status == 200
+        np.testing.assert_allclose(vectors, cls, atol=1e-5, rtol=0)  # no pooling file: [CLS], as encode
+        status, tokens = server.post("/tokenize", {"inputs": texts[2]})
+        assert status == 200
+    expected = reference(texts[2], return_offsets_mapping=True)
+    assert [t["id"] for t in tokens[0]] == expected["input_ids"]
+    spans = [(t["start"], t["stop"]) for t in tokens[0] if not t["special"]]
+    assert spans == [tuple(span) for span, token in zip(expected["offset_mapping"], expected["input_ids"])
+                     if token not in reference.all_special_ids]
