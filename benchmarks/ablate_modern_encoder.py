@@ -29,7 +29,6 @@ biases, rotary positions, one global layer and two local over 64 tokens):
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import time
@@ -39,10 +38,10 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from ablate_pretraining import run_group  # noqa: E402
+from ablate_pretraining import run_group, start_ablation  # noqa: E402
 from bench_time_to_quality import EVAL_FRACTION, PROBE_SIZE, SEED, SEQ, bert_data, probe_finetune, score  # noqa: E402
 from bertkit.models.modernbert.configuration import FULL  # noqa: E402
-from bertkit.pipelines.demo import build_demo_vocab, pretraining_corpus  # noqa: E402
+from bertkit.pipelines.demo import pretraining_corpus  # noqa: E402
 from bertkit.pipelines.options import recipe_options  # noqa: E402
 from bertkit.pipelines.presets import model_config  # noqa: E402
 from bertkit.pipelines.pretrain import plan_steps, prepare, pretrain  # noqa: E402
@@ -129,22 +128,10 @@ def train_one(spec: dict) -> dict:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--minutes", type=float, default=5.0, help="each row's pretraining wall clock")
-    parser.add_argument("--out", default="runs/modern-ablation")
-    parser.add_argument("--jobs", type=int, default=1, help="runs side by side (one thread each when > 1)")
-    parser.add_argument("--train-one", help=argparse.SUPPRESS)
-    parser.add_argument("--result", help=argparse.SUPPRESS)
-    args = parser.parse_args()
-    if args.train_one:
-        Path(args.result).write_text(json.dumps(train_one(json.loads(args.train_one)), indent=2))
+    started = start_ablation(__doc__.splitlines()[0], 5.0, "runs/modern-ablation", train_one)
+    if started is None:
         return
-
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    vocab = build_demo_vocab(out / "vocab")
-    log = out / "ablation.jsonl"
-    done = {json.loads(line)["name"]: json.loads(line) for line in log.read_text().splitlines()} if log.exists() else {}
+    args, out, vocab, log, done = started
     specs = []
     for name, _, preset, changes in ROWS:  # every step timed first, on the whole machine, before any run starts
         if name in done:

@@ -113,24 +113,37 @@ def run_group(specs: list[dict], jobs: int, on_result=lambda result: None, scrip
     return results
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--minutes", type=float, default=10.0)
-    parser.add_argument("--out", default="runs/ablation")
+def start_ablation(description: str, minutes: float, out: str, train_one, more_arguments=lambda parser: None):
+    """The command line every ablation shares: its options, a spec trained in this process (`--train-one`, as
+    run_group starts it; None is returned), or the run's start: (args, its output directory, the main job's
+    vocabulary, the log of finished rows and those rows by name, so an interrupted ablation resumes)."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--minutes", type=float, default=minutes, help="each row's pretraining wall clock")
+    parser.add_argument("--out", default=out)
     parser.add_argument("--jobs", type=int, default=1, help="runs side by side (one thread each when > 1)")
-    parser.add_argument("--levers", type=int, default=len(LEVERS), help="walk only the first N levers")
+    more_arguments(parser)
     parser.add_argument("--train-one", help=argparse.SUPPRESS)
     parser.add_argument("--result", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.train_one:
         Path(args.result).write_text(json.dumps(train_one(json.loads(args.train_one)), indent=2))
-        return
-
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    vocab = build_demo_vocab(out / "vocab")
-    log = out / "ablation.jsonl"
+        return None
+    directory = Path(args.out)
+    directory.mkdir(parents=True, exist_ok=True)
+    vocab = build_demo_vocab(directory / "vocab")
+    log = directory / "ablation.jsonl"
     done = {json.loads(line)["name"]: json.loads(line) for line in log.read_text().splitlines()} if log.exists() else {}
+    return args, directory, vocab, log, done
+
+
+def main() -> None:
+    def levers(parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("--levers", type=int, default=len(LEVERS), help="walk only the first N levers")
+
+    started = start_ablation(__doc__.splitlines()[0], 10.0, "runs/ablation", train_one, levers)
+    if started is None:
+        return
+    args, out, vocab, log, done = started
 
     def plan(recipe: dict) -> dict:
         name = name_of(recipe)

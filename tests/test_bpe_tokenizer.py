@@ -22,6 +22,7 @@ import pytest
 from bertkit.errors import DataError
 from bertkit.tokenizer import BertTokenizer, BPETokenizer, load_tokenizer
 from bertkit.tokenizer.bytelevel import BytePairEncoding
+from test_tokenizer_parity import outcome
 
 tokenizers = pytest.importorskip("tokenizers")
 transformers = pytest.importorskip("transformers")
@@ -136,23 +137,6 @@ def reference(directory: Path):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         return transformers.PreTrainedTokenizerFast(tokenizer_file=str(directory / "tokenizer.json"), **SPECIALS)
-
-
-def outcome(tokenizer, *args, **kwargs):
-    """The encoding as plain lists, or the fact that it failed (transformers raises bare Exceptions, and Rust panics,
-    which derive from BaseException)."""
-    keys = ("input_ids", "token_type_ids", "attention_mask", "special_tokens_mask", "overflow_to_sample_mapping",
-            "offset_mapping")
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        try:
-            encoding = tokenizer(*args, **kwargs)
-        except (KeyboardInterrupt, SystemExit):
-            raise
-        except BaseException:
-            return "error"
-    return {key: (encoding[key].tolist() if hasattr(encoding[key], "tolist") else encoding[key])
-            for key in keys if key in encoding}
 
 
 CALLS = [dict(), dict(padding=True), dict(padding=True, truncation=True, max_length=12),

@@ -40,8 +40,8 @@ def hf_tiny(lowercase: bool = True, **kwargs):
 
 
 def outcome(tokenizer, *args, **kwargs):
-    """The encoding as plain lists, or the fact that it failed (transformers raises bare Exceptions and,
-    for a bad stride, a Rust panic, which derives from BaseException)."""
+    """The encoding as plain lists (tensors too), or the fact that it failed (transformers raises bare Exceptions
+    and, for a bad stride, a Rust panic, which derives from BaseException)."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         try:
@@ -50,7 +50,8 @@ def outcome(tokenizer, *args, **kwargs):
             raise
         except BaseException:
             return "error"
-    return {key: encoding[key] for key in KEYS if key in encoding}
+    return {key: (encoding[key].tolist() if hasattr(encoding[key], "tolist") else encoding[key])
+            for key in KEYS if key in encoding}
 
 
 @pytest.fixture(scope="module", params=BACKENDS)
