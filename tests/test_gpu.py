@@ -38,6 +38,7 @@ import torch
 from bertkit.cli import main
 from bertkit.models.bert.configuration import BertConfig
 from bertkit.models.bert.modeling import BertModel
+from bertkit.pipelines.options.common import native_bf16
 from bertkit.tokenizer import BertTokenizer
 from bertkit.training.trainer import Trainer
 from test_qa_cli import toy_squad
@@ -136,14 +137,19 @@ def bf16_native() -> bool:
 
 def trains(runs: list[TrainerRun], *argv) -> str:
     """`bertkit ARGV` with `--device DEVICE` (a training command): it exits 0, and each Trainer it ran trained
-    the steps asked for on the device under test, in bf16 exactly when `--bf16` was given (and the device has it)."""
+    the steps asked for on the device under test, in bf16 exactly when `--bf16` was given (and the device has it);
+    summarize-train's default is bf16 where the device computes it natively."""
     before = len(runs)
+    if argv[0] == "summarize-train" and "--bf16" not in argv:
+        bf16 = "--no-bf16" not in argv and native_bf16(DEVICE)
+    else:
+        bf16 = "--bf16" in argv and bf16_native()
     printed = bertkit(*argv, "--device", DEVICE, "--no-progress")
     made = runs[before:]
     assert made, f"bertkit {argv[0]} trained nothing"
     for run in made:
         assert on_test_device(run.device), f"bertkit {argv[0]} --device {DEVICE} trained on {run.device}"
-        assert run.bf16 == ("--bf16" in argv and bf16_native()), f"bertkit {argv[0]}: bf16 {run.bf16}"
+        assert run.bf16 == bf16, f"bertkit {argv[0]}: bf16 {run.bf16}"
         assert run.steps == STEPS
     return printed
 
