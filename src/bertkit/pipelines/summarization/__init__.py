@@ -145,16 +145,23 @@ def train_summarizer(options: SummarizationOptions, splits: dict[str, list[tuple
     writes OUT/report.json and returns it. `splits` ({train, dev, test}: (source, target) pairs) replaces
     options.data. The run holds OUT (`bertkit.pipelines.run_directory`: an earlier run there is refused unless
     options.overwrite)."""
+    from bertkit.data.sources import resolve_model
+    from bertkit.models.bert.configuration import BertConfig
+
     started = time.perf_counter()
     device = options.start(OPTIONS_NAME)  # the device, the threads, OUT with these options in it
     out = Path(options.out)
+    if options.architecture == "unilm":
+        from bertkit.pipelines.summarization.unilm import check_model
+        from bertkit.pipelines.summarization.unilm import train_unilm as train
+    else:
+        from bertkit.pipelines.summarization.pointer_generator import check_encoder as check_model
+        from bertkit.pipelines.summarization.pointer_generator import train_pointer_generator as train
+    # a --model that names nothing, or lengths it cannot take, are refused before the data is fetched
+    check_model(options, BertConfig.from_pretrained(resolve_model(options.model)))
     splits = splits or load_splits(options)
     lead_length, lead_sweep = ((options.lead_length, None) if options.lead_length
                                else choose_lead_length(splits["dev"]))
-    if options.architecture == "unilm":
-        from bertkit.pipelines.summarization.unilm import train_unilm as train
-    else:
-        from bertkit.pipelines.summarization.pointer_generator import train_pointer_generator as train
     model, tokenizer, training = train(options, splits, device, started)
     save_generation_config(out, options)
 

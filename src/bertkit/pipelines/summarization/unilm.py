@@ -146,6 +146,15 @@ def write(model: BertForUniLM, tokenizer: BertTokenizer, texts: Sequence[str], n
     return out, sources, tokenizer.unk_token_id
 
 
+def check_model(options, config) -> None:
+    """Refuse lengths the model (its config) cannot take: source and target share one sequence."""
+    positions = config.max_position_embeddings
+    if options.max_source_length + options.max_target_length > positions:
+        raise InputError(f"--max-source-length {options.max_source_length} + --max-target-length "
+                         f"{options.max_target_length} is more than the model's {positions} positions: source and "
+                         "target share one sequence")
+
+
 def train_unilm(options, splits: dict[str, list[tuple[str, str]]], device: Any,
                 started: float) -> tuple[BertForUniLM, BertTokenizer, dict]:
     """Fine-tune options.model as a UniLM writer on splits["train"] for options' steps or minutes (the clock
@@ -156,11 +165,7 @@ def train_unilm(options, splits: dict[str, list[tuple[str, str]]], device: Any,
     model_dir = resolve_model(options.model)
     tokenizer = BertTokenizer.from_pretrained(model_dir)
     model, fresh_head = build_writer(model_dir, options.label_smoothing)
-    positions = model.config.max_position_embeddings
-    if options.max_source_length + options.max_target_length > positions:
-        raise InputError(f"--max-source-length {options.max_source_length} + --max-target-length "
-                         f"{options.max_target_length} is more than the model's {positions} positions: source and "
-                         "target share one sequence")
+    check_model(options, model.config)
     train, dropped = encode_pairs(tokenizer, splits["train"], options.max_source_length, options.max_target_length)
     if len(train) < 1:
         raise InputError(f"no training pair has a target within --max-target-length {options.max_target_length}")
