@@ -265,9 +265,25 @@ def test_data_loader_workers_leave_torchs_random_state_alone(tmp_path):
     trainer = make_trainer(tmp_path, max_steps=5, dataloader_workers=1)
     torch.manual_seed(0)
     before = torch.get_rng_state()
-    loaded = collating_loader(trainer.data, 0, trainer.total_steps, 1, torch.device("cpu"))
+    loaded = collating_loader(trainer.data, 0, trainer.total_steps, 1)
     assert next(loaded)[0] == 0
     assert torch.equal(torch.get_rng_state(), before)
+    del loaded
+
+
+def test_a_workers_batches_arrive_as_the_tensors_collated_in_the_process(tmp_path):
+    """Workers hand batches over as numpy arrays (one pickle through the pipe, not a file descriptor per tensor);
+    what the trainer gets is the tensors, dtypes and values that collating in the process gives."""
+    trainer = make_trainer(tmp_path, max_steps=3, dataloader_workers=2)
+    loaded = collating_loader(trainer.data, 0, trainer.total_steps, 2)
+    for step in range(3):
+        got_step, micro = next(loaded)
+        assert got_step == step
+        for (size, batch), (want_size, want) in zip(micro, trainer.data.collated(step), strict=True):
+            assert size == want_size and batch.keys() == want.keys()
+            for key, value in want.items():
+                assert torch.is_tensor(batch[key]) and batch[key].dtype == value.dtype, key
+                assert torch.equal(batch[key], value), key
     del loaded
 
 

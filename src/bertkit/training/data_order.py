@@ -136,9 +136,34 @@ class _Steps(torch.utils.data.Dataset):
 
     def __getitem__(self, k: int) -> tuple[int, MicroBatches | BertkitError]:
         try:
-            return self.start + k, self.order.collated(self.start + k, self.rank, self.world_size)
+            micro = self.order.collated(self.start + k, self.rank, self.world_size)
         except BertkitError as err:  # bad data, said for people: handed back as it is (the data loader would raise
             return self.start + k, err  # it again with its worker's traceback in the message; a bug keeps that)
+        return self.start + k, [(size, {key: _as_array(v) for key, v in batch.items()}) for size, batch in micro]
+
+
+# A worker's batch crosses to the main process as numpy arrays, pickled whole through the loader's pipe. As tensors,
+# each would cross as shared memory whose file descriptor the main process fetches from the worker, one socket round
+# trip per tensor, answered only when the worker, busy collating the next batch, lets go of its interpreter lock:
+# on a GPU that cost 5-30 ms a step, more than a small model's whole step.
+def _as_array(value: Any) -> Any:
+    return value.numpy() if torch.is_tensor(value) and value.dtype != torch.bfloat16 else value
+
+
+def _as_tensor(value: Any) -> Any:
+    return torch.from_numpy(value) if isinstance(value, np.ndarray) else value
+
+
+def _as_is(item: Any) -> Any:  # the loader's collate_fn: a step arrives collated, as `_Steps` made it
+    return item
+
+
+def _received(loader: Iterator) -> Iterator[tuple[int, MicroBatches | BertkitError]]:
+    for step, micro in loader:
+        if isinstance(micro, BertkitError):
+            yield step, micro
+        else:
+            yield step, [(size, {key: _as_tensor(value) for key, value in batch.items()}) for size, batch in micro]
 
 
 # Worker processes that collate a GPU run's batches when the run does not say how many (`dataloader_workers` 0): the
@@ -159,8 +184,8 @@ def _one_thread(_: int) -> None:
     torch.set_num_threads(1)  # a worker collates; the model's threads are the main process's
 
 
-def collating_loader(order: DataOrder, start: int, total_steps: int, workers: int, device: torch.device,
-                     rank: int = 0, world_size: int = 1) -> Iterator[tuple[int, MicroBatches | BertkitError]] | None:
+def collating_loader(order: DataOrder, start: int, total_steps: int, workers: int, rank: int = 0,
+                     world_size: int = 1) -> Iterator[tuple[int, MicroBatches | BertkitError]] | None:
     """`workers` processes that collate steps start, start + 1, ... while the model computes (each step's batches
     are a pure function of the step, so the order and a resume are the same as without them), or None for none."""
     if not workers or start >= total_steps:
@@ -169,12 +194,13 @@ def collating_loader(order: DataOrder, start: int, total_steps: int, workers: in
 
     # a generator of its own: a loader seeds its workers from the one it is given, by default torch's global one,
     # and a draw from that would shift the dropout of every step after it (and differently after a resume)
+    # no pin_memory thread: `to_device` pins each batch as it copies it to the GPU
     loader = DataLoader(_Steps(order, start, total_steps, rank, world_size), batch_size=None, num_workers=workers,
-                        prefetch_factor=2, worker_init_fn=_one_thread, pin_memory=device.type == "cuda",
+                        prefetch_factor=2, worker_init_fn=_one_thread, collate_fn=_as_is,
                         generator=torch.Generator().manual_seed(order.seed))
     with warnings.catch_warnings():
         # Python warns that forking a process with threads (CUDA's) can deadlock the child; the workers only
         # collate on the CPU and never touch CUDA, as torch's data loaders always have
         warnings.filterwarnings("ignore", message=r".*use of fork\(\) may lead to deadlocks",
                                 category=DeprecationWarning)
-        return iter(loader)
+        return _received(iter(loader))

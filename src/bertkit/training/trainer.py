@@ -383,7 +383,7 @@ class Trainer:
         pending: list[tuple[torch.Tensor, float, list[str], float]] = []  # steps not yet read back from the device
         self._loaded = collating_loader(
             self.data, state.step, self.total_steps, loader_workers(self.args.dataloader_workers, self.dist.device),
-            self.dist.device, self.dist.rank, self.dist.world_size)
+            self.dist.rank, self.dist.world_size)
         try:
             while state.stop_reason is None:
                 if state.step >= self.total_steps:
