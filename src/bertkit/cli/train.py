@@ -38,7 +38,9 @@ def _cmd_pretrain(args: argparse.Namespace) -> int:
     continues a killed run exactly.
     """
     from bertkit.pipelines.pretrain import pretrain, resume_pretraining
+    from bertkit.training.checkpointing import RESULTS_NAME
     from bertkit.training.distributed import process_rank
+    from bertkit.utils import jsonfiles
 
     if args.resume:
         if args.recipe:
@@ -55,13 +57,15 @@ def _cmd_pretrain(args: argparse.Namespace) -> int:
         recipe = recipe_values(args.recipe or "bert", init=getattr(args, "init", None),
                                device=getattr(args, "device", None) or "auto")
         options = options_from_args(PretrainOptions, args, base=recipe)
-        state = pretrain(options)
+        state = pretrain(options, say=lambda line: print(line, flush=True) if process_rank() == 0 else None)
         out = options.out
     if process_rank() == 0:
         last = state.log_history[-1] if state.log_history else {}
         evals = held_out_figures(last)
         loss = f"last loss {state.losses[-1]:.4f}" if state.losses else "no steps were left to train"
-        print(f"pretrained {state.step} steps in {state.seconds:.0f} s ({state.stop_reason}); {loss}"
+        planned = jsonfiles.loads((Path(out) / RESULTS_NAME).read_text()).get("total_steps", state.step)
+        steps = f"{state.step} steps" if planned == state.step else f"{state.step} of {planned} planned steps"
+        print(f"pretrained {steps} in {state.seconds:.0f} s ({state.stop_reason}); {loss}"
               + (f"; {evals}" if evals else ""))
         print(f"model, tokenizer and metrics.jsonl in {out}")
     return 0

@@ -9,6 +9,7 @@ that fits `--minutes`, and the trainer, which checkpoints the run in --out so th
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -32,7 +33,7 @@ from bertkit.training.data_order import loader_workers
 from bertkit.training.distributed import process_count, process_rank
 from bertkit.training.pretraining_eval import pretraining_eval
 from bertkit.training.trainer import Trainer
-from bertkit.utils.devices import resolve_device
+from bertkit.utils.devices import device_name, resolve_device
 
 OPTIONS_NAME = "pretrain_options.json"
 
@@ -159,21 +160,28 @@ def step_seconds(run: PretrainingRun, hold: tuple[str, ...] = ()) -> float:
     return max(step, assembling / workers) if device.type == "cuda" and workers else assembling + step
 
 
-def plan_steps(run: PretrainingRun, options: PretrainOptions) -> int:
+def plan_steps(run: PretrainingRun, options: PretrainOptions,
+               say: Callable[[str], None] = lambda line: None) -> int:
     """The steps that fit in `options.minutes` (`steps_for_budget`, its default reserve), the held-out evaluations
-    paid first: ten of them as a fixed overhead, or with `--eval-every` a share of each step."""
+    paid first: ten of them as a fixed overhead, or with `--eval-every` a share of each step. `say` is told the
+    plan, and the device it was timed on."""
     step = step_seconds(run)
     evaluation = (forward_seconds(len(run.data.eval_singles) + len(run.data.eval_pairs), options.batch_size, step)
                   if run.data.eval_singles else 0.0)  # no held-out documents: no evaluation (`eval_fn`)
-    return plan_for_budget(step, minutes=options.minutes, device=resolve_device(options.device),
-                           evaluation=evaluation, eval_every=options.eval_every)
+    device = resolve_device(options.device)
+    steps = plan_for_budget(step, minutes=options.minutes, device=device, evaluation=evaluation,
+                            eval_every=options.eval_every)
+    say(f"--minutes {options.minutes:g}: {steps:,} steps of {options.batch_size} sequences planned, a step timed at "
+        f"{step * 1e3:.1f} ms on {device_name(device)}")
+    return steps
 
 
-def pretrain(options: PretrainOptions, resume: bool = False, prepared: PretrainingRun | None = None):
+def pretrain(options: PretrainOptions, resume: bool = False, prepared: PretrainingRun | None = None,
+             say: Callable[[str], None] = lambda line: None):
     """Build the data and model and train in options.out, holding it for the run (`run_directory`: an earlier run or
     model there is refused unless options.overwrite); returns the trainer's final TrainState. `prepared`: the data
     and model `prepare` made for these options already (the main job times its steps before it trains it); they
-    must not have been trained."""
+    must not have been trained. `say`: told a `--minutes` run's plan."""
     options.start()  # a GPU this machine lacks is refused before anything is read or written; the threads
     with run_directory(options.out, "bertkit pretrain", overwrite=options.overwrite, resume=resume,
                        main=process_rank() == 0, inputs=options.inputs()):
@@ -184,7 +192,7 @@ def pretrain(options: PretrainOptions, resume: bool = False, prepared: Pretraini
                 if process_count() > 1:  # each process would time itself differently
                     raise InputError("under torchrun give --max-steps (a time budget alone sizes the schedule per "
                                      "process)")
-                options = dataclasses.replace(options, max_steps=plan_steps(run, options))
+                options = dataclasses.replace(options, max_steps=plan_steps(run, options, say))
             if process_rank() == 0:
                 out.mkdir(parents=True, exist_ok=True)
                 options.save(out / OPTIONS_NAME)
