@@ -170,6 +170,37 @@ def test_too_long_text_is_truncated_with_a_warning_or_refused(model, tokenizer):
         encode(model, tokenizer, ["the cat sat on the mat"], max_length=5)
 
 
+@pytest.mark.parametrize("backend", ["python", "fast"])
+def test_one_tokenizer_pass_cuts_and_measures_as_tokenizing_twice_does(backend):
+    """bertkit's tokenizers cut long texts and measure them in one pass (`encode_cut`); the rows, offsets and the
+    lengths said of the cut texts are what a tokenizer without it gives (tokenized whole, then the long ones again
+    with truncation on), for texts and pairs, cut or refused."""
+    from bertkit.inference.batching import InputFindings, tokenize
+
+    ours = BertTokenizer({token: i for i, token in enumerate(VOCAB)}, backend=backend)
+
+    class Plain:  # only the call: the two-pass path
+        def __call__(self, *args, **kwargs):
+            return ours(*args, **kwargs)
+
+    texts, pairs = random_texts(6, seed=4, longest=14, shortest=1), random_texts(6, seed=5, longest=6, shortest=1)
+    pairs[0] = pairs[3] = None  # a mix of single texts and pairs
+    whole = [len(row.input_ids) for row in tokenize(Plain(), texts, pairs, max_length=1000)]
+    for max_length in (8, 12, 40):
+        for offsets in (False, True):
+            kept, cut = InputFindings(total=6), InputFindings(total=6)
+            one = tokenize(ours, texts, pairs, max_length=max_length, offsets=offsets, findings=kept)
+            two = tokenize(Plain(), texts, pairs, max_length=max_length, offsets=offsets, findings=cut)
+            assert one == two and kept.cut == cut.cut
+            assert kept.cut == [(i, n) for i, n in enumerate(whole) if n > max_length]
+            assert [len(row.input_ids) for row in one] == [min(n, max_length) for n in whole]
+    longest = max(range(6), key=whole.__getitem__)
+    first = next(i for i, n in enumerate(whole) if n > 8)
+    assert whole[longest] > 8
+    with pytest.raises(InputTooLongError, match=f"text {first} has {whole[first]} tokens, more than max_length 8"):
+        tokenize(ours, texts, pairs, max_length=8, truncation=False)
+
+
 # ---- sequence classification -------------------------------------------------------------------------
 
 def test_predict_classification_labels_probabilities_and_pairs(tokenizer):

@@ -184,6 +184,14 @@ def tokenize(tokenizer: Any, texts: list[str], text_pairs: list[str | None] | No
         if not indices:
             continue
         pairs = [text_pairs[i] for i in indices] if has_pair else None
+        if hasattr(tokenizer, "encode_cut"):  # bertkit's tokenizers: cut and measured in one pass
+            cut_rows, lengths = tokenizer.encode_cut([texts[i] for i in indices], pairs,
+                                                     max_length=max_length if truncation else None, offsets=offsets)
+            rows = [EncodedText(row.input_ids, row.token_type_ids, row.offsets) for row in cut_rows]
+            too_long += [(offset + indices[k], n) for k, n in enumerate(lengths) if n > max_length]
+            for i, row in zip(indices, rows):
+                out[i] = row
+            continue
         encoding = tokenizer([texts[i] for i in indices], pairs, truncation=False, return_offsets_mapping=offsets,
                              verbose=False)
         rows = [_row(encoding, k, offsets) for k in range(len(indices))]

@@ -179,6 +179,23 @@ class BaseTokenizer:
         return [build_row(a, b, specials, add_special_tokens, truncation, max_length, stride, self.truncation_side)
                 for a, b in zip(encoded_a, encoded_b)]
 
+    def encode_cut(self, texts: list[str], pairs: list[str] | None = None, *, max_length: int | None,
+                   offsets: bool = False) -> tuple[list[Row], list[int]]:
+        """Rows with special tokens, those over `max_length` cut as `truncation=True` cuts them (None: none cut),
+        and each row's length uncut, from one pass of the backend: a caller that says which texts were cut need
+        not tokenize them twice (long documents are most of the work)."""
+        encoded_a = self._backend.encode(texts, offsets=offsets)
+        encoded_b = self._backend.encode(pairs, offsets=offsets) if pairs is not None else [None] * len(texts)
+        specials = self._specials()
+        rows, lengths = [], []
+        for a, b in zip(encoded_a, encoded_b):
+            length = len(a[0]) + (2 if b is None else len(b[0]) + 3)
+            cut = max_length is not None and length > max_length
+            rows.append(build_row(a, b, specials, True, "longest_first" if cut else None, max_length, 0,
+                                  self.truncation_side))
+            lengths.append(length)
+        return rows, lengths
+
     def batch_ids(self, texts: Sequence[str]) -> list[list[int]]:
         """The ids of each text as the backend makes them: no special tokens, no truncation, no rows (what
         `self(texts, add_special_tokens=False)["input_ids"]` gives, at corpus scale without its per-row work)."""
