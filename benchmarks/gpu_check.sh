@@ -5,6 +5,7 @@
 #
 #   bash benchmarks/gpu_check.sh                 # everything (about 8 minutes on one H100)
 #   STEPS="gpu bench" bash benchmarks/gpu_check.sh
+#   SUITE_TESTS="tests/test_trainer.py" STEPS="suite" bash benchmarks/gpu_check.sh   # some of the suite
 #
 # A machine without the network may lack packages bertkit uses (jieba, nltk, orjson, starlette, uvicorn, a CJK font):
 # put their wheels in .whl/ (pip download on a machine with the network) and this script installs them first.
@@ -36,7 +37,7 @@ suite_pid=
 if has suite; then
   marks=(); if has gpu; then marks=(-m "not gpu"); fi  # the GPU tests run on their own
   timeout ${SUITE_SECONDS:-420} $PY -m pytest -q -n ${SUITE_WORKERS:-12} --dist loadgroup "${marks[@]}" \
-    -p no:cacheprovider >"$OUT/suite.log" 2>&1 &
+    -p no:cacheprovider ${SUITE_TESTS:-} >"$OUT/suite.log" 2>&1 &
   suite_pid=$!
 fi
 
