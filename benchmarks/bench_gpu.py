@@ -11,9 +11,10 @@ round), after warm-up steps; a figure is the median round. bf16 autocast on CUDA
   12 heads, FFN 3072, vocab 21128, dropout 0.1) at 256 x 128 and 32 x 512, 15% of the positions predicted (-100
   elsewhere), NSP labels. The batches are unpadded and both sides get an all-ones attention_mask; one more bertkit
   run gets attention_mask=None (its attention may then take the flash kernel). transformers runs "sdpa".
-- tiny: the "tiny" preset trained by `bertkit pretrain` (the Trainer: collation and masking on the CPU, loss and
-  gradient norm read back, clipping, logging) on a synthetic corpus, its tokens/s read from metrics.jsonl, against
-  the same model's bare step (forward, backward, the Trainer's AdamW) on the run's own timing batches on the device.
+- tiny: the "tiny" preset trained by `bertkit pretrain` in a process of its own, as a user runs it (the Trainer:
+  collation and masking on the CPU, loss and gradient norm read back, clipping, logging) on a synthetic corpus, its
+  tokens/s read from metrics.jsonl, against the same model's bare step (forward, backward, the Trainer's AdamW) on the
+  run's own timing batches on the device; --tiny-workers 0,4,8 runs it once per --loader-workers value.
 - encode: mean-pooled sentence vectors of headline-length and body-length texts (cut at 512 tokens), BERT-base's
   shape with random weights: bertkit's `encode` (length-sorted batches) against transformers.BertModel on input-order
   batches padded to their longest, as a user runs it; batch 64, bf16 weights on CUDA. Each set twice: the models
@@ -44,6 +45,8 @@ import math
 import os
 import random
 import statistics
+import subprocess
+import sys
 import time
 import traceback
 import warnings
@@ -273,7 +276,7 @@ def zipf_alphabet(size: int = 3500) -> tuple[list[str], list[float]]:
 def row_tiny(ctx) -> None:
     from bertkit.data.vocab import build_vocab
     from bertkit.pipelines.options import PretrainOptions
-    from bertkit.pipelines.pretrain import prepare, pretrain
+    from bertkit.pipelines.pretrain import prepare
     from bertkit.training.budget import timing_batches
     from bertkit.training.schedule import build_optimizer
 
@@ -307,17 +310,27 @@ def row_tiny(ctx) -> None:
     ctx.say("tiny", f"model alone: {alone:,.0f} tok/s ({shape})")
     del run, model, step, batches
     free_memory()
-    # (ii) the Trainer: `bertkit pretrain` in this process; its first records (CUDA and allocator warm-up) left out
-    start = time.perf_counter()
-    pretrain(PretrainOptions(**options, out=str(work / "run")))
-    records = [json.loads(line) for line in (work / "run" / "metrics.jsonl").read_text().splitlines() if line.strip()]
-    skip = max(1, math.ceil(30 / s.tiny_log)) if s.tiny_steps > 60 else 2
-    rates = [r["tokens_per_second"] for r in records[skip:] if "tokens_per_second" in r]
-    trainer = statistics.median(rates)
-    ctx.say("tiny", f"trainer: {s.tiny_steps} steps in {time.perf_counter() - start:.1f} s with set-up; median of "
-                    f"{len(rates)} records after the first {skip}: {trainer:,.0f} tok/s")
-    ctx.add("tiny: Trainer vs model alone", "bertkit pretrain", trainer, "model alone", alone,
-            trainer * flops_per_token, alone * flops_per_token, f"{shape}; target ratio >= 0.50")
+    # (ii) the Trainer: `bertkit pretrain` as a user runs it, a process of its own (a run in this process would share
+    # its warm CUDA state, and each loader setting its own process), its first records (warm-up) left out
+    for workers in ctx.args.tiny_workers.split(","):
+        out = work / f"run-{workers}"
+        argv = [sys.executable, "-m", "bertkit", "pretrain", "--corpus", str(work / "corpus.txt"), "--vocab",
+                str(vocab), "--config", "tiny", "--max-steps", str(s.tiny_steps), "--eval-fraction", "0",
+                "--log-every", str(s.tiny_log), "--device", str(device), "--no-progress", "--out", str(out),
+                *(["--bf16"] if ctx.bf16 else []), *(["--loader-workers", workers] if workers != "default" else []),
+                *[f"--{k.replace('_', '-')}={v}" for k, v in s.tiny_options.items()]]
+        start = time.perf_counter()
+        subprocess.run(argv, check=True, stdout=subprocess.DEVNULL)
+        records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines() if line.strip()]
+        skip = max(1, math.ceil(30 / s.tiny_log)) if s.tiny_steps > 60 else 2
+        rates = [r["tokens_per_second"] for r in records[skip:] if "tokens_per_second" in r]
+        trainer = statistics.median(rates)
+        ctx.say("tiny", f"trainer ({workers} loader workers): {s.tiny_steps} steps in "
+                        f"{time.perf_counter() - start:.1f} s with start-up; median of {len(rates)} records after the "
+                        f"first {skip}: {trainer:,.0f} tok/s")
+        name = "tiny: Trainer vs model alone" + ("" if workers == "default" else f", {workers} loader workers")
+        ctx.add(name, "bertkit pretrain", trainer, "model alone", alone, trainer * flops_per_token,
+                alone * flops_per_token, f"{shape}; target ratio >= 0.50")
 
 
 # ---- sentence vectors of real-length texts --------------------------------------------------------
@@ -505,6 +518,9 @@ def main() -> None:
     parser.add_argument("--save-texts", metavar="DIR", help="write the encode row's texts to DIR (a file per set, "
                         "one text a line) for --texts on a machine without bertkit's cache, and stop")
     parser.add_argument("--json", metavar="PATH", help="write the results here (after every row)")
+    parser.add_argument("--tiny-workers", default="default", metavar="N,...",
+                        help="the tiny row's `bertkit pretrain` runs: comma-separated --loader-workers values, "
+                             "'default' for the run's own choice (default: default)")
     args = parser.parse_args()
     sizes = SMOKE if args.smoke else FULL
     if args.save_texts:

@@ -21,10 +21,15 @@ if ls .whl/*.whl >/dev/null 2>&1; then
   $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/bertkit-site .whl/*.whl \
     && export PYTHONPATH=/tmp/bertkit-site${PYTHONPATH:+:$PYTHONPATH}
 fi
-# bertkit itself, its `bertkit` command included, without touching the machine's packages
-if ! $PY -m pip install -q --no-deps --no-build-isolation -e . >"$OUT/install.log" 2>&1; then
+# bertkit itself, its `bertkit` command included, without touching the machine's packages (unless this checkout is
+# what the Python already imports: a development machine's environment is left as it is)
+if ! $PY -c "import bertkit, os, sys; sys.exit(os.path.realpath(bertkit.__file__) != os.path.realpath('src/bertkit/__init__.py'))" \
+    2>/dev/null && ! $PY -m pip install -q --no-deps --no-build-isolation -e . >"$OUT/install.log" 2>&1; then
+  export PYTHONPATH=$PWD/src:${PYTHONPATH:-}
+fi
+if ! command -v bertkit >/dev/null || [ "$(command -v bertkit)" != "$(dirname "$(command -v $PY)")/bertkit" ]; then
   mkdir -p /tmp/bertkit-bin && printf '#!/bin/sh\nexec %s -m bertkit "$@"\n' "$(command -v $PY)" >/tmp/bertkit-bin/bertkit
-  chmod +x /tmp/bertkit-bin/bertkit && export PATH=/tmp/bertkit-bin:$PATH PYTHONPATH=$PWD/src:${PYTHONPATH:-}
+  chmod +x /tmp/bertkit-bin/bertkit && export PATH=/tmp/bertkit-bin:$PATH
 fi
 { nvidia-smi; $PY -c "import torch, transformers; print('torch', torch.__version__, 'transformers', transformers.__version__)"; } \
   >"$OUT/machine.txt" 2>&1
@@ -68,13 +73,15 @@ fi
 if has minutes; then  # --minutes 1 on BERT-base: 55-65 s of training, steps planned within 15% of steps done
   start=$(date +%s)
   timeout ${MINUTES_SECONDS:-240} bertkit pretrain --corpus /tmp/gpu-corpus/corpus.txt --vocab /tmp/gpu-corpus/vocab --config base \
-    --minutes 1 --bf16 --batch-size 256 --out /tmp/gpu-base --overwrite --no-progress >"$OUT/minutes.log" 2>&1
+    --minutes 1 --bf16 --batch-size 256 --out /tmp/gpu-base --overwrite --no-progress ${MINUTES_ARGS:-} \
+    >"$OUT/minutes.log" 2>&1
   code=$?
   wall=$(( $(date +%s) - start ))
   summary+=("pretrain --config base --minutes 1: exit $code, wall ${wall}s; $($PY -c "
 import json; r = json.load(open('/tmp/gpu-base/train_results.json'))
 print(f\"trained {r['seconds']:.1f} s, {r['step']} of {r['total_steps']} planned steps \"
-      f\"({r['step'] / r['total_steps']:.0%}), {r['stop_reason']}\")" 2>&1 | tail -n 1)")
+      f\"({r['step'] / r['total_steps']:.0%}), {r['stop_reason']}; {r['seconds'] / max(1, r['step']) * 1e3:.1f} ms a step\")" \
+      2>&1 | tail -n 1); $(grep -m 1 -o 'a step timed at .*' "$OUT/minutes.log")")
 fi
 
 if has torchrun; then  # two processes, one GPU: one clear error naming both counts
@@ -87,7 +94,7 @@ fi
 if has bench; then
   texts=()  # real texts, written where bertkit's cache holds them (bench_gpu.py --save-texts .gpu-data)
   if [ -f .gpu-data/headlines.txt ]; then texts=(--texts .gpu-data/headlines.txt .gpu-data/bodies.txt); fi
-  timeout ${BENCH_SECONDS:-420} $PY benchmarks/bench_gpu.py --json "$OUT/bench.json" "${texts[@]}" ${BENCH_ARGS:-} \
+  timeout ${BENCH_SECONDS:-420} $PY benchmarks/bench_gpu.py --json "$OUT/bench.json" "${texts[@]}" --tiny-workers ${TINY_WORKERS:-default,0,8} ${BENCH_ARGS:-} \
     >"$OUT/bench.log" 2>&1
   summary+=("bench_gpu: exit $?")
 fi
