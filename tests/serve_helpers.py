@@ -149,3 +149,16 @@ class ServerProcess:
         found = re.search(rf"^{re.escape(name)} (\S+)$", text.decode(), re.MULTILINE)
         assert found, f"no metric {name}"
         return float(found.group(1))
+
+
+def assert_same_entities(served: list, predicted: list) -> None:
+    """The server's /predict spans are `bertkit predict`'s: the same entities, places and texts, scores within
+    1e-5."""
+    import pytest
+
+    assert len(served) == len(predicted)
+    for got, want in zip(served, predicted):
+        assert [(e["entity"], e["start"], e["end"], e["text"]) for e in got] == \
+               [(e["entity"], e["start"], e["end"], e["text"]) for e in want]
+        assert [e["score"] for e in got] == pytest.approx([e["score"] for e in want], abs=1e-5)
+

@@ -365,7 +365,7 @@ def test_finetune_trains_a_modernbert_tagger_that_predict_and_serve_read(tmp_pat
     finds the entities, and `bertkit serve` answers /predict with predict's spans."""
     from bertkit.cli import main
     from bertkit.inference.loading import load_text_model
-    from serve_helpers import ServerProcess
+    from serve_helpers import ServerProcess, assert_same_entities
 
     model_dir, tokenizer = modern_directory(tmp_path / "model", "今天张三李四在北京上海工作学习")
     for split, count, seed in (("train", 64, 0), ("dev", 16, 1), ("test", 16, 2)):
@@ -396,10 +396,7 @@ def test_finetune_trains_a_modernbert_tagger_that_predict_and_serve_read(tmp_pat
     with ServerProcess(best) as server:
         status, served = server.post("/predict", {"inputs": [[text] for text in texts]})
     assert status == 200
-    for got, want in zip(served, predicted):
-        assert [(e["entity"], e["start"], e["end"], e["text"]) for e in got] == \
-               [(e["entity"], e["start"], e["end"], e["text"]) for e in want]
-        assert [e["score"] for e in got] == pytest.approx([e["score"] for e in want], abs=1e-5)
+    assert_same_entities(served, predicted)
 
 
 def test_finetune_trains_a_modernbert_reader_that_predict_and_serve_read(tmp_path, capsys):

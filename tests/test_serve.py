@@ -25,7 +25,7 @@ from bertkit.models.bert.modeling import BertModel
 from bertkit.models.gpt.configuration import GPT2Config
 from bertkit.models.gpt.modeling import GPT2LMHeadModel
 from bertkit.tokenizer import BertTokenizer
-from serve_helpers import CALL_TIMEOUT, ServerProcess, request
+from serve_helpers import CALL_TIMEOUT, ServerProcess, assert_same_entities, request
 
 pytestmark = [pytest.mark.usefixtures("one_thread"), pytest.mark.xdist_group("serve")]
 
@@ -146,10 +146,7 @@ def test_predict_ner_spans_equal_predict(tagger_dir):
     with ServerProcess(tagger_dir) as server:
         status, spans = server.post("/predict", {"inputs": [[text] for text in texts]})
         assert status == 200
-        for got, want in zip(spans, expected):
-            assert [(s["entity"], s["start"], s["end"], s["text"]) for s in got] == \
-                   [(s["entity"], s["start"], s["end"], s["text"]) for s in want]
-            assert [s["score"] for s in got] == pytest.approx([s["score"] for s in want], abs=1e-5)
+        assert_same_entities(spans, expected)
         for span in spans[0]:
             assert texts[0][span["start"]:span["end"]] == span["text"]
         status, single = server.post("/predict", {"inputs": texts[0]})  # alone: padded differently, same spans
