@@ -269,11 +269,12 @@ def test_int8_on_a_gpu_is_refused_in_one_line(command, capsys, tmp_path, monkeyp
 
 def test_each_finetune_task_is_one_record_the_command_runs_and_reports(capsys, monkeypatch, tmp_path):
     from bertkit.cli import main
-    from bertkit.data.embedding_data import TASK as EMBEDDING_TASK
     from bertkit.data.task_kinds import TASKS
-    from bertkit.pipelines.finetune_tasks import FINETUNE_TASKS
+    from bertkit.pipelines.options import FinetuneOptions
 
-    assert tuple(FINETUNE_TASKS) == (*TASKS, EMBEDDING_TASK)  # --task offers the records, in this order
+    # --task offers the records, in this order
+    assert FinetuneOptions.__dataclass_fields__["task"].metadata["choices"] == tuple(TASKS)
+    assert tuple(TASKS) == ("classify", "pairs", "ner", "qa", "embedding")
     monkeypatch.chdir(tmp_path)
     (tmp_path / "t.json").write_text("{}")
     ran = []
@@ -285,4 +286,4 @@ def test_each_finetune_task_is_one_record_the_command_runs_and_reports(capsys, m
     assert ran == ["qa"]
     assert capsys.readouterr().out.splitlines() == [
         "fine-tuned 3 steps in 1 s (max_steps); dev_accuracy 0.50, test_f1 81.25", "best model in o/best"]
-    assert FINETUNE_TASKS["ner"].report(results)[1] == "best model (labels a, b) in o/best"
+    assert TASKS["ner"].report(results)[1] == "best model (labels a, b) in o/best"

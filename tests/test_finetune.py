@@ -12,7 +12,8 @@ from bertkit.data.tasks import TokenExample
 from bertkit.models.bert.configuration import BertConfig
 from bertkit.models.bert.heads import BertForSequenceClassification
 from bertkit.models.bert.modeling import BertModel
-from bertkit.pipelines.finetune import FinetuneOptions, finetune, ner_features
+from bertkit.pipelines.finetune import FinetuneOptions, finetune
+from bertkit.tasks.ner import ner_features
 from bertkit.tokenizer import BertTokenizer
 from tolerance import assert_close
 
@@ -107,7 +108,7 @@ def test_ner_features_label_first_subtokens_and_map_back(tmp_path):
 def test_classification_features_mix_pairs_and_single_texts(tmp_path):
     """inews articles with no body have text_pair None beside titled pairs; each is encoded as what it is."""
     from bertkit.data.tasks import TextExample
-    from bertkit.pipelines.finetune import classification_features
+    from bertkit.tasks.classify import classification_features
 
     (tmp_path / "vocab.txt").write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "北", "京",
                                                    "是", "好"]) + "\n")

@@ -119,12 +119,15 @@ ALLOWED = {
                          "bertkit.inference"},
     "bertkit.pipelines": {ERRORS, "bertkit.utils", "bertkit.tokenizer", "bertkit.models", "bertkit.data",
                           "bertkit.training", "bertkit.inference", "bertkit.pictures"},
+    # the fine-tuning tasks, a module each: their records reach every floor below through the registry they fill
+    "bertkit.tasks": {ERRORS, "bertkit.utils", "bertkit.tokenizer", "bertkit.models", "bertkit.data",
+                      "bertkit.training", "bertkit.inference", "bertkit.pictures", "bertkit.pipelines"},
     "bertkit.cli": {ERRORS, "bertkit.utils", "bertkit.tokenizer", "bertkit.models", "bertkit.data", "bertkit.training",
-                    "bertkit.inference", "bertkit.pictures", "bertkit.pipelines", "bertkit"},
+                    "bertkit.inference", "bertkit.pictures", "bertkit.pipelines", "bertkit.tasks", "bertkit"},
 }
 # The run plumbing beside the pipelines: every pipeline may use it; it is no pipeline itself.
 PLUMBING = {"bertkit.pipelines.options", "bertkit.pipelines.option_fields", "bertkit.pipelines.run_directory",
-            "bertkit.pipelines.presets", "bertkit.pipelines.fine_tuning", "bertkit.pipelines.finetune_tasks",
+            "bertkit.pipelines.presets", "bertkit.pipelines.fine_tuning",
             *(m for m in MODULES if m.startswith("bertkit.pipelines.options."))}  # each command's options
 DEMO = "bertkit.pipelines.demo"  # the main job: a recipe over pretrain and finetune
 DEMO_PARTS = {"bertkit.pipelines.demo_plan", "bertkit.pipelines.demo_report"}  # its plan and its report: no pipeline
@@ -210,8 +213,9 @@ def test_nothing_below_cli_prints():
     assert printers == {}
 
 
-# The package root imports nothing at import time; `bertkit.X` imports X's module on first use (`_EXPORTS`). Only
-# cli/ may import the root, so what it exports comes from the layers below cli.
+# The package root imports only bertkit.tasks at import time (its modules fill the task registry); `bertkit.X`
+# imports X's module on first use (`_EXPORTS`). Only cli/ may import the root, so what it exports comes from the
+# layers below cli.
 ROOT_EXPORTS_FROM = ALLOWED["bertkit.cli"] - {"bertkit"}
 
 
@@ -267,3 +271,30 @@ def test_the_architecture_page_names_every_package():
     for package in ALLOWED:
         name = package.removeprefix("bertkit.")
         assert f"`{name}/`" in page or f"`{name}.py`" in page, name
+
+
+def _top_level_imports(module: str) -> set[str]:
+    """The bertkit modules `module` imports when it is imported (not inside a function or class)."""
+    found = set()
+    for node in _tree(module).body:
+        names = ([alias.name for alias in node.names] if isinstance(node, ast.Import) else
+                 [f"{node.module}.{alias.name}" for alias in node.names] if isinstance(node, ast.ImportFrom)
+                 and node.module and not node.level else [])
+        found |= {resolved for name in names if name.startswith("bertkit") and (resolved := _resolve(name))}
+    return found
+
+
+def test_the_root_imports_the_task_registry_and_nothing_heavy():
+    assert _top_level_imports("bertkit") == {"bertkit.tasks"}
+    tasks = {m for m in MODULES if _in(m, "bertkit.tasks") and m != "bertkit.tasks"}
+    assert {"bertkit.tasks.classify", "bertkit.tasks.ner", "bertkit.tasks.qa"} <= tasks
+    # a task module's top level: the registry, the error family, the constants, a sibling task; the rest when called
+    light = {"bertkit.data.task_kinds", ERRORS, "bertkit.utils.constants", *tasks}
+    assert {m: sorted(_top_level_imports(m) - light) for m in tasks if _top_level_imports(m) - light} == {}
+    import subprocess
+    import sys
+
+    loaded = subprocess.run([sys.executable, "-c", "import sys, bertkit; from bertkit.data.task_kinds import TASKS; "
+                             "print(list(TASKS), 'torch' in sys.modules, 'numpy' in sys.modules)"],
+                            capture_output=True, text=True, check=True).stdout.split()
+    assert loaded == ["['classify',", "'pairs',", "'ner',", "'qa',", "'embedding']", "False", "False"]

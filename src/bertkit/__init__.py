@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import importlib
 
+from bertkit import tasks as _tasks  # noqa: F401  (the fine-tuning tasks fill their registry, bertkit.data.task_kinds)
+
 __version__ = "0.1.0"
 
 # public name -> module that defines it: every family's config and every model and head class, as transformers

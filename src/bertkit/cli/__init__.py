@@ -25,8 +25,8 @@ import warnings
 from collections.abc import Iterator, Sequence
 
 from bertkit.cli import data, explain, models, predict, seq2seq, serve, train, vision
-from bertkit.cli.common import shorten
 from bertkit.errors import BertkitError
+from bertkit.utils.visible import shorten
 
 __all__ = ["build_parser", "main"]
 

@@ -41,12 +41,6 @@ def number(above: float | None = None, maximum: float | None = None) -> Callable
     return _numeric(float, "a number", above=above, maximum=maximum)
 
 
-def shorten(text: str, width: int = 70) -> str:
-    """One line of at most `width` characters, with an ellipsis when cut."""
-    text = " ".join(text.split())
-    return text if len(text) <= width else text[:width - 1] + "…"
-
-
 def add_long_input_options(p: argparse.ArgumentParser, default: str, what_default_does: str, where: str = "") -> None:
     """--long-inputs, --chunk-stride, --chunk-pooling: what `encode` and `serve` do with a text longer than the
     model's positions (bertkit.inference.long_inputs); `where` says where chunking applies."""

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import argparse
 
-from bertkit.cli.common import add_command, integer, shorten
+from bertkit.cli.common import add_command, integer
 from bertkit.cli.texts import add_encoding_option
 from bertkit.errors import InputError
+from bertkit.utils.visible import shorten
 
 # ---- data ----------------------------------------------------------------------------------------
 

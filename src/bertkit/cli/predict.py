@@ -14,7 +14,6 @@ from bertkit.cli.common import (
     check_long_input_options,
     command_device,
     integer,
-    shorten,
 )
 from bertkit.cli.texts import (
     add_encoding_option,
@@ -26,11 +25,12 @@ from bertkit.cli.texts import (
     with_pairs,
 )
 from bertkit.data.embedding_data import EVALUATION_DATASETS, EVALUATION_FILES, EVALUATION_TASKS
-from bertkit.data.task_kinds import DATASETS, FILE_FORMATS
+from bertkit.data.task_kinds import FILE_FORMATS, datasets
 from bertkit.errors import InputError
 from bertkit.models.sentence_files import POOLINGS
 from bertkit.utils import jsonfiles
 from bertkit.utils.dtypes import DTYPE_CHOICES, FP32
+from bertkit.utils.visible import shorten
 
 # ---- predict, evaluate, encode -------------------------------------------------------------------
 
@@ -117,7 +117,7 @@ def _add_evaluate(sub: argparse._SubParsersAction) -> None:
     p = add_command(sub, "evaluate", _cmd_evaluate, epilog="files:\n" + FILE_FORMATS,
                     formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--data", required=True, metavar="FILE|NAME",
-                   help=f"a named dataset ({', '.join(DATASETS)}), or a TSV/CSV/JSONL (classification), CoNLL "
+                   help=f"a named dataset ({', '.join(datasets())}), or a TSV/CSV/JSONL (classification), CoNLL "
                         "(NER) or SQuAD-format JSON (question answering) file; with --task: "
                         + "; ".join(f"{task}: {', '.join((*EVALUATION_DATASETS[task], ''))}{EVALUATION_FILES[task]}"
                                     for task in EVALUATION_TASKS))
@@ -169,7 +169,7 @@ def _cmd_predict(args: argparse.Namespace) -> int:
     """
 
     from bertkit.inference import predict_stream
-    from bertkit.inference.loading import model_family
+    from bertkit.inference.loading import model_family, task_of_model
 
     device = command_device(args, args.dtype)
     path, family = model_family(args.model, "predict")
@@ -191,26 +191,16 @@ def _cmd_predict(args: argparse.Namespace) -> int:
     results = predict_stream(model, tokenizer, kept_chunks(with_pairs(chunks, total, given), kept), total=total,
                              batch_size=args.batch_size, max_length=args.max_length,
                              truncation=not args.no_truncation, progress=None, dtype=args.dtype)
+    task = task_of_model(model, "predict")  # its record (bertkit.tasks) says how a result reads
     for found in results:
         texts, pairs = kept.popleft()
         for n, (text, result) in enumerate(zip(texts, found)):
             pair = pairs[n] if pairs else None
             if args.json:
                 record = {"text": text, **({"text_pair": pair} if pair is not None else {})}
-                record.update({"entities": result} if isinstance(result, list) else result)
-                print(jsonfiles.dumps(record, ensure_ascii=False))
-            elif isinstance(result, list):  # entity spans
-                print(text)
-                for span in result:
-                    print(f"  {span['entity']:<6} {span['start']:>4}:{span['end']:<4} {span['score']:.3f}  "
-                          f"{span['text']}")
-                if not result:
-                    print("  (no entities)")
+                print(jsonfiles.dumps({**record, **task.prediction_record(result)}, ensure_ascii=False))
             else:
-                others = ", ".join(f"{label} {p:.3f}" for label, p in
-                                   sorted(result["probabilities"].items(), key=lambda item: -item[1]))
-                shown = shorten(text, 50) + (f" | {shorten(pair, 30)}" if pair else "")
-                print(f"{result['label']}  {result['score']:.3f}  ({others})  {shown}")
+                print("\n".join(task.prediction_lines(text, pair, result)))
     return 0
 
 
@@ -296,6 +286,7 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
     named dataset's own) as it is, with no fine-tuning, beside chance.
     """
 
+    from bertkit.inference.loading import task_of_model
     from bertkit.pipelines.predict import evaluate
 
     device = command_device(args, args.dtype)
@@ -307,9 +298,9 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
                         ("--normalize", args.normalize), ("--kmeans-seed", args.kmeans_seed)):
         if given is not None:
             raise InputError(f"{flag} goes with --task (retrieval, bitext, clustering, sts): sentence vectors")
-    named = args.data in DATASETS
+    named = args.data in datasets()
     if args.split != "test" and not named:
-        raise InputError(f"--split is for the named datasets ({', '.join(DATASETS)}); {args.data} is a file")
+        raise InputError(f"--split is for the named datasets ({', '.join(datasets())}); {args.data} is a file")
     zero_shot = _zero_shot(args, args.data if named else None)
     model, tokenizer = _load_classifier(args.model, "evaluate", zero_shot, device)
     scores = evaluate(model, tokenizer, args.data, split=args.split, batch_size=args.batch_size,
@@ -328,25 +319,7 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
         print(jsonfiles.dumps(scores, ensure_ascii=False))
         return 0
     where = f"{args.data} ({scores['split']})" if named else args.data
-    if scores["task"] == "qa":
-        metric = "SQuAD v1.1's" if scores["metric"] == "squad" else "CMRC 2018's"
-        print(f"{where}: {scores['examples']:,} questions ({metric} exact match and F1)")
-        print(f"exact match  {scores['exact_match']:.2f}\nF1           {scores['f1']:.2f}")
-        return 0
-    if scores["task"] == "classification":
-        print(f"{where}: {scores['examples']:,} examples"
-              + (f", zero-shot through {scores['prompt']}" if zero_shot is not None else ""))
-        print(f"accuracy   {scores['accuracy']:.4f}\nmacro-F1   {scores['macro_f1']:.4f}")
-        if zero_shot is not None:
-            print(f"chance     {scores['chance']:.4f}  (1 / {len(zero_shot[1])} labels)")
-        return 0
-    print(f"{where}: {scores['examples']:,} sentences, {scores['num_true']:,} entities "
-          f"({scores['num_pred']:,} predicted, {scores['num_correct']:,} correct)")
-    print(f"{'entity':<10}{'precision':>10}{'recall':>10}{'F1':>10}{'gold':>8}")
-    print(f"{'all':<10}{scores['precision']:>10.4f}{scores['recall']:>10.4f}{scores['f1']:>10.4f}"
-          f"{scores['num_true']:>8}")
-    for kind, s in scores["by_type"].items():
-        print(f"{kind:<10}{s['precision']:>10.4f}{s['recall']:>10.4f}{s['f1']:>10.4f}{s['support']:>8}")
+    print("\n".join(task_of_model(model, "evaluate").evaluation_lines(scores, where)))
     return 0
 
 

@@ -144,11 +144,11 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     failures: list[BaseException] = []
 
     def ready(served: ServedModel) -> None:
-        details = {"embedding": f", {served.pooling} pooling",
-                   "qa": f", windows of {served.qa.get('max_length')} tokens"}
         kind = "classifier of text pairs (/rerank)" if served.pairs else served.task
         chosen = f" ({served.dtype_reason})" if served.dtype_reason else ""
-        what = f"{kind} model, {served.dtype}{chosen}" + details.get(served.task, f", {len(served.labels)} labels")
+        # a task's model: what its record says of it (labels, a reader's windows); sentence vectors: their pooling
+        details = served.kind.serve_summary(served) if served.kind else f", {served.pooling} pooling"
+        what = f"{kind} model, {served.dtype}{chosen}{details}"
         if device.type == "cpu":
             what += f", {torch.get_num_threads()} torch thread{'s' if torch.get_num_threads() > 1 else ''}"
         else:

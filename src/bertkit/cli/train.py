@@ -11,9 +11,8 @@ from pathlib import Path
 
 from bertkit.cli.common import add_command
 from bertkit.cli.options import add_options, given_options, missing_flags, options_from_args
-from bertkit.data.task_kinds import FILE_FORMATS
+from bertkit.data.task_kinds import FILE_FORMATS, get_task
 from bertkit.errors import InputError
-from bertkit.pipelines.finetune_tasks import FINETUNE_TASKS
 from bertkit.pipelines.options import DemoOptions, FinetuneOptions, PretrainOptions, recipe_values
 from bertkit.pipelines.presets import PRETRAIN_RECIPE_NAMES
 
@@ -106,7 +105,7 @@ def _cmd_finetune(args: argparse.Namespace) -> int:
     (pairs: InfoNCE with in-batch negatives; scored pairs: CoSENT; plain text: SimCSE; docs/embeddings.md).
     """
     options = options_from_args(FinetuneOptions, args)
-    task = FINETUNE_TASKS[options.task]  # each task's pipeline and report: bertkit.pipelines.finetune_tasks
+    task = get_task(options.task)  # the task's record (bertkit.tasks): its run and its report
     for line in task.report(task.train(options)):
         print(line)
     return 0

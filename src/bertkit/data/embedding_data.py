@@ -45,7 +45,6 @@ from bertkit.data.readers import (
 )
 from bertkit.errors import DataError, InputError
 
-TASK = "embedding"  # `finetune --task embedding`: the fine-tuning task kinds (data/task_kinds.py) are labelled ones
 SHAPES = ("pairs", "scored", "text")
 LOSSES = ("infonce", "cosent", "simcse")  # bertkit.training.embedding_losses computes them
 # the data's shape -> the loss it trains with unless told otherwise (`finetune --loss`)

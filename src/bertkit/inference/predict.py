@@ -70,27 +70,14 @@ def predict_stream(model: nn.Module, tokenizer: Any, chunks: Iterable[tuple[Sequ
                    ) -> Iterator[list]:
     """`predict`'s results for each chunk of (texts, text pairs or None), chunk by chunk: a file of any length in
     bounded memory. Empty and truncated texts are counted over all chunks and said once, after the last."""
-    tags = task_of_model(model, "predict").token_level
-    labels = label_names(model)
+    task = task_of_model(model, "predict")  # its record (bertkit.tasks) labels, tags... each chunk
     model = for_inference(model, dtype)
     run = ChunkedRun(total, progress, "predict")
-
-    def forward(input_ids: Tensor, attention_mask: Tensor, token_type_ids: Tensor) -> np.ndarray:
-        return class_probabilities(model, input_ids, attention_mask, token_type_ids).cpu().numpy()
-
     for texts, pairs in chunks:
         texts = run.check(texts)
         pairs = check_text_pairs(pairs, len(texts))
-        if tags:
-            if pairs is not None and any(pair is not None for pair in pairs):
-                raise InputError("token classification (NER) tags single texts; text_pairs are for classifiers")
-            tagged = _tag_tokens(run, model, tokenizer, texts, batch_size, max_length, truncation)
-            yield [entity_spans(text, tokenizer, row, tags, scores, labels)
-                   for text, (row, tags, scores) in zip(texts, tagged)]
-            continue
-        rows = classifier_rows(model, tokenizer, texts, pairs, max_length, truncation, run)
-        yield [classification(probs, labels)
-               for probs in run.results(model, rows, forward, batch_size, tokenizer.pad_token_id)]
+        yield task.predict(run, model, tokenizer, texts, pairs, batch_size=batch_size, max_length=max_length,
+                           truncation=truncation)
     run.finish()
 
 
@@ -164,7 +151,7 @@ def prompt_rows(template: str, tokenizer: Any, texts: list[str], pairs: list[str
     return [EncodedText(row, [0] * len(row)) for row in ids]
 
 
-def _tag_tokens(run: ChunkedRun, model: nn.Module, tokenizer: Any, texts: list[str], batch_size: int,
+def tag_tokens(run: ChunkedRun, model: nn.Module, tokenizer: Any, texts: list[str], batch_size: int,
                 max_length: int | None, truncation: bool) -> list[tuple[EncodedText, np.ndarray, np.ndarray]]:
     """Per text: its tokens (with offsets), each token's best tag id and that tag's probability."""
     rows = tagger_rows(model, tokenizer, texts, max_length, truncation, run)
@@ -249,7 +236,7 @@ def tag_words(model: nn.Module, tokenizer: Any, sentences: Sequence[Sequence[str
         texts.append(" ".join(words))
     labels = label_names(model)
     run = ChunkedRun(len(texts), progress, "tag")
-    tagged = _tag_tokens(run, for_inference(model, dtype), tokenizer, texts, batch_size, max_length, truncation)
+    tagged = tag_tokens(run, for_inference(model, dtype), tokenizer, texts, batch_size, max_length, truncation)
     run.finish()
     out = []
     for words, word_starts, (row, tags, _) in zip(sentences, starts, tagged):

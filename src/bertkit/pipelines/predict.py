@@ -17,11 +17,10 @@ from pathlib import Path
 from typing import Any
 
 from bertkit.data.lines import readable
-from bertkit.data.readers import DataWarning, Skips, TextExample, TokenExample, iter_decoded_lines
+from bertkit.data.readers import DataWarning, Skips, iter_decoded_lines
 from bertkit.errors import DataError, InputError
-from bertkit.inference import batching, label_names, predict, tag_words
+from bertkit.inference import batching
 from bertkit.inference.loading import task_of_model
-from bertkit.training import metrics
 from bertkit.utils import jsonfiles
 from bertkit.utils.visible import is_blank
 
@@ -146,11 +145,8 @@ def read_questions(path: str | os.PathLike, encoding: str = "utf-8") -> tuple[li
 
 # ---- evaluation ----------------------------------------------------------------------------------
 
-def _scheme(labels: list[str]) -> str:
-    return "BMES" if any(label[:2] in ("M-", "E-", "S-") for label in labels) else "BIO"
-
-
-def _check_labels(found: set[str], labels: list[str], data: str) -> None:
+def check_evaluation_labels(found: set[str], labels: list[str], data: str) -> None:
+    """An EvaluationDataError naming the labels of `data` (`found`) that are not among the model's `labels`."""
     unknown = sorted(found - set(labels))
     if unknown:
         shown = ", ".join(repr(label) for label in unknown[:5]) + (f" and {len(unknown) - 5} more"
@@ -162,60 +158,10 @@ def _check_labels(found: set[str], labels: list[str], data: str) -> None:
 def evaluate(model: Any, tokenizer: Any, data: str, split: str = "test", batch_size: int = 32,
              max_length: int | None = None, truncation: bool = True, progress: bool | None = False,
              dtype: str | None = None, encoding: str = "utf-8", flags: bool = False) -> dict[str, Any]:
-    """Accuracy and macro-F1 of a classifier, or entity P/R/F1 of a tagger, on `data` (source name or file, read
-    as `encoding`); `dtype` runs a converted copy of the model (bertkit.inference.precision); `flags`: a reader's
-    window errors name the command line's flags (--max-length)."""
+    """Accuracy and macro-F1 of a classifier, entity P/R/F1 of a tagger, or exact match and F1 of a reader, on
+    `data` (source name or file, read as `encoding`): the model's task (its record, bertkit.tasks) scores it.
+    `dtype` runs a converted copy of the model (bertkit.inference.precision); `flags`: a reader's window errors
+    name the command line's flags (--max-length)."""
     task = task_of_model(model, "evaluate")
-    if task.spans:
-        examples = task.read(data, split, "to evaluate on", encoding=encoding)
-        return {"task": task.family, "data": data, "examples": len(examples),
-                **_evaluate_qa(model, tokenizer, examples, batch_size=batch_size, max_length=max_length,
-                               progress=progress, dtype=dtype, flags=flags)}
-    labels = label_names(model)
-    examples = task.read(data, split, "to evaluate on", scheme=_scheme(labels), encoding=encoding)
-    result: dict[str, Any] = {"task": task.family, "data": data, "examples": len(examples)}
-    options = dict(batch_size=batch_size, max_length=max_length, truncation=truncation, progress=progress,
-                   dtype=dtype)
-    evaluate_task = _evaluate_ner if task.token_level else _evaluate_classification
-    return {**result, **evaluate_task(model, tokenizer, examples, labels, data, **options)}
-
-
-def _evaluate_classification(model: Any, tokenizer: Any, examples: list[TextExample], labels: list[str], data: str,
-                             **options: Any) -> dict[str, float]:
-    _check_labels({example.label for example in examples}, labels, data)
-    pairs = [example.text_pair for example in examples]
-    predictions = predict(model, tokenizer, [example.text for example in examples],
-                          pairs if any(pair is not None for pair in pairs) else None, **options)
-    index = {label: i for i, label in enumerate(labels)}
-    gold = [index[example.label] for example in examples]
-    predicted = [index[p["label"]] for p in predictions]
-    return {"accuracy": metrics.accuracy(predicted, gold), "macro_f1": metrics.macro_f1(predicted, gold),
-            "data_labels": sorted({example.label for example in examples})}
-
-
-def _evaluate_ner(model: Any, tokenizer: Any, examples: list[TokenExample], labels: list[str], data: str,
-                  **options: Any) -> dict[str, Any]:
-    from bertkit.data.tasks import bmes_to_bio
-
-    gold = [example.tags for example in examples]
-    found = {tag for tags in gold for tag in tags}
-    if not found <= set(labels) and _scheme(labels) == "BIO" and _scheme(sorted(found)) == "BMES":
-        gold = [bmes_to_bio(tags) for tags in gold]  # a BMES file scored against a BIO model: same entities
-        found = {tag for tags in gold for tag in tags}
-    _check_labels(found, labels, data)
-    predicted = tag_words(model, tokenizer, [example.tokens for example in examples], **options)
-    scores = metrics.entity_scores(gold, predicted, by_type=True)
-    return {key: scores[key] for key in ("precision", "recall", "f1", "num_true", "num_pred", "num_correct",
-                                         "by_type")}
-
-
-def _evaluate_qa(model: Any, tokenizer: Any, examples: list, **options: Any) -> dict[str, Any]:
-    """Exact match and F1 (the official scripts': SQuAD's for English, CMRC 2018's for Chinese) of a QA model."""
-    from bertkit.inference.qa import answer_examples
-    from bertkit.training.qa_metrics import qa_scores
-
-    answers = answer_examples(model, tokenizer, examples, **options)
-    scores = qa_scores({e.id: a["answer"] for e, a in zip(examples, answers)},
-                       {e.id: [answer.text for answer in e.answers] for e in examples})
-    return {"exact_match": scores["exact_match"], "f1": scores["f1"], "metric": scores["metric"],
-            "unanswerable": sum(e.is_impossible for e in examples)}
+    return task.evaluate(model, tokenizer, data, split, encoding, flags, batch_size=batch_size, max_length=max_length,
+                         truncation=truncation, progress=progress, dtype=dtype)

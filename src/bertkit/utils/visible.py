@@ -64,3 +64,9 @@ def blank_message(where: str, text: str) -> str | None:
     if kind is None:
         return None
     return f"{where} is {kind}: {INVISIBLE_CONSEQUENCE if kind.startswith('only invisible') else EMPTY_CONSEQUENCE}"
+
+
+def shorten(text: str, width: int = 70) -> str:
+    """One line of at most `width` characters, with an ellipsis when cut."""
+    text = " ".join(text.split())
+    return text if len(text) <= width else text[:width - 1] + "…"

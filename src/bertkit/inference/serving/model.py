@@ -30,7 +30,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from bertkit.data.task_kinds import FINETUNE_RESULTS
+from bertkit.data.task_kinds import TaskKind
 from bertkit.errors import InputError
 from bertkit.inference.batching import (
     EncodedText,
@@ -43,21 +43,9 @@ from bertkit.inference.batching import (
 from bertkit.inference.encode import choose_dtype, declared_settings, sentence_vectors
 from bertkit.inference.loading import load_text_model, task_of_model
 from bertkit.inference.precision import for_inference, model_dtype
-from bertkit.inference.predict import (
-    class_logits,
-    classifier_rows,
-    label_names,
-    probabilities,
-    tagger_rows,
-    token_tags,
-)
-from bertkit.inference.qa import qa_settings, span_logits
 from bertkit.models.functional import pool_tokens
 from bertkit.models.sentence_files import check_sentence_pooling
 from bertkit.utils.dtypes import FP32
-
-TASKS = ("embedding", "classifier", "ner", "qa")
-
 
 
 @dataclass
@@ -73,24 +61,6 @@ def wanting(rows: list[EncodedText], want: str) -> list[EncodedText]:
     if not want:
         return rows
     return [ServedRow(row.input_ids, row.token_type_ids, row.offsets, want) for row in rows]
-
-
-def reads_pairs(path: str | os.PathLike, model: nn.Module) -> bool:
-    """Whether a classifier was fine-tuned on text pairs (a cross-encoder): its config.json says so
-    (`finetuning_task: "pairs"`, which `bertkit finetune --task pairs` writes), or, for a model fine-tuned before
-    the config said it, its run's finetune_results.json (in the model's directory, or the run's beside OUT/best);
-    or it has one output, which TEI takes for a reranker."""
-    extra = getattr(model.config, "extra", None) or {}
-    if extra.get("finetuning_task") == "pairs" or model.num_labels == 1:
-        return True
-    path = Path(path)
-    for results in (path / FINETUNE_RESULTS, *([path.parent / FINETUNE_RESULTS] if path.name == "best" else [])):
-        try:
-            if json.loads(results.read_text(encoding="utf-8")).get("task") == "pairs":
-                return True
-        except (OSError, ValueError, AttributeError):
-            continue
-    return False
 
 
 def declared_prompts(path: str | os.PathLike) -> dict[str, str]:
@@ -120,7 +90,7 @@ class ServedModel:
     name: str                   # as the user named it (a directory or a built-in name)
     model: nn.Module            # in its serving number format; for "embedding", the encoder alone
     tokenizer: Any
-    task: str                   # one of TASKS
+    task: str                   # "embedding", or what its task calls a served model ("classifier", "ner", "qa")
     pooling: str                # sentence vectors' pooling (used by "embedding")
     labels: list[str]           # label names by id (classifier, ner); [] for "embedding" and "qa"
     max_length: int             # the longest input in tokens: the model's positions
@@ -130,6 +100,7 @@ class ServedModel:
     default_prompt: str | None = None  # the prefix of every text a request names no prompt for
     qa: dict[str, Any] = field(default_factory=dict)  # a reader's windows and decoding (inference.qa.qa_settings)
     dtype_reason: str | None = None  # why --dtype auto chose the model's number format
+    kind: TaskKind | None = None  # the fine-tuning task whose head it is (its record: bertkit.tasks); None: vectors
 
     @classmethod
     def load(cls, spec: str | os.PathLike, dtype: str = FP32, pooling: str | None = None,
@@ -147,17 +118,12 @@ class ServedModel:
             check_sentence_pooling(pooling)
         path = resolve_model(spec)
         model, tokenizer = load_text_model(spec, "serve", device=device)
-        settings: dict[str, Any] = {}
         try:
             kind = task_of_model(model, "serve")
         except ValueError:  # not a fine-tuned head: its encoder makes sentence vectors
-            task, model, labels = "embedding", encoder_of(model), []
-        else:
-            if kind.spans:
-                task, labels, settings = "qa", [], qa_settings(model)
-            else:
-                task, labels = ("ner" if kind.token_level else "classifier"), label_names(model)
-        pairs = task == "classifier" and reads_pairs(path, model)
+            kind, task, model, state = None, "embedding", encoder_of(model), {}
+        else:  # its task's record (bertkit.tasks) says what a server keeps of it: labels, a reader's windows...
+            task, state = kind.served, kind.serving_state(model, path)
         if task != "embedding" and (prompts or default_prompt):
             raise InputError(f"{spec} is {'an' if task[0] in 'aeiou' else 'a'} {task} model: prompts are prefixes "
                              "of the texts an embedding model encodes; give --default-prompt and --prompts only "
@@ -169,9 +135,9 @@ class ServedModel:
             dtype, why = choose_dtype(encoder_of(model), tokenizer, pooling)
         model = for_inference(model, dtype).eval()
         named = {**declared_prompts(path), **(prompts or {})} if task == "embedding" else {}
-        text_pairs = getattr(model.config, "text_pairs", None) if task == "classifier" else None
-        return cls(name or str(spec), model, tokenizer, task, pooling, labels, max_length, text_pairs=text_pairs,
-                   pairs=pairs, prompts=named, default_prompt=default_prompt or None, qa=settings, dtype_reason=why)
+        return cls(name or str(spec), model, tokenizer, task, pooling, state.get("labels", []), max_length,
+                   text_pairs=state.get("text_pairs"), pairs=state.get("pairs", False), prompts=named,
+                   default_prompt=default_prompt or None, qa=state.get("qa", {}), dtype_reason=why, kind=kind)
 
     @property
     def dtype(self) -> str:
@@ -208,9 +174,7 @@ class ServedModel:
             if whole:
                 return tokenize(tokenizer, texts, max_length=sys.maxsize, truncation=False, limit_name=limit_name)
             return tokenize(tokenizer, texts, max_length=limit, truncation=truncate, limit_name=limit_name)
-        if self.task == "ner":
-            return tagger_rows(self.model, tokenizer, texts, None, truncate)
-        return classifier_rows(self.model, tokenizer, texts, pairs, None, truncate)
+        return self.kind.serve_rows(self, tokenizer, texts, pairs, truncate)
 
     def run(self, rows: list[EncodedText]) -> list[Any]:
         """One output per row, in the order given, from one forward over all rows padded to the longest (the
@@ -243,13 +207,7 @@ class ServedModel:
             vectors = pool_tokens(hidden, attention_mask, self.pooling).cpu().numpy()
             states = hidden.cpu().numpy()
             return [(vector, state[:n]) for vector, state, n in zip(vectors, states, attention_mask.sum(1).tolist())]
-        if self.task == "ner":
-            return token_tags(self.model, input_ids, attention_mask, token_type_ids)
-        if self.task == "qa":
-            return span_logits(self.model, input_ids, attention_mask, token_type_ids)
-        scores = class_logits(self.model, input_ids, attention_mask, token_type_ids)
-        probs = probabilities(scores).cpu().numpy()
-        return list(zip(probs, scores.cpu().numpy())) if logits else probs
+        return self.kind.serve_forward(self, input_ids, attention_mask, token_type_ids, logits)
 
     def info(self) -> dict[str, Any]:
         """What /info says about the model (text-embeddings-inference's fields where it has them: a classifier of
@@ -258,14 +216,8 @@ class ServedModel:
         if self.task == "embedding":
             model_type: dict[str, Any] = {"embedding": {"pooling": self.pooling}}
             extra["prompts"] = sorted(self.prompts)
-        elif self.task == "qa":
-            model_type = {"question_answering": dict(self.qa)}
         else:
-            id2label = {str(i): label for i, label in enumerate(self.labels)}
-            label2id = {label: i for i, label in enumerate(self.labels)}
-            model_type = {"reranker" if self.pairs else self.task: {"id2label": id2label, "label2id": label2id}}
-            if self.rerank_label is not None:
-                extra["rerank_label"] = self.labels[self.rerank_label]
+            model_type, extra = self.kind.serve_info(self)
         if self.dtype_reason:
             extra["model_dtype_reason"] = self.dtype_reason
         return {"model_id": self.name, "model_sha": None, "model_dtype": self.dtype, "model_type": model_type,

@@ -46,27 +46,21 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import Response
 
-from bertkit.data.qa import QAExample, qa_windows
-from bertkit.errors import InputError
-from bertkit.inference.predict import classification, entity_spans
-from bertkit.inference.qa import check_questions, decode_examples, window_rows
 from bertkit.inference.serving.model import ServedModel, normalized, wanting
 from bertkit.inference.serving.payloads import (
+    PredictRequest,
     ServeError,
     asks_questions,
-    check_input_form,
     decode_request,
     embed_request,
     invalid,
     openai_request,
     predict_request,
-    questions_request,
     read_json,
     rerank_request,
     similarity_request,
     take_dimensions,
     take_prompt_name,
-    take_raw_scores,
     take_truncation_direction,
     tokenize_request,
 )
@@ -74,7 +68,6 @@ from bertkit.inference.serving.server import (
     Server,
     article,
     check_dimensions,
-    check_question_lengths,
     json_response,
     prompt_prefix,
     shaped,
@@ -140,52 +133,17 @@ async def openai_embeddings(server: Server, served: ServedModel, request: Reques
 async def predict(server: Server, served: ServedModel, request: Request) -> Response:
     with server.admitted():
         body = await read_json(request, server.settings.payload_limit)
-        if served.task == "qa":
-            return json_response(await answers(server, served, body))
-        if asks_questions(body):
-            raise invalid(f"this server serves {served.name}, {article(served.task)} model: questions and contexts "
-                          "need a question-answering reader (bertkit finetune --task qa)")
-        left, raw = take_truncation_direction(body), take_raw_scores(body)
-        if raw and served.task == "ner":
-            raise invalid("raw_scores is for classifiers: a tagger (NER) answers entity spans")
-        query = predict_request(body, server.settings.max_client_batch_size)
-        if served.task == "ner" and query.pairs is not None:
-            raise invalid("this server serves a tagger (NER), which reads single texts; send no text pairs")
-        if served.task == "classifier":
-            check_input_form(query, served.text_pairs)
-        rows = text_rows(served, query.texts, query.pairs, query.truncate, left=left)
-        outputs = await server.infer(wanting(rows, "logits" if raw else ""))
-    if served.task == "ner":
-        results = [entity_spans(text, served.tokenizer, row, tags, scores, served.labels)
-                   for text, row, (tags, scores) in zip(query.texts, rows, outputs)]
-    elif raw:  # TEI's raw scores: every label's logit, best first
-        results = [[{"score": float(score), "label": label} for label, score in
-                    sorted(zip(served.labels, logits), key=lambda kv: -kv[1])] for logits in outputs]
-    else:
-        results = [[{"score": score, "label": label} for label, score in
-                    sorted(classification(probs, served.labels)["probabilities"].items(), key=lambda kv: -kv[1])]
-                   for probs in outputs]
-    return json_response(results[0] if query.single else results)
+        # the served task's record (bertkit.tasks) reads the body and answers: labels, entity spans, answers
+        return json_response(await served.kind.serve_predict(server, served, body))
 
 
-async def answers(server: Server, served: ServedModel, body: dict[str, Any]) -> Any:
-    """A reader's answers, as `bertkit predict --question --context` finds them (inference/qa.py): the same
-    windows, the same span logits, the same decoding."""
-    query = questions_request(body, server.settings.max_client_batch_size)
-    try:
-        check_questions(query.questions, query.contexts)
-        check_question_lengths(served, query.questions, query.single, query.truncate)
-        examples = [QAExample(str(i), q, c) for i, (q, c) in enumerate(zip(query.questions, query.contexts))]
-        windows = qa_windows(examples, served.tokenizer, served.qa["max_length"], served.qa["doc_stride"],
-                             labels=False)
-    except InputError as err:  # a question too long for a window, undecoded bytes
-        raise invalid(str(err)) from None
-    server.check_windows(len(windows), served.qa["max_length"], "or shorter contexts")
-    logits = await server.infer(window_rows(windows), [window.example for window in windows])
-    found = decode_examples(examples, windows, logits, max_answer_length=served.qa["max_answer_length"],
-                            impossible=served.qa["impossible"])
-    results = [{key: value for key, value in answer.items() if key != "window"} for answer in found]
-    return results[0] if query.single else results
+def text_request(server: Server, served: ServedModel, body: dict[str, Any]) -> tuple[PredictRequest, bool]:
+    """(the texts of a /predict body, whether to cut long ones at their start), for a task that reads texts."""
+    if asks_questions(body):
+        raise invalid(f"this server serves {served.name}, {article(served.task)} model: questions and contexts "
+                      "need a question-answering reader (bertkit finetune --task qa)")
+    left = take_truncation_direction(body)
+    return predict_request(body, server.settings.max_client_batch_size), left
 
 
 async def rerank(server: Server, served: ServedModel, request: Request) -> Response:

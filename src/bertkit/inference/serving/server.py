@@ -18,8 +18,6 @@ import orjson
 from starlette.requests import Request
 from starlette.responses import Response
 
-from bertkit.data.qa import MAX_QUERY_LENGTH
-from bertkit.data.qa import SPECIAL_TOKENS as QA_SPECIAL_TOKENS
 from bertkit.errors import InputError
 from bertkit.inference.batching import InputTooLongError, NonFiniteOutputError
 from bertkit.inference.long_inputs import check_overlap, check_pooling, pool_rows, split_rows
@@ -263,26 +261,6 @@ def prompt_prefix(served: ServedModel, name: str | None) -> str | None:
         raise invalid(f"prompt_name {name!r}: this server has no prompts (bertkit serve --prompts NAME=PREFIX names "
                       "them)")
     raise invalid(f"prompt_name {name!r} is not one of this server's prompts: {', '.join(sorted(served.prompts))}")
-
-
-def check_question_lengths(served: ServedModel, questions: list[str], single: bool, truncate: bool = False) -> None:
-    """422 for a question longer than a reader reads (MAX_QUERY_LENGTH tokens; with "truncate": true it is cut to
-    them, as qa_windows cuts it), or one that leaves its windows no room to move through the context (a window holds
-    the question, [CLS] and two [SEP], and must take more new context tokens than consecutive windows share)."""
-    length, stride = served.qa["max_length"], served.qa["doc_stride"]
-    most = length - QA_SPECIAL_TOKENS - stride - 1
-    ids = served.tokenizer(questions, add_special_tokens=False, return_token_type_ids=False,
-                           return_attention_mask=False, verbose=False)["input_ids"]
-    for index, question in enumerate(ids):
-        where = "inputs" if single else f"inputs[{index}]"
-        if len(question) > MAX_QUERY_LENGTH and not truncate:
-            raise invalid(f"{where}.question has {len(question)} tokens, more than the {MAX_QUERY_LENGTH} a reader "
-                          'reads of a question; send a shorter question, or "truncate": true to cut it to them')
-        tokens = min(len(question), MAX_QUERY_LENGTH)  # qa_windows cuts a question to its first MAX_QUERY_LENGTH
-        if tokens > most:
-            raise invalid(f"{where}.question has {tokens} tokens, more than the {most} this reader's windows leave "
-                          f"a question ({length} tokens, {stride} of them shared by consecutive windows); send a "
-                          "shorter question")
 
 
 def check_dimensions(served: ServedModel, dimensions: int | None) -> None:

@@ -27,9 +27,9 @@ def _corpus_names() -> tuple[str, ...]:
 
 def _dataset_names() -> tuple[str, ...]:
     from bertkit.data.embedding_data import TRAINING_DATASETS
-    from bertkit.data.task_kinds import DATASETS
+    from bertkit.data.task_kinds import datasets
 
-    return (*DATASETS, *TRAINING_DATASETS)
+    return (*datasets(), *TRAINING_DATASETS)
 
 
 # What the name-or-path options take besides paths, and which the command reads where a value is both (a folder

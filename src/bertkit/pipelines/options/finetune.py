@@ -5,12 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from bertkit.data.embedding_data import LOSSES as EMBEDDING_LOSSES
-from bertkit.data.embedding_data import TASK as EMBEDDING_TASK
 from bertkit.data.embedding_data import check_crop
 from bertkit.data.sources import model_names
+from bertkit.data.task_kinds import TASKS
 from bertkit.errors import InputError
 from bertkit.models.sentence_files import POOLINGS
-from bertkit.pipelines.finetune_tasks import FINETUNE_TASKS
 from bertkit.pipelines.option_fields import Names, Options, option, progress_option, warn_unused
 from bertkit.pipelines.options.common import (
     DATASET_NAMES,
@@ -22,7 +21,7 @@ from bertkit.pipelines.options.common import (
 )
 from bertkit.utils.devices import DEVICE_HELP, check_device
 
-EMBEDDING = (EMBEDDING_TASK,)  # the options of sentence-vector training alone
+EMBEDDING = ("embedding",)  # the options of sentence-vector training alone
 
 
 @dataclass(kw_only=True)
@@ -30,7 +29,7 @@ class FinetuneOptions(TrainingOptions):
     """A fine-tuning run: the best dev checkpoint is kept in OUT/best and scored on test."""
 
     task: str = option(help="the task kind (bertkit.data.task_kinds; embedding: sentence vectors, "
-                            "docs/embeddings.md)", choices=tuple(FINETUNE_TASKS))
+                            "docs/embeddings.md)", choices=tuple(TASKS))
     model: str = option(help=f"a model directory or a model name ({', '.join(model_names())})",
                         metavar="DIR|NAME", names=MODEL_NAMES)
     train: str = option(help="a TSV/CSV/JSONL (classify, pairs, embedding), CoNLL (ner) or SQuAD-format JSON (qa) "
@@ -106,16 +105,14 @@ class FinetuneOptions(TrainingOptions):
                 raise InputError(f"--crop makes SimCSE's two views of a text; the {self.loss} loss has none")
         if self.label_words is not None and self.prompt is None:
             raise InputError("--label-words go with a prompt template; give --prompt too")
+        task = TASKS[self.task]  # its record (bertkit.tasks): its default length, and what it checks
         if self.max_length is None:
-            self.max_length = 384 if self.task == "qa" else 128
+            self.max_length = task.max_length
         check_sequence_length("--max-length", self.max_length)
         if self.max_length < 3:
             raise InputError(f"--max-length {self.max_length} leaves no token of a text beside [CLS] and [SEP]: every "
                              "example would be the same input, and nothing could be learned; give 8 or more")
-        if self.task == "qa":
-            from bertkit.data.qa import check_window
-
-            check_window(self.max_length, self.doc_stride, flags=True)
+        task.check_options(self)
         self.check_unused()
 
     def check_unused(self) -> None:
