@@ -46,6 +46,7 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import Response
 
+from bertkit.data.task_kinds import TASKS
 from bertkit.inference.serving.model import ServedModel, normalized, wanting
 from bertkit.inference.serving.payloads import (
     PredictRequest,
@@ -232,11 +233,13 @@ class Endpoint:
     counted: bool = True                  # counted in the metrics
 
 
+# what the server calls the models of the fine-tuning tasks (bertkit.tasks): /predict answers each of them
+FINE_TUNED = tuple(dict.fromkeys(kind.served for kind in TASKS.values() if kind.served))
 ENDPOINTS = (
     Endpoint("/embed", embed, tasks=("embedding",), needs=EMBEDDING_NEEDS),
     Endpoint("/embed_all", embed_all, tasks=("embedding",), needs=EMBEDDING_NEEDS),
     Endpoint("/similarity", similarity, tasks=("embedding",), needs=EMBEDDING_NEEDS),
-    Endpoint("/predict", predict, tasks=("classifier", "ner", "qa"), needs=PREDICT_NEEDS),
+    Endpoint("/predict", predict, tasks=FINE_TUNED, needs=PREDICT_NEEDS),
     Endpoint("/rerank", rerank, tasks=("classifier",), needs=RERANK_NEEDS),
     Endpoint("/tokenize", tokenize),
     Endpoint("/decode", decode),
