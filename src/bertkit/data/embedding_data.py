@@ -34,7 +34,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from bertkit.data.lines import input_path, is_empty_file, readable
+from bertkit.data.lines import check_example_file, input_path
 from bertkit.data.readers import (
     DataWarning,
     Skips,
@@ -91,13 +91,7 @@ def _number(cell: str) -> float | None:
 
 
 def _check_path(path: Path, purpose: str) -> None:
-    if path.is_dir():
-        raise InputError(f"{path} is a directory; give a file (TSV, JSONL or plain text) or a named dataset "
-                         f"({', '.join(TRAINING_DATASETS)})")
-    if not readable(path):
-        raise FileNotFoundError(f"{path}: no such file, and not a named dataset ({', '.join(TRAINING_DATASETS)})")
-    if is_empty_file(path):
-        raise InputError(f"{path} is empty: no examples {purpose}")
+    check_example_file(path, purpose, "TSV, JSONL or plain text", TRAINING_DATASETS)
 
 
 def _json_row(record: object) -> tuple[list[str], float | None] | None:

@@ -31,11 +31,11 @@ import re
 import stat
 import warnings
 import zlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from bertkit.errors import DataError
+from bertkit.errors import DataError, InputError
 
 NUL_WINDOW = 1 << 16        # the bytes looked at for NULs
 MAX_LINE_BYTES = 1 << 20    # a line longer than this, or than the block if that is larger, is handed on in parts
@@ -87,6 +87,18 @@ def is_empty_file(path: str | Path) -> bool:
     """A regular file of no bytes (a stream's size says nothing: it is read to know)."""
     found = Path(path).stat()
     return stat.S_ISREG(found.st_mode) and found.st_size == 0
+
+
+def check_example_file(path: Path, purpose: str, kinds: str, named: Sequence[str]) -> None:
+    """Refuse a user's file of examples that cannot be read: a directory, a missing file or an empty one, naming
+    what to give instead: a file of `kinds` ("TSV, CSV or JSONL"), or one of the `named` datasets. `purpose` says
+    what the examples are for ("to train on")."""
+    if path.is_dir():
+        raise InputError(f"{path} is a directory; give a file ({kinds}) or a named dataset ({', '.join(named)})")
+    if not readable(path):
+        raise FileNotFoundError(f"{path}: no such file, and not a named dataset ({', '.join(named)})")
+    if is_empty_file(path):
+        raise InputError(f"{path} is empty: no examples {purpose}")
 
 
 def is_wide(encoding: str) -> bool:

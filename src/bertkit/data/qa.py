@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bertkit.data.lines import NotTextError, check_not_binary, is_empty_file, readable
+from bertkit.data.lines import NotTextError, check_example_file, check_not_binary
 from bertkit.data.readers import DataWarning, Skips
 from bertkit.errors import DataError, InputError
 from bertkit.utils import jsonfiles
@@ -151,12 +151,7 @@ def read_squad(path: str | os.PathLike, *, need_offsets: bool = True, encoding: 
     naming the first few ids by reason. A file that is not SQuAD JSON, or has no usable question, is an error.
     """
     path = Path(path)
-    if path.is_dir():
-        raise InputError(f"{path} is a directory; give a SQuAD-format JSON file")
-    if not readable(path):
-        raise FileNotFoundError(f"{path}: no such file, and not a named dataset ({', '.join(QA_DATASETS)})")
-    if is_empty_file(path):
-        raise InputError(f"{path} is empty: no questions")
+    check_example_file(path, "to train on" if need_offsets else "to evaluate on", "SQuAD-format JSON", QA_DATASETS)
     data = _load_json(path, encoding)
     if not isinstance(data, dict) or not isinstance(data.get("data"), list):
         got = f"a top-level {type(data).__name__}" if not isinstance(data, dict) else \

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bertkit.data.lines import is_empty_file, readable
+from bertkit.data.lines import check_example_file
 from bertkit.errors import InputError
 
 # What a fine-tuning run writes beside the model it keeps: its task, options and scores (`bertkit finetune`; serving
@@ -104,13 +104,7 @@ class TaskKind:
     def read_file(self, path: str | os.PathLike, purpose: str = "to use", encoding: str = "utf-8") -> list:
         """Examples of a user's file (read as `encoding`); no usable example is an error."""
         path = Path(path)
-        if path.is_dir():
-            raise InputError(f"{path} is a directory; give a file ({self.files}) or a named dataset "
-                             f"({', '.join(datasets())})")
-        if not readable(path):
-            raise FileNotFoundError(f"{path}: no such file, and not a named dataset ({', '.join(datasets())})")
-        if is_empty_file(path):
-            raise InputError(f"{path} is empty: no examples {purpose}")
+        check_example_file(path, purpose, self.files, datasets())
         examples = self.parse_file(path, purpose, encoding)
         if not examples:
             raise InputError(f"{path} has no usable examples {purpose}")
