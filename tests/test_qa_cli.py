@@ -147,6 +147,16 @@ def test_predict_reads_questions_from_json_lines_and_draws_one(ws, reader, tmp_p
     assert f"--picture {picture} already exists; give --overwrite" in err and picture.read_bytes() == before
 
 
+def test_labelling_texts_with_a_reader_is_refused_naming_how_to_ask_it(reader):
+    from bertkit.inference import predict
+    from bertkit.inference.loading import load_text_model
+
+    model, tokenizer = load_text_model(reader / "best", "predict")
+    with pytest.raises(ValueError, match="a question-answering reader answers questions about a context, not texts: "
+                                         "give `bertkit predict --question Q --context C`"):
+        predict(model, tokenizer, ["w1 w2"])
+
+
 def test_the_python_api_refuses_the_other_pipeline(ws, tmp_path):
     from bertkit.pipelines.finetune import finetune
 
