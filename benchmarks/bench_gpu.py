@@ -325,9 +325,12 @@ def row_tiny(ctx) -> None:
         skip = max(1, math.ceil(30 / s.tiny_log)) if s.tiny_steps > 60 else 2
         rates = [r["tokens_per_second"] for r in records[skip:] if "tokens_per_second" in r]
         trainer = statistics.median(rates)
+        # the share of the loop's time spent getting its batches: near 1, the data loader sets the pace
+        waits = [r["data_share"] for r in records[skip:] if "data_share" in r]
+        waited = f", {statistics.median(waits):.0%} of it getting the batches" if waits else ""
         ctx.say("tiny", f"trainer ({workers} loader workers): {s.tiny_steps} steps in "
                         f"{time.perf_counter() - start:.1f} s with start-up; median of {len(rates)} records after the "
-                        f"first {skip}: {trainer:,.0f} tok/s")
+                        f"first {skip}: {trainer:,.0f} tok/s{waited}")
         name = "tiny: Trainer vs model alone" + ("" if workers == "default" else f", {workers} loader workers")
         ctx.add(name, "bertkit pretrain", trainer, "model alone", alone, trainer * flops_per_token,
                 alone * flops_per_token, f"{shape}; target ratio >= 0.50")

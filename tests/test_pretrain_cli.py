@@ -71,7 +71,7 @@ def store(workspace) -> str:
     return "store"
 
 
-TIMINGS = ("seconds", "examples_per_second", "tokens_per_second")
+TIMINGS = ("seconds", "examples_per_second", "tokens_per_second", "data_share")
 
 
 def trained(run: Path) -> list[dict]:

@@ -292,7 +292,7 @@ def test_prepare_then_pretrain_on_the_store_tokenizes_once(vocab_beside, monkeyp
     assert len(plans(Path(recorded["store"]))) == 3
 
 
-TIMINGS = ("seconds", "examples_per_second", "tokens_per_second")
+TIMINGS = ("seconds", "examples_per_second", "tokens_per_second", "data_share")
 
 
 def trained(run: Path) -> list[dict]:

@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 import types
 from pathlib import Path
 
@@ -246,6 +247,20 @@ def test_run_writes_metrics_checkpoints_and_final_model(tmp_path):
     assert not list(tmp_path.glob(".*"))  # no temp directories left
     with pytest.raises(FileExistsError, match="resume=True"):
         make_trainer(tmp_path, max_steps=7).train()
+
+
+def test_each_record_says_what_share_of_the_time_went_to_getting_the_batches(tmp_path, monkeypatch):
+    """`data_share`: the loop's time getting its batches onto the device over its time: near 1 where collating is
+    slow beside the model's step (here 40 ms of sleep a batch against a tiny model), near 0 where it is not."""
+    fast = make_trainer(tmp_path / "fast", max_steps=4, log_every=2)
+    fast.train()
+    slow = make_trainer(tmp_path / "slow", max_steps=4, log_every=2)
+    collate = slow.data.collate_fn
+    slow.data.collate_fn = lambda examples, seeds: time.sleep(0.04) or collate(examples, seeds)
+    slow.train()
+    shares = {name: [r["data_share"] for r in read_metrics(tmp_path / name)] for name in ("fast", "slow")}
+    assert len(shares["slow"]) == 2 and all(share > 0.8 for share in shares["slow"])
+    assert all(0 <= share < 0.5 for share in shares["fast"])
 
 
 def test_data_loader_workers_train_the_same_steps(tmp_path):

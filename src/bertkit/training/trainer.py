@@ -36,7 +36,6 @@ __all__ = ["Trainer", "TrainingArguments", "TrainState", "TrainingError"]
 logger = logging.getLogger(__name__)
 
 
-
 class TrainingError(RuntimeError):
     """Training cannot continue (a NaN/inf loss or gradient); `step` and `checkpoint` say where it stopped."""
 
@@ -131,16 +130,17 @@ class Trainer:
             return terms, local.sum(0).tolist()
         return terms, self.dist.all_reduce_sum(local.sum(0).to(self.dist.device)).tolist()
 
-    def _train_step(self, step: int) -> tuple[torch.Tensor, float, list[str]]:
+    def _train_step(self, step: int) -> tuple[torch.Tensor, float, list[str], float]:
         """Forward/backward over all micro-batches of `step`, then clip and update. Returns the step's statistics as
-        one float64 tensor on the device, (loss, examples, tokens, gradient norm, then each loss term's mean if the
-        loss is exact over the global batch), the learning rate it used, and the names of those terms. Nothing here
-        reads a value back from the device: on a GPU the host queues the step and moves on (`_settle` reads them)."""
-        args, dist = self.args, self.dist
+        one float64 tensor on the device (loss, examples, tokens, gradient norm, then each loss term's mean if the
+        loss is exact over the global batch), its learning rate, those terms' names, and the seconds its batches took
+        to reach the device. Nothing here reads a value back from the device (`_settle` reads them)."""
+        args, dist, fetched = self.args, self.dist, time.perf_counter()
         cpu_micro = self._micro_batches(step)
         terms, totals = self._global_counts(cpu_micro)
         tokens = sum(count_tokens(batch) for _, batch in cpu_micro)
         micro = [(size, to_device(batch, dist.device)) for size, batch in cpu_micro]
+        data_seconds = time.perf_counter() - fetched
         autocast = torch.autocast(dist.device.type, dtype=torch.bfloat16, enabled=self.bf16)
         # loss, examples, tokens, then each term's mean loss; summed over micro-batches, then processes
         stats = torch.zeros(3 + len(terms), dtype=torch.float64, device=dist.device)
@@ -168,13 +168,12 @@ class Trainer:
         self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
         values = torch.cat([stats[:3], grad_norm.detach().to(stats).reshape(1), stats[3:]])
-        return values, lr, terms if exact else []
+        return values, lr, terms if exact else [], data_seconds
 
     def _check_step(self, step: int, loss: float, grad_norm: float) -> None:
-        if not math.isfinite(loss):
-            self._fail(step, f"loss is {loss}")
-        if not math.isfinite(grad_norm):
-            self._fail(step, f"gradient norm is {grad_norm}")
+        for name, value in (("loss", loss), ("gradient norm", grad_norm)):
+            if not math.isfinite(value):
+                self._fail(step, f"{name} is {value}")
 
     @contextmanager
     def _holding(self, held: bool) -> Iterator[None]:
@@ -380,7 +379,7 @@ class Trainer:
                    disable=not (args.progress and dist.is_main))
         run_start, seconds_before = time.perf_counter(), state.seconds
         window: dict[str, float] = {}  # sums over the steps since the last log record
-        pending: list[tuple[torch.Tensor, float, list[str], float]] = []  # steps not yet read back from the device
+        pending: list[tuple[torch.Tensor, float, list[str], float, float]] = []  # steps not read back from the device
         self._loaded = collating_loader(
             self.data, state.step, self.total_steps, loader_workers(self.args.dataloader_workers, self.dist.device),
             self.dist.rank, self.dist.world_size)
@@ -392,12 +391,12 @@ class Trainer:
                 if self._threads is not None:
                     self._threads.tick()
                 started = time.perf_counter()
-                values, lr, terms = self._train_step(state.step)
+                values, lr, terms, data_seconds = self._train_step(state.step)
                 state.step += 1
                 state.epoch, state.position = divmod(state.step, self.steps_per_epoch)
                 # throughput excludes evaluation and saving; on a GPU the host's clock runs a little ahead of the
                 # GPU between read-backs, and catches up at each one
-                pending.append((values, lr, terms, time.perf_counter() - started))
+                pending.append((values, lr, terms, time.perf_counter() - started, data_seconds))
                 state.seconds = seconds_before + time.perf_counter() - run_start
                 bar.update(1)
                 if args.max_seconds is not None:
@@ -461,7 +460,7 @@ class Trainer:
         dist.barrier()
         return state
 
-    def _settle(self, state: TrainState, pending: list[tuple[torch.Tensor, float, list[str], float]],
+    def _settle(self, state: TrainState, pending: list[tuple[torch.Tensor, float, list[str], float, float]],
                 window: dict[str, float]) -> dict[str, Any]:
         """Read the statistics of the steps in `pending` back from the device in one copy (on a GPU the only wait
         for it between logs), check each step's loss and gradient norm in order, and add them to `state` and
@@ -474,10 +473,11 @@ class Trainer:
         # the steps' own seconds are the host's, which queued them; the wait here is the rest of the GPU's
         window["seconds"] = window.get("seconds", 0.0) + time.perf_counter() - waited
         stats: dict[str, Any] = {}
-        for k, (row, (_, lr, terms, seconds)) in enumerate(zip(rows, pending)):
+        for k, (row, (_, lr, terms, seconds, data_seconds)) in enumerate(zip(rows, pending)):
             self._check_step(first + k, row[0], row[3])
             stats = {"loss": row[0], "lr": lr, "grad_norm": row[3], "examples": int(row[1]), "tokens": int(row[2]),
-                     "seconds": seconds, **{f"loss_{t}": row[4 + j] for j, t in enumerate(terms)}}
+                     "seconds": seconds, "data_seconds": data_seconds,
+                     **{f"loss_{t}": row[4 + j] for j, t in enumerate(terms)}}
             state.examples += stats["examples"]
             state.tokens += stats["tokens"]
             state.losses.append(stats["loss"])
@@ -494,5 +494,7 @@ class Trainer:
                   "seconds": round(state.seconds, 3), "examples_per_second": window["examples"] / seconds}
         if window["tokens"]:
             record["tokens_per_second"] = window["tokens"] / seconds
+        # the share of the time spent getting the batches onto the device: near 1, the data sets the pace
+        record["data_share"] = round(min(1.0, window["data_seconds"] / seconds), 4)
         record.update({k: v / steps for k, v in window.items() if k.startswith("loss_")})
         return record
