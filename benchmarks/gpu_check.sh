@@ -78,9 +78,12 @@ if has minutes; then  # --minutes 1 on BERT-base: 55-65 s of training, steps pla
   code=$?
   wall=$(( $(date +%s) - start ))
   summary+=("pretrain --config base --minutes 1: exit $code, wall ${wall}s; $($PY -c "
-import json; r = json.load(open('/tmp/gpu-base/train_results.json'))
+import json, statistics; r = json.load(open('/tmp/gpu-base/train_results.json'))
+shares = [json.loads(line).get('data_share') for line in open('/tmp/gpu-base/metrics.jsonl')]
+shares = [s for s in shares if s is not None]
 print(f\"trained {r['seconds']:.1f} s, {r['step']} of {r['total_steps']} planned steps \"
-      f\"({r['step'] / r['total_steps']:.0%}), {r['stop_reason']}; {r['seconds'] / max(1, r['step']) * 1e3:.1f} ms a step\")" \
+      f\"({r['step'] / r['total_steps']:.0%}), {r['stop_reason']}; {r['seconds'] / max(1, r['step']) * 1e3:.1f} ms a step\"
+      + (f\", {statistics.median(shares):.0%} of it getting the batches\" if shares else ''))" \
       2>&1 | tail -n 1); $(grep -m 1 -o 'a step timed at .*' "$OUT/minutes.log")")
 fi
 
