@@ -90,7 +90,7 @@ class ServedModel:
     name: str                   # as the user named it (a directory or a built-in name)
     model: nn.Module            # in its serving number format; for "embedding", the encoder alone
     tokenizer: Any
-    task: str                   # "embedding", or what its task calls a served model ("classifier", "ner", "qa")
+    kind: TaskKind | None       # the fine-tuning task whose head it is (its record: bertkit.tasks); None: vectors
     pooling: str                # sentence vectors' pooling (used by "embedding")
     labels: list[str]           # label names by id (classifier, ner); [] for "embedding" and "qa"
     max_length: int             # the longest input in tokens: the model's positions
@@ -100,7 +100,6 @@ class ServedModel:
     default_prompt: str | None = None  # the prefix of every text a request names no prompt for
     qa: dict[str, Any] = field(default_factory=dict)  # a reader's windows and decoding (inference.qa.qa_settings)
     dtype_reason: str | None = None  # why --dtype auto chose the model's number format
-    kind: TaskKind | None = None  # the fine-tuning task whose head it is (its record: bertkit.tasks); None: vectors
 
     @classmethod
     def load(cls, spec: str | os.PathLike, dtype: str = FP32, pooling: str | None = None,
@@ -135,9 +134,14 @@ class ServedModel:
             dtype, why = choose_dtype(encoder_of(model), tokenizer, pooling)
         model = for_inference(model, dtype).eval()
         named = {**declared_prompts(path), **(prompts or {})} if task == "embedding" else {}
-        return cls(name or str(spec), model, tokenizer, task, pooling, state.get("labels", []), max_length,
+        return cls(name or str(spec), model, tokenizer, kind, pooling, state.get("labels", []), max_length,
                    text_pairs=state.get("text_pairs"), pairs=state.get("pairs", False), prompts=named,
-                   default_prompt=default_prompt or None, qa=state.get("qa", {}), dtype_reason=why, kind=kind)
+                   default_prompt=default_prompt or None, qa=state.get("qa", {}), dtype_reason=why)
+
+    @property
+    def task(self) -> str:
+        """"embedding", or what the model's task calls a served model ("classifier", "ner", "qa"): /info's task."""
+        return self.kind.served if self.kind is not None else "embedding"
 
     @property
     def dtype(self) -> str:
