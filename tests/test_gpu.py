@@ -565,6 +565,35 @@ def test_bf16_autocast_forward_is_close_to_float32():
     assert 0 < error < 2e-2, error  # bf16 differs (its 8-bit mantissa), and only by that
 
 
+
+@pytest.mark.parametrize("masked", [False, True])
+def test_attention_of_changing_lengths_takes_no_cudnn_kernel_and_equals_the_maths(masked):
+    """cuDNN's attention plans every new shape on the host (100-200 ms a step where lengths change): the fused
+    attention, forward and backward, must take another kernel on the GPU, and still compute softmax(QKᵀ/√d + mask)V."""
+    from torch.profiler import ProfilerActivity, profile
+
+    from bertkit.models.functional import attention, efficient_attention, padding_mask_bias
+
+    torch.manual_seed(0)
+    kernels = []
+    for length in (17, 40, 64):  # lengths that change from batch to batch
+        q, k, v = (torch.randn(3, 4, length, 64, device=DEVICE, dtype=torch.bfloat16, requires_grad=True)
+                   for _ in range(3))
+        keep = torch.ones(3, length, dtype=torch.long, device=DEVICE)
+        keep[1, length // 2:] = 0
+        bias = padding_mask_bias(keep, torch.bfloat16) if masked else None
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+            out = efficient_attention(q, k, v, bias)
+            out.float().square().sum().backward()
+            if torch.device(DEVICE).type == "cuda":
+                torch.cuda.synchronize()
+        kernels += [e.name for e in prof.events()]
+        want = attention(q.detach().float(), k.detach().float(), v.detach().float(),
+                         None if bias is None else bias.float())[0]
+        assert_close(out.float(), want, rtol=2e-2)  # bf16 inputs against float32 maths
+        assert q.grad is not None and torch.isfinite(q.grad).all()
+    assert kernels and not [name for name in kernels if "cudnn" in name.lower()]
+
 # ---- the Trainer: a run resumed from its checkpoint continues as the uninterrupted run --------------------
 
 def test_a_run_resumed_on_the_device_continues_as_the_uninterrupted_run(tmp_path):
