@@ -108,7 +108,7 @@ def efficient_attention(query: Tensor, key: Tensor, value: Tensor, mask: Tensor 
 # kernel (a mask), the explicit maths (anything else). Not cuDNN's attention, which torch prefers on Hopper GPUs: it
 # builds an execution plan on the host for every new shape, and batches padded to their longest text change shape
 # from step to step. On an H200, training steps whose batch had a length not seen before took 100-200 ms more than
-# the others (10 ms for the tiny BERT, 60 ms for BERT-base), one step in five or more.
+# the others (10 ms for the tiny BERT, 60 ms for BERT-base), about one step in five.
 GPU_ATTENTION_KERNELS = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
 
 
