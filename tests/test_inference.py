@@ -173,8 +173,9 @@ def test_too_long_text_is_truncated_with_a_warning_or_refused(model, tokenizer):
 @pytest.mark.parametrize("backend", ["python", "fast"])
 def test_one_tokenizer_pass_cuts_and_measures_as_tokenizing_twice_does(backend):
     """bertkit's tokenizers cut long texts and measure them in one pass (`encode_cut`); the rows, offsets and the
-    lengths said of the cut texts are what a tokenizer without it gives (tokenized whole, then the long ones again
-    with truncation on), for texts and pairs, cut or refused."""
+    cut texts are what a tokenizer without it gives (tokenized whole, then the long ones again with truncation on),
+    for texts and pairs, cut or refused. A cut text's length is the same, or unknown (None) where its beginning
+    alone showed it too long (`tokenizer.beginnings`); refused, every length is known."""
     from bertkit.inference.batching import InputFindings, tokenize
 
     ours = BertTokenizer({token: i for i, token in enumerate(VOCAB)}, backend=backend)
@@ -191,8 +192,9 @@ def test_one_tokenizer_pass_cuts_and_measures_as_tokenizing_twice_does(backend):
             kept, cut = InputFindings(total=6), InputFindings(total=6)
             one = tokenize(ours, texts, pairs, max_length=max_length, offsets=offsets, findings=kept)
             two = tokenize(Plain(), texts, pairs, max_length=max_length, offsets=offsets, findings=cut)
-            assert one == two and kept.cut == cut.cut
-            assert kept.cut == [(i, n) for i, n in enumerate(whole) if n > max_length]
+            assert one == two and [i for i, _ in kept.cut] == [i for i, _ in cut.cut]
+            assert cut.cut == [(i, n) for i, n in enumerate(whole) if n > max_length]
+            assert all(n in (None, whole[i]) for i, n in kept.cut)
             assert [len(row.input_ids) for row in one] == [min(n, max_length) for n in whole]
     longest = max(range(6), key=whole.__getitem__)
     first = next(i for i, n in enumerate(whole) if n > 8)

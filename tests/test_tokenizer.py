@@ -246,3 +246,64 @@ def test_pickles_for_data_loader_workers(tok):
     copy = pickle.loads(pickle.dumps(tok))
     assert copy.backend == tok.backend
     assert copy("HÉLLO the fox", return_offsets_mapping=True) == tok("HÉLLO the fox", return_offsets_mapping=True)
+
+
+# ---- long texts tokenized from their beginnings ----------------------------------------------------------
+
+# what a text can hold around a cut: CJK, Latin words and their pieces, accents (precomposed and combining), a final
+# sigma, digits, punctuation, BERT's white space and what only looks like it (\x1c is removed, not a space), control
+# and invisible characters, special tokens
+PIECES = ["北", "京", "天", "气", "好", "张", "三", "hello", "world", "Héllo", "Cafe\u0301", "ΑΣ", "İ", "2019", "x",
+          ".", ",", "!", "[", "]", "[MASK]", "[SEP]", " ", " ", "  ", "\t", "\n", "\r\n", "\u3000", "\xa0", "\u2009",
+          "\x1c", "\x00", "\u200b", "\x85", "\ufffd", "𠀀"]
+
+
+def _long_texts(seed: int, n: int = 40) -> list[str]:
+    import random
+
+    rng = random.Random(seed)
+    return ["".join(rng.choice(PIECES) for _ in range(rng.randint(0, 260))) for _ in range(n)]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("options", [{}, {"do_lower_case": False}, {"strip_accents": True},
+                                     {"tokenize_chinese_chars": False}])
+def test_a_long_text_cut_from_its_beginning_is_cut_as_when_tokenized_whole(backend, options):
+    """`encode_cut` tokenizes a long single text only as far as its kept tokens reach (`tokenizer.beginnings`): the
+    rows and offsets must be those of the whole text cut, the text must be said cut exactly when it is, and the
+    backend must have read less than the whole of the long texts."""
+    pieces = ["北", "京", "天", "气", "张", "三", "hel", "##lo", "##l", "wor", "##ld", "caf", "##e", "##é", "2019",
+              "20", "##19", "x", "[", "]", "ας", "ασ", "i", "h", "##e", "é", "##́", "Σ", "##Σ", "𠀀"]
+    tok = BertTokenizer({**VOCAB, **{t: len(VOCAB) + i for i, t in enumerate(dict.fromkeys(pieces))}},
+                        backend=backend, **options)
+    texts = _long_texts(seed=len(options) + 7)
+    read = []
+    encode = tok._backend.encode
+
+    def counting(batch, offsets=False):
+        read.append(sum(map(len, batch)))
+        return encode(batch, offsets=offsets)
+
+    for max_length in (2, 5, 17, 64):
+        whole = [len(ids) + 2 for ids, _ in encode(texts)]
+        want = tok(texts, truncation=True, max_length=max_length, return_offsets_mapping=True)
+        read.clear()
+        tok._backend.encode = counting
+        try:
+            rows, lengths = tok.encode_cut(texts, max_length=max_length, offsets=True)
+        finally:
+            tok._backend.encode = encode
+        assert [row.input_ids for row in rows] == want["input_ids"]
+        assert [row.offsets for row in rows] == [[tuple(span) for span in spans] for spans in want["offset_mapping"]]
+        assert [n is None or n > max_length for n in lengths] == [n > max_length for n in whole]
+        assert all(n is None or n == w for n, w in zip(lengths, whole))
+        if max_length <= 17:  # the long texts were read in part
+            assert None in lengths and sum(read) < sum(map(len, texts)), (read, sum(map(len, texts)))
+
+
+def test_a_special_token_holding_a_space_turns_beginnings_off():
+    tok = BertTokenizer(VOCAB, additional_special_tokens=["new york"])
+    assert tok.word_boundary() is None
+    rows, lengths = tok.encode_cut(["hello " * 40], max_length=5)
+    assert lengths == [42] and rows[0].input_ids == tok("hello " * 40, truncation=True, max_length=5)["input_ids"]
+    assert BertTokenizer(VOCAB).word_boundary()("\u3000") and not BertTokenizer(VOCAB).word_boundary()("\x1c")

@@ -56,7 +56,8 @@ class InputFindings:
     total: int = 0                                              # texts seen so far (the next chunk's first index)
     empty: list[int] = field(default_factory=list)
     invisible: bool = False                                     # some empty text holds invisible characters
-    cut: list[tuple[int, int]] = field(default_factory=list)   # (index, tokens before cutting)
+    # (index, tokens before cutting; None for a text found too long from its beginning, `tokenizer.beginnings`)
+    cut: list[tuple[int, int | None]] = field(default_factory=list)
     limit_name: str = ""
     max_length: int = 0
 
@@ -71,9 +72,11 @@ class InputFindings:
                           EmptyTextWarning, stacklevel=stacklevel)
         if self.cut:
             index = min(self.cut)[0]
-            warnings.warn(f"{len(self.cut):,} of {self.total:,} texts are longer than {self.limit_name} (up to "
-                          f"{max(n for _, n in self.cut)} tokens; the first is text {index}): truncated to "
-                          f"{self.max_length} tokens", TruncationWarning, stacklevel=stacklevel)
+            lengths = [n for _, n in self.cut]
+            longest = "" if None in lengths else f"up to {max(lengths)} tokens; "  # a long text was read in part
+            warnings.warn(f"{len(self.cut):,} of {self.total:,} texts are longer than {self.limit_name} ({longest}"
+                          f"the first is text {index}): truncated to {self.max_length} tokens", TruncationWarning,
+                          stacklevel=stacklevel)
 
 
 def in_chunks(items: Sequence, size: int | None = None) -> Iterator[Sequence]:
@@ -188,7 +191,7 @@ def tokenize(tokenizer: Any, texts: list[str], text_pairs: list[str | None] | No
             cut_rows, lengths = tokenizer.encode_cut([texts[i] for i in indices], pairs,
                                                      max_length=max_length if truncation else None, offsets=offsets)
             rows = [EncodedText(row.input_ids, row.token_type_ids, row.offsets) for row in cut_rows]
-            too_long += [(offset + indices[k], n) for k, n in enumerate(lengths) if n > max_length]
+            too_long += [(offset + indices[k], n) for k, n in enumerate(lengths) if n is None or n > max_length]
             for i, row in zip(indices, rows):
                 out[i] = row
             continue

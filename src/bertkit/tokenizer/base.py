@@ -9,10 +9,11 @@ padding are built by `encoding`, so both tokenizers follow transformers' rules i
 from __future__ import annotations
 
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from bertkit.errors import InputError
+from bertkit.tokenizer.beginnings import encode_beginnings
 from bertkit.tokenizer.encoding import Row, Specials, build_row, pad_rows
 from bertkit.tokenizer.files import SPECIAL_TOKEN_NAMES
 
@@ -180,21 +181,34 @@ class BaseTokenizer:
                 for a, b in zip(encoded_a, encoded_b)]
 
     def encode_cut(self, texts: list[str], pairs: list[str] | None = None, *, max_length: int | None,
-                   offsets: bool = False) -> tuple[list[Row], list[int]]:
+                   offsets: bool = False) -> tuple[list[Row], list[int | None]]:
         """Rows with special tokens, those over `max_length` cut as `truncation=True` cuts them (None: none cut),
-        and each row's length uncut, from one pass of the backend: a caller that says which texts were cut need
-        not tokenize them twice (long documents are most of the work)."""
-        encoded_a = self._backend.encode(texts, offsets=offsets)
+        and each row's length uncut (None for a text found too long from its beginning alone), from one pass of the
+        backend: a caller that says which texts were cut need not tokenize them twice. A long text on its own, cut
+        on the right by a tokenizer with word boundaries (`word_boundary`), is tokenized only as far as its kept
+        tokens reach (`beginnings`): long documents are most of the work."""
+        boundary = self.word_boundary()
+        longer = [False] * len(texts)
+        if pairs is None and max_length is not None and max_length >= 2 and self.truncation_side == "right" \
+                and boundary is not None:
+            encoded_a, longer = encode_beginnings(self._backend.encode, texts, max_length - 2, boundary, offsets)
+        else:
+            encoded_a = self._backend.encode(texts, offsets=offsets)
         encoded_b = self._backend.encode(pairs, offsets=offsets) if pairs is not None else [None] * len(texts)
         specials = self._specials()
         rows, lengths = [], []
-        for a, b in zip(encoded_a, encoded_b):
-            length = len(a[0]) + (2 if b is None else len(b[0]) + 3)
-            cut = max_length is not None and length > max_length
+        for a, b, long in zip(encoded_a, encoded_b, longer):
+            length = None if long else len(a[0]) + (2 if b is None else len(b[0]) + 3)
+            cut = long or (max_length is not None and length > max_length)
             rows.append(build_row(a, b, specials, True, "longest_first" if cut else None, max_length, 0,
                                   self.truncation_side))
             lengths.append(length)
         return rows, lengths
+
+    def word_boundary(self) -> Callable[[str], bool] | None:
+        """A test of a character at which this tokenizer always ends a word, whatever surrounds it (the text before
+        it then tokenizes as the whole text does up to there), or None where it has none (`beginnings`)."""
+        return None
 
     def batch_ids(self, texts: Sequence[str]) -> list[list[int]]:
         """The ids of each text as the backend makes them: no special tokens, no truncation, no rows (what

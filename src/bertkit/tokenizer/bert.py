@@ -14,11 +14,13 @@ the vocabulary and the decoding.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import unicodedata
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 from bertkit.errors import InputError
+from bertkit.tokenizer import unicode_tables as uni
 from bertkit.tokenizer.base import VERY_LARGE_INTEGER, BaseTokenizer, BatchEncoding, _to_list, choose_backend
 from bertkit.tokenizer.basic import PythonBackend
 from bertkit.tokenizer.files import (
@@ -68,6 +70,18 @@ class BertTokenizer(BaseTokenizer):
         self.ids_to_tokens = {index: token for token, index in {**self.vocab, **self.added_vocab}.items()}
         self._warned_long = False
         self._backend = self._make_backend(backend)
+
+    def word_boundary(self) -> Callable[[str], bool] | None:
+        """White space (BERT's: space, tab, newline, carriage return, the Zs characters) always ends a word, and so
+        does a CJK ideograph where each is a word (`tokenize_chinese_chars`). None when a special token holds one
+        of them: a text cut inside it would not find it."""
+        cjk = self.tokenize_chinese_chars
+
+        def boundary(char: str) -> bool:
+            return char in " \t\n\r" or (char > "\x7f" and (unicodedata.category(char) == "Zs" or
+                                                          (cjk and uni.contains(uni.CJK, char))))
+
+        return None if any(boundary(char) for token in self.added_vocab for char in token) else boundary
 
     def _make_backend(self, backend: str):
         from bertkit.tokenizer import fast as tokenizer_fast
