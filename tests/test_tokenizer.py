@@ -306,4 +306,6 @@ def test_a_special_token_holding_a_space_turns_beginnings_off():
     assert tok.word_boundary() is None
     rows, lengths = tok.encode_cut(["hello " * 40], max_length=5)
     assert lengths == [42] and rows[0].input_ids == tok("hello " * 40, truncation=True, max_length=5)["input_ids"]
-    assert BertTokenizer(VOCAB).word_boundary()("\u3000") and not BertTokenizer(VOCAB).word_boundary()("\x1c")
+    boundary = BertTokenizer(VOCAB).word_boundary()
+    assert [bool(boundary.match(c)) for c in " \u3000\xa0北𠀀\x1c\x85\u200bx."] == [True] * 5 + [False] * 5
+    assert not BertTokenizer(VOCAB, tokenize_chinese_chars=False).word_boundary().match("北")

@@ -8,8 +8,9 @@ padding are built by `encoding`, so both tokenizers follow transformers' rules i
 
 from __future__ import annotations
 
+import re
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from bertkit.errors import InputError
@@ -205,9 +206,10 @@ class BaseTokenizer:
             lengths.append(length)
         return rows, lengths
 
-    def word_boundary(self) -> Callable[[str], bool] | None:
-        """A test of a character at which this tokenizer always ends a word, whatever surrounds it (the text before
-        it then tokenizes as the whole text does up to there), or None where it has none (`beginnings`)."""
+    def word_boundary(self) -> re.Pattern | None:
+        """The characters at which this tokenizer always ends a word, whatever surrounds them (the text before one
+        then tokenizes as the whole text does up to there), as a one-character pattern; None where it has none
+        (`beginnings`)."""
         return None
 
     def batch_ids(self, texts: Sequence[str]) -> list[list[int]]:

@@ -11,6 +11,7 @@ token took in it) until it has enough, or is the whole text.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -21,19 +22,12 @@ Encoded = tuple[list[int], Any]  # a backend's ids and offsets (or None) of one 
 FIRST_SHARE, FIRST_EXTRA = 1.25, 16
 
 
-def boundary_from(text: str, start: int, boundary: Callable[[str], bool]) -> int | None:
-    """The first position at or after `start` whose character is a word boundary, or None."""
-    for position in range(start, len(text)):
-        if boundary(text[position]):
-            return position
-    return None
-
-
 def encode_beginnings(encode: Callable[..., list[Encoded]], texts: Sequence[str], keep: int,
-                      boundary: Callable[[str], bool], offsets: bool = False) -> tuple[list[Encoded], list[bool]]:
+                      boundary: re.Pattern, offsets: bool = False) -> tuple[list[Encoded], list[bool]]:
     """For each text, what `encode` gives for it whole, or for a beginning of it with more than `keep` tokens (the
     whole text's first tokens, offsets and all); and whether each was found longer than `keep` from a beginning
-    (its full length is then not known). `encode(texts, offsets=...)` is a backend's batch call."""
+    (its full length is then not known). `boundary` matches a character that always ends a word;
+    `encode(texts, offsets=...)` is a backend's batch call."""
     first = int(keep * FIRST_SHARE) + FIRST_EXTRA  # characters to try first
     longer = [False] * len(texts)
     if all(len(text) <= first for text in texts):  # short texts (most calls): tokenized whole, as they are
@@ -45,7 +39,8 @@ def encode_beginnings(encode: Callable[..., list[Encoded]], texts: Sequence[str]
         whole: list[int] = []
         for i, chars in pending.items():
             text = texts[i]
-            end = boundary_from(text, chars, boundary) if len(text) > chars else None
+            found = boundary.search(text, chars) if len(text) > chars else None  # the first boundary from there
+            end = found.start() if found else None
             if end is None or 4 * end > 3 * len(text):  # no boundary, or too little left to be worth a second try
                 whole.append(i)
             else:

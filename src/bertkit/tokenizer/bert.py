@@ -14,8 +14,8 @@ the vocabulary and the decoding.
 
 from __future__ import annotations
 
-import unicodedata
-from collections.abc import Callable, Sequence
+import re
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +31,10 @@ from bertkit.tokenizer.files import (
 )
 
 __all__ = ["BatchEncoding", "BertTokenizer", "clean_up_tokenization"]
+
+# the white space that separates words whatever clean_text says (`word_boundary`)
+_SEPARATORS = "".join(chr(code) for first, last in uni.WHITESPACE for code in range(first, last + 1)
+                      if not uni.contains(uni.CONTROL, chr(code)))
 
 
 class BertTokenizer(BaseTokenizer):
@@ -71,17 +75,14 @@ class BertTokenizer(BaseTokenizer):
         self._warned_long = False
         self._backend = self._make_backend(backend)
 
-    def word_boundary(self) -> Callable[[str], bool] | None:
-        """White space (BERT's: space, tab, newline, carriage return, the Zs characters) always ends a word, and so
-        does a CJK ideograph where each is a word (`tokenize_chinese_chars`). None when a special token holds one
-        of them: a text cut inside it would not find it."""
-        cjk = self.tokenize_chinese_chars
-
-        def boundary(char: str) -> bool:
-            return char in " \t\n\r" or (char > "\x7f" and (unicodedata.category(char) == "Zs" or
-                                                          (cjk and uni.contains(uni.CJK, char))))
-
-        return None if any(boundary(char) for token in self.added_vocab for char in token) else boundary
+    def word_boundary(self) -> re.Pattern | None:
+        """White space always ends a word (the characters both backends split at, with clean_text or without: not
+        U+0085 or U+000B, which clean_text drops), and so does a CJK ideograph where each is a word
+        (`tokenize_chinese_chars`). None when a special token holds one of them: a text cut inside it would not
+        find it."""
+        cjk = uni.char_class(uni.CJK) if self.tokenize_chinese_chars else ""
+        boundary = re.compile(f"[{re.escape(_SEPARATORS)}{cjk}]")
+        return None if any(boundary.search(token) for token in self.added_vocab) else boundary
 
     def _make_backend(self, backend: str):
         from bertkit.tokenizer import fast as tokenizer_fast
