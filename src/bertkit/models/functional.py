@@ -6,6 +6,7 @@ Dimension letters: B batch, T query length, S key length, H heads, D head size, 
 from __future__ import annotations
 
 import math
+from contextlib import nullcontext
 from dataclasses import dataclass
 
 import torch
@@ -97,11 +98,8 @@ def efficient_attention(query: Tensor, key: Tensor, value: Tensor, mask: Tensor 
         return attention(query, key, value, mask, dropout=dropout, training=training)[0]
     if query.device.type == "cpu" and not training:  # inference: a text's vector must not depend on its batch
         key, value, mask = keys_in_whole_blocks(key, value, mask)
-    if query.device.type == "cuda":
-        with sdpa_kernel(GPU_ATTENTION_KERNELS):
-            return F.scaled_dot_product_attention(query, key, value, attn_mask=mask,
-                                                  dropout_p=dropout if training else 0.0)
-    return F.scaled_dot_product_attention(query, key, value, attn_mask=mask, dropout_p=dropout if training else 0.0)
+    with sdpa_kernel(GPU_ATTENTION_KERNELS) if query.device.type == "cuda" else nullcontext():
+        return F.scaled_dot_product_attention(query, key, value, attn_mask=mask, dropout_p=dropout if training else 0.0)
 
 
 # The kernels `efficient_attention` lets torch choose from on a GPU: flash attention (no mask), the memory-efficient

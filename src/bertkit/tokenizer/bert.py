@@ -74,8 +74,12 @@ class BertTokenizer(BaseTokenizer):
         self.ids_to_tokens = {index: token for token, index in {**self.vocab, **self.added_vocab}.items()}
         self._warned_long = False
         self._backend = self._make_backend(backend)
+        self._boundary = self._find_boundary()  # from the settings the backend was built with
 
     def word_boundary(self) -> re.Pattern | None:
+        return self._boundary
+
+    def _find_boundary(self) -> re.Pattern | None:
         """White space always ends a word (the characters both backends split at, with clean_text or without: not
         U+0085 or U+000B, which clean_text drops), and so does a CJK ideograph where each is a word
         (`tokenize_chinese_chars`). None when a special token holds one of them: a text cut inside it would not
