@@ -565,6 +565,35 @@ def test_bf16_autocast_forward_is_close_to_float32():
     assert 0 < error < 2e-2, error  # bf16 differs (its 8-bit mantissa), and only by that
 
 
+def test_under_autocast_the_residual_stream_is_bf16_and_a_step_stays_close_to_float32_layer_norm(monkeypatch):
+    """On a GPU, LayerNorm reads and writes bf16 under autocast (bertkit.models.layer_norm), so the hidden states
+    between blocks are bf16; a pretraining step's loss and gradients stay close to autocast's float32 LayerNorm's."""
+    from bertkit.models import layer_norm
+    from bertkit.models.bert.heads import BertForPreTraining
+
+    kind = torch.device(DEVICE).type
+    torch.manual_seed(0)
+    model = BertForPreTraining(BertConfig(**TINY_BERT)).to(DEVICE)
+    inputs = _on_device(_bert_batch(len(VOCAB)))
+    labels = torch.where(torch.rand(inputs["input_ids"].shape, device=DEVICE) < 0.3, inputs["input_ids"], -100)
+    results, low_devices = {}, set(layer_norm.LOW_PRECISION_DEVICES)
+    for name, devices in (("low", low_devices), ("float32", set())):
+        monkeypatch.setattr(layer_norm, "LOW_PRECISION_DEVICES", devices)
+        model.zero_grad()
+        torch.manual_seed(1)  # the same dropout masks
+        with torch.autocast(kind, dtype=torch.bfloat16):
+            out = model(**inputs, labels=labels, output_hidden_states=True)
+        out.loss.backward()
+        grads = torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None])
+        results[name] = (float(out.loss.detach()), grads, {h.dtype for h in out.hidden_states})
+    (low, low_grads, low_dtypes), (exact, exact_grads, exact_dtypes) = results["low"], results["float32"]
+    assert exact_dtypes == {torch.float32}
+    assert low_dtypes == ({torch.bfloat16} if kind in low_devices else {torch.float32})
+    assert math.isfinite(low) and abs(low - exact) < 1e-2 * abs(exact), (low, exact)
+    cosine = float(torch.nn.functional.cosine_similarity(low_grads, exact_grads, dim=0))
+    assert cosine > 0.99, cosine
+
+
 
 @pytest.mark.parametrize("masked", [False, True])
 def test_attention_of_changing_lengths_takes_no_cudnn_kernel_and_equals_the_maths(masked):

@@ -24,6 +24,7 @@ from bertkit.models.bert.modeling import BertModel, BertPreTrainedModel
 from bertkit.models.configuration import ConfigError
 from bertkit.models.dropout import Dropout
 from bertkit.models.functional import ACT2FN, cloze_scores
+from bertkit.models.layer_norm import LayerNorm
 from bertkit.models.losses import IGNORE_INDEX, mean_or_zero
 from bertkit.models.outputs import (
     BertForPreTrainingOutput,
@@ -47,7 +48,7 @@ class BertPredictionHeadTransform(nn.Module):
         out = config.embedding_size or config.hidden_size
         self.dense = nn.Linear(config.hidden_size, out)
         self.transform_act_fn = ACT2FN[config.hidden_act]
-        self.LayerNorm = nn.LayerNorm(out, eps=config.layer_norm_eps)
+        self.LayerNorm = LayerNorm(out, eps=config.layer_norm_eps)
 
     def forward(self, x: Tensor) -> Tensor:
         return self.LayerNorm(self.transform_act_fn(self.dense(x)))

@@ -25,6 +25,7 @@ from bertkit.models.functional import (
     sinusoidal_positions,
 )
 from bertkit.models.generation import KVCache, extend_self_attention_cache
+from bertkit.models.layer_norm import LayerNorm
 from bertkit.models.outputs import BertModelOutput
 from bertkit.models.pretrained import PreTrainedModel, check_ids
 
@@ -42,7 +43,7 @@ class BertEmbeddings(nn.Module):
                              if fixed else None, persistent=False)
         self.position_embeddings = None if fixed else nn.Embedding(config.max_position_embeddings, dim)
         self.token_type_embeddings = nn.Embedding(config.type_vocab_size, dim)
-        self.LayerNorm = nn.LayerNorm(dim, eps=config.layer_norm_eps)
+        self.LayerNorm = LayerNorm(dim, eps=config.layer_norm_eps)
         self.dropout = Dropout(config.hidden_dropout_prob)
 
     def forward(self, input_ids: Tensor, token_type_ids: Tensor, position_ids: Tensor | None) -> Tensor:
@@ -93,7 +94,7 @@ class BertSelfOutput(nn.Module):
     def __init__(self, config: BertConfig) -> None:
         super().__init__()
         self.dense = nn.Linear(config.hidden_size, config.hidden_size, bias=config.use_bias)
-        self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        self.LayerNorm = LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
         self.dropout = Dropout(config.hidden_dropout_prob)
         self.normalize_before = config.normalize_before
 
@@ -165,7 +166,7 @@ class BertEncoder(nn.Module):
                                             if factorised else None)
         self.layer = nn.ModuleList(BertLayer(config) for _ in range(1 if config.share_layers else self.num_layers))
         # pre-LN blocks leave the residual sum unnormalised: normalise it once
-        self.final_layer_norm = (nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        self.final_layer_norm = (LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
                                  if config.normalize_before else None)
 
     def forward(self, x: Tensor, bias: Tensor | None, output_attentions: bool = False,

@@ -47,6 +47,7 @@ from bertkit.models.functional import (
     rotate,
     window_mask,
 )
+from bertkit.models.layer_norm import LayerNorm
 from bertkit.models.modernbert.configuration import RMS_NORM, SLIDING, ModernBertConfig
 from bertkit.models.outputs import BertModelOutput, ClassifierOutput, MaskedLMOutput, QuestionAnsweringOutput
 from bertkit.models.pretrained import (
@@ -74,7 +75,7 @@ def norm_layer(config: ModernBertConfig) -> nn.Module:
     RMSNorm."""
     if config.norm_type == RMS_NORM:
         return RMSNorm(config.hidden_size, eps=config.norm_eps)
-    return nn.LayerNorm(config.hidden_size, eps=config.norm_eps, bias=config.norm_bias)
+    return LayerNorm(config.hidden_size, eps=config.norm_eps, bias=config.norm_bias)
 
 
 class ModernBertEmbeddings(nn.Module):
