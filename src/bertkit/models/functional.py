@@ -52,11 +52,12 @@ def dropout(x: Tensor, p: float, training: bool = True) -> Tensor:
     are at least k - 2^15, with k = round(p·2^16). The drop rate is then k/2^16 (0.1 -> 0.100006) and the
     scale uses that exact rate, so the expectation is still x; p below 2^-17 drops nothing. Forward and
     backward together run 1.6x (fp32) to 1.9x (bf16) faster than torch's on two threads. Other devices use
-    torch's kernel, which draws its mask in parallel and fuses it with the scaling.
+    torch's kernel, which draws its mask in parallel and fuses it with the scaling; so does a compiled graph
+    (torch.compile fuses torch's dropout with its neighbours, and cannot trace the in-place draw below).
     """
     if not training or check_dropout_probability(p) == 0.0:
         return x
-    if x.device.type != "cpu":
+    if x.device.type != "cpu" or torch.compiler.is_compiling():
         return F.dropout(x, p, training=True)
     dropped = round(p * DROPOUT_LEVELS)
     if dropped == DROPOUT_LEVELS:

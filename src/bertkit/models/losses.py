@@ -30,5 +30,6 @@ def sequence_loss(logits: Tensor, labels: Tensor, label_smoothing: float = 0.0, 
 
 
 def mean_or_zero(total: Tensor, count: int) -> Tensor:
-    """total / count; an empty selection contributes 0, not nan."""
-    return total / count if count else total * 0.0
+    """total / count; an empty selection (whose total is 0) contributes 0, not nan. No branch on count, which
+    under torch.compile may be a symbol standing for a size the data decides (`training.compiling`)."""
+    return total / max(count, 1)

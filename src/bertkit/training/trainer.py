@@ -23,6 +23,7 @@ from torch import nn
 from bertkit.errors import BertkitError, InputError
 from bertkit.training import checkpointing as ckpt
 from bertkit.training.arguments import TrainingArguments, TrainState
+from bertkit.training.compiling import compile_forward
 from bertkit.training.data_order import DataOrder, MicroBatches, collating_loader, count_tokens, loader_workers
 from bertkit.training.distributed import Distributed, average_gradients, setup_distributed
 from bertkit.training.memory import keep_freed_memory
@@ -367,7 +368,7 @@ class Trainer:
                 self._wrapped = nn.parallel.DistributedDataParallel(
                     self.model, device_ids=[dist.device.index] if dist.device.type == "cuda" else None,
                     find_unused_parameters=args.ddp_find_unused_parameters)
-            self._forward = torch.compile(self._wrapped) if args.compile else self._wrapped
+            self._forward = compile_forward(self._wrapped) if args.compile else self._wrapped
             self.model.train()
             return self._loop(state, tqdm)
         finally:
@@ -455,8 +456,7 @@ class Trainer:
             found = ckpt.list_checkpoints(self.output_dir)
             ckpt.write_json(self.output_dir / ckpt.RESULTS_NAME,
                             {**state.to_json(), "log_history": state.log_history[-1:],
-                             "last_checkpoint": str(found[-1][1]) if found else None,
-                             "total_steps": self.total_steps})
+                             "last_checkpoint": str(found[-1][1]) if found else None, "total_steps": self.total_steps})
         dist.barrier()
         return state
 
