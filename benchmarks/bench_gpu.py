@@ -10,7 +10,8 @@ round), after warm-up steps; a figure is the median round. bf16 autocast on CUDA
 - pretrain: BertForPreTraining training steps (forward, backward, fused AdamW step, zero_grad) of BERT-base (12 x 768,
   12 heads, FFN 3072, vocab 21128, dropout 0.1) at 256 x 128 and 32 x 512, 15% of the positions predicted (-100
   elsewhere), NSP labels. The batches are unpadded and both sides get an all-ones attention_mask; one more bertkit
-  run gets attention_mask=None (its attention may then take the flash kernel). transformers runs "sdpa".
+  run gets attention_mask=None (its attention may then take the flash kernel), and one runs LayerNorm in float32 as
+  autocast does (bertkit's reads and writes bf16 on a GPU: what that saves). transformers runs "sdpa".
 - tiny: the "tiny" preset trained by `bertkit pretrain` in a process of its own, as a user runs it (the Trainer:
   collation and masking on the CPU, loss and gradient norm read back, clipping, logging) on a synthetic corpus, its
   tokens/s read from metrics.jsonl, against the same model's bare step (forward, backward, the Trainer's AdamW) on the
@@ -21,8 +22,9 @@ round), after warm-up steps; a figure is the median round. bf16 autocast on CUDA
   alone on texts tokenized before timing, and texts in, vectors out (tokenization, on the CPU, included). Texts:
   --texts files, else THUCNews headlines and inews bodies where bertkit's cache holds them, else synthetic texts of
   like lengths (the output says which; --save-texts writes the cached ones to files to carry to another machine).
-- compile: the pretrain row at 256 x 128 with both models under torch.compile; compilation time printed apart. It runs
-  last and --no-compile-rows leaves it out (it may cost a minute or more).
+- compile: the pretrain row at 256 x 128 with both models under torch.compile (bertkit's as `--compile` runs it),
+  and bertkit's compiled step against transformers' eager one; compilation time printed apart. It runs last and
+  --no-compile-rows leaves it out (it may cost a minute or more).
 
 MFU counts useful FLOPs only, the same count for both sides: 6 x the non-embedding parameters (encoder layers and
 pooler) per real token, 12 x layers x length x hidden per token for the attention scores, and the masked-LM head
@@ -58,9 +60,11 @@ import numpy as np
 import torch
 import transformers
 
+from bertkit.models import layer_norm
 from bertkit.models.bert.configuration import BertConfig
 from bertkit.models.bert.heads import BertForPreTraining
 from bertkit.models.bert.modeling import BertModel
+from bertkit.training.compiling import compile_forward
 
 BASE = dict(vocab_size=21128, hidden_size=768, num_hidden_layers=12, num_attention_heads=12, intermediate_size=3072,
             max_position_embeddings=512)
@@ -181,6 +185,18 @@ def repeat(step, batches: list[dict], n: int):
     return lambda: [step(batches[i % len(batches)]) for i in range(n)]
 
 
+def with_float32_layer_norm(step):
+    """step with autocast's float32 LayerNorm: bertkit's own on a GPU reads and writes bf16 under autocast
+    (bertkit.models.layer_norm); this measures what that saves."""
+    def run(batch: dict) -> None:
+        devices, layer_norm.LOW_PRECISION_DEVICES = layer_norm.LOW_PRECISION_DEVICES, set()
+        try:
+            step(batch)
+        finally:
+            layer_norm.LOW_PRECISION_DEVICES = devices
+    return run
+
+
 def pretraining_pair(ctx):
     """bertkit's and transformers' BertForPreTraining on one state_dict, on the device, each with a fused AdamW; kept
     for the compile row, which loads the same initial weights again."""
@@ -215,6 +231,7 @@ def row_pretrain(ctx) -> None:
             ctx.say("pretrain", "loss on the first batch, eval mode: " + "  ".join(f"{k} {v:.5f}"
                                                                                     for k, v in losses.items()))
         feeds = {"bertkit": (steps["bertkit"], batches), "bertkit mask=None": (steps["bertkit"], unmasked),
+                 "bertkit LN fp32": (with_float32_layer_norm(steps["bertkit"]), batches),
                  "transformers": (steps["transformers"], batches)}
         for step, feed in feeds.values():
             repeat(step, feed, s.warmup)()
@@ -222,10 +239,12 @@ def row_pretrain(ctx) -> None:
                             device)
         tokens, squares, predicted = map(sum, zip(*(batch_stats(b) for b in batches)))
         flops = train_flops(pair.counts, tokens, squares, predicted)
-        for name, label, what in (("bertkit", "ones", "all ones"), ("bertkit mask=None", "None", "None")):
-            ctx.add(f"pretrain {batch_size}x{seq} mask={label}", name, tokens / seconds[name], "transformers",
+        for name, label, what in (("bertkit", "mask=ones", "attention_mask all ones"),
+                                  ("bertkit mask=None", "mask=None", "attention_mask None"),
+                                  ("bertkit LN fp32", "LN fp32", "LayerNorm in float32 (autocast's), mask all ones")):
+            ctx.add(f"pretrain {batch_size}x{seq} {label}", name, tokens / seconds[name], "transformers",
                     tokens / seconds["transformers"], flops / seconds[name], flops / seconds["transformers"],
-                    f"bertkit's attention_mask {what}, transformers' all ones")
+                    f"bertkit's {what}; transformers' mask all ones")
         del batches, unmasked
         free_memory()
 
@@ -238,7 +257,10 @@ def row_compile(ctx) -> None:
     runs, compiled = {}, {}
     for name, model in pair.models.items():
         ctx.say("compile", f"{name}: compiling ({s.backend})")
-        step = train_step(torch.compile(model, backend=s.backend), pair.optimizers[name], device, ctx.bf16)
+        # bertkit as `--compile` runs it (whole graphs: its masked-LM head's data-dependent rows captured)
+        forward = (compile_forward(model, backend=s.backend) if name == "bertkit"
+                   else torch.compile(model, backend=s.backend))
+        step = train_step(forward, pair.optimizers[name], device, ctx.bf16)
         synchronize(device)
         start = time.perf_counter()
         repeat(step, batches, max(s.warmup, len(batches) + 1))()  # compiles, and recompiles if a batch asks it to
@@ -246,13 +268,17 @@ def row_compile(ctx) -> None:
         compiled[name] = time.perf_counter() - start
         ctx.say("compile", f"{name}: compiled and warmed up in {compiled[name]:.1f} s")
         runs[name] = repeat(step, batches, s.steps)
+    eager = train_step(pair.models["transformers"], pair.optimizers["transformers"], device, ctx.bf16)
+    repeat(eager, batches, s.warmup)()
+    runs["transformers eager"] = repeat(eager, batches, s.steps)
     seconds = alternate(runs, s.rounds, device)
     tokens, squares, predicted = map(sum, zip(*(batch_stats(b) for b in batches)))
     flops = train_flops(pair.counts, tokens, squares, predicted)
-    ctx.add(f"compile {batch_size}x{seq} mask=ones", "bertkit", tokens / seconds["bertkit"], "transformers",
-            tokens / seconds["transformers"], flops / seconds["bertkit"], flops / seconds["transformers"],
-            f"torch.compile backend {s.backend}; compile + warm-up s: bertkit {compiled['bertkit']:.1f}, "
-            f"transformers {compiled['transformers']:.1f}")
+    took = f"compile + warm-up s: bertkit {compiled['bertkit']:.1f}, transformers {compiled['transformers']:.1f}"
+    for other, what in (("transformers", "both compiled"), ("transformers eager", "transformers not compiled")):
+        ctx.add(f"compile {batch_size}x{seq} vs {'compiled' if other == 'transformers' else 'eager'}", "bertkit",
+                tokens / seconds["bertkit"], other, tokens / seconds[other], flops / seconds["bertkit"],
+                flops / seconds[other], f"torch.compile backend {s.backend}, {what}; {took}")
     torch._dynamo.reset()
 
 
@@ -498,13 +524,13 @@ class Context:
             Path(self.args.json).write_text(json.dumps({"meta": self.meta, "rows": self.results}, indent=1))
 
     def table(self) -> None:
-        print(f"\n{'row':<34}{'side a':>18}{'tok/s':>12}{'side b':>14}{'tok/s':>12}{'ratio':>7}{'MFU a / b':>15}")
+        print(f"\n{'row':<34}{'side a':>18}{'tok/s':>12}{'side b':>20}{'tok/s':>12}{'ratio':>7}{'MFU a / b':>15}")
         for r in self.results:
             if "error" in r:
                 print(f"{r['row']:<34}  failed: {r['error']}")
                 continue
             mfu = f"{r['a_mfu']:.1%} / {r['b_mfu']:.1%}"
-            print(f"{r['row']:<34}{r['a']:>18}{r['a_tokens_per_s']:>12,.0f}{r['b']:>14}{r['b_tokens_per_s']:>12,.0f}"
+            print(f"{r['row']:<34}{r['a']:>18}{r['a_tokens_per_s']:>12,.0f}{r['b']:>20}{r['b_tokens_per_s']:>12,.0f}"
                   f"{r['ratio']:>7.2f}{mfu:>15}")
 
 
