@@ -595,6 +595,46 @@ def test_under_autocast_the_residual_stream_is_bf16_and_a_step_stays_close_to_fl
 
 
 
+@pytest.mark.parametrize("train", [False, True])
+def test_a_padded_batch_attends_packed_with_flash_attention_as_the_padded_batch_does(train):
+    """On a GPU a padded bf16 batch runs packed, attention included (varlen flash attention, `attends_packed`): the
+    padded batch's outputs at real tokens, and (no dropout) its gradients, to bf16's precision."""
+    from torch.profiler import ProfilerActivity, profile
+
+    from bertkit.models import functional
+
+    torch.manual_seed(0)
+    model = BertModel(BertConfig(**TINY_BERT, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0))
+    model = model.to(DEVICE).train(train)
+    if not train:
+        model = model.to(torch.bfloat16)
+    inputs = _on_device(_bert_batch(len(VOCAB), lengths=(13, 9, 4, 1, 13, 2)))  # 52% padding: it packs
+    keep = inputs["attention_mask"].bool()
+    runs = {}
+    for unpad in (False, True):
+        model.unpad = unpad
+        model.zero_grad()
+        with torch.autocast(torch.device(DEVICE).type, dtype=torch.bfloat16, enabled=train), \
+                torch.set_grad_enabled(train), \
+                profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+            hidden = model(**inputs).last_hidden_state
+            if train:
+                hidden[keep].float().square().mean().backward()  # real tokens: padding's differ by design
+        grads = torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None]) if train else None
+        runs[unpad] = hidden.detach().float(), grads, [e.name.lower() for e in prof.events()]
+    (padded, padded_grads, _), (packed, packed_grads, kernels) = runs[False], runs[True]
+    error = float((packed[keep] - padded[keep]).norm() / padded[keep].norm())
+    assert error < 2e-2, error
+    assert (packed[~keep] == 0).all()
+    if train:
+        cosine = float(torch.nn.functional.cosine_similarity(packed_grads, padded_grads, dim=0))
+        assert cosine > 0.99, cosine
+    query = torch.zeros(1, 4, 8, device=DEVICE, dtype=torch.bfloat16)
+    if functional.attends_packed(query, functional.pack_padded(inputs["attention_mask"], torch.bfloat16), 0.0,
+                                 train):
+        assert any("flash" in name for name in kernels), sorted(set(kernels))
+
+
 @pytest.mark.parametrize("masked", [False, True])
 def test_attention_of_changing_lengths_takes_no_cudnn_kernel_and_equals_the_maths(masked):
     """cuDNN's attention plans every new shape on the host (100-200 ms a step where lengths change): the fused

@@ -14,6 +14,11 @@ import torch.nn.functional as F
 from torch import Tensor
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
+try:  # flash attention over packed sequences of different lengths (torch >= 2.10)
+    from torch.nn.attention.varlen import varlen_attn
+except ImportError:
+    varlen_attn = None
+
 from bertkit.errors import InputError
 from bertkit.models.sentence_files import CLS, check_sentence_pooling
 from bertkit.utils.constants import IGNORE_INDEX  # noqa: F401  (re-exported: where it was defined before)
@@ -150,13 +155,17 @@ def multi_head_attention(query: Tensor, key: Tensor, value: Tensor, mask: Tensor
 class PackedSequences:
     """Where a padded (B, T) batch's real tokens lie once packed into (N, C), padding left out: row i of the packed
     tensor is position indices[i] of the flattened (B·T) batch. `bias` is the padded batch's additive attention
-    mask, (B, 1, 1, T), for the one step that runs padded: attention."""
+    mask, (B, 1, 1, T), for attention run padded. `starts` (B + 1,) int32: the packed row where each sequence
+    begins, then N (flash attention's cumulative lengths), and `longest` the longest sequence's length, for
+    attention run packed; `starts` is None where a sequence's attention needs more than its own tokens (a local
+    window, which `bias` holds)."""
 
     indices: Tensor   # (N,) int64, on the tensor's device
     batch: int
     length: int
     bias: Tensor
-
+    starts: Tensor | None = None
+    longest: int = 0
 
     @property
     def padding(self) -> float:
@@ -164,8 +173,8 @@ class PackedSequences:
         return 1 - self.indices.numel() / (self.batch * self.length)
 
 
-# A padded batch runs packed only when at least this share of it is padding: packing costs four copies of the
-# batch's activations a layer (around attention), which the FLOPs it saves must outweigh.
+# A padded batch runs packed only when at least this share of it is padding: where attention runs padded, packing
+# costs four copies of the batch's activations a layer, which the FLOPs it saves must outweigh.
 PACK_MIN_PADDING = 0.1
 
 
@@ -174,18 +183,34 @@ def pack_padded(attention_mask: Tensor, dtype: torch.dtype) -> PackedSequences:
 
     x.flatten(0, 1)[indices] packs a padded (B, T, C) batch into (N, C), row after row, and the layers that see one
     token at a time (the projections, the feed-forward, LayerNorm, dropout) spend no FLOP on padding."""
-    indices = attention_mask.reshape(-1).to(torch.bool).nonzero().squeeze(1)       # (N,)
+    keep = attention_mask.to(torch.bool)
+    indices = keep.reshape(-1).nonzero().squeeze(1)                               # (N,)
+    lengths = keep.sum(1, dtype=torch.int32)                                       # (B,)
+    starts = F.pad(lengths.cumsum(0, dtype=torch.int32), (1, 0))                   # (B + 1,): 0, l0, l0 + l1, ..., N
     B, T = attention_mask.shape
-    return PackedSequences(indices, B, T, padding_mask_bias(attention_mask, dtype))
+    return PackedSequences(indices, B, T, padding_mask_bias(attention_mask, dtype), starts, int(lengths.max()))
+
+
+def attends_packed(query: Tensor, packed: PackedSequences, dropout: float, training: bool) -> bool:
+    """Whether `packed_attention` can run flash attention on the packed sequences themselves (`varlen_attn`): a GPU
+    of compute capability 8.0 on, bf16 or fp16, a head size flash attention takes, no attention dropout (the packed
+    kernel draws none), and sequences that see their own tokens alone (`starts`)."""
+    return (varlen_attn is not None and packed.starts is not None and query.is_cuda
+            and query.dtype in (torch.bfloat16, torch.float16) and not (training and dropout > 0.0)
+            and query.size(-1) % 8 == 0 and query.size(-1) <= 256
+            and torch.cuda.get_device_capability(query.device) >= (8, 0))
 
 
 def packed_attention(query: Tensor, key: Tensor, value: Tensor, packed: PackedSequences, dropout: float = 0.0,
                      training: bool = False) -> Tensor:
     """`efficient_attention` of packed sequences: query, key, value (N, H, D) -> (N, H, D).
 
-    Attention is the one step that needs the sequences side by side: the rows go back to their padded places for it
-    (zeros at padding, which the mask hides) and the output comes back packed. The projections around it, most of a
-    layer's FLOPs, ran on the real tokens alone."""
+    On a GPU where it can (`attends_packed`), flash attention reads the packed rows as they are, each sequence
+    attending over its own; nothing is computed or copied for padding. Otherwise attention is the one step that
+    runs padded: the rows go back to their padded places for it (zeros at padding, which the mask hides) and the
+    output comes back packed. The projections around it, most of a layer's FLOPs, ran on the real tokens alone."""
+    if attends_packed(query, packed, dropout, training):
+        return varlen_attn(query, key, value, packed.starts, packed.starts, packed.longest, packed.longest)
     N, H, D = query.shape
     B, T = packed.batch, packed.length
 

@@ -268,7 +268,9 @@ class ModernBertModel(ModernBertPreTrainedModel):
         positions = packed.indices % T                                                   # (N,)
         turned = {kind: (cos[positions].unsqueeze(1), sin[positions].unsqueeze(1))     # (N, 1, D) each
                   if cos is not None else (None, None) for kind, (cos, sin) in tables.items()}
-        kinds = {kind: dataclasses.replace(packed, bias=mask) for kind, mask in masks.items()}
+        # a local layer's tokens see a window of their sequence, which its mask holds: it attends padded
+        kinds = {kind: dataclasses.replace(packed, bias=mask, starts=packed.starts if kind != SLIDING else None)
+                 for kind, mask in masks.items()}
         h = x.flatten(0, 1).index_select(0, packed.indices)                              # (N, C)
         for layer in self.layers:
             h, _ = layer(h, *turned[layer.attention_type], kinds[layer.attention_type])

@@ -1,0 +1,106 @@
+"""Attention over packed sequences: what `pack_padded` hands flash attention, and who is handed it.
+
+On a GPU, `packed_attention` runs `varlen_attn` (flash attention over sequences laid end to end) where it can
+(`attends_packed`); a CPU never does, so here a reference with varlen_attn's documented meaning stands in for it:
+query, key, value (N, H, D), sequence i the rows starts[i]:starts[i + 1], each attending over its own. The padded
+and packed models must then agree; tests/test_gpu.py runs the real kernel.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from bertkit.models import functional
+from bertkit.models.bert.configuration import BertConfig
+from bertkit.models.bert.heads import BertForPreTraining
+from bertkit.models.functional import pack_padded
+from bertkit.models.modernbert.configuration import FULL, SLIDING, ModernBertConfig
+from bertkit.models.modernbert.modeling import ModernBertModel
+
+TINY = dict(vocab_size=50, hidden_size=16, num_hidden_layers=2, num_attention_heads=2, intermediate_size=24,
+            max_position_embeddings=20, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+
+
+def reference_varlen_attn(query, key, value, cu_seq_q, cu_seq_k, max_q, max_k):
+    """varlen_attn's meaning, one sequence at a time."""
+    assert query.dim() == 3 and cu_seq_q.dtype == torch.int32 and torch.equal(cu_seq_q, cu_seq_k)
+    starts = cu_seq_q.tolist()
+    assert starts[0] == 0 and starts[-1] == query.size(0) and max_q == max_k == max(
+        b - a for a, b in zip(starts, starts[1:]))
+    out = [F.scaled_dot_product_attention(*(x[a:b].transpose(0, 1) for x in (query, key, value))).transpose(0, 1)
+           for a, b in zip(starts, starts[1:])]
+    return torch.cat(out)
+
+
+@pytest.fixture
+def packed_kernel(monkeypatch):
+    """`packed_attention` takes the packed path on this CPU, through the reference; the calls are recorded."""
+    calls = []
+
+    def attends(query, packed, dropout, training):
+        calls.append(packed.starts is not None)
+        return packed.starts is not None and not (training and dropout > 0)
+
+    monkeypatch.setattr(functional, "varlen_attn", reference_varlen_attn)
+    monkeypatch.setattr(functional, "attends_packed", attends)
+    return calls
+
+
+def test_pack_padded_gives_each_sequences_start_and_the_longest():
+    mask = torch.tensor([[1, 1, 1, 0], [1, 1, 1, 1], [1, 0, 0, 0]])
+    packed = pack_padded(mask, torch.float32)
+    assert packed.starts.dtype == torch.int32 and packed.starts.tolist() == [0, 3, 7, 8]
+    assert packed.longest == 4 and packed.indices.tolist() == [0, 1, 2, 4, 5, 6, 7, 8]
+    assert packed.padding == pytest.approx(4 / 12)
+
+
+def test_a_cpu_never_takes_flash_attention_over_packed_sequences():
+    packed = pack_padded(torch.tensor([[1, 1, 0]]), torch.bfloat16)
+    query = torch.zeros(2, 2, 8, dtype=torch.bfloat16)
+    assert not functional.attends_packed(query, packed, 0.0, False)
+
+
+def test_bert_attending_packed_equals_the_padded_batch_forward_and_backward(packed_kernel):
+    torch.manual_seed(0)
+    model = BertForPreTraining(BertConfig(**TINY)).double().train()
+    ids = torch.randint(5, 50, (3, 9))
+    mask = torch.ones(3, 9, dtype=torch.long)
+    mask[0, 6:], mask[2, 3:] = 0, 0
+    labels = torch.full((3, 9), -100)
+    labels[0, 2], labels[1, 8], labels[2, 1] = 7, 3, 9
+    runs = {}
+    for unpad in (False, True):
+        model.bert.unpad = unpad
+        model.zero_grad()
+        out = model(ids, mask, labels=labels)
+        out.loss.backward()
+        runs[unpad] = (out.loss, model.bert(ids, mask).last_hidden_state,
+                       {name: p.grad.clone() for name, p in model.named_parameters() if p.grad is not None})
+    assert packed_kernel and all(packed_kernel)  # the packed runs went through the packed kernel
+    (loss, hidden, grads), (packed_loss, packed_hidden, packed_grads) = runs[False], runs[True]
+    exact = dict(atol=1e-10, rtol=0)
+    torch.testing.assert_close(packed_loss, loss, **exact)
+    torch.testing.assert_close(packed_hidden[mask.bool()], hidden[mask.bool()], **exact)
+    for name, grad in grads.items():
+        torch.testing.assert_close(packed_grads[name], grad, **exact, msg=name)
+
+
+def test_modernbert_global_layers_attend_packed_and_local_ones_padded_in_their_window(packed_kernel):
+    config = ModernBertConfig(vocab_size=99, hidden_size=32, intermediate_size=48, num_hidden_layers=4,
+                              num_attention_heads=4, max_position_embeddings=64, local_attention=4,
+                              layer_types=[FULL, SLIDING, FULL, SLIDING], pad_token_id=0)
+    torch.manual_seed(0)
+    model = ModernBertModel(config).double().eval()
+    ids = torch.randint(3, 99, (3, 21))
+    mask = torch.ones_like(ids)
+    mask[1, 15:], mask[2, 5:] = 0, 0
+    with torch.no_grad():
+        model.unpad = False
+        padded = model(ids, mask).last_hidden_state
+        model.unpad = True
+        packed = model(ids, mask).last_hidden_state
+    # one call a layer: a global layer is handed the sequences' starts, a local one (its window in the mask) not
+    assert packed_kernel == [kind != SLIDING for kind in config.layer_types]
+    torch.testing.assert_close(packed[mask.bool()], padded[mask.bool()], atol=1e-10, rtol=0)
