@@ -134,7 +134,7 @@ def test_seconds_per_step_is_the_mean_cost_of_the_batches(monkeypatch):
     costs[0][3] = 50.0                                       # one spike on batch 0
     calls = {0: 0, 1: 0, 2: 0}
 
-    def fake_step(model, optimizer, batch, bf16):
+    def fake_step(model, optimizer, batch, bf16, forward=None):
         i = int(batch["x"])
         calls[i] += 1
         return costs[i][calls[i] - 1]
@@ -153,7 +153,7 @@ def test_a_shapes_first_step_is_not_timed(monkeypatch):
     with AMX): the probe times the steps a run makes, not their warm-up."""
     seen = set()
 
-    def fake_step(model, optimizer, batch, bf16):
+    def fake_step(model, optimizer, batch, bf16, forward=None):
         i = int(batch["x"])
         first = i not in seen
         seen.add(i)

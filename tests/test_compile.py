@@ -80,11 +80,28 @@ def test_compiled_training_steps_with_dropout_are_whole_graphs_and_train(fresh_d
     assert all(torch.isfinite(torch.tensor(losses))) and sum(losses[-3:]) < 0.8 * sum(losses[:3]), losses
 
 
-def test_pretrain_with_compile_trains(workspace, tmp_path, monkeypatch, fresh_dynamo):  # noqa: F811
+def test_a_minutes_plan_times_the_compiled_step_where_the_run_compiles(monkeypatch, fresh_dynamo):
+    """`--compile --minutes`: the probe's copy of the model is compiled as the Trainer compiles it, so the plan
+    counts compiled steps (its first steps, which compile, untimed); without --compile nothing is compiled."""
+    from bertkit.training.budget import seconds_per_step
+
+    monkeypatch.setattr(compiling, "BACKEND", "aot_eager")
+    torch.manual_seed(0)
+    model = BertForPreTraining(BertConfig(**TINY))
+    eager = seconds_per_step(model, BATCHES[:2], min_seconds=0.0, max_timed=2)
+    assert eager > 0 and fresh_dynamo["stats"]["unique_graphs"] == 0
+    compiled = seconds_per_step(model, BATCHES[:2], min_seconds=0.0, max_timed=2, compile=True)
+    assert compiled > 0 and fresh_dynamo["stats"]["unique_graphs"] > 0
+    assert not fresh_dynamo["graph_break"], dict(fresh_dynamo["graph_break"])
+
+
+def test_pretrain_compile_with_minutes_plans_and_trains(workspace, tmp_path, monkeypatch, capsys,  # noqa: F811
+                                                        fresh_dynamo):
     monkeypatch.setattr(compiling, "BACKEND", "aot_eager")
     out = tmp_path / "run"
-    assert main(pretrain_args(workspace, out, "--compile", "--max-steps", "3")) == 0
+    assert main(pretrain_args(workspace, out, "--compile", "--minutes", "0.05")) == 0
+    assert "steps of 8 sequences planned, a step timed at" in capsys.readouterr().out
     records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
-    assert [r["step"] for r in records] == [1, 2, 3] and all(r["loss"] > 0 for r in records)
-    assert fresh_dynamo["stats"]["unique_graphs"] > 0  # it did compile
+    assert records and all(r["loss"] > 0 for r in records)
+    assert fresh_dynamo["stats"]["unique_graphs"] > 0  # the probe and the run compiled
     assert not fresh_dynamo["graph_break"], dict(fresh_dynamo["graph_break"])

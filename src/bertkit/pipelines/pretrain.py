@@ -155,7 +155,7 @@ def step_seconds(run: PretrainingRun, hold: tuple[str, ...] = ()) -> float:
     batches, assembling = timing_batches(run.data.train_dataset, run.data.collator, run.options.batch_size,
                                          run.options.group_by_length)
     device = resolve_device(run.options.device)
-    step = seconds_per_step(run.model, batches, run.options.bf16, hold=hold, device=device)
+    step = seconds_per_step(run.model, batches, run.options.bf16, hold=hold, device=device, compile=run.options.compile)
     workers = loader_workers(run.options.dataloader_workers, device)
     return max(step, assembling / workers) if device.type == "cuda" and workers else assembling + step
 

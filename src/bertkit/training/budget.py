@@ -15,6 +15,7 @@ import torch
 from torch import Tensor, nn
 
 from bertkit.errors import InputError
+from bertkit.training.compiling import compile_forward
 from bertkit.training.memory import keep_freed_memory
 from bertkit.training.schedule import build_optimizer
 from bertkit.utils.devices import bf16_on, synchronize, to_device
@@ -30,24 +31,26 @@ def wall_clock_budget(minutes: float | None, spent: float = 0.0) -> dict[str, fl
     return {"max_seconds": max(minutes * 60 - spent, 1.0) if spent else minutes * 60, "time_aware_schedule": True}
 
 
-def timed_step(model: nn.Module, optimizer: torch.optim.Optimizer, batch: dict[str, Tensor], bf16: bool) -> float:
+def timed_step(model: nn.Module, optimizer: torch.optim.Optimizer, batch: dict[str, Tensor], bf16: bool,
+               forward: Callable[..., Any] | None = None) -> float:
     """Seconds of one training step as the Trainer runs it on the CPU: forward (bf16 autocast if asked), backward,
-    the gradient's norm and clipping, optimizer update."""
+    the gradient's norm and clipping, optimizer update. `forward`: what runs the model (its compiled forward)."""
     keep_freed_memory()  # the allocator the Trainer runs with, so timed steps match trained ones
     start = time.perf_counter()
-    _step(model, optimizer, batch, bf16, read_back=True)
+    _step(model, optimizer, batch, bf16, read_back=True, forward=forward)
     return time.perf_counter() - start
 
 
 def _step(model: nn.Module, optimizer: torch.optim.Optimizer, batch: dict[str, Tensor], bf16: bool,
-          read_back: bool) -> None:
+          read_back: bool, forward: Callable[..., Any] | None = None) -> None:
     """One training step as the Trainer runs it, on the device the model is on: the batch's copy there, forward (bf16
-    autocast if asked), backward, the gradient's norm and clipping, the update. On the CPU the Trainer reads the
-    loss and the norm back every step (`read_back`: about 3% of the tiny BERT's step); on a GPU it does not."""
+    autocast if asked; through `forward`, the model's compiled forward, where given), backward, the gradient's norm
+    and clipping, the update. On the CPU the Trainer reads the loss and the norm back every step (`read_back`: about
+    3% of the tiny BERT's step); on a GPU it does not."""
     device = next(model.parameters()).device
     batch = to_device(batch, device)
     with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
-        loss = model(**batch).loss
+        loss = (forward or model)(**batch).loss
     loss.backward()
     norm = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
     if read_back:
@@ -61,21 +64,22 @@ GPU_RUNS = 3  # runs over the timing batches at least: the median of three forgi
 
 
 def _gpu_seconds_per_step(model: nn.Module, optimizer: torch.optim.Optimizer, batches: Sequence[dict[str, Tensor]],
-                          bf16: bool, min_seconds: float, max_timed: int) -> float:
+                          bf16: bool, min_seconds: float, max_timed: int,
+                          forward: Callable[..., Any] | None = None) -> float:
     """Seconds a step takes on a GPU, as the Trainer runs them: back to back, the host queueing the next step while
     the GPU computes the last, so a step costs the larger of the two. Timed over runs of consecutive steps (a clock
     around one step would time the wait for the GPU as well), each run once over every batch, until `min_seconds`
     have passed or `max_timed` steps, and at least GPU_RUNS times; the median run's mean step."""
     device = next(model.parameters()).device
     for batch in batches:  # each shape's kernels chosen and its memory allocated, as a run's first steps do
-        _step(model, optimizer, batch, bf16, read_back=False)
+        _step(model, optimizer, batch, bf16, read_back=False, forward=forward)
     runs: list[float] = []
     timed, spent = 0, 0.0
     while len(runs) < GPU_RUNS or (spent < min_seconds and timed < max_timed):
         synchronize(device)
         start = time.perf_counter()
         for batch in batches:
-            _step(model, optimizer, batch, bf16, read_back=False)
+            _step(model, optimizer, batch, bf16, read_back=False, forward=forward)
         synchronize(device)
         elapsed = time.perf_counter() - start
         runs.append(elapsed / len(batches))
@@ -128,7 +132,7 @@ def mean_step_seconds(times_per_batch: Iterable[Sequence[float]]) -> float:
 
 def seconds_per_step(model: nn.Module, batches: Sequence[dict[str, Tensor]], bf16: bool = False,
                      hold: Sequence[str] = (), min_seconds: float = 2.0, max_timed: int = 20,
-                     device: Any = None) -> float:
+                     device: Any = None, compile: bool = False) -> float:
     """Seconds a training step of `model` takes over `batches`, timed on a copy of it on `device`, the device the
     run will train on (default: where `model` is), with the precision it will have there (`bf16_on`).
 
@@ -136,7 +140,9 @@ def seconds_per_step(model: nn.Module, batches: Sequence[dict[str, Tensor]], bf1
     finds its memory (on a CPU with AMX, compiles them), and runs slower than the rest. Then the batches are cycled
     until every one was timed and `min_seconds` have passed (or `max_timed` steps),
     and `mean_step_seconds` says what a step costs. Parameters whose names start with a `hold` prefix are held
-    as the Trainer holds them (`TrainingArguments.freeze`): no gradient reaches them.
+    as the Trainer holds them (`TrainingArguments.freeze`): no gradient reaches them. `compile`: the run compiles
+    its model (`--compile`), so the copy is compiled as the Trainer compiles it, and its untimed first steps compile
+    each shape (in the same process, the run's own compilation then finds their graphs made).
     """
     if not batches:
         raise InputError("timing training steps needs at least one batch")
@@ -147,17 +153,18 @@ def seconds_per_step(model: nn.Module, batches: Sequence[dict[str, Tensor]], bf1
         if name.startswith(tuple(hold)):
             parameter.requires_grad_(False)
     optimizer = build_optimizer(probe, 1e-6, 0.01)  # the trainer's (fused) AdamW, over what it trains
+    forward = compile_forward(probe) if compile else None
     if device.type != "cpu":
-        seconds = _gpu_seconds_per_step(probe, optimizer, batches, bf16, min_seconds, max_timed)
-        del probe, optimizer
+        seconds = _gpu_seconds_per_step(probe, optimizer, batches, bf16, min_seconds, max_timed, forward)
+        del probe, optimizer, forward
         torch.cuda.empty_cache()  # the probe's copy and its optimizer's moments: the run gets its memory back
         return seconds
     for batch in list(batches) * (2 if len(batches) == 1 else 1):
-        timed_step(probe, optimizer, batch, bf16)  # untimed: every shape's first step (kernels chosen, memory found)
+        timed_step(probe, optimizer, batch, bf16, forward)  # untimed: each shape's first step (kernels, memory)
     times: dict[int, list[float]] = {}
     step, timed, spent = 0, 0, 0.0
     while timed < min(max_timed, len(batches)) or (spent < min_seconds and timed < max_timed):
-        elapsed = timed_step(probe, optimizer, batches[step % len(batches)], bf16)
+        elapsed = timed_step(probe, optimizer, batches[step % len(batches)], bf16, forward)
         times.setdefault(step % len(batches), []).append(elapsed)
         timed, spent, step = timed + 1, spent + elapsed, step + 1
     return mean_step_seconds(times.values())
