@@ -445,8 +445,8 @@ def row_encode(ctx) -> None:
     if ctx.bf16:  # converted once, before timing, as each library's user would load a bf16 model
         ours, theirs = for_inference(ours, "bfloat16"), theirs.to(torch.bfloat16)
 
-    def ours_forward(ids, mask, types):
-        return sentence_vectors(ours, ids, mask, types, "mean").cpu().numpy()
+    def ours_forward(ids, mask, types):  # as `encode` runs it: the vectors read back while the next batch runs
+        return sentence_vectors(ours, ids, mask, types, "mean")
 
     def theirs_run(batches):
         with torch.inference_mode():

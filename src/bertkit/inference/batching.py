@@ -274,31 +274,62 @@ def run_sorted(model: nn.Module, rows: Sequence[EncodedText], forward: Callable[
                desc: str = "inference", bar: Any = None, offset: int = 0) -> list:
     """`forward(input_ids, attention_mask, token_type_ids)` -> one result per row, over length-sorted batches;
     the results come back in the order of `rows`. A progress bar only when asked for (`show_progress`), or `bar`,
-    one a caller running several chunks keeps; `offset` is the index of rows[0] among all texts of the run."""
+    one a caller running several chunks keeps; `offset` is the index of rows[0] among all texts of the run.
+
+    `forward` may give a tensor (a row each) where it leaves the result on a GPU: it is copied back while the next
+    batch is padded and queued (`_read_back`), so the GPU is not left idle between batches."""
     batches = sorted_batches([len(row.input_ids) for row in rows], batch_size)
     device = next(model.parameters()).device
     results: list = [None] * len(rows)
     own = bar is None
     if own:
         bar = tqdm(total=len(rows), unit="text", desc=desc, disable=not show_progress(progress, len(rows)))
+
+    def keep(chosen: list[int], outputs: Callable[[], Sequence]) -> None:
+        for i, result in zip(chosen, outputs(), strict=True):
+            if not _finite(result):
+                low = next(model.parameters()).dtype in (torch.bfloat16, torch.float16)
+                raise NonFiniteOutputError(
+                    f"the model's output for text {offset + i} is not finite (NaN or infinite values): its "
+                    + ("activations overflowed in its 16-bit number format (try fp32)" if low else
+                       "weights or activations overflowed (a diverged model?)")
+                    + ", so there is no prediction to give")
+            results[i] = result
+        bar.update(len(chosen))
+
     try:
         with _eval_mode(model), torch.inference_mode():
+            pending = None
             for chosen in batches:
-                batch = collate([rows[i] for i in chosen], pad_token_id or 0, device)
-                for i, result in zip(chosen, forward(*batch), strict=True):
-                    if not _finite(result):
-                        low = next(model.parameters()).dtype in (torch.bfloat16, torch.float16)
-                        raise NonFiniteOutputError(
-                            f"the model's output for text {offset + i} is not finite (NaN or infinite values): its "
-                            + ("activations overflowed in its 16-bit number format (try fp32)" if low else
-                               "weights or activations overflowed (a diverged model?)")
-                            + ", so there is no prediction to give")
-                    results[i] = result
-                bar.update(len(chosen))
+                outputs = _read_back(forward(*collate([rows[i] for i in chosen], pad_token_id or 0, device)))
+                if pending is not None:  # the last batch's results, copied while this one was queued
+                    keep(*pending)
+                pending = (chosen, outputs)
+            if pending is not None:
+                keep(*pending)
     finally:
         if own:
             bar.close()
     return results
+
+
+def _read_back(outputs: Any) -> Callable[[], Sequence]:
+    """A batch's results, to take once the next batch is queued: a forward's own sequence as it is, a tensor as its
+    rows in NumPy. A GPU tensor's copy into pinned memory is queued now, without waiting, and waited for when they
+    are taken: the next batch's work, queued after the copy, runs meanwhile."""
+    if not isinstance(outputs, Tensor):
+        return lambda: outputs
+    if not outputs.is_cuda:
+        return outputs.numpy
+    host = torch.empty(outputs.shape, dtype=outputs.dtype, pin_memory=True)
+    host.copy_(outputs, non_blocking=True)
+    copied = torch.cuda.Event()
+    copied.record()
+
+    def rows() -> Sequence:
+        copied.synchronize()
+        return host.numpy()
+    return rows
 
 
 def _finite(result: Any) -> bool:

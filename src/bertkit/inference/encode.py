@@ -123,11 +123,12 @@ def encode_stream(model: nn.Module, tokenizer: Any, chunks: Iterable[Sequence[st
     encoder = for_inference(encoder, dtype)
     run = ChunkedRun(total, progress, "encode")
 
-    def forward(input_ids: Tensor, attention_mask: Tensor, token_type_ids: Tensor) -> np.ndarray:
-        return sentence_vectors(encoder, input_ids, attention_mask, token_type_ids, pooling, normalize).cpu().numpy()
+    # (B, C) vectors where the model computed them: `run_sorted` reads a GPU's back while the next batch runs
+    def forward(input_ids: Tensor, attention_mask: Tensor, token_type_ids: Tensor) -> Tensor:
+        return sentence_vectors(encoder, input_ids, attention_mask, token_type_ids, pooling, normalize)
 
-    def raw(input_ids: Tensor, attention_mask: Tensor, token_type_ids: Tensor) -> np.ndarray:
-        return sentence_vectors(encoder, input_ids, attention_mask, token_type_ids, pooling).cpu().numpy()
+    def raw(input_ids: Tensor, attention_mask: Tensor, token_type_ids: Tensor) -> Tensor:
+        return sentence_vectors(encoder, input_ids, attention_mask, token_type_ids, pooling)
 
     for chunk in chunks:
         texts = run.check(chunk)
