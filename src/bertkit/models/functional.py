@@ -212,7 +212,10 @@ def packed_attention(query: Tensor, key: Tensor, value: Tensor, packed: PackedSe
     runs padded: the rows go back to their padded places for it (zeros at padding, which the mask hides) and the
     output comes back packed. The projections around it, most of a layer's FLOPs, ran on the real tokens alone."""
     if attends_packed(query, packed, dropout, training):
-        return varlen_attn(query, key, value, packed.starts, packed.starts, packed.longest, packed.longest)
+        # the GPU's kernel choice, first in priority: torch versions that may take cuDNN here (it plans every new
+        # shape on the host, and packed batches change shape every step) take flash attention instead
+        with sdpa_kernel(GPU_ATTENTION_KERNELS, set_priority=True):
+            return varlen_attn(query, key, value, packed.starts, packed.starts, packed.longest, packed.longest)
     N, H, D = query.shape
     B, T = packed.batch, packed.length
 
