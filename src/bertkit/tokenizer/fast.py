@@ -49,10 +49,18 @@ class FastBackend:
 
     def encode(self, texts: list[str], offsets: bool = False) -> list[tuple[list[int], list | None]]:
         """For each text, its ids and (when asked) its offsets."""
-        encodings = self._tokenizer.encode_batch(texts, add_special_tokens=False)
-        if offsets:
-            return [(encoding.ids, encoding.offsets) for encoding in encodings]
-        return [(encoding.ids, None) for encoding in encodings]
+        return encode_batch(self._tokenizer, texts, offsets)
+
+
+def encode_batch(tokenizer, texts: list[str], offsets: bool) -> list[tuple[list[int], list | None]]:
+    """Each text's ids (no special tokens) and, when asked, offsets, by a `tokenizers.Tokenizer`. Without offsets
+    through `encode_batch_fast` (tokenizers 0.21 on), which does not track them: the same ids, a fifth to a
+    quarter sooner."""
+    if offsets:
+        encodings = tokenizer.encode_batch(texts, add_special_tokens=False)
+        return [(encoding.ids, encoding.offsets) for encoding in encodings]
+    encodings = getattr(tokenizer, "encode_batch_fast", tokenizer.encode_batch)(texts, add_special_tokens=False)
+    return [(encoding.ids, None) for encoding in encodings]
 
 
 class FastBPEBackend:
@@ -72,10 +80,7 @@ class FastBPEBackend:
 
     def encode(self, texts: list[str], offsets: bool = False) -> list[tuple[list[int], list | None]]:
         """For each text, its ids and (when asked) its offsets."""
-        encodings = self._tokenizer.encode_batch(texts, add_special_tokens=False)
-        if offsets:
-            return [(encoding.ids, encoding.offsets) for encoding in encodings]
-        return [(encoding.ids, None) for encoding in encodings]
+        return encode_batch(self._tokenizer, texts, offsets)
 
     def tokens(self, text: str) -> list[str]:
         """The tokens of `text` as strings, as `tokenizers` spells them."""
