@@ -18,9 +18,7 @@ from bertkit.models.bert.heads import BertForPreTraining
 from bertkit.models.functional import pack_padded
 from bertkit.models.modernbert.configuration import FULL, SLIDING, ModernBertConfig
 from bertkit.models.modernbert.modeling import ModernBertModel
-
-TINY = dict(vocab_size=50, hidden_size=16, num_hidden_layers=2, num_attention_heads=2, intermediate_size=24,
-            max_position_embeddings=20, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+from test_bert import TINY, packed_and_padded_agree
 
 
 def reference_varlen_attn(query, key, value, cu_seq_q, cu_seq_k, max_q, max_k):
@@ -64,27 +62,8 @@ def test_a_cpu_never_takes_flash_attention_over_packed_sequences():
 
 def test_bert_attending_packed_equals_the_padded_batch_forward_and_backward(packed_kernel):
     torch.manual_seed(0)
-    model = BertForPreTraining(BertConfig(**TINY)).double().train()
-    ids = torch.randint(5, 50, (3, 9))
-    mask = torch.ones(3, 9, dtype=torch.long)
-    mask[0, 6:], mask[2, 3:] = 0, 0
-    labels = torch.full((3, 9), -100)
-    labels[0, 2], labels[1, 8], labels[2, 1] = 7, 3, 9
-    runs = {}
-    for unpad in (False, True):
-        model.bert.unpad = unpad
-        model.zero_grad()
-        out = model(ids, mask, labels=labels)
-        out.loss.backward()
-        runs[unpad] = (out.loss, model.bert(ids, mask).last_hidden_state,
-                       {name: p.grad.clone() for name, p in model.named_parameters() if p.grad is not None})
+    packed_and_padded_agree(BertForPreTraining(BertConfig(**TINY)).double().train())
     assert packed_kernel and all(packed_kernel)  # the packed runs went through the packed kernel
-    (loss, hidden, grads), (packed_loss, packed_hidden, packed_grads) = runs[False], runs[True]
-    exact = dict(atol=1e-10, rtol=0)
-    torch.testing.assert_close(packed_loss, loss, **exact)
-    torch.testing.assert_close(packed_hidden[mask.bool()], hidden[mask.bool()], **exact)
-    for name, grad in grads.items():
-        torch.testing.assert_close(packed_grads[name], grad, **exact, msg=name)
 
 
 def test_modernbert_global_layers_attend_packed_and_local_ones_padded_in_their_window(packed_kernel):
