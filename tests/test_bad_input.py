@@ -211,6 +211,8 @@ def test_outputs_that_are_not_finite_are_an_error_not_a_prediction(ws):
         predict(model, tokenizer, ["北京", "很好"])
     with pytest.raises(NonFiniteOutputError, match="text 0"):
         encode(model.bert, tokenizer, ["很好"])
+    with pytest.raises(NonFiniteOutputError, match="output for text 1 is not finite"):  # a batch's array: its row
+        encode(model.bert, tokenizer, ["北京", "很好"])
     with pytest.raises(ValueError, match="attention weights are not finite"):
         sentence_attentions(model.bert, tokenizer, "很好")
 

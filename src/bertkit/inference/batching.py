@@ -286,8 +286,11 @@ def run_sorted(model: nn.Module, rows: Sequence[EncodedText], forward: Callable[
         bar = tqdm(total=len(rows), unit="text", desc=desc, disable=not show_progress(progress, len(rows)))
 
     def keep(chosen: list[int], outputs: Callable[[], Sequence]) -> None:
-        for i, result in zip(chosen, outputs(), strict=True):
-            if not _finite(result):
+        batch = outputs()
+        # one check of a batch's array (a row each) where it is one; a row at a time only to name the one that failed
+        whole = isinstance(batch, np.ndarray) and _finite(batch)
+        for i, result in zip(chosen, batch, strict=True):
+            if not whole and not _finite(result):
                 low = next(model.parameters()).dtype in (torch.bfloat16, torch.float16)
                 raise NonFiniteOutputError(
                     f"the model's output for text {offset + i} is not finite (NaN or infinite values): its "
@@ -333,7 +336,7 @@ def _read_back(outputs: Any) -> Callable[[], Sequence]:
 
 
 def _finite(result: Any) -> bool:
-    """Whether every float array in one row's result (an array, or a tuple of them) is finite."""
+    """Whether every float array in a result (an array, or a tuple of them: one row's, or a batch's) is finite."""
     parts = result if isinstance(result, tuple) else (result,)
     return all(not (isinstance(part, np.ndarray) and np.issubdtype(part.dtype, np.floating))
                or bool(np.isfinite(part).all()) for part in parts)
