@@ -19,7 +19,9 @@ round), after warm-up steps; a figure is the median round. bf16 autocast on CUDA
 - encode: mean-pooled sentence vectors of headline-length and body-length texts (cut at 512 tokens), BERT-base's
   shape with random weights: bertkit's `encode` (length-sorted batches) against transformers.BertModel on input-order
   batches padded to their longest, as a user runs it; batch 64, bf16 weights on CUDA. Each set twice: the models
-  alone on texts tokenized before timing, and texts in, vectors out (tokenization, on the CPU, included). Texts:
+  alone on texts tokenized before timing, and texts in, vectors out (tokenization, on the CPU, included); and each
+  again with bertkit's own batches ("batches auto": on a GPU a batch of short texts grows to 16,384 padded tokens),
+  transformers' still of 64. Texts:
   --texts files, else THUCNews headlines and inews bodies where bertkit's cache holds them, else synthetic texts of
   like lengths (the output says which; --save-texts writes the cached ones to files to carry to another machine).
 - compile: the pretrain row at 256 x 128 with both models under torch.compile (bertkit's as `--compile` runs it),
@@ -421,7 +423,8 @@ def their_pooled(model, batch, device: torch.device) -> torch.Tensor:
 
 
 def row_encode(ctx) -> None:
-    from bertkit.inference import EncodedText, TruncationWarning, encode, run_sorted
+    from bertkit.inference import EncodedText, TruncationWarning, encode, run_sorted, sorted_batches
+    from bertkit.inference.batching import batch_tokens_for
     from bertkit.inference.encode import sentence_vectors
     from bertkit.inference.precision import for_inference
     from bertkit.tokenizer import BertTokenizer
@@ -478,16 +481,28 @@ def row_encode(ctx) -> None:
         ctx.add(f"encode {name} model only", "bertkit", tokens / seconds["bertkit"], "transformers",
                 tokens / seconds["transformers"], flops / seconds["bertkit"], flops / seconds["transformers"],
                 f"{described}; mean cosine of the two sides' vectors {cosine:.4f}")
-        # as a user runs it: texts in, vectors out, tokenization included
-        runs = {"bertkit": lambda texts=texts: encode(ours, ours_tok, texts, batch_size=ENCODE_BATCH, pooling="mean",
-                                                      max_length=length),
-                "transformers": lambda texts=texts: theirs_run(theirs_batches(texts))}
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", TruncationWarning)  # texts over max_length are cut on both sides
-            seconds = alternate(runs, max(1, s.encode_rounds - 1), device)
-        ctx.add(f"encode {name} with tokenizer", "bertkit", tokens / seconds["bertkit"], "transformers",
-                tokens / seconds["transformers"], flops / seconds["bertkit"], flops / seconds["transformers"],
-                described)
+        # bertkit's own batches: on a GPU, batches of short texts grow to GPU_BATCH_TOKENS padded tokens ("auto");
+        # transformers as above, in batches of ENCODE_BATCH (sentence-transformers' default is 32)
+        runs["bertkit"] = lambda rows=rows: run_sorted(ours, rows, ours_forward, batch_size=ENCODE_BATCH,
+                                                       pad_token_id=ours_tok.pad_token_id, batch_tokens="auto")
+        grown = sorted_batches([len(row.input_ids) for row in rows], ENCODE_BATCH, batch_tokens_for(device, "auto"))
+        seconds = alternate(runs, s.encode_rounds, device)
+        ctx.add(f"encode {name} model only, batches auto", "bertkit auto", tokens / seconds["bertkit"],
+                "transformers", tokens / seconds["transformers"], flops / seconds["bertkit"],
+                flops / seconds["transformers"], f"bertkit in {len(grown)} batches (at most "
+                f"{max(map(len, grown))} texts), transformers in {len(prebuilt)} of {ENCODE_BATCH}")
+        # as a user runs it: texts in, vectors out, tokenization included; batches of ENCODE_BATCH, then bertkit's own
+        for batch_tokens, label in ((None, "with tokenizer"), ("auto", "with tokenizer, batches auto")):
+            runs = {"bertkit": lambda texts=texts, b=batch_tokens: encode(
+                        ours, ours_tok, texts, batch_size=ENCODE_BATCH, pooling="mean", max_length=length,
+                        batch_tokens=b),
+                    "transformers": lambda texts=texts: theirs_run(theirs_batches(texts))}
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", TruncationWarning)  # texts over max_length are cut on both sides
+                seconds = alternate(runs, max(1, s.encode_rounds - 1), device)
+            ctx.add(f"encode {name} {label}", "bertkit" if batch_tokens is None else "bertkit auto",
+                    tokens / seconds["bertkit"], "transformers", tokens / seconds["transformers"],
+                    flops / seconds["bertkit"], flops / seconds["transformers"], described)
 
 
 # ---- the run --------------------------------------------------------------------------------------
@@ -524,13 +539,14 @@ class Context:
             Path(self.args.json).write_text(json.dumps({"meta": self.meta, "rows": self.results}, indent=1))
 
     def table(self) -> None:
-        print(f"\n{'row':<34}{'side a':>18}{'tok/s':>12}{'side b':>20}{'tok/s':>12}{'ratio':>7}{'MFU a / b':>15}")
+        w = max([34, *(len(r["row"]) + 2 for r in self.results)])
+        print(f"\n{'row':<{w}}{'side a':>18}{'tok/s':>12}{'side b':>20}{'tok/s':>12}{'ratio':>7}{'MFU a / b':>15}")
         for r in self.results:
             if "error" in r:
-                print(f"{r['row']:<34}  failed: {r['error']}")
+                print(f"{r['row']:<{w}}  failed: {r['error']}")
                 continue
             mfu = f"{r['a_mfu']:.1%} / {r['b_mfu']:.1%}"
-            print(f"{r['row']:<34}{r['a']:>18}{r['a_tokens_per_s']:>12,.0f}{r['b']:>20}{r['b_tokens_per_s']:>12,.0f}"
+            print(f"{r['row']:<{w}}{r['a']:>18}{r['a_tokens_per_s']:>12,.0f}{r['b']:>20}{r['b_tokens_per_s']:>12,.0f}"
                   f"{r['ratio']:>7.2f}{mfu:>15}")
 
 

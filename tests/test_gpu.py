@@ -801,6 +801,32 @@ def test_encode_on_the_device_writes_the_cpus_vectors_and_bf16_close_to_them(tra
     assert np.isfinite(bf16).all() and cosine.min() > 0.99, cosine
 
 
+def test_encode_on_the_device_grows_batches_of_short_texts_and_gives_the_same_vectors(trained):
+    """On a GPU, `encode`'s batches of short texts grow past batch_size to GPU_BATCH_TOKENS padded tokens ("auto"):
+    fewer forwards, the vectors of batches of batch_size. On the CPU "auto" keeps batch_size."""
+    from bertkit.inference import encode
+    from bertkit.inference.loading import load_text_model
+    from bertkit.utils.constants import GPU_BATCH_TOKENS
+
+    model, tokenizer = load_text_model(trained("embedding") / "best", device=DEVICE)
+    rng = random.Random(5)
+    texts = [" ".join(rng.choices(WORDS, k=rng.randint(1, 12))) for _ in range(300)]
+    shapes: list[tuple[int, int]] = []
+    hook = model.register_forward_hook(lambda module, args, out: shapes.append(tuple(args[0].shape)))
+    try:
+        fixed = encode(model, tokenizer, texts, batch_size=32, batch_tokens=None)
+        forwards = len(shapes)
+        grown = encode(model, tokenizer, texts, batch_size=32)  # "auto"
+    finally:
+        hook.remove()
+    assert forwards == 10
+    if torch.device(DEVICE).type == "cuda":
+        assert len(shapes) - forwards == 1 and shapes[-1][0] == 300 and 300 * shapes[-1][1] <= GPU_BATCH_TOKENS
+    else:
+        assert shapes[forwards:] == shapes[:forwards]
+    assert_close(grown, fixed, rtol=1e-4)
+
+
 @pytest.mark.parametrize("name, argv", [
     ("translate-transformer", ["translate", "--beams", 1, "四八六", "零一"]),
     ("translate-transformer", ["translate", "--beams", 2, "四八六", "零一"]),

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import torch
 
+from bertkit.errors import InputError
 from bertkit.inference import (
     PROGRESS_MIN_TEXTS,
     InputTooLongError,
@@ -23,11 +24,13 @@ from bertkit.inference import (
     tag_words,
     tokenize,
 )
+from bertkit.inference.batching import batch_tokens_for
 from bertkit.models.bert.configuration import BertConfig
 from bertkit.models.bert.heads import BertForSequenceClassification, BertForTokenClassification
 from bertkit.models.bert.modeling import BertModel
 from bertkit.models.functional import pool_tokens
 from bertkit.tokenizer import BertTokenizer
+from bertkit.utils.constants import GPU_BATCH_TOKENS
 from conftest import fetch_or_skip, model_dir_or_skip
 from tolerance import assert_close
 
@@ -100,6 +103,39 @@ def test_sorted_batches_longest_first_and_stable():
     assert sorted_batches([3, 7, 3, 9, 1], 2) == [[3, 1], [0, 2], [4]]
     with pytest.raises(ValueError, match="batch_size"):
         sorted_batches([1], 0)
+
+
+def test_a_token_budget_grows_batches_of_short_texts_past_batch_size_only():
+    lengths = [3, 10, 2, 2, 2, 2, 2, 2, 0]
+    # the 10-token text's batch stays at batch_size (2 x 10 > 8 tokens); the short ones fill 8 padded tokens
+    assert sorted_batches(lengths, 2, batch_tokens=8) == [[1, 0], [2, 3, 4, 5], [6, 7, 8]]
+    assert sorted_batches(lengths, 2, batch_tokens=None) == sorted_batches(lengths, 2)
+    assert sorted_batches([0, 0, 0], 1, batch_tokens=2) == [[0, 1], [2]]  # an empty row counts as one token
+
+
+def test_the_automatic_token_budget_is_the_gpus_only():
+    assert batch_tokens_for("cpu", "auto") is None
+    assert batch_tokens_for(torch.device("cuda", 1), "auto") == GPU_BATCH_TOKENS  # a device name; no GPU needed
+    assert batch_tokens_for("cpu", 512) == 512 and batch_tokens_for("cuda", None) is None
+    for bad in (0, -3, True, 2.5, "many"):
+        with pytest.raises(InputError, match="batch_tokens must be a positive int, 'auto' or None"):
+            batch_tokens_for("cpu", bad)
+
+
+def test_encode_with_a_token_budget_runs_fewer_batches_and_gives_the_same_vectors(model, tokenizer):
+    texts = random_texts(40, seed=3, longest=6) + random_texts(3, seed=4, shortest=15)
+    shapes = []
+    handle = model.register_forward_hook(lambda module, args, out: shapes.append(tuple(args[0].shape)))
+    try:
+        plain = encode(model, tokenizer, texts, batch_size=4, pooling="mean")
+        batches = len(shapes)
+        budget = encode(model, tokenizer, texts, batch_size=4, pooling="mean", batch_tokens=64)
+    finally:
+        handle.remove()
+    grown = shapes[batches:]
+    assert batches == 11 and len(grown) < batches and max(b for b, _ in grown) > 4
+    assert all(b <= 4 or b * t <= 64 for b, t in grown)  # past batch_size only within the budget
+    assert_close(budget, plain)  # a text's vector does not depend on its batch (within float rounding)
 
 
 def test_mean_pooling_ignores_padding(model, tokenizer):

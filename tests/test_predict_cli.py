@@ -13,7 +13,11 @@ from bertkit.cli import main
 from bertkit.inference import encode, predict, tag_words
 from bertkit.inference.loading import load_text_model as load_model
 from bertkit.models.bert.configuration import BertConfig
-from bertkit.models.bert.heads import BertForSequenceClassification, BertForTokenClassification
+from bertkit.models.bert.heads import (
+    BertForQuestionAnswering,
+    BertForSequenceClassification,
+    BertForTokenClassification,
+)
 from bertkit.pipelines.predict import read_inputs
 from bertkit.tokenizer import BertTokenizer
 
@@ -144,6 +148,34 @@ def test_encode_writes_the_vectors(classifier_dir, tmp_path, capsys):
     np.testing.assert_allclose(np.load(out_file), expected, atol=1e-6)
     code, out, _ = run(capsys, "encode", "--model", classifier_dir, "好")
     assert code == 0 and "(32 dims, norm" in out and f"{encode(model, tokenizer, '好')[0]:+.4f}" in out
+
+
+def test_batch_tokens_flag(classifier_dir, tmp_path, capsys):
+    """--batch-tokens N|auto|off: the same vectors and labels (on the CPU a batch's size changes no vector beyond
+    rounding); a bad value, or one given to a model whose inputs are not texts in batches, is one line."""
+    texts = ["the cat sat on the mat", "很好", "a bad dog", "张三", "好"]
+    model, tokenizer = load_model(classifier_dir)
+    expected = encode(model, tokenizer, texts, pooling="mean")
+    for value in ("auto", "off", "8"):
+        out_file = tmp_path / f"v{value}.npy"
+        code, _, _ = run(capsys, "encode", "--model", classifier_dir, "--pooling", "mean", "--batch-size", "1",
+                         "--batch-tokens", value, "--out", out_file, *texts)
+        assert code == 0
+        np.testing.assert_allclose(np.load(out_file), expected, atol=1e-6)
+    code, out, _ = run(capsys, "predict", "--model", classifier_dir, "--json", "--batch-tokens", "16", *texts)
+    assert code == 0 and [json.loads(line)["label"] for line in out.splitlines()] == \
+        [r["label"] for r in predict(model, tokenizer, texts)]
+    for value, says in (("0", "must be at least 1, got 0"), ("lots", "lots")):
+        with pytest.raises(SystemExit) as exited:
+            main(["encode", "--model", str(classifier_dir), "--batch-tokens", value, "好"])
+        err = capsys.readouterr().err
+        assert exited.value.code == 2 and "argument --batch-tokens: " in err and says in err
+    qa = tmp_path / "qa"
+    torch.manual_seed(0)
+    save(BertForQuestionAnswering(BertConfig(**TINY)), qa)
+    code, _, err = run(capsys, "predict", "--model", qa, "--question", "谁", "--context", "张三在北京",
+                       "--batch-tokens", "64")
+    assert code == 2 and "a question-answering model runs --batch-size inputs a batch" in err
 
 
 def test_evaluate_classification_file(classifier_dir, tmp_path, capsys):

@@ -29,6 +29,7 @@ from bertkit.data.task_kinds import FILE_FORMATS, datasets
 from bertkit.errors import InputError
 from bertkit.models.sentence_files import POOLINGS
 from bertkit.utils import jsonfiles
+from bertkit.utils.constants import GPU_BATCH_TOKENS
 from bertkit.utils.dtypes import DTYPE_CHOICES, FP32
 from bertkit.utils.visible import shorten
 
@@ -48,6 +49,20 @@ def _add_inference_options(p: argparse.ArgumentParser) -> None:
                         "int8 Linear layers (dynamic quantization; CPU only) (default: fp32)")
     add_device_option(p)
     add_encoding_option(p)
+
+
+def _batch_tokens(value: str) -> int | str | None:
+    """--batch-tokens: auto, off, or a number of padded tokens."""
+    if value in ("auto", "off"):
+        return None if value == "off" else value
+    return integer(1)(value)
+
+
+def _add_batch_tokens_option(p: argparse.ArgumentParser, scope: str = "") -> None:
+    p.add_argument("--batch-tokens", type=_batch_tokens, default="auto", metavar="N|auto|off",
+                   help="a batch of short texts grows past --batch-size while its padded tokens (texts x the longest) "
+                        f"stay within N; auto: {GPU_BATCH_TOKENS:,} on a GPU, where a small batch leaves it waiting "
+                        f"for the host, off on the CPU{scope} (default: auto)")
 
 
 def _add_zero_shot_options(p: argparse.ArgumentParser, dataset_words: bool = False) -> None:
@@ -111,6 +126,7 @@ def _add_predict(sub: argparse._SubParsersAction) -> None:
                                                             "refuse)")
     _add_zero_shot_options(p)
     _add_inference_options(p)
+    _add_batch_tokens_option(p, "; for texts, not question answering or images")
 
 
 def _add_evaluate(sub: argparse._SubParsersAction) -> None:
@@ -156,6 +172,7 @@ def _add_encode(sub: argparse._SubParsersAction) -> None:
     _add_sentence_options(p)
     add_long_input_options(p, "truncate", "cut it to the model's positions (refuse it with --no-truncation)")
     _add_inference_options(p)
+    _add_batch_tokens_option(p)
 
 
 def _cmd_predict(args: argparse.Namespace) -> int:
@@ -174,11 +191,16 @@ def _cmd_predict(args: argparse.Namespace) -> int:
     device = command_device(args, args.dtype)
     path, family = model_family(args.model, "predict")
     zero_shot = _zero_shot(args)
+    answers = zero_shot is None and family.inputs != "images" and family.holds_head(path, "qa")
+    if args.batch_tokens != "auto" and zero_shot is None and (family.inputs == "images" or answers):
+        raise InputError(f"--batch-tokens sizes batches of texts for classifiers and taggers; "
+                         f"{'an image model' if family.inputs == 'images' else 'a question-answering model'} runs "
+                         "--batch-size inputs a batch: leave --batch-tokens out")
     if family.inputs == "images" and zero_shot is None:
         from bertkit.cli.vision import predict_images
 
         return predict_images(args, path, device)
-    if zero_shot is None and family.holds_head(path, "qa"):
+    if answers:
         return _predict_answers(args, path, device)
     for flag, value in (("--question", args.question), ("--context", args.context), ("--picture", args.picture)):
         if value:
@@ -190,7 +212,8 @@ def _cmd_predict(args: argparse.Namespace) -> int:
     kept: collections.deque = collections.deque()
     results = predict_stream(model, tokenizer, kept_chunks(with_pairs(chunks, total, given), kept), total=total,
                              batch_size=args.batch_size, max_length=args.max_length,
-                             truncation=not args.no_truncation, progress=None, dtype=args.dtype)
+                             truncation=not args.no_truncation, progress=None, dtype=args.dtype,
+                             batch_tokens=args.batch_tokens)
     task = task_of_model(model, "predict")  # its record (bertkit.tasks) says how a result reads
     for found in results:
         texts, pairs = kept.popleft()
@@ -404,7 +427,7 @@ def _cmd_encode(args: argparse.Namespace) -> int:
                             batch_size=args.batch_size, pooling=settings.pooling, max_length=settings.max_seq_length,
                             normalize=settings.normalize, truncation=not args.no_truncation, progress=None,
                             dtype=args.dtype, long_inputs=args.long_inputs, chunk_stride=args.chunk_stride,
-                            chunk_pooling=args.chunk_pooling)
+                            chunk_pooling=args.chunk_pooling, batch_tokens=args.batch_tokens)
     if args.out:
         out = Path(args.out)
         width = model.config.hidden_size

@@ -22,11 +22,18 @@ from torch import Tensor, nn
 from tqdm.auto import tqdm
 
 from bertkit.errors import DataError, InputError
+from bertkit.utils.constants import GPU_BATCH_TOKENS
 from bertkit.utils.devices import to_device
 from bertkit.utils.visible import is_blank
 
 PROGRESS_MIN_TEXTS = 1000  # progress=None: fewer texts than this finish before a progress bar would tell anything
 CHUNK_TEXTS = 16_384  # texts tokenized, sorted by length and run together: memory stays bounded for any number
+# A GPU's forward over a batch of short texts costs about what launching its kernels costs: BERT-base over 64
+# headlines (~1,300 tokens) is well under a millisecond of an H200's arithmetic, and about 6 ms of the host's time.
+# There a batch of short texts grows past `batch_size` while its padded tokens (rows x longest row) stay within
+# GPU_BATCH_TOKENS (utils.constants). A CPU computes every token whatever the batch: its batches stay at
+# `batch_size`, and a text's vector stays the same in any batch.
+AUTO = "auto"
 
 
 class TruncationWarning(UserWarning):
@@ -229,12 +236,33 @@ def _row(encoding: Any, k: int, offsets: bool) -> EncodedText:
 
 # ---- length-sorted batches -----------------------------------------------------------------------
 
-def sorted_batches(lengths: Sequence[int], batch_size: int) -> list[list[int]]:
-    """Input indices in batches of `batch_size`, longest first, so each batch's rows have similar lengths."""
+def batch_tokens_for(device: torch.device | str, batch_tokens: int | str | None) -> int | None:
+    """The padded tokens a batch of short texts may grow to (`sorted_batches`): "auto" is GPU_BATCH_TOKENS on a GPU
+    and None (batches of `batch_size`) elsewhere; a number is itself; None is None."""
+    if batch_tokens == AUTO:
+        return GPU_BATCH_TOKENS if torch.device(device).type == "cuda" else None
+    if batch_tokens is not None and (not isinstance(batch_tokens, int) or isinstance(batch_tokens, bool)
+                                     or batch_tokens < 1):
+        raise InputError(f"batch_tokens must be a positive int, 'auto' or None, got {batch_tokens!r}")
+    return batch_tokens
+
+
+def sorted_batches(lengths: Sequence[int], batch_size: int, batch_tokens: int | None = None) -> list[list[int]]:
+    """Input indices in batches of `batch_size`, longest first, so each batch's rows have similar lengths.
+
+    With `batch_tokens`, a batch of short texts takes more than `batch_size` of them, as many as fit in
+    `batch_tokens` padded tokens (rows x its longest row, its first): batches of long texts stay at `batch_size`."""
     if not isinstance(batch_size, int) or batch_size < 1:
         raise InputError(f"batch_size must be a positive int, got {batch_size!r}")
     order = sorted(range(len(lengths)), key=lengths.__getitem__, reverse=True)  # stable: ties keep input order
-    return [order[start:start + batch_size] for start in range(0, len(order), batch_size)]
+    if batch_tokens is None:
+        return [order[start:start + batch_size] for start in range(0, len(order), batch_size)]
+    batches, start = [], 0
+    while start < len(order):
+        size = max(batch_size, batch_tokens // max(1, lengths[order[start]]))
+        batches.append(order[start:start + size])
+        start += size
+    return batches
 
 
 def collate(rows: Sequence[EncodedText], pad_token_id: int, device: torch.device | str = "cpu"
@@ -271,15 +299,17 @@ def show_progress(progress: bool | None, count: int) -> bool:
 
 def run_sorted(model: nn.Module, rows: Sequence[EncodedText], forward: Callable[[Tensor, Tensor, Tensor], Sequence],
                *, batch_size: int, pad_token_id: int | None, progress: bool | None = False,
-               desc: str = "inference", bar: Any = None, offset: int = 0) -> list:
+               desc: str = "inference", bar: Any = None, offset: int = 0,
+               batch_tokens: int | str | None = None) -> list:
     """`forward(input_ids, attention_mask, token_type_ids)` -> one result per row, over length-sorted batches;
     the results come back in the order of `rows`. A progress bar only when asked for (`show_progress`), or `bar`,
     one a caller running several chunks keeps; `offset` is the index of rows[0] among all texts of the run.
+    `batch_tokens`: how far a batch of short texts may grow past `batch_size` (`batch_tokens_for`; "auto": on a GPU).
 
     `forward` may give a tensor (a row each) where it leaves the result on a GPU: it is copied back while the next
     batch is padded and queued (`_read_back`), so the GPU is not left idle between batches."""
-    batches = sorted_batches([len(row.input_ids) for row in rows], batch_size)
     device = next(model.parameters()).device
+    batches = sorted_batches([len(row.input_ids) for row in rows], batch_size, batch_tokens_for(device, batch_tokens))
     results: list = [None] * len(rows)
     own = bar is None
     if own:
@@ -353,8 +383,10 @@ class ChunkedRun:
         run.finish()
     """
 
-    def __init__(self, total: int | None, progress: bool | None, desc: str) -> None:
+    def __init__(self, total: int | None, progress: bool | None, desc: str,
+                 batch_tokens: int | str | None = None) -> None:
         self.findings = InputFindings()
+        self.batch_tokens = batch_tokens  # how far a batch of short texts grows past batch_size (run_sorted)
         self.bar = tqdm(total=total, unit="text", desc=desc, disable=not show_progress(progress, total or 0))
 
     def check(self, texts: Any, name: str = "texts") -> list[str]:
@@ -373,7 +405,7 @@ class ChunkedRun:
         """`run_sorted` over the chunk's rows, on the run's progress bar; the next chunk's indices follow on.
         `texts`: how many texts the rows stand for, where a long text's windows are rows of their own."""
         results = run_sorted(model, rows, forward, batch_size=batch_size, pad_token_id=pad_token_id, bar=self.bar,
-                             offset=self.findings.total)
+                             offset=self.findings.total, batch_tokens=self.batch_tokens)
         self.findings.total += len(rows) if texts is None else texts
         return results
 

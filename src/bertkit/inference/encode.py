@@ -20,7 +20,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from bertkit.errors import InputError
-from bertkit.inference.batching import ChunkedRun, check_texts, encoder_of, in_chunks, input_limit
+from bertkit.inference.batching import AUTO, ChunkedRun, check_texts, encoder_of, in_chunks, input_limit
 from bertkit.inference.long_inputs import check_overlap, check_pooling, pool_rows, split_rows
 from bertkit.inference.machine import native_bfloat16
 from bertkit.inference.precision import for_inference, quantize_int8
@@ -76,8 +76,8 @@ def sentence_vectors(encoder: nn.Module, input_ids: Tensor, attention_mask: Tens
 def encode(model: nn.Module, tokenizer: Any, texts: Sequence[str] | str, batch_size: int = 32,
            pooling: str = DEFAULT_POOLING, max_length: int | None = 512, normalize: bool = False,
            progress: bool | None = False, truncation: bool = True, dtype: str | torch.dtype | None = None,
-           long_inputs: str | None = None, chunk_stride: int | None = None, chunk_pooling: str = MEAN
-           ) -> np.ndarray:
+           long_inputs: str | None = None, chunk_stride: int | None = None, chunk_pooling: str = MEAN,
+           batch_tokens: int | str | None = AUTO) -> np.ndarray:
     """Sentence vectors, float32 (N, C) (one text: (C,)): [CLS]'s or the mean of the real tokens' last hidden states.
 
     `dtype` ("float32"/"fp32", "bfloat16"/"bf16", "int8") runs a converted copy of the model (`precision.py`);
@@ -88,6 +88,10 @@ def encode(model: nn.Module, tokenizer: Any, texts: Sequence[str] | str, batch_s
     `long_inputs="chunk"` it is read in windows of that length sharing `chunk_stride` tokens (default: a quarter of
     a window), whose vectors are pooled by `chunk_pooling` ("mean", weighted by their tokens, or "first"), and
     normalized after pooling (long_inputs.py).
+
+    `batch_tokens`: a batch of short texts grows past `batch_size` while its padded tokens stay within this many;
+    "auto" (the default): `batching.GPU_BATCH_TOKENS` on a GPU, where a small batch leaves it waiting on the host,
+    and batches of `batch_size` on the CPU; None: always `batch_size`.
     """
     single = isinstance(texts, str)
     texts = check_texts([texts] if single else texts, content=False)
@@ -95,7 +99,7 @@ def encode(model: nn.Module, tokenizer: Any, texts: Sequence[str] | str, batch_s
                                                 batch_size=batch_size, pooling=pooling, max_length=max_length,
                                                 normalize=normalize, progress=progress, truncation=truncation,
                                                 dtype=dtype, long_inputs=long_inputs, chunk_stride=chunk_stride,
-                                                chunk_pooling=chunk_pooling)))
+                                                chunk_pooling=chunk_pooling, batch_tokens=batch_tokens)))
     return vectors[0] if single else vectors
 
 
@@ -103,13 +107,13 @@ def encode_stream(model: nn.Module, tokenizer: Any, chunks: Iterable[Sequence[st
                   batch_size: int = 32, pooling: str = DEFAULT_POOLING, max_length: int | None = 512,
                   normalize: bool = False,
                   progress: bool | None = False, truncation: bool = True, dtype: str | torch.dtype | None = None,
-                  long_inputs: str | None = None, chunk_stride: int | None = None, chunk_pooling: str = MEAN
-                  ) -> Iterator[np.ndarray]:
+                  long_inputs: str | None = None, chunk_stride: int | None = None, chunk_pooling: str = MEAN,
+                  batch_tokens: int | str | None = AUTO) -> Iterator[np.ndarray]:
     """The vectors of each chunk of texts, chunk by chunk, in order: a file of any length in bounded memory.
 
     Each chunk is tokenized, sorted by length and run in batches on its own; empty and truncated texts are counted
     over all chunks and said once, after the last. `total` (the number of texts, when known) sizes the progress bar.
-    `long_inputs`, `chunk_stride`, `chunk_pooling` as in `encode`.
+    `long_inputs`, `chunk_stride`, `chunk_pooling`, `batch_tokens` as in `encode`.
     """
     check_sentence_pooling(pooling)
     if long_inputs not in (None, "truncate", "chunk"):
@@ -121,7 +125,7 @@ def encode_stream(model: nn.Module, tokenizer: Any, chunks: Iterable[Sequence[st
         overlap = check_overlap(chunk_stride, limit)
         check_pooling(chunk_pooling)
     encoder = for_inference(encoder, dtype)
-    run = ChunkedRun(total, progress, "encode")
+    run = ChunkedRun(total, progress, "encode", batch_tokens)
 
     # (B, C) vectors where the model computed them: `run_sorted` reads a GPU's back while the next batch runs
     def forward(input_ids: Tensor, attention_mask: Tensor, token_type_ids: Tensor) -> Tensor:

@@ -24,6 +24,7 @@ from torch import Tensor, nn
 from bertkit.data.entities import get_entities
 from bertkit.errors import InputError
 from bertkit.inference.batching import (
+    AUTO,
     ChunkedRun,
     EncodedText,
     InputTooLongError,
@@ -46,10 +47,12 @@ def label_names(model: nn.Module) -> list[str]:
 
 def predict(model: nn.Module, tokenizer: Any, texts: Sequence[str] | str,
             text_pairs: Sequence[str | None] | str | None = None, batch_size: int = 32, max_length: int | None = None,
-            truncation: bool = True, progress: bool | None = False, dtype: str | torch.dtype | None = None) -> list:
+            truncation: bool = True, progress: bool | None = False, dtype: str | torch.dtype | None = None,
+            batch_tokens: int | str | None = AUTO) -> list:
     """Per input, a classifier's {"label", "score", "probabilities"}, or a tagger's entity spans (character offsets).
 
-    `dtype` and `progress` as in `encode`; the texts run CHUNK_TEXTS at a time, as `predict_stream` runs a file.
+    `dtype`, `progress` and `batch_tokens` as in `encode`; the texts run CHUNK_TEXTS at a time, as `predict_stream`
+    runs a file.
     """
     single = isinstance(texts, str)
     if single:
@@ -59,20 +62,20 @@ def predict(model: nn.Module, tokenizer: Any, texts: Sequence[str] | str,
     chunks = zip(in_chunks(texts), in_chunks(pairs) if pairs is not None else itertools.repeat(None))
     results = [result for part in predict_stream(model, tokenizer, chunks, total=len(texts), batch_size=batch_size,
                                                  max_length=max_length, truncation=truncation, progress=progress,
-                                                 dtype=dtype)
+                                                 dtype=dtype, batch_tokens=batch_tokens)
                for result in part]
     return results[0] if single else results
 
 
 def predict_stream(model: nn.Module, tokenizer: Any, chunks: Iterable[tuple[Sequence[str], Sequence | None]], *,
                    total: int | None = None, batch_size: int = 32, max_length: int | None = None,
-                   truncation: bool = True, progress: bool | None = False, dtype: str | torch.dtype | None = None
-                   ) -> Iterator[list]:
+                   truncation: bool = True, progress: bool | None = False, dtype: str | torch.dtype | None = None,
+                   batch_tokens: int | str | None = AUTO) -> Iterator[list]:
     """`predict`'s results for each chunk of (texts, text pairs or None), chunk by chunk: a file of any length in
     bounded memory. Empty and truncated texts are counted over all chunks and said once, after the last."""
     task = task_of_model(model, "predict")  # its record (bertkit.tasks) labels, tags... each chunk
     model = for_inference(model, dtype)
-    run = ChunkedRun(total, progress, "predict")
+    run = ChunkedRun(total, progress, "predict", batch_tokens)
     for texts, pairs in chunks:
         texts = run.check(texts)
         pairs = check_text_pairs(pairs, len(texts))

@@ -11,3 +11,7 @@ IGNORE_INDEX = -100
 MLM, NSP, SOP = "mlm", "nsp", "sop"
 MLM_NSP, MLM_SOP = f"{MLM}+{NSP}", f"{MLM}+{SOP}"
 OBJECTIVES = (MLM_NSP, MLM_SOP, MLM)
+
+# How far inference lets a batch of short texts grow past its batch size on a GPU, in padded tokens (rows x longest
+# row): text-embeddings-inference's default --max-batch-tokens. inference/ batches by it, cli/ says it in --help.
+GPU_BATCH_TOKENS = 16_384
