@@ -92,7 +92,8 @@ class Collator:
 # ---- evaluation ----------------------------------------------------------------------------------
 
 def predict_logits(model, features: Sequence[dict], pad_token_id: int, batch_size: int = 64) -> list[np.ndarray]:
-    """Logits per feature (per real token for tagging), from length-sorted batches, in input order."""
+    """Logits per feature (per real token for tagging), from length-sorted batches, in input order (on a GPU a batch
+    of short texts grows past batch_size, as `encode`'s do: `batching.batch_tokens_for`)."""
     rows = [EncodedText(f["input_ids"], f["token_type_ids"]) for f in features]
 
     def forward(input_ids: torch.Tensor, attention_mask: torch.Tensor, token_type_ids: torch.Tensor) -> list:
@@ -101,7 +102,8 @@ def predict_logits(model, features: Sequence[dict], pad_token_id: int, batch_siz
             return list(logits)
         return [row[:n] for row, n in zip(logits, attention_mask.sum(1).tolist())]
 
-    return run_sorted(model, rows, forward, batch_size=batch_size, pad_token_id=pad_token_id, progress=False)
+    return run_sorted(model, rows, forward, batch_size=batch_size, pad_token_id=pad_token_id, progress=False,
+                      batch_tokens="auto")
 
 
 # ---- the run -------------------------------------------------------------------------------------
