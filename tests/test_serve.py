@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from bertkit.cli import main
-from bertkit.cli.serve import DEFAULTS
+from bertkit.cli.serve import DEFAULTS, max_batch_tokens
 from bertkit.inference import encode, predict
 from bertkit.inference.loading import load_text_model
 from bertkit.inference.serving import ServedModel, ServerSettings, create_app
@@ -25,6 +25,7 @@ from bertkit.models.bert.modeling import BertModel
 from bertkit.models.gpt.configuration import GPT2Config
 from bertkit.models.gpt.modeling import GPT2LMHeadModel
 from bertkit.tokenizer import BertTokenizer
+from bertkit.utils.constants import GPU_BATCH_TOKENS
 from serve_helpers import CALL_TIMEOUT, ServerProcess, assert_same_entities, request
 
 pytestmark = [pytest.mark.usefixtures("one_thread"), pytest.mark.xdist_group("serve")]
@@ -364,6 +365,10 @@ def test_unservable_models_and_bad_flags_are_refused(tmp_path, encoder_dir, caps
 def test_command_line_defaults_are_the_servers():
     defaults = ServerSettings()
     assert vars(DEFAULTS) == {name: getattr(defaults, name) for name in vars(DEFAULTS)}
+    # --max-batch-tokens not given: the server's default on the CPU, larger batches on a GPU
+    assert max_batch_tokens(None, torch.device("cpu")) == defaults.max_batch_tokens == 2048
+    assert max_batch_tokens(None, torch.device("cuda", 0)) == GPU_BATCH_TOKENS == 16_384
+    assert max_batch_tokens(100, torch.device("cuda")) == 100
     with pytest.raises(ValueError, match="max_batch_tokens must be at least 1"):
         ServerSettings(max_batch_tokens=0)
 

@@ -21,6 +21,7 @@ from bertkit.cli.common import (
 )
 from bertkit.errors import InputError
 from bertkit.models.sentence_files import MEAN, POOLINGS
+from bertkit.utils.constants import GPU_BATCH_TOKENS
 from bertkit.utils.dtypes import DTYPE_CHOICES
 
 # bertkit.inference.serving.ServerSettings' defaults (tests hold them equal), written out so that `bertkit --help`
@@ -29,6 +30,15 @@ DEFAULTS = argparse.Namespace(max_batch_tokens=2048, max_client_batch_size=32, m
                               payload_limit=2_000_000, long_inputs="refuse", chunk_pooling=MEAN,
                               max_request_windows=16)
 API_KEY_ENV = "BERTKIT_API_KEY"
+
+
+def max_batch_tokens(given: int | None, device) -> int:
+    """--max-batch-tokens as given, else the device's: DEFAULTS' (the server's own) on the CPU, GPU_BATCH_TOKENS on
+    a GPU, whose forward over a small batch costs little more than launching its kernels."""
+    if given is not None:
+        return given
+    return GPU_BATCH_TOKENS if getattr(device, "type", str(device).split(":")[0]) == "cuda" else \
+        DEFAULTS.max_batch_tokens
 
 
 def _add_serve(sub: argparse._SubParsersAction) -> None:
@@ -48,9 +58,10 @@ def _add_serve(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--pooling", choices=POOLINGS,
                    help="sentence vectors: the [CLS] token's or the mean of the tokens' (default: what the model "
                         "directory declares, as sentence-transformers' 1_Pooling; else cls)")
-    p.add_argument("--max-batch-tokens", type=integer(1), default=defaults.max_batch_tokens,
+    p.add_argument("--max-batch-tokens", type=integer(1),
                    help="padded tokens per forward (inputs x the longest): the batch's size limit; at least the "
-                        f"model's positions (default: {defaults.max_batch_tokens})")
+                        f"model's positions (default: {defaults.max_batch_tokens:,} on the CPU, {GPU_BATCH_TOKENS:,} "
+                        "on a GPU, where a small batch leaves it waiting for the host)")
     p.add_argument("--max-client-batch-size", type=integer(1), default=defaults.max_client_batch_size,
                    help=f"inputs per request; more get 422 (default: {defaults.max_client_batch_size})")
     p.add_argument("--max-concurrent-requests", type=integer(1), default=defaults.max_concurrent_requests,
@@ -120,6 +131,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     from bertkit.utils.devices import device_name
 
     device = command_device(args, args.dtype)
+    args.max_batch_tokens = max_batch_tokens(args.max_batch_tokens, device)
     path, family = model_family(args.model, "serve")  # a family the server cannot serve: refused in one line
     positions = getattr(family.load_config(path), "max_position_embeddings", 0)
     if args.max_batch_tokens < positions:
