@@ -32,7 +32,7 @@ CHUNK_TEXTS = 16_384  # texts tokenized, sorted by length and run together: memo
 # headlines (~1,300 tokens) is well under a millisecond of an H200's arithmetic, and about 6 ms of the host's time.
 # There a batch of short texts grows past `batch_size` while its padded tokens (rows x longest row) stay within
 # GPU_BATCH_TOKENS (utils.constants). A CPU computes every token whatever the batch: its batches stay at
-# `batch_size`, and a text's vector stays the same in any batch.
+# `batch_size`.
 AUTO = "auto"
 
 
