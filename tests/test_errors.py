@@ -203,3 +203,34 @@ def test_a_diverged_run_is_exit_1_and_ctrl_c_is_130(monkeypatch, capsys, crash_d
     monkeypatch.setattr(sources, "get_source", interrupted)
     assert run(capsys, "data", "fetch", "m3e-small") == (130, "", "bertkit data: interrupted\n")
     assert list(crash_dir.iterdir()) == []
+
+
+def test_out_of_memory_is_one_line_naming_the_commands_own_options_and_exit_1(monkeypatch, capsys, crash_dir):
+    """The GPU's or the machine's memory running out is not a bug: one line, what torch tried to allocate, and the
+    options of that command that ask for less."""
+    import torch
+
+    from bertkit.cli import _out_of_memory, build_parser
+    from bertkit.inference import loading
+
+    gpu = torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of "
+                                 "79.19 GiB of which 1.06 GiB is free. Of the allocated memory 75.2 GiB is ...")
+    for error, where in ((gpu, "the GPU ran out of memory (CUDA out of memory. Tried to allocate 2.00 GiB)"),
+                         (MemoryError(), "this machine ran out of memory")):
+        def too_big(*args, error=error, **kwargs):
+            raise error
+
+        monkeypatch.setattr(loading, "load_text_model", too_big)
+        assert run(capsys, "encode", "--model", "m", "好") == (
+            1, "", f"bertkit encode: error: {where}: give a smaller --batch-size, --batch-tokens or --max-length, or "
+                   "--dtype bf16\n")
+    assert list(crash_dir.iterdir()) == []
+    parser = build_parser()
+    pretrain = parser.parse_args(["pretrain", "--corpus", "c", "--vocab", "v", "--out", "o", "--bf16"])
+    assert _out_of_memory(parser, pretrain, gpu).endswith(
+        ": give a smaller --batch-size (with --gradient-accumulation-steps for the same batch a step) or "
+        "--max-seq-length")  # --bf16 given: not offered again
+    assert _out_of_memory(parser, parser.parse_args(["serve", "m"]), gpu).endswith(": give a smaller "
+                                                                                    "--max-batch-tokens")
+    assert _out_of_memory(parser, parser.parse_args(["demo"]), gpu).endswith("2.00 GiB)")  # no options to give
+    assert _out_of_memory(parser, pretrain, RuntimeError("CUDA error: an illegal memory access")) is None

@@ -6,8 +6,8 @@ Each subcommand is a pair: `_add_NAME(subparsers)` declares its arguments, `_cmd
 Heavy imports (torch, the model) happen inside the `_cmd_` functions so `bertkit --help` is instant.
 
 What escapes a command is sorted by `main` (docs/architecture.md, Errors): a `bertkit.errors.BertkitError` or an
-OSError is the user's to fix (one line, exit status 2), a diverged run exits 1, Ctrl+C 130, and anything else is a
-bug in bertkit (one line naming a file that keeps the traceback, exit status 3).
+OSError is the user's to fix (one line, exit status 2), a diverged run or one out of memory exits 1, Ctrl+C 130, and
+anything else is a bug in bertkit (one line naming a file that keeps the traceback, exit status 3).
 """
 
 from __future__ import annotations
@@ -129,7 +129,41 @@ def main(argv: Sequence[str] | None = None) -> int:
         if trainer is not None and isinstance(err, trainer.TrainingError):
             print(f"bertkit {args.command}: error: {err}", file=sys.stderr)  # a NaN loss: the run cannot go on
             return 1
+        memory = _out_of_memory(parser, args, err)
+        if memory is not None:  # not a bug: what was asked of the machine does not fit it
+            print(f"bertkit {args.command}: error: {memory}", file=sys.stderr)
+            return 1
         return _bug(args.command, err, sys.argv[1:] if argv is None else argv)
+
+
+# The options that shrink what a step or a batch holds, by their argparse names, in the order a hint names them
+SMALLER = ("batch_size", "batch_tokens", "max_batch_tokens", "max_seq_length", "max_length", "max_source_length")
+
+
+def _out_of_memory(parser: argparse.ArgumentParser, args: argparse.Namespace, err: BaseException) -> str | None:
+    """The line for a command whose GPU (torch.OutOfMemoryError) or machine (MemoryError) ran out of memory: torch's
+    first sentences, and the command's own options that ask for less; None for any other exception."""
+    torch = sys.modules.get("torch")
+    on_gpu = torch is not None and isinstance(err, torch.cuda.OutOfMemoryError)
+    if not (on_gpu or isinstance(err, MemoryError)):
+        return None
+    commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices
+    flags = {a.dest: max((o for o in a.option_strings if not o.startswith("--no-")), key=len, default=None)
+             for a in commands[args.command]._actions}
+    flags = {name: flag for name, flag in flags.items() if flag is not None}  # positionals and --no-X switches out
+    if "gradient_accumulation_steps" in flags and "batch_size" in flags:
+        flags["batch_size"] += f" (with {flags['gradient_accumulation_steps']} for the same batch a step)"
+    smaller = [flags[name] for name in SMALLER if name in flags]
+    ways = [f"a smaller {', '.join(smaller[:-1])}{' or ' if len(smaller) > 1 else ''}{smaller[-1]}"] if smaller else []
+    # bf16 halves the activations, where a command sizes its work by options at all (not demo, explain); an option
+    # left out may not be in args
+    if ways and "bf16" in flags and not getattr(args, "bf16", False):
+        ways.append(flags["bf16"])
+    elif ways and "dtype" in flags and getattr(args, "dtype", None) in ("fp32", "float32"):
+        ways.append(f"{flags['dtype']} bf16")
+    said = _one_line(". ".join(str(err).split(". ")[:2])) if on_gpu else ""  # what it tried to allocate
+    where = "the GPU" if on_gpu else "this machine"
+    return f"{where} ran out of memory{f' ({said})' if said else ''}" + (f": give {', or '.join(ways)}" if ways else "")
 
 
 BUG_STATUS = 3  # the exit status of a command stopped by a bug in bertkit, not by what it was given
