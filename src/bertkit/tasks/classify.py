@@ -144,8 +144,8 @@ class Classify(LabelledTask):
 
         labels = label_names(model)
 
-        def forward(input_ids, attention_mask, token_type_ids):
-            return class_probabilities(model, input_ids, attention_mask, token_type_ids).cpu().numpy()
+        def forward(input_ids, attention_mask, token_type_ids):  # a tensor: on a GPU read back while the next runs
+            return class_probabilities(model, input_ids, attention_mask, token_type_ids)
 
         rows = classifier_rows(model, tokenizer, texts, pairs, max_length, truncation, run)
         return [classification(probs, labels)
