@@ -83,3 +83,34 @@ def test_modernbert_global_layers_attend_packed_and_local_ones_padded_in_their_w
     # one call a layer: a global layer is handed the sequences' starts, a local one (its window in the mask) not
     assert packed_kernel == [kind != SLIDING for kind in config.layer_types]
     torch.testing.assert_close(packed[mask.bool()], padded[mask.bool()], atol=1e-10, rtol=0)
+
+
+def test_a_lightly_padded_batch_runs_packed_only_where_attention_runs_packed_too(monkeypatch):
+    """Packing pays from 1% padding where attention runs packed as well (two copies a forward), from 10% where it
+    runs padded (four a layer). A packed forward leaves zeros at padded positions: the path taken shows there."""
+    torch.manual_seed(0)
+    model = BertForPreTraining(BertConfig(**TINY)).bert.eval()
+    model.unpad = True
+    ids = torch.randint(5, TINY["vocab_size"], (5, 20))
+    mask = torch.ones_like(ids)
+    mask[0, -3:] = 0  # 3 of 100 positions: 3% padding
+    padded = model(ids, mask).last_hidden_state
+    assert padded[0, -3:].abs().sum() > 0  # below 10%: ran padded (flash attention cannot pack on a CPU)
+    assert functional.min_padding_to_pack(padded, 8, 0.0, False) == functional.PACK_MIN_PADDING == 0.1
+
+    monkeypatch.setattr(functional, "varlen_attn", reference_varlen_attn)
+    monkeypatch.setattr(functional, "flash_attention_packs", lambda device, dtype, head_dim, dropout, training:
+                        not (training and dropout > 0))
+    assert functional.min_padding_to_pack(padded, 8, 0.1, True) == 0.1  # attention dropout: never packed
+    assert functional.min_padding_to_pack(padded, 8, 0.1, False) == functional.PACKED_ATTENTION_MIN_PADDING == 0.01
+    packed = model(ids, mask).last_hidden_state
+    assert torch.equal(packed[0, -3:], torch.zeros_like(packed[0, -3:]))  # from 1%: ran packed
+    torch.testing.assert_close(packed[mask.bool()], padded[mask.bool()], atol=1e-5, rtol=1e-5)
+
+
+def test_attention_computes_in_autocasts_dtype_where_autocast_is_on():
+    x = torch.zeros(2, 3)
+    assert functional.attention_dtype(x) == torch.float32
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert functional.attention_dtype(x) == torch.bfloat16
+    assert functional.attention_dtype(x.to(torch.float16)) == torch.float16

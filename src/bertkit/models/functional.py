@@ -176,6 +176,23 @@ class PackedSequences:
 # A padded batch runs packed only when at least this share of it is padding: where attention runs padded, packing
 # costs four copies of the batch's activations a layer, which the FLOPs it saves must outweigh.
 PACK_MIN_PADDING = 0.1
+# Where attention runs packed as well (`flash_attention_packs`), packing costs two copies a forward (in, then out),
+# and reading the count of real tokens back: in BERT-base a copy of a token's activations moves about 1% of the
+# bytes, and far fewer of the FLOPs, of one layer's work on it, so packing pays from about 1% padding.
+PACKED_ATTENTION_MIN_PADDING = 0.01
+
+
+def attention_dtype(x: Tensor) -> torch.dtype:
+    """The dtype attention computes x's queries in: autocast's where autocast is on for x's device, else x's own."""
+    device = x.device.type
+    return torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else x.dtype
+
+
+def min_padding_to_pack(x: Tensor, head_dim: int, dropout: float, training: bool) -> float:
+    """The share of padding from which a batch of hidden states x (dropout: attention's) runs packed: where its
+    attention can run packed too (`flash_attention_packs`), PACKED_ATTENTION_MIN_PADDING, else PACK_MIN_PADDING."""
+    packs = flash_attention_packs(x.device, attention_dtype(x), head_dim, dropout, training)
+    return PACKED_ATTENTION_MIN_PADDING if packs else PACK_MIN_PADDING
 
 
 def pack_padded(attention_mask: Tensor, dtype: torch.dtype) -> PackedSequences:
@@ -193,14 +210,20 @@ def pack_padded(attention_mask: Tensor, dtype: torch.dtype) -> PackedSequences:
     return PackedSequences(indices, B, T, padding_mask_bias(attention_mask, dtype), starts, T)
 
 
+def flash_attention_packs(device: torch.device, dtype: torch.dtype, head_dim: int, dropout: float,
+                          training: bool) -> bool:
+    """Whether flash attention can attend over packed sequences (`varlen_attn`) here: a GPU of compute capability
+    8.0 on, bf16 or fp16, a head size flash attention takes, no attention dropout (the packed kernel draws none)."""
+    return (varlen_attn is not None and device.type == "cuda" and dtype in (torch.bfloat16, torch.float16)
+            and not (training and dropout > 0.0) and head_dim % 8 == 0 and head_dim <= 256
+            and torch.cuda.get_device_capability(device) >= (8, 0))
+
+
 def attends_packed(query: Tensor, packed: PackedSequences, dropout: float, training: bool) -> bool:
-    """Whether `packed_attention` can run flash attention on the packed sequences themselves (`varlen_attn`): a GPU
-    of compute capability 8.0 on, bf16 or fp16, a head size flash attention takes, no attention dropout (the packed
-    kernel draws none), and sequences that see their own tokens alone (`starts`)."""
-    return (varlen_attn is not None and packed.starts is not None and query.is_cuda
-            and query.dtype in (torch.bfloat16, torch.float16) and not (training and dropout > 0.0)
-            and query.size(-1) % 8 == 0 and query.size(-1) <= 256
-            and torch.cuda.get_device_capability(query.device) >= (8, 0))
+    """Whether `packed_attention` runs flash attention on the packed sequences themselves: `flash_attention_packs`
+    for the query, and sequences that see their own tokens alone (`starts`)."""
+    return packed.starts is not None and flash_attention_packs(query.device, query.dtype, query.size(-1), dropout,
+                                                               training)
 
 
 def packed_attention(query: Tensor, key: Tensor, value: Tensor, packed: PackedSequences, dropout: float = 0.0,

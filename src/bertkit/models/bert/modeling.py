@@ -17,8 +17,8 @@ from bertkit.models.bert.configuration import BertConfig
 from bertkit.models.dropout import Dropout
 from bertkit.models.functional import (
     ACT2FN,
-    PACK_MIN_PADDING,
     PackedSequences,
+    min_padding_to_pack,
     multi_head_attention,
     pack_padded,
     packed_attention,
@@ -242,7 +242,9 @@ class BertModel(BertPreTrainedModel):
         if past_key_values is None and attention_mask is not None and attention_mask.dim() == 2 and \
                 self.packs(attention_mask, output_attentions or output_hidden_states):
             packed = pack_padded(attention_mask, x.dtype)
-            if packed.padding >= PACK_MIN_PADDING:
+            cfg = self.config
+            if packed.padding >= min_padding_to_pack(x, cfg.hidden_size // cfg.num_attention_heads,
+                                                     cfg.attention_probs_dropout_prob, self.training):
                 B, T, _ = x.shape
                 h, _, _ = self.encoder(x.flatten(0, 1).index_select(0, packed.indices), packed)     # (N, C)
                 x = h.new_zeros(B * T, h.size(-1)).index_copy(0, packed.indices, h).view(B, T, -1)  # pads: zeros
