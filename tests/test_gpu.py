@@ -635,6 +635,27 @@ def test_a_padded_batch_attends_packed_with_flash_attention_as_the_padded_batch_
         assert any("flash" in name for name in kernels), sorted(set(kernels))
 
 
+def test_a_lightly_padded_batch_runs_packed_where_its_attention_can_run_packed():
+    """2% padding: a bf16 batch whose attention runs packed (`flash_attention_packs`) runs packed (zeros at its
+    padding), from PACKED_ATTENTION_MIN_PADDING; a float32 one attends padded and so stays padded (under 10%)."""
+    from bertkit.models import functional
+
+    torch.manual_seed(0)
+    model = BertModel(BertConfig(**TINY_BERT)).to(DEVICE).eval()
+    inputs = _on_device(_bert_batch(len(VOCAB), lengths=(16, 16, 16, 16, 16, 14)))  # 2 of 96 positions
+    pad = ~inputs["attention_mask"].bool()
+    with torch.no_grad():
+        full = model(**inputs).last_hidden_state
+        half = model.to(torch.bfloat16)(**inputs).last_hidden_state
+    assert full[pad].abs().sum() > 0  # float32: padded
+    head_dim = TINY_BERT["hidden_size"] // TINY_BERT["num_attention_heads"]
+    if functional.flash_attention_packs(torch.device(DEVICE), torch.bfloat16, head_dim, 0.0, False):
+        assert (half[pad] == 0).all()
+        assert_close(half[~pad].float(), full[~pad], rtol=5e-2, atol=5e-2)
+    else:  # the CPU (BERTKIT_TEST_DEVICE=cpu), or a GPU flash attention cannot pack on
+        assert half[pad].abs().sum() > 0
+
+
 @pytest.mark.parametrize("masked", [False, True])
 def test_attention_of_changing_lengths_takes_no_cudnn_kernel_and_equals_the_maths(masked):
     """cuDNN's attention plans every new shape on the host (100-200 ms a step where lengths change): the fused
