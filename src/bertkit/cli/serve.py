@@ -33,12 +33,11 @@ API_KEY_ENV = "BERTKIT_API_KEY"
 
 
 def max_batch_tokens(given: int | None, device) -> int:
-    """--max-batch-tokens as given, else the device's: DEFAULTS' (the server's own) on the CPU, GPU_BATCH_TOKENS on
-    a GPU, whose forward over a small batch costs little more than launching its kernels."""
+    """--max-batch-tokens as given, else the torch device's: DEFAULTS' (the server's own) on the CPU,
+    GPU_BATCH_TOKENS on a GPU, whose forward over a small batch costs little more than launching its kernels."""
     if given is not None:
         return given
-    return GPU_BATCH_TOKENS if getattr(device, "type", str(device).split(":")[0]) == "cuda" else \
-        DEFAULTS.max_batch_tokens
+    return GPU_BATCH_TOKENS if device.type == "cuda" else DEFAULTS.max_batch_tokens
 
 
 def _add_serve(sub: argparse._SubParsersAction) -> None:

@@ -90,8 +90,8 @@ def encode(model: nn.Module, tokenizer: Any, texts: Sequence[str] | str, batch_s
     normalized after pooling (long_inputs.py).
 
     `batch_tokens`: a batch of short texts grows past `batch_size` while its padded tokens stay within this many;
-    "auto" (the default): `batching.GPU_BATCH_TOKENS` on a GPU, where a small batch leaves it waiting on the host,
-    and batches of `batch_size` on the CPU; None: always `batch_size`.
+    "auto" (the default): `utils.constants.GPU_BATCH_TOKENS` on a GPU, where a small batch leaves it waiting on the
+    host, and batches of `batch_size` on the CPU; None: always `batch_size`.
     """
     single = isinstance(texts, str)
     texts = check_texts([texts] if single else texts, content=False)

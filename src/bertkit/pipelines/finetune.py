@@ -25,6 +25,7 @@ from bertkit.data.sources import resolve_model
 from bertkit.data.task_kinds import TaskKind, get_task
 from bertkit.errors import InputError
 from bertkit.inference import EncodedText, run_sorted
+from bertkit.inference.batching import AUTO
 from bertkit.models.registry import family_of
 from bertkit.pipelines.fine_tuning import Scorer, TaskParts, fine_tune, warn_if_fewer_examples, write_results
 from bertkit.pipelines.options import FinetuneOptions
@@ -103,7 +104,7 @@ def predict_logits(model, features: Sequence[dict], pad_token_id: int, batch_siz
         return [row[:n] for row, n in zip(logits, attention_mask.sum(1).tolist())]
 
     return run_sorted(model, rows, forward, batch_size=batch_size, pad_token_id=pad_token_id, progress=False,
-                      batch_tokens="auto")
+                      batch_tokens=AUTO)
 
 
 # ---- the run -------------------------------------------------------------------------------------
